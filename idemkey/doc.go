@@ -37,9 +37,11 @@
 // header from that context:
 //
 //	client := &http.Client{Transport: &idemkey.Transport{}}
-//	ctx = idemkey.WithKey(ctx, key)
-//	for attempt := range 3 {
-//		// every attempt reuses ctx, so every attempt sends key
+//	ctx = idemkey.WithKey(ctx, key) // once, outside the loop
+//	for range 3 {
+//		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, body())
+//		resp, err := client.Do(req) // every attempt sends the same key
+//		...
 //	}
 //
 // The Transport never makes a key. A POST whose context has none is refused

@@ -74,7 +74,7 @@ func (k Key) IsZero() bool { return k.s == "" }
 // [MaxScopeBytes] and each part at most [MaxPartBytes], with at most
 // [MaxParts] parts. Otherwise For returns an error wrapping [ErrInvalid].
 func For(scope string, parts ...string) (Key, error) {
-	if err := check("scope", scope, MaxScopeBytes); err != nil {
+	if err := check("scope", -1, scope, MaxScopeBytes); err != nil {
 		return Key{}, err
 	}
 	if len(parts) == 0 {
@@ -84,7 +84,7 @@ func For(scope string, parts ...string) (Key, error) {
 		return Key{}, invalidf("%d parts, over the limit of %d", len(parts), MaxParts)
 	}
 	for i, p := range parts {
-		if err := check(fmt.Sprintf("parts[%d]", i), p, MaxPartBytes); err != nil {
+		if err := check("parts", i, p, MaxPartBytes); err != nil {
 			return Key{}, err
 		}
 	}
@@ -128,7 +128,7 @@ func appendField(buf []byte, s string) []byte {
 // characters and never equal a [For] key.
 func Legacy(customer, period, suffix string) (Key, error) {
 	for _, f := range [...]struct{ name, v string }{{"customer", customer}, {"period", period}, {"suffix", suffix}} {
-		if err := check(f.name, f.v, MaxPartBytes); err != nil {
+		if err := check(f.name, -1, f.v, MaxPartBytes); err != nil {
 			return Key{}, err
 		}
 	}
@@ -170,30 +170,42 @@ func Parse(s string) (Key, error) {
 	return Key{s: s}, nil
 }
 
-// check validates one element of a key.
-func check(field, s string, max int) error {
+// check validates one element of a key. The field name is built only on
+// failure, keeping the success path free of allocations.
+func check(field string, index int, s string, max int) error {
+	if p := problem(s, max); p != "" {
+		if index >= 0 {
+			field = fmt.Sprintf("%s[%d]", field, index)
+		}
+		return invalidf("%s %s", field, p)
+	}
+	return nil
+}
+
+// problem says what is wrong with s, or returns "" if nothing is.
+func problem(s string, max int) string {
 	if s == "" {
-		return invalidf("%s is empty; every element must identify the operation", field)
+		return "is empty; every element must identify the operation"
 	}
 	if len(s) > max {
-		return invalidf("%s is %d bytes, over the limit of %d", field, len(s), max)
+		return fmt.Sprintf("is %d bytes, over the limit of %d", len(s), max)
 	}
 	for i, r := range s {
 		if r == utf8.RuneError {
 			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
-				return invalidf("%s is not valid UTF-8 (byte %d)", field, i)
+				return fmt.Sprintf("is not valid UTF-8 (byte %d)", i)
 			}
 		}
 		if unicode.IsControl(r) {
-			return invalidf("%s contains control character %U at byte %d", field, r, i)
+			return fmt.Sprintf("contains control character %U at byte %d", r, i)
 		}
 	}
 	first, _ := utf8.DecodeRuneInString(s)
 	last, _ := utf8.DecodeLastRuneInString(s)
 	if unicode.IsSpace(first) || unicode.IsSpace(last) {
-		return invalidf("%s %q has leading or trailing white space; trim it so one identity always gives one key", field, s)
+		return fmt.Sprintf("%q has leading or trailing white space; trim it so one identity always gives one key", s)
 	}
-	return nil
+	return ""
 }
 
 func invalidf(format string, args ...any) error {
