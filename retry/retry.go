@@ -26,6 +26,9 @@ type ExhaustedError struct {
 }
 
 func (e *ExhaustedError) Error() string {
+	if e.why == "" {
+		return fmt.Sprintf("retry: gave up after %s: %v", attempts(e.Attempts), e.Err)
+	}
 	return fmt.Sprintf("retry: gave up after %s (%s): %v", attempts(e.Attempts), e.why, e.Err)
 }
 
