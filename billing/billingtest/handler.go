@@ -81,6 +81,8 @@ func route(method, path string) (endpoint, string) {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
 	if strings.HasPrefix(r.URL.Path, adminPrefix) {
 		s.serveAdmin(w, r)
 		return
@@ -186,8 +188,21 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	var res result
 	switch ep {
 	case epCreateCharge, epCreateIntent:
-		res = s.create(ep, r, rid, idem, scoped, key, declined, declineCode, fault)
+		var executed bool
+		res, executed = s.create(ep, r, rid, idem, scoped, key, declined, declineCode, fault)
+		if !executed {
+			// Faults of execution have no effect on a replay or a rejection.
+			if fault.Kind == FaultDecline || fault.Kind == FaultErrorAfter {
+				fault = Fault{}
+			}
+			if fault.Kind == FaultSlow {
+				s.hold(fault)
+			}
+		}
 	default:
+		if fault.Kind == FaultDecline {
+			fault = Fault{}
+		}
 		res = s.read(ep, id, r)
 		if fault.Kind == FaultErrorAfter {
 			res = errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request."})
@@ -202,7 +217,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 // create runs a POST that creates an object, under Stripe's idempotency
 // rules.
-func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) result {
+// executed reports whether an object was created.
+func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (res result, executed bool) {
 	intent := ep == epCreateIntent
 	p, verr := parseCreate(r.Form, intent)
 	epName := r.URL.Path
@@ -220,30 +236,30 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 		case stateExecuting:
 			s.stats.InUse++
 			s.mu.Unlock()
-			return inUse(key)
+			return inUse(key), false
 		case stateDone:
 			if ent.endpoint != epName {
 				s.stats.IdempotencyErrors++
 				s.mu.Unlock()
 				return errResult(http.StatusBadRequest, apiErr{Type: "idempotency_error", Message: fmt.Sprintf(
-					"Keys for idempotent requests can only be used for the same endpoint they were first used for ('%s' vs '%s'). Try using a key other than '%s' if you meant to execute a different request.", ent.endpoint, epName, key)})
+					"Keys for idempotent requests can only be used for the same endpoint they were first used for ('%s' vs '%s'). Try using a key other than '%s' if you meant to execute a different request.", ent.endpoint, epName, key)}), false
 			}
 			if ent.sig != sig {
 				s.stats.IdempotencyErrors++
 				s.mu.Unlock()
 				return errResult(http.StatusBadRequest, apiErr{Type: "idempotency_error", Message: fmt.Sprintf(
-					"Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '%s' if you meant to execute a different request.", key)})
+					"Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '%s' if you meant to execute a different request.", key)}), false
 			}
 			s.stats.Replays++
 			res := ent.resp
 			res.replayed = true
 			s.mu.Unlock()
-			return res
+			return res, false
 		}
 	}
 	if verr != nil {
 		s.mu.Unlock()
-		return errResult(http.StatusBadRequest, *verr)
+		return errResult(http.StatusBadRequest, *verr), false
 	}
 
 	// Execute: from here on the object exists whatever the client sees.
@@ -291,7 +307,6 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 	}
 	s.mu.Unlock()
 
-	var res result
 	switch {
 	case fault.Kind == FaultErrorAfter:
 		res = errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request."})
@@ -318,7 +333,7 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 		ent.state, ent.resp = stateDone, res
 		s.mu.Unlock()
 	}
-	return res
+	return res, true
 }
 
 // hold blocks for a FaultSlow: until Release is closed, or for Delay, or
@@ -407,12 +422,18 @@ func (s *Server) authenticate(r *http.Request) (string, *apiErr) {
 	return key, nil
 }
 
-// redactKey keeps a key's prefix and last four characters, as Stripe does.
+// redactKey keeps a key's kind prefix (such as "sk_test_") and its last four
+// characters, as Stripe does.
 func redactKey(k string) string {
-	if len(k) < 12 {
+	if len(k) < 16 {
 		return "****"
 	}
-	prefix := k[:strings.LastIndexByte(k[:len(k)-4], '_')+1]
+	prefix := ""
+	if i := strings.IndexByte(k, '_'); i > 0 && i < 4 {
+		if j := strings.IndexByte(k[i+1:], '_'); j > 0 && j < 5 {
+			prefix = k[:i+j+2]
+		}
+	}
 	return prefix + strings.Repeat("*", 8) + k[len(k)-4:]
 }
 

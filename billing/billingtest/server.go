@@ -81,6 +81,7 @@ type Server struct {
 	closeOnce sync.Once
 	serveErr  chan error
 	reqSeq    atomic.Uint64
+	inflight  sync.WaitGroup // handlers, including those of hijacked connections
 
 	mu       sync.Mutex
 	offset   time.Duration // server clock = wall clock + offset
@@ -165,7 +166,8 @@ func newServer(cfg Config) (*Server, error) {
 }
 
 // Close releases requests held by FaultSlow, stops accepting connections
-// and waits (up to a few seconds) for requests in progress to finish.
+// and waits for requests in progress to finish. After Close the ledger no
+// longer changes.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
@@ -175,6 +177,7 @@ func (s *Server) Close() {
 			s.hs.Close()
 		}
 		<-s.serveErr
+		s.inflight.Wait()
 	})
 }
 
