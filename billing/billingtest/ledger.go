@@ -45,7 +45,7 @@ type Entry struct {
 
 // Stats are running totals, cheap to read while the server runs.
 type Stats struct {
-	Requests          int64               `json:"requests"`           // every /v1 request
+	Requests          int64               `json:"requests"`           // authenticated requests to served endpoints
 	Created           int64               `json:"created"`            // objects created, declined ones included
 	Paid              int64               `json:"paid"`               // objects that moved money
 	Replays           int64               `json:"replays"`            // answers with Idempotent-Replayed: true
