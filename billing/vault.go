@@ -85,6 +85,11 @@ type VaultConfig struct {
 // stripe-go and [Classify] treat them like the same status from Stripe: a
 // 5xx means the outcome is unknown and is retried with the same key.
 //
+// stripe-go retries every transport error it does not recognise, so when
+// it is used directly, set its MaxNetworkRetries to 0 (as a [Biller] does)
+// for a refusal to be sent only once; a retried refusal is refused again
+// and charges nothing.
+//
 // A Stripe 429 (rate_limit or lock_timeout) forwarded by the proxy carries
 // Stripe's Request-Id and error object, so it reaches the retry layer as a
 // *stripe.Error and is retried as usual.
