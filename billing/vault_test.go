@@ -462,7 +462,9 @@ func TestVaultTransportRefusesRedirects(t *testing.T) {
 	var closed, redirectClosed atomic.Int32
 	req, _ := http.NewRequest(http.MethodPost, "https://api.stripe.com/v1/charges", nil)
 	req.Body = closeCounter{strings.NewReader("amount=100"), &closed}
-	req.GetBody = func() (io.ReadCloser, error) { return closeCounter{strings.NewReader("amount=100"), &redirectClosed}, nil }
+	req.GetBody = func() (io.ReadCloser, error) {
+		return closeCounter{strings.NewReader("amount=100"), &redirectClosed}, nil
+	}
 	_, err = hc.Do(req)
 	if err == nil || !strings.Contains(err.Error(), "redirect") || strings.Contains(err.Error(), vaultKey) {
 		t.Fatalf("err = %v; want a refused redirect without the key", err)
