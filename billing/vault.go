@@ -321,7 +321,7 @@ func (e *ProxyError) Error() string {
 	default:
 		fix = "the proxy no longer accepts this vault key; issue a new one"
 	}
-	return fmt.Sprintf("billing: spend-cap proxy refused %s %s with %d %q: %s; nothing was sent to Stripe, and unsent claims stay pending",
+	return fmt.Sprintf("billing: spend-cap proxy refused %s %s with %d %q: %s; this request did not reach Stripe",
 		e.Method, e.URL, e.Status, e.Message, fix)
 }
 
