@@ -534,3 +534,40 @@ func TestVaultKeyNeverPrinted(t *testing.T) {
 		t.Fatalf("want the redacted form in the output:\n%s", out.String())
 	}
 }
+
+// BenchmarkVaultTransport measures what the transport adds to a request: the
+// rewrite on every request, and reading a refusal.
+func BenchmarkVaultTransport(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		status int
+		header http.Header
+		body   string
+	}{
+		{"ok", 200, http.Header{"Request-Id": {"req_1"}}, `{"id":"ch_1"}`},
+		{"stripe-429", 429, http.Header{"Request-Id": {"req_1"}}, `{"error":{"type":"invalid_request_error","code":"rate_limit"}}`},
+		{"proxy-cap", 429, http.Header{}, `{"error":"Daily spend cap of $50 reached","spent":5000}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: bc.status, Header: bc.header, Body: io.NopCloser(strings.NewReader(bc.body)), Request: r}, nil
+			})
+			vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey, Base: base})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req, _ := http.NewRequest(http.MethodPost, "https://api.stripe.com/v1/charges", nil)
+			req.Header.Set("Authorization", "Bearer "+appSecret)
+			req.Header.Set("Idempotency-Key", "k")
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := vt.RoundTrip(req)
+				if resp != nil {
+					resp.Body.Close()
+				} else if err == nil {
+					b.Fatal("no response and no error")
+				}
+			}
+		})
+	}
+}

@@ -89,6 +89,22 @@
 // the request log (method, path, key, status, replayed, fault);
 // [Server.Stats] the running totals. All return copies.
 //
+// # A spend-cap proxy
+//
+// [NewProxy] starts a fake spend-cap proxy in front of a [Server]: it holds
+// the real secret and accepts vault keys in its place, each with a cap per
+// run or per day (on the Server's clock when ProxyConfig.Clock is the
+// Server), an endpoint allowlist, [Proxy.Revoke] and a [Proxy.KillSwitch]:
+//
+//	px := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: "sk_test_real", Clock: srv})
+//	defer px.Close()
+//	px.IssueKey(billingtest.VaultKey{Key: "vault_run_1", CapAmount: 5000, Per: billingtest.PerDay})
+//
+// It refuses in a proxy's own shapes, not Stripe's (a string "error" and no
+// Request-Id), counts spend by reserving before forwarding, and never counts
+// an idempotent replay twice; see [Proxy]. [Proxy.Usage] and [Proxy.Log]
+// tell what it let through.
+//
 // # Another process
 //
 // A chaos run may serve the fake from its own process (Config.Addr) and

@@ -312,3 +312,24 @@ func TestProxySendsOnlyItsSecretUpstream(t *testing.T) {
 		t.Fatalf("the fake accepted the vault key directly (status %d)", a.status)
 	}
 }
+
+// BenchmarkProxyCharge compares a charge sent to the fake directly with one
+// sent through the proxy.
+func BenchmarkProxyCharge(b *testing.B) {
+	srv, px := newProxy(b, billingtest.ProxyConfig{})
+	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 62})
+	for _, bc := range []struct{ name, url, key string }{
+		{"direct", srv.URL, upstreamKey},
+		{"proxied", px.URL, vaultKey},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				if a := post(b, bc.url, bc.key, fmt.Sprintf("%s-%d", bc.name, i), "cus_1", 100); a.status != http.StatusOK {
+					b.Fatalf("status %d", a.status)
+				}
+			}
+		})
+	}
+}
