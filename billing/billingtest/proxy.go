@@ -254,7 +254,8 @@ func (p *Proxy) Usage(key string) Usage {
 	return Usage{Spent: st.spent, Reserved: st.reserved}
 }
 
-// Log returns a copy of the proxy's request log, in order of completion.
+// Log returns a copy of the proxy's request log, in the order answers
+// were sent. An entry is logged before its answer is written.
 func (p *Proxy) Log() []ProxyEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -364,9 +365,9 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header()[k] = v
 	}
 	e.Status, e.Replayed = resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true"
+	p.record(&e) // before the answer, so a client that has it finds it in the log
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
-	p.record(&e)
 }
 
 // forward sends r upstream with the real secret; the response body is
@@ -402,13 +403,13 @@ func (p *Proxy) forward(r *http.Request, body []byte) (*http.Response, error) {
 }
 
 func (p *Proxy) refuse(w http.ResponseWriter, e *ProxyEntry, status int, why string, body map[string]any) {
+	e.Status, e.Refused = status, why
+	p.record(e)
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
-	e.Status, e.Refused = status, why
-	p.record(e)
 }
 
 func (p *Proxy) record(e *ProxyEntry) {
