@@ -47,7 +47,10 @@ func TestBadInput(t *testing.T) {
 		}{
 			{"nil pool", func() error { _, err := lock.NewAdvisory(nil, lock.Config{}); return err }},
 			{"negative check interval", func() error { _, err := lock.NewAdvisory(pool, lock.Config{CheckInterval: -time.Second}); return err }},
-			{"tiny check interval", func() error { _, err := lock.NewAdvisory(pool, lock.Config{CheckInterval: time.Nanosecond}); return err }},
+			{"tiny check interval", func() error {
+				_, err := lock.NewAdvisory(pool, lock.Config{CheckInterval: time.Nanosecond})
+				return err
+			}},
 			{"negative wait", func() error { _, err := lock.NewAdvisory(pool, lock.Config{Wait: -1}); return err }},
 			{"nil db", func() error { _, err := lock.NewLease(nil, lock.LeaseConfig{}); return err }},
 			{"negative TTL", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{TTL: -time.Second}); return err }},
