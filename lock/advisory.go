@@ -140,8 +140,11 @@ func (a *Advisory) Acquire(ctx context.Context, name string) (*Held, error) {
 	}
 	release := func(ctx context.Context, lost bool) error {
 		defer closeConn(conn) // the server drops whatever the session still holds
-		if lost || conn.IsClosed() {
+		if lost {
 			return nil
+		}
+		if conn.IsClosed() {
+			return fmt.Errorf("the connection to backend %d closed before the release; the lock ended with it", pid)
 		}
 		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 		defer cancel()

@@ -155,30 +155,3 @@ func TestFuncLogsOutcomes(t *testing.T) {
 		t.Fatalf("%d advisory locks held after the jobs (the panicking one leaked its lock?)", n)
 	}
 }
-
-// The gocron adapter refuses a second holder with ErrNotAcquired, and
-// gocron's Unlock releases.
-func TestGocronLocker(t *testing.T) {
-	pool, _ := newPool(t, 0)
-	ctx := context.Background()
-	for _, g := range []lock.Guard{newAdvisory(t, pool, lock.Config{}), newLease(t, pool, lock.LeaseConfig{})} {
-		l := gocronlock.New(g)
-		first, err := l.Lock(ctx, "report")
-		if err != nil {
-			t.Fatalf("%T: first Lock: %v", g, err)
-		}
-		if _, err := l.Lock(ctx, "report"); !errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("%T: second Lock error = %v; want ErrNotAcquired", g, err)
-		}
-		cctx, cancel := context.WithCancel(ctx)
-		cancel() // gocron may unlock with a cancelled job context
-		if err := first.Unlock(cctx); err != nil {
-			t.Fatalf("%T: Unlock: %v", g, err)
-		}
-		again, err := l.Lock(ctx, "report")
-		if err != nil {
-			t.Fatalf("%T: Lock after Unlock: %v", g, err)
-		}
-		again.Unlock(ctx)
-	}
-}
