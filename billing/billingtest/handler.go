@@ -1,0 +1,486 @@
+package billingtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// idemEntry is the state of one (API key, idempotency key) pair.
+type idemEntry struct {
+	attempts int
+	state    uint8 // stateNone, stateExecuting or stateDone
+	endpoint string
+	sig      string
+	created  time.Time
+	resp     result
+}
+
+const (
+	stateNone uint8 = iota
+	stateExecuting
+	stateDone
+)
+
+// result is a response the server writes, and the stored result of a key.
+type result struct {
+	status      int
+	body        []byte
+	shouldRetry string // Stripe-Should-Retry, "" for none
+	objectID    string
+	requestID   string // of the request that produced it
+	replayed    bool
+}
+
+type endpoint uint8
+
+const (
+	epNone endpoint = iota
+	epCreateCharge
+	epCreateIntent
+	epListCharges
+	epListIntents
+	epSearchCharges
+	epSearchIntents
+	epGetCharge
+	epGetIntent
+)
+
+func route(method, path string) (endpoint, string) {
+	switch method {
+	case http.MethodPost:
+		switch path {
+		case "/v1/charges":
+			return epCreateCharge, ""
+		case "/v1/payment_intents":
+			return epCreateIntent, ""
+		}
+	case http.MethodGet:
+		switch path {
+		case "/v1/charges":
+			return epListCharges, ""
+		case "/v1/payment_intents":
+			return epListIntents, ""
+		case "/v1/charges/search":
+			return epSearchCharges, ""
+		case "/v1/payment_intents/search":
+			return epSearchIntents, ""
+		}
+		if id, ok := strings.CutPrefix(path, "/v1/charges/"); ok && id != "" && !strings.Contains(id, "/") {
+			return epGetCharge, id
+		}
+		if id, ok := strings.CutPrefix(path, "/v1/payment_intents/"); ok && id != "" && !strings.Contains(id, "/") {
+			return epGetIntent, id
+		}
+	}
+	return epNone, ""
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	if strings.HasPrefix(r.URL.Path, adminPrefix) {
+		s.serveAdmin(w, r)
+		return
+	}
+	rid := fmt.Sprintf("req_%014d", s.reqSeq.Add(1))
+	h := w.Header()
+	h.Set("Request-Id", rid)
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
+	e := Entry{RequestID: rid, Method: r.Method, Path: r.URL.Path, IdempotencyKey: key}
+
+	apiKey, authErr := s.authenticate(r)
+	if authErr != nil {
+		s.finish(w, &e, errResult(http.StatusUnauthorized, *authErr), Fault{})
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.finish(w, &e, errResult(http.StatusBadRequest, apiErr{Type: "invalid_request_error", Message: "Could not parse the request body as application/x-www-form-urlencoded: " + err.Error()}), Fault{})
+		return
+	}
+	ep, id := route(r.Method, r.URL.Path)
+	if ep == epNone {
+		s.finish(w, &e, errResult(http.StatusNotFound, apiErr{Type: "invalid_request_error",
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves POST/GET /v1/charges and /v1/payment_intents, GET by id, and /search.", r.Method, r.URL.Path)}), Fault{})
+		return
+	}
+	e.Customer = r.Form.Get("customer")
+	idem := r.Method == http.MethodPost && key != ""
+	scoped := apiKey + "\x00" + key
+
+	// The rate limiter runs before anything else and stores nothing.
+	s.mu.Lock()
+	s.stats.Requests++
+	if !s.bucket.allow(time.Now()) {
+		s.mu.Unlock()
+		s.finish(w, &e, rateLimited(), Fault{})
+		return
+	}
+	req := Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: key, Customer: e.Customer}
+	drawID := r.Method + " " + r.URL.Path
+	if idem {
+		ent := s.keys[scoped]
+		if ent == nil {
+			ent = &idemEntry{}
+			s.keys[scoped] = ent
+		}
+		ent.attempts++
+		req.Attempt = ent.attempts
+		drawID = scoped
+	} else {
+		s.seqs[drawID]++
+		req.Attempt = s.seqs[drawID]
+	}
+	var fault Fault
+	for i, q := range s.queue {
+		if q.match.matches(&req) {
+			fault = q.fault
+			s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
+			break
+		}
+	}
+	script, rates := s.script, s.rates
+	declineCode, declined := s.declines[e.Customer]
+	s.mu.Unlock()
+
+	if fault.Kind == FaultNone && script != nil {
+		fault = script(req)
+		if !fault.Kind.valid() {
+			fault = Fault{}
+		}
+	}
+	if fault.Kind == FaultNone {
+		fault.Kind = rates.draw(drawID, req.Attempt)
+	}
+	if fault.Kind == FaultDecline {
+		declined, declineCode = true, orDefault(fault.DeclineCode, DefaultDeclineCode)
+	} else if declined && fault.Kind == FaultNone && (ep == epCreateCharge || ep == epCreateIntent) {
+		fault.Kind = FaultDecline
+	}
+
+	switch fault.Kind {
+	case FaultRateLimit:
+		s.finish(w, &e, rateLimited(), fault)
+		return
+	case FaultLockTimeout:
+		res := errResult(http.StatusTooManyRequests, apiErr{Type: "invalid_request_error", Code: "lock_timeout",
+			Message: "This object cannot be accessed right now because another API request or Stripe process is currently accessing it. Please retry this request later."})
+		res.shouldRetry = "true"
+		s.finish(w, &e, res, fault)
+		return
+	case FaultInFlight:
+		s.finish(w, &e, inUse(key), fault)
+		return
+	case FaultErrorBefore:
+		res := errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request (injected before execution; nothing was stored)."})
+		res.shouldRetry = "true"
+		s.finish(w, &e, res, fault)
+		return
+	}
+
+	var res result
+	switch ep {
+	case epCreateCharge, epCreateIntent:
+		var executed bool
+		res, executed = s.create(ep, r, rid, idem, scoped, key, declined, declineCode, fault)
+		if !executed {
+			// Faults of execution have no effect on a replay or a rejection.
+			if fault.Kind == FaultDecline || fault.Kind == FaultErrorAfter {
+				fault = Fault{}
+			}
+			if fault.Kind == FaultSlow {
+				s.hold(fault)
+			}
+		}
+	default:
+		if fault.Kind == FaultDecline {
+			fault = Fault{}
+		}
+		res = s.read(ep, id, r)
+		if fault.Kind == FaultErrorAfter {
+			res = errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request."})
+			res.shouldRetry = "true"
+		}
+		if fault.Kind == FaultSlow {
+			s.hold(fault)
+		}
+	}
+	s.finish(w, &e, res, fault)
+}
+
+// create runs a POST that creates an object, under Stripe's idempotency
+// rules.
+// executed reports whether an object was created.
+func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (res result, executed bool) {
+	intent := ep == epCreateIntent
+	p, verr := parseCreate(r.Form, intent)
+	epName := r.URL.Path
+	sig := signature(r.Form)
+
+	s.mu.Lock()
+	now := s.now()
+	var ent *idemEntry
+	if idem {
+		ent = s.keys[scoped]
+		if ent.state == stateDone && now.Sub(ent.created) >= s.ttl {
+			*ent = idemEntry{attempts: ent.attempts}
+		}
+		switch ent.state {
+		case stateExecuting:
+			s.stats.InUse++
+			s.mu.Unlock()
+			return inUse(key), false
+		case stateDone:
+			if ent.endpoint != epName {
+				s.stats.IdempotencyErrors++
+				s.mu.Unlock()
+				return errResult(http.StatusBadRequest, apiErr{Type: "idempotency_error", Message: fmt.Sprintf(
+					"Keys for idempotent requests can only be used for the same endpoint they were first used for ('%s' vs '%s'). Try using a key other than '%s' if you meant to execute a different request.", ent.endpoint, epName, key)}), false
+			}
+			if ent.sig != sig {
+				s.stats.IdempotencyErrors++
+				s.mu.Unlock()
+				return errResult(http.StatusBadRequest, apiErr{Type: "idempotency_error", Message: fmt.Sprintf(
+					"Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '%s' if you meant to execute a different request.", key)}), false
+			}
+			s.stats.Replays++
+			res := ent.resp
+			res.replayed = true
+			s.mu.Unlock()
+			return res, false
+		}
+	}
+	if verr != nil {
+		s.mu.Unlock()
+		return errResult(http.StatusBadRequest, *verr), false
+	}
+
+	// Execute: from here on the object exists whatever the client sees.
+	s.objSeq++
+	p.Created = now
+	p.Period = p.Metadata[s.periodKey]
+	if idem {
+		p.IdempotencyKey = key
+	}
+	if intent {
+		p.ID = fmt.Sprintf("pi_%014d", s.objSeq)
+		p.Object = "payment_intent"
+		switch {
+		case declined && p.confirm:
+			p.Status, p.DeclineCode = "requires_payment_method", declineCode
+		case p.confirm:
+			p.Status, p.Paid = "succeeded", true
+		case p.PaymentMethod != "":
+			p.Status = "requires_confirmation"
+		default:
+			p.Status = "requires_payment_method"
+		}
+	} else {
+		p.ID = fmt.Sprintf("ch_%014d", s.objSeq)
+		p.Object = "charge"
+		if declined {
+			p.Status, p.DeclineCode = "failed", declineCode
+		} else {
+			p.Status, p.Paid = "succeeded", true
+		}
+	}
+	stored := p.Payment
+	s.payments = append(s.payments, &stored)
+	s.byID[stored.ID] = &stored
+	s.stats.Created++
+	if stored.Paid {
+		s.stats.Paid++
+		s.perCust[stored.Customer]++
+		if stored.Period != "" {
+			s.perPer[[2]string{stored.Customer, stored.Period}]++
+		}
+	}
+	if idem {
+		*ent = idemEntry{attempts: ent.attempts, state: stateExecuting, endpoint: epName, sig: sig, created: now}
+	}
+	s.mu.Unlock()
+
+	switch {
+	case fault.Kind == FaultErrorAfter:
+		res = errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request."})
+		res.shouldRetry = "false"
+	case stored.DeclineCode != "":
+		e := apiErr{Type: "card_error", Code: "card_declined", DeclineCode: stored.DeclineCode, Message: declineMessage(stored.DeclineCode)}
+		if intent {
+			e.PaymentIntent = renderIntent(&stored, &e)
+		} else {
+			e.Charge = stored.ID
+		}
+		res = errResult(http.StatusPaymentRequired, e)
+	default:
+		res = result{status: http.StatusOK, body: mustJSON(render(&stored))}
+	}
+	res.objectID = stored.ID
+	res.requestID = rid
+
+	if fault.Kind == FaultSlow {
+		s.hold(fault)
+	}
+	if idem {
+		s.mu.Lock()
+		ent.state, ent.resp = stateDone, res
+		s.mu.Unlock()
+	}
+	return res, true
+}
+
+// hold blocks for a FaultSlow: until Release is closed, or for Delay, or
+// until the server closes.
+func (s *Server) hold(f Fault) {
+	if f.Release != nil {
+		select {
+		case <-f.Release:
+		case <-s.closing:
+		}
+		return
+	}
+	d := f.Delay
+	if d <= 0 {
+		d = DefaultSlowDelay
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing:
+	}
+}
+
+// finish writes res (or drops the connection), then logs the request.
+func (s *Server) finish(w http.ResponseWriter, e *Entry, res result, fault Fault) {
+	h := w.Header()
+	if res.shouldRetry != "" {
+		h.Set("Stripe-Should-Retry", res.shouldRetry)
+	}
+	if res.replayed {
+		h.Set("Idempotent-Replayed", "true")
+		h.Set("Original-Request", res.requestID)
+	}
+	h.Set("Content-Type", "application/json")
+	e.Status, e.Replayed, e.ObjectID, e.Fault = res.status, res.replayed, res.objectID, fault.Kind
+
+	switch fault.Kind {
+	case FaultDrop, FaultCut:
+		e.Status = 0
+		if conn, buf, err := http.NewResponseController(w).Hijack(); err == nil {
+			if fault.Kind == FaultCut {
+				fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\n", res.status, http.StatusText(res.status))
+				h.Set("Content-Length", strconv.Itoa(len(res.body)))
+				h.Write(buf)
+				buf.WriteString("\r\n")
+				buf.Write(res.body[:len(res.body)/2])
+				buf.Flush()
+			}
+			conn.Close()
+		}
+	default:
+		h.Set("Content-Length", strconv.Itoa(len(res.body)))
+		w.WriteHeader(res.status)
+		w.Write(res.body)
+	}
+
+	s.mu.Lock()
+	e.Time = s.now()
+	s.log = append(s.log, *e)
+	if fault.Kind != FaultNone {
+		s.stats.Faults[fault.Kind]++
+	}
+	if res.status == http.StatusTooManyRequests && fault.Kind != FaultLockTimeout {
+		s.stats.RateLimited++
+	}
+	if fault.Kind == FaultInFlight {
+		s.stats.InUse++
+	}
+	s.mu.Unlock()
+}
+
+func (s *Server) authenticate(r *http.Request) (string, *apiErr) {
+	key := ""
+	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		key = strings.TrimSpace(v)
+	} else if u, _, ok := r.BasicAuth(); ok {
+		key = u
+	}
+	if key == "" {
+		return "", &apiErr{Type: "invalid_request_error", Message: "You did not provide an API key. Send it as 'Authorization: Bearer sk_test_...'."}
+	}
+	if s.apiKeys != nil && !s.apiKeys[key] {
+		return "", &apiErr{Type: "invalid_request_error", Code: "api_key_invalid", Message: "Invalid API Key provided: " + redactKey(key)}
+	}
+	return key, nil
+}
+
+// redactKey keeps a key's kind prefix (such as "sk_test_") and its last four
+// characters, as Stripe does.
+func redactKey(k string) string {
+	if len(k) < 16 {
+		return "****"
+	}
+	prefix := ""
+	if i := strings.IndexByte(k, '_'); i > 0 && i < 4 {
+		if j := strings.IndexByte(k[i+1:], '_'); j > 0 && j < 5 {
+			prefix = k[:i+j+2]
+		}
+	}
+	return prefix + strings.Repeat("*", 8) + k[len(k)-4:]
+}
+
+// signature canonicalises a request's parameters for the same-parameters
+// check. Order of parameters does not matter; values do.
+func signature(form map[string][]string) string {
+	keys := make([]string, 0, len(form))
+	for k := range form {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(strings.Join(form[k], "\x00"))
+		b.WriteByte('\x01')
+	}
+	return b.String()
+}
+
+func rateLimited() result {
+	return errResult(http.StatusTooManyRequests, apiErr{Type: "invalid_request_error", Code: "rate_limit",
+		Message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests."})
+}
+
+func inUse(key string) result {
+	return errResult(http.StatusConflict, apiErr{Type: "invalid_request_error", Code: "idempotency_key_in_use",
+		Message: fmt.Sprintf("There is currently another in-progress request using this Stripe-Idempotency-Key (%s). Please try again later.", key)})
+}
+
+func declineMessage(code string) string {
+	switch code {
+	case "insufficient_funds":
+		return "Your card has insufficient funds."
+	case "expired_card":
+		return "Your card has expired."
+	case "lost_card", "stolen_card", "fraudulent":
+		return "Your card was declined."
+	}
+	return "Your card was declined."
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("billingtest: " + err.Error())
+	}
+	return b
+}

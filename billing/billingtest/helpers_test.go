@@ -1,0 +1,64 @@
+package billingtest_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/client"
+)
+
+const testKey = "sk_test_billingtest_0000000000001234"
+
+// newAPI returns a stripe-go client pointed at srv with stripe-go's own
+// retries off, so every failure the fake injects reaches the test.
+func newAPI(tb testing.TB, srv *billingtest.Server, key string, hc *http.Client) *client.API {
+	tb.Helper()
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	b := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:               stripe.String(srv.URL),
+		MaxNetworkRetries: stripe.Int64(0),
+		HTTPClient:        hc,
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+		EnableTelemetry:   stripe.Bool(false),
+	})
+	api := &client.API{}
+	api.Init(key, &stripe.Backends{API: b, Connect: b, Uploads: b})
+	return api
+}
+
+func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
+	tb.Helper()
+	srv := billingtest.NewServer(cfg)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+func chargeParams(customer, period, key string) *stripe.ChargeParams {
+	p := &stripe.ChargeParams{
+		Amount:   stripe.Int64(4200),
+		Currency: stripe.String("usd"),
+		Customer: stripe.String(customer),
+	}
+	p.AddMetadata("period", period)
+	p.AddMetadata("customer", customer)
+	if key != "" {
+		p.SetIdempotencyKey(key)
+	}
+	return p
+}
+
+// stripeErr asserts err is a *stripe.Error and returns it.
+func stripeErr(tb testing.TB, err error) *stripe.Error {
+	tb.Helper()
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		tb.Fatalf("error = %v (%T); want *stripe.Error", err, err)
+	}
+	return se
+}

@@ -1,0 +1,351 @@
+package billingtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for [Config] fields left zero.
+const (
+	DefaultAddr        = "127.0.0.1:0" // a free loopback port
+	DefaultPeriodKey   = "period"
+	DefaultKeyTTL      = 24 * time.Hour
+	DefaultSlowDelay   = 2 * time.Second
+	DefaultDeclineCode = "generic_decline"
+)
+
+// Config configures a [Server]. The zero value is a well-behaved fake on a
+// free loopback port that accepts any API key and injects no faults.
+type Config struct {
+	// Addr is the TCP address to listen on. Defaults to DefaultAddr.
+	Addr string
+
+	// APIKeys lists the secret keys the server accepts. Defaults to
+	// accepting any non-empty key. Idempotency keys are scoped per API key.
+	APIKeys []string
+
+	// RateLimit is the number of /v1 requests per second the server
+	// accepts, over all API keys, measured on the wall clock. Excess
+	// requests answer 429 rate_limit before the idempotency layer. Defaults
+	// to 0: no limit.
+	RateLimit float64
+
+	// RateBurst is the token bucket's size. Defaults to RateLimit rounded up
+	// (at least 1).
+	RateBurst int
+
+	// PeriodKey is the metadata key whose value is a payment's billing
+	// period in the ledger. Defaults to DefaultPeriodKey.
+	PeriodKey string
+
+	// KeyTTL is how long an idempotency key's stored result lives on the
+	// server's clock. Defaults to DefaultKeyTTL (24 hours, as Stripe).
+	KeyTTL time.Duration
+
+	// Seed and Rates set seeded random faults: Rates[kind] is the
+	// probability that a request gets that fault. Defaults to none.
+	Seed  int64
+	Rates map[FaultKind]float64
+
+	// Script, if set, chooses a fault for every /v1 request not already
+	// given one by [Server.FailNext]. It runs on the request's goroutine
+	// and must be safe for concurrent use. Returning a zero Fault falls
+	// through to Rates.
+	Script func(Request) Fault
+
+	// Declines maps customer IDs to a decline_code: every payment for those
+	// customers is declined with 402 card_error.
+	Declines map[string]string
+}
+
+// Server is a fake Stripe API listening on a real TCP port. Its methods are
+// safe for concurrent use, including while requests are being served.
+type Server struct {
+	// URL is the base URL, http://ipaddr:port with no trailing slash.
+	URL string
+
+	apiKeys   map[string]bool // nil: any key
+	periodKey string
+	ttl       time.Duration
+
+	hs        *http.Server
+	closing   chan struct{}
+	closeOnce sync.Once
+	serveErr  chan error
+	reqSeq    atomic.Uint64
+	inflight  sync.WaitGroup // handlers, including those of hijacked connections
+
+	mu       sync.Mutex
+	offset   time.Duration // server clock = wall clock + offset
+	keys     map[string]*idemEntry
+	seqs     map[string]int // attempts of keyless requests per method+path
+	objSeq   uint64
+	payments []*Payment
+	byID     map[string]*Payment
+	perCust  map[string]int
+	perPer   map[[2]string]int
+	log      []Entry
+	stats    Stats
+	rates    rateTable
+	script   func(Request) Fault
+	queue    []queued
+	declines map[string]string
+	bucket   bucket
+}
+
+// NewServer starts a server and returns it. Like httptest.NewServer it
+// panics if the configuration is invalid or it cannot listen; the message
+// says which. Call Close when done.
+func NewServer(cfg Config) *Server {
+	s, err := newServer(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func newServer(cfg Config) (*Server, error) {
+	rt, err := newRateTable(cfg.Seed, cfg.Rates)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBucket(cfg.RateLimit, cfg.RateBurst)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.KeyTTL < 0 {
+		return nil, fmt.Errorf("billingtest: Config.KeyTTL is %v; want a positive duration or 0 for %v", cfg.KeyTTL, DefaultKeyTTL)
+	}
+	s := &Server{
+		periodKey: orDefault(cfg.PeriodKey, DefaultPeriodKey),
+		ttl:       cfg.KeyTTL,
+		closing:   make(chan struct{}),
+		serveErr:  make(chan error, 1),
+		keys:      make(map[string]*idemEntry),
+		seqs:      make(map[string]int),
+		byID:      make(map[string]*Payment),
+		perCust:   make(map[string]int),
+		perPer:    make(map[[2]string]int),
+		stats:     Stats{Faults: make(map[FaultKind]int64)},
+		rates:     rt,
+		script:    cfg.Script,
+		declines:  make(map[string]string),
+		bucket:    b,
+	}
+	if s.ttl == 0 {
+		s.ttl = DefaultKeyTTL
+	}
+	for c, code := range cfg.Declines {
+		s.declines[c] = orDefault(code, DefaultDeclineCode)
+	}
+	if len(cfg.APIKeys) > 0 {
+		s.apiKeys = make(map[string]bool, len(cfg.APIKeys))
+		for _, k := range cfg.APIKeys {
+			if k == "" {
+				return nil, errors.New("billingtest: Config.APIKeys holds an empty key; remove it")
+			}
+			s.apiKeys[k] = true
+		}
+	}
+	ln, err := net.Listen("tcp", orDefault(cfg.Addr, DefaultAddr))
+	if err != nil {
+		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, DefaultAddr), err)
+	}
+	s.URL = "http://" + ln.Addr().String()
+	s.hs = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	go func() { s.serveErr <- s.hs.Serve(ln) }()
+	return s, nil
+}
+
+// Close releases requests held by FaultSlow, stops accepting connections
+// and waits for requests in progress to finish. After Close the ledger no
+// longer changes.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.hs.Shutdown(ctx); err != nil {
+			s.hs.Close()
+		}
+		<-s.serveErr
+		s.inflight.Wait()
+	})
+}
+
+// Now returns the time on the server's clock: the wall clock moved forward
+// by every [Server.Advance].
+func (s *Server) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now()
+}
+
+func (s *Server) now() time.Time { return time.Now().Add(s.offset) }
+
+// Advance moves the server's clock forward by d. Idempotency keys older
+// than Config.KeyTTL on that clock are forgotten. d must not be negative.
+func (s *Server) Advance(d time.Duration) {
+	if d < 0 {
+		panic(fmt.Sprintf("billingtest: Advance(%v): the clock only moves forward", d))
+	}
+	s.mu.Lock()
+	s.offset += d
+	s.mu.Unlock()
+}
+
+// SetRates replaces the seeded fault probabilities. An error says which
+// rate is invalid; the old rates then stay in force.
+func (s *Server) SetRates(seed int64, rates map[FaultKind]float64) error {
+	rt, err := newRateTable(seed, rates)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.rates = rt
+	s.mu.Unlock()
+	return nil
+}
+
+// SetScript replaces Config.Script; nil removes it.
+func (s *Server) SetScript(f func(Request) Fault) {
+	s.mu.Lock()
+	s.script = f
+	s.mu.Unlock()
+}
+
+// FailNext queues faults for the next requests that match m, one fault per
+// matching request, in order. Queued faults win over the script and rates.
+func (s *Server) FailNext(m Match, faults ...Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range faults {
+		if !f.Kind.valid() {
+			panic(fmt.Sprintf("billingtest: FailNext: unknown fault kind %q; use one of %v", f.Kind, faultKinds))
+		}
+		s.queue = append(s.queue, queued{m, f})
+	}
+}
+
+// Decline makes every later payment for customer fail with 402 card_error
+// and the given decline_code (DefaultDeclineCode if empty). Results already
+// stored under an idempotency key are unaffected.
+func (s *Server) Decline(customer, declineCode string) {
+	s.mu.Lock()
+	s.declines[customer] = orDefault(declineCode, DefaultDeclineCode)
+	s.mu.Unlock()
+}
+
+// Honor undoes [Server.Decline] for customer.
+func (s *Server) Honor(customer string) {
+	s.mu.Lock()
+	delete(s.declines, customer)
+	s.mu.Unlock()
+}
+
+// SetRateLimit changes the rate limiter; perSecond 0 turns it off.
+func (s *Server) SetRateLimit(perSecond float64, burst int) error {
+	b, err := newBucket(perSecond, burst)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.bucket = b
+	s.mu.Unlock()
+	return nil
+}
+
+// Payments returns a copy of every charge and payment intent created, in
+// creation order, declined ones included.
+func (s *Server) Payments() []Payment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Payment, len(s.payments))
+	for i, p := range s.payments {
+		out[i] = p.clone()
+	}
+	return out
+}
+
+// Count returns how many payments moved money for customer: succeeded
+// charges plus succeeded payment intents. This is the exactly-once oracle.
+func (s *Server) Count(customer string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.perCust[customer]
+}
+
+// CountPeriod is [Server.Count] restricted to payments whose metadata holds
+// period under Config.PeriodKey.
+func (s *Server) CountPeriod(customer, period string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.perPer[[2]string{customer, period}]
+}
+
+// Log returns a copy of the request log, in arrival order of completion.
+func (s *Server) Log() []Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Entry(nil), s.log...)
+}
+
+// Stats returns a copy of the running totals.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Faults = maps.Clone(s.stats.Faults)
+	return st
+}
+
+// bucket is a token-bucket rate limiter on the wall clock. Guarded by mu.
+type bucket struct {
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newBucket(rate float64, burst int) (bucket, error) {
+	if math.IsNaN(rate) || rate < 0 || math.IsInf(rate, 0) {
+		return bucket{}, fmt.Errorf("billingtest: rate limit %v; want requests per second >= 0 (0 turns it off)", rate)
+	}
+	if burst < 0 {
+		return bucket{}, fmt.Errorf("billingtest: rate burst %d; want >= 0 (0 means the rate rounded up)", burst)
+	}
+	if burst == 0 {
+		burst = max(1, int(math.Ceil(rate)))
+	}
+	return bucket{rate: rate, burst: float64(burst), tokens: float64(burst)}, nil
+}
+
+func (b *bucket) allow(now time.Time) bool {
+	if b.rate == 0 {
+		return true
+	}
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,145 @@
+package billing
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidInput is wrapped by every error that reports bad input: an empty
+// or oversized customer ID, a malformed period, a zero or negative amount, an
+// unknown currency, a bad configuration. Nothing was written and nothing was
+// sent when it is returned.
+var ErrInvalidInput = errors.New("billing: invalid input")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidInput}, args...)...)
+}
+
+// Answers that stop a whole billing run (invariant I8). They are never
+// retried; a [Biller.Run] that meets one sends nothing more and leaves the
+// claims it has not sent pending, to be resumed with the same keys once the
+// cause is fixed.
+var (
+	// ErrSpendCapReached: a spend-cap proxy refused the request because the
+	// cap of its vault key is spent.
+	ErrSpendCapReached = errors.New("billing: spend cap reached")
+	// ErrEndpointNotAllowed: a spend-cap proxy refused an endpoint that is not
+	// on the vault key's allowlist.
+	ErrEndpointNotAllowed = errors.New("billing: endpoint not allowed by the spend-cap proxy")
+	// ErrVaultKeyRevoked: a spend-cap proxy no longer accepts the vault key
+	// (revoked, expired, or its kill switch is on).
+	ErrVaultKeyRevoked = errors.New("billing: vault key revoked")
+	// ErrStripeAuth: Stripe answered 401 or 403 (a revoked or wrong secret
+	// key, or a restricted key without permission for the call).
+	ErrStripeAuth = errors.New("billing: Stripe refused the API key")
+)
+
+// stopsRun reports whether err is an answer that must stop a billing run.
+func stopsRun(err error) bool {
+	return errors.Is(err, ErrSpendCapReached) || errors.Is(err, ErrEndpointNotAllowed) ||
+		errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrStripeAuth)
+}
+
+// FailedError reports a charge that failed definitively: a decline, or
+// another answer that sending again with the same key cannot change. The
+// claim is recorded as failed; billing the customer again for the period is
+// a decision for a person, made with [Biller.Rebill].
+type FailedError struct {
+	Customer, Period string
+	Key              string
+	Attempt          int
+	// Code and DeclineCode are Stripe's error code and decline code, when the
+	// failure came from Stripe in this call ("card_declined",
+	// "insufficient_funds").
+	Code, DeclineCode string
+	// Reason is what was recorded on the claim.
+	Reason string
+}
+
+func (e *FailedError) Error() string {
+	next := "the next attempt number"
+	if e.Attempt > 0 {
+		next = fmt.Sprintf("attempt %d", e.Attempt+1)
+	}
+	return fmt.Sprintf("billing: charge for customer %s, period %s failed: %s; to bill again, call Rebill with %s",
+		e.Customer, e.Period, e.Reason, next)
+}
+
+// KeyReuseError reports Stripe's idempotency_error: a key was sent with
+// parameters that differ from those it was first used with. It means a bug
+// (the amount changed under a claimed key, or keys collide); nothing was
+// charged by this request, and the claim stays pending for a person to look
+// at.
+type KeyReuseError struct {
+	Customer, Period, Key string
+	Err                   error
+}
+
+func (e *KeyReuseError) Error() string {
+	return fmt.Sprintf("billing: Stripe refused key %s for customer %s, period %s: it was used before with other parameters; this is a bug, not a retryable error: %v",
+		e.Key, e.Customer, e.Period, e.Err)
+}
+
+func (e *KeyReuseError) Unwrap() error { return e.Err }
+
+// UnknownOutcomeError reports that retries ran out before Stripe gave a
+// definitive answer. The charge may or may not exist. The claim stays pending
+// with its key; the next Charge or Run for the same customer and period
+// resumes it with that key, which is safe: Stripe replays the charge if it was
+// made.
+type UnknownOutcomeError struct {
+	Customer, Period, Key string
+	Err                   error
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("billing: outcome unknown for customer %s, period %s (key %s); the claim stays pending and the next run resumes it safely with the same key: %v",
+		e.Customer, e.Period, e.Key, e.Err)
+}
+
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// InProgressError reports that another runner holds a live claim on the
+// customer and period and may be charging right now.
+type InProgressError struct {
+	Customer, Period, Key string
+	Owner                 string
+	LeaseUntil            time.Time
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("billing: customer %s, period %s is being charged by %s (lease until %s); try again after that",
+		e.Customer, e.Period, e.Owner, e.LeaseUntil.UTC().Format(time.RFC3339))
+}
+
+// NeedsReconciliationError reports a pending claim older than the key window
+// margin for which Stripe's search could not settle whether a charge exists.
+// Sending again could charge twice, so billonce does not; look the key up in
+// the Stripe dashboard, then record the outcome.
+type NeedsReconciliationError struct {
+	Customer, Period, Key string
+	Age                   time.Duration
+	Reason                string
+}
+
+func (e *NeedsReconciliationError) Error() string {
+	return fmt.Sprintf("billing: customer %s, period %s (key %s) was claimed %s ago and its outcome is unknown: %s; check Stripe for metadata billonce_key=%s before billing again",
+		e.Customer, e.Period, e.Key, e.Age.Round(time.Minute), e.Reason, e.Key)
+}
+
+// RecordError reports that Stripe charged the customer but the outcome could
+// not be written to the claim store. The charge is not lost: the claim stays
+// pending with its key, and the next run gets the same charge back from
+// Stripe (a replay) and records it.
+type RecordError struct {
+	Customer, Period, Key, StripeID string
+	Err                             error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("billing: customer %s, period %s was charged (%s) but recording it failed; the next run records it from Stripe's replay: %v",
+		e.Customer, e.Period, e.StripeID, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }

@@ -1,0 +1,129 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/billonce/billonce/idemkey"
+)
+
+// ErrZeroKey is returned by [Do], before anything runs, when it is given the
+// zero [idemkey.Key].
+var ErrZeroKey = errors.New("retry: zero idempotency key; derive the key with idemkey.For before calling Do")
+
+// ExhaustedError is returned by [Do] when it gave up on an operation the
+// classifier still wanted to retry: the attempt limit was reached or the time
+// budget was spent. The last attempt's outcome is unknown to Do; resending
+// later with the same key is safe while the key window is open.
+type ExhaustedError struct {
+	Attempts int   // attempts made
+	Err      error // the last attempt's error
+	why      string
+}
+
+func (e *ExhaustedError) Error() string {
+	if e.why == "" {
+		return fmt.Sprintf("retry: gave up after %s: %v", attempts(e.Attempts), e.Err)
+	}
+	return fmt.Sprintf("retry: gave up after %s (%s): %v", attempts(e.Attempts), e.why, e.Err)
+}
+
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
+
+// Unwrap returns the last attempt's error.
+func (e *ExhaustedError) Unwrap() error { return e.Err }
+
+// Do calls op until it succeeds, the policy's classifier says stop, the
+// attempts or the time budget run out, or ctx is done. Every attempt receives
+// the same key: op must send it and must not make another.
+//
+// Each attempt runs with a context derived from ctx whose deadline is the
+// earlier of [Policy.AttemptTimeout] from now and the end of
+// [Policy.MaxElapsed]. op must return when that context is done; Do does
+// not abandon a running attempt.
+//
+// Do returns:
+//   - op's value and nil on success;
+//   - op's error as is when the classifier says [Stop];
+//   - an [*ExhaustedError] wrapping the last error when it gives up;
+//   - an error wrapping ctx.Err() and the last error, if any, when ctx is
+//     done (the classifier is not consulted then);
+//   - an error wrapping [ErrZeroKey] or [ErrInvalidPolicy], without calling
+//     op, when the key or the policy is unusable.
+//
+// Do is safe for concurrent use; each call has its own backoff state.
+func Do[T any](ctx context.Context, key idemkey.Key, p Policy, op func(ctx context.Context, key idemkey.Key) (T, error)) (T, error) {
+	var zero T
+	if key.IsZero() {
+		return zero, ErrZeroKey
+	}
+	if op == nil {
+		return zero, errors.New("retry: nil op")
+	}
+	p, err := p.withDefaults()
+	if err != nil {
+		return zero, err
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("retry: not started: %w", err)
+	}
+
+	end := time.Now().Add(p.MaxElapsed)
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(p.InitialInterval),
+		backoff.WithMaxInterval(p.MaxInterval),
+		backoff.WithMultiplier(multiplier),
+		backoff.WithRandomizationFactor(jitter),
+		backoff.WithMaxElapsedTime(0), // the budget is enforced below
+	)
+	for attempt := 1; ; attempt++ {
+		deadline := time.Now().Add(p.AttemptTimeout)
+		if end.Before(deadline) {
+			deadline = end
+		}
+		v, err := run(ctx, key, op, deadline)
+		if err == nil {
+			return v, nil
+		}
+		if ctx.Err() != nil {
+			return zero, fmt.Errorf("retry: stopped after %s: %w; last error: %w", attempts(attempt), ctx.Err(), err)
+		}
+		d := p.Classify(err)
+		if !d.retry {
+			return zero, err
+		}
+		if attempt >= p.MaxAttempts {
+			return zero, &ExhaustedError{Attempts: attempt, Err: err, why: fmt.Sprintf("attempt limit %d reached", p.MaxAttempts)}
+		}
+		wait := max(min(b.NextBackOff(), p.MaxInterval), d.after)
+		if !time.Now().Add(wait).Before(end) {
+			return zero, &ExhaustedError{Attempts: attempt, Err: err, why: fmt.Sprintf("time budget %v spent", p.MaxElapsed)}
+		}
+		if p.Notify != nil {
+			p.Notify(Event{Key: key, Attempt: attempt, Err: err, Wait: wait})
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, fmt.Errorf("retry: stopped after %s: %w; last error: %w", attempts(attempt), ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// run makes one attempt under its own deadline.
+func run[T any](ctx context.Context, key idemkey.Key, op func(context.Context, idemkey.Key) (T, error), deadline time.Time) (T, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return op(ctx, key)
+}
