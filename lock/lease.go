@@ -22,9 +22,11 @@ const DefaultLeaseTTL = 30 * time.Second
 // creates it.
 const LeaseTable = "billonce_lock_leases"
 
-// DB is what [Lease] needs from the database: a *pgxpool.Pool, a *pgx.Conn
-// or a pgx.Tx satisfy it. Each statement stands alone, so a pool behind
-// PgBouncer in transaction mode works.
+// DB is what [Lease] needs from the database. Pass a *pgxpool.Pool: renewals
+// run concurrently with the job, and the lease rows must be committed as soon
+// as they are written, so a single *pgx.Conn or a pgx.Tx will not do. Each
+// statement stands alone, so a pool behind PgBouncer in transaction mode
+// works.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
