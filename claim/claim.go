@@ -262,20 +262,3 @@ func compare(req Request, c Claim) *MismatchError {
 	}
 	return nil
 }
-
-// outcomeOf returns the outcome of a claim for req, given the claim as it
-// stands after the call. It assumes compare found no mismatch.
-func outcomeOf(req Request, c Claim) Outcome {
-	switch {
-	case c.State == StateSucceeded:
-		return Succeeded
-	case c.State == StateFailed:
-		return Failed
-	case c.Owner != req.Owner:
-		return InProgress
-	case c.Attempts == 1:
-		return Won // a takeover always brings attempts to 2 or more
-	default:
-		return Resumed
-	}
-}

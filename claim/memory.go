@@ -73,8 +73,7 @@ func (m *Memory) claimLocked(req Request, now time.Time) claimed {
 	c, ok := m.byKey[req.Key]
 	if !ok {
 		if k, ok := m.live[[2]string{req.Customer, req.Period}]; ok {
-			snap := m.snapshot(m.byKey[k], now)
-			return claimed{Result{Mismatch, snap}, compare(req, snap)}
+			return answer(req, fromPeriod, m.snapshot(m.byKey[k], now))
 		}
 		c = &Claim{
 			Customer: req.Customer, Period: req.Period, Key: req.Key, Amount: req.Amount, Currency: req.Currency,
@@ -83,21 +82,16 @@ func (m *Memory) claimLocked(req Request, now time.Time) claimed {
 		}
 		m.byKey[req.Key] = c
 		m.live[[2]string{req.Customer, req.Period}] = req.Key
-		snap := m.snapshot(c, now)
-		return claimed{Result: Result{Won, snap}}
+		return answer(req, fromInsert, m.snapshot(c, now))
 	}
-	if mm := compare(req, *c); mm != nil {
-		mm.Existing = m.snapshot(c, now)
-		return claimed{Result{Mismatch, mm.Existing}, mm}
-	}
-	if c.State == StatePending && (!c.LeaseUntil.After(now) || c.Owner == req.Owner) {
+	if compare(req, *c) == nil && c.State == StatePending && (!c.LeaseUntil.After(now) || c.Owner == req.Owner) {
 		c.Attempts++
 		c.Owner = req.Owner
 		c.LeaseUntil = now.Add(m.lease)
 		c.UpdatedAt = now
+		return answer(req, fromTakeover, m.snapshot(c, now))
 	}
-	snap := m.snapshot(c, now)
-	return claimed{Result: Result{outcomeOf(req, snap), snap}}
+	return answer(req, fromKey, m.snapshot(c, now))
 }
 
 func (m *Memory) snapshot(c *Claim, now time.Time) Claim {

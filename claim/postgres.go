@@ -86,9 +86,8 @@ func SchemaSQL(cfg Config) (string, error) {
 }
 
 type names struct {
-	table     string // quoted, possibly schema-qualified
-	liveIndex string // unquoted, as PostgreSQL reports it in errors
-	replacer  *strings.Replacer
+	table    string // quoted, possibly schema-qualified
+	replacer *strings.Replacer
 }
 
 func namesFor(cfg Config) names {
@@ -96,10 +95,10 @@ func namesFor(cfg Config) names {
 	if cfg.Schema != "" {
 		table = pgx.Identifier{cfg.Schema, cfg.Table}
 	}
-	n := names{table: table.Sanitize(), liveIndex: cfg.Table + "_live"}
+	n := names{table: table.Sanitize()}
 	n.replacer = strings.NewReplacer(
 		"{{table}}", n.table,
-		"{{live_index}}", pgx.Identifier{n.liveIndex}.Sanitize(),
+		"{{live_index}}", pgx.Identifier{cfg.Table + "_live"}.Sanitize(),
 		"{{pending_index}}", pgx.Identifier{cfg.Table + "_pending"}.Sanitize(),
 	)
 	return n
@@ -138,8 +137,8 @@ func NewPostgres(db DB, cfg Config) (*Postgres, error) {
 		names:     n,
 		schema:    schema,
 		lockKey:   int64(h.Sum64()),
-		claimSQL:  n.replacer.Replace(strings.ReplaceAll(claimTemplate, "{{take}}", takeCond)),
-		selectSQL: "SELECT " + columns + " FROM " + n.table,
+		claimSQL:  n.replacer.Replace(strings.ReplaceAll(claimTemplate, "{{cols_x}}", colsOf("x"))),
+		selectSQL: "SELECT " + colsOf("t") + " FROM " + n.table + " t",
 	}, nil
 }
 
@@ -164,52 +163,74 @@ func (p *Postgres) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// columns are selected, in this order, by every query that returns claims.
-const columns = `customer, period, key, amount, currency, state, stripe_id, attempts, owner, lease_until,
-	last_error, created_at, updated_at, (extract(epoch FROM now() - created_at) * 1000000)::bigint`
+// colsOf lists, for alias x, the columns every query that returns claims
+// selects, in the order scanClaim reads them.
+func colsOf(x string) string {
+	return strings.NewReplacer("x.", x+".").Replace(`x.customer, x.period, x.key, x.amount, x.currency, x.state, x.stripe_id,
+	x.attempts, x.owner, x.lease_until, x.last_error, x.created_at, x.updated_at,
+	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint`)
+}
 
-// claimTemplate claims a batch in one statement. For each request:
+// Where a row returned by claimTemplate comes from, most telling first.
+const (
+	fromInsert   = iota + 1 // a new claim: Won
+	fromTakeover            // a pending claim taken over: Resumed
+	fromKey                 // the key's existing row
+	fromPeriod              // the live claim for the customer and period
+)
+
+// claimTemplate claims a batch in one statement, every request numbered by
+// its position (ord):
 //
-//   - live finds a live claim for the same customer and period under another
-//     key (only when the key itself is unknown): a mismatch, nothing written;
-//   - otherwise the INSERT either creates the claim (won) or, on the key's
-//     existing row, takes it over when it is pending with the same
-//     parameters and its lease has expired or is already the caller's. The
-//     row is locked and re-checked at its latest version, so of two runners
-//     racing for a stale claim exactly one takes it over. When no takeover
-//     happens the SET keeps every value, so the row comes back as it stands.
+//   - ins inserts the requests that conflict with no claim: same key, or a
+//     live (pending or succeeded) claim for the same customer and period.
+//     DO NOTHING without a target makes both unique indexes arbiters, so
+//     concurrent claims never fail with a unique violation.
+//   - took takes over the key's row when it is pending with the same
+//     parameters and its lease has expired or is already the caller's.
+//     UPDATE locks the row and re-checks these conditions at its latest
+//     version, so of runners racing for a stale claim exactly one takes it.
+//   - The last two selects return the existing rows by key and by customer
+//     and period, as of the statement's snapshot: the caller reads InProgress,
+//     Succeeded, Failed or a mismatch from them.
 //
-// The caller reads the outcome from the returned row (see outcomeOf).
+// A request whose conflicting row was committed by another transaction
+// after this statement's snapshot was taken gets no row at all (ins waited
+// for it and did nothing; the others cannot see it). The caller runs the
+// statement again for such requests, with a fresh snapshot.
 const claimTemplate = `
 WITH req AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])
-		AS r(customer, period, key, amount, currency, owner)
-), live AS (
-	SELECT t.* FROM req JOIN {{table}} t
-		ON t.customer = req.customer AND t.period = req.period AND t.state <> 'failed' AND t.key <> req.key
-	WHERE NOT EXISTS (SELECT 1 FROM {{table}} k WHERE k.key = req.key)
-), up AS (
-	INSERT INTO {{table}} AS c (customer, period, key, amount, currency, owner, lease_until)
-	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond'
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[]) WITH ORDINALITY
+		AS r(customer, period, key, amount, currency, owner, ord)
+), ins AS (
+	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until)
+	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond' FROM req
+	ON CONFLICT DO NOTHING
+	RETURNING *
+), took AS (
+	UPDATE {{table}} c SET attempts = c.attempts + 1, owner = req.owner,
+		lease_until = now() + $7 * interval '1 microsecond', updated_at = now()
 	FROM req
-	WHERE NOT EXISTS (SELECT 1 FROM live WHERE live.customer = req.customer AND live.period = req.period)
-	ON CONFLICT (key) DO UPDATE SET
-		attempts    = CASE WHEN {{take}} THEN c.attempts + 1 ELSE c.attempts END,
-		owner       = CASE WHEN {{take}} THEN excluded.owner ELSE c.owner END,
-		lease_until = CASE WHEN {{take}} THEN excluded.lease_until ELSE c.lease_until END,
-		updated_at  = CASE WHEN {{take}} THEN now() ELSE c.updated_at END
-	RETURNING c.*
+	WHERE c.key = req.key AND c.state = 'pending' AND c.customer = req.customer AND c.period = req.period
+		AND c.amount = req.amount AND c.currency = req.currency
+		AND (c.lease_until <= now() OR c.owner = req.owner)
+	RETURNING req.ord, c.*
 )
-SELECT false, ` + columns + ` FROM up
+SELECT req.ord, 1, {{cols_x}} FROM ins x JOIN req ON req.key = x.key
 UNION ALL
-SELECT true, ` + columns + ` FROM live`
+SELECT x.ord, 2, {{cols_x}} FROM took x
+UNION ALL
+SELECT req.ord, 3, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.key
+UNION ALL
+SELECT req.ord, 4, {{cols_x}} FROM req JOIN {{table}} x
+	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key`
 
-// takeCond is when a claim on an existing row takes it over.
-const takeCond = `(c.state = 'pending' AND c.customer = excluded.customer AND c.period = excluded.period
-		AND c.amount = excluded.amount AND c.currency = excluded.currency
-		AND (c.lease_until <= now() OR c.owner = excluded.owner))`
+// maxClaimRuns bounds how often a statement is run again for requests that
+// raced with another transaction's first claim; one more run always sees it.
+const maxClaimRuns = 5
 
-// Claim claims req in one round trip. See [Store].
+// Claim claims req in one round trip (two when it races another runner's
+// first claim of the same row). See [Store].
 func (p *Postgres) Claim(ctx context.Context, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
@@ -218,7 +239,7 @@ func (p *Postgres) Claim(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if res[0].Outcome == Mismatch {
+	if res[0].mismatch != nil {
 		return Result{}, res[0].mismatch
 	}
 	return res[0].Result, nil
@@ -257,62 +278,89 @@ func batchResults(res []claimed) ([]Result, error) {
 }
 
 func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]claimed, error) {
-	n := len(reqs)
-	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	amounts := make([]int64, n)
-	byKey := make(map[string]int, n)
-	byPeriod := make(map[[2]string]int, n)
-	for i, r := range reqs {
-		customers[i], periods[i], keys[i], amounts[i], currencies[i], owners[i] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
-		byKey[r.Key] = i
-		byPeriod[[2]string{r.Customer, r.Period}] = i
+	out := make([]claimed, len(reqs))
+	todo := make([]int, len(reqs)) // indexes into reqs still unanswered
+	for i := range todo {
+		todo[i] = i
 	}
-	rows, err := p.db.Query(ctx, p.claimSQL, customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds())
-	if err != nil {
-		return nil, p.claimErr(err)
-	}
-	out := make([]claimed, n)
-	seen := 0
-	for rows.Next() {
-		var live bool
-		c, err := scanClaim(rows, &live)
-		if err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("claim: reading claims: %w", err)
+	for run := 0; len(todo) > 0; run++ {
+		if run == maxClaimRuns {
+			return nil, fmt.Errorf("claim: %d claims (first %q) still racing other runners after %d runs; claim them again", len(todo), reqs[todo[0]].Key, run)
 		}
-		var i int
-		var ok bool
-		if live {
-			i, ok = byPeriod[[2]string{c.Customer, c.Period}]
-		} else {
-			i, ok = byKey[c.Key]
+		var err error
+		if todo, err = p.claimRun(ctx, reqs, todo, out); err != nil {
+			return nil, err
 		}
-		if !ok {
-			rows.Close()
-			return nil, fmt.Errorf("claim: the database returned claim %q that was not requested", c.Key)
-		}
-		if m := compare(reqs[i], c); m != nil {
-			out[i] = claimed{Result{Mismatch, c}, m}
-		} else {
-			out[i] = claimed{Result: Result{outcomeOf(reqs[i], c), c}}
-		}
-		seen++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, p.claimErr(err)
-	}
-	if seen != n {
-		return nil, fmt.Errorf("claim: the database answered %d of %d claims", seen, n)
 	}
 	return out, nil
 }
 
-func (p *Postgres) claimErr(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == p.names.liveIndex {
-		return fmt.Errorf("claim: a concurrent claim took the same customer and period under another key; nothing was claimed, retry to see it: %w", err)
+// claimRun runs claimTemplate once for reqs[todo], fills in out and returns
+// the requests that got no answer.
+func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out []claimed) ([]int, error) {
+	n := len(todo)
+	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	amounts := make([]int64, n)
+	for j, i := range todo {
+		r := reqs[i]
+		customers[j], periods[j], keys[j], amounts[j], currencies[j], owners[j] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
 	}
-	return fmt.Errorf("claim: %w", err)
+	rows, err := p.db.Query(ctx, p.claimSQL, customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	best := make([]int, n) // the most telling source seen per request; 0 = none
+	rowOf := make([]Claim, n)
+	for rows.Next() {
+		var ord int64
+		var from int
+		c, err := scanClaim(rows, &ord, &from)
+		if err != nil {
+			return nil, fmt.Errorf("claim: reading claims: %w", err)
+		}
+		j := int(ord) - 1
+		if j < 0 || j >= n {
+			return nil, fmt.Errorf("claim: the database answered request %d of %d", ord, n)
+		}
+		if best[j] == 0 || from < best[j] {
+			best[j], rowOf[j] = from, c
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	var again []int
+	for j, i := range todo {
+		out[i] = answer(reqs[i], best[j], rowOf[j])
+		if best[j] == 0 {
+			again = append(again, i)
+		}
+	}
+	return again, nil
+}
+
+// answer turns the row found for req, and where it came from, into a result.
+func answer(req Request, from int, c Claim) claimed {
+	switch from {
+	case fromInsert:
+		return claimed{Result: Result{Won, c}}
+	case fromTakeover:
+		return claimed{Result: Result{Resumed, c}}
+	case 0:
+		return claimed{}
+	}
+	if m := compare(req, c); m != nil {
+		return claimed{Result{Mismatch, c}, m}
+	}
+	switch c.State {
+	case StateSucceeded:
+		return claimed{Result: Result{Succeeded, c}}
+	case StateFailed:
+		return claimed{Result: Result{Failed, c}}
+	default:
+		return claimed{Result: Result{InProgress, c}}
+	}
 }
 
 func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
