@@ -1,0 +1,3 @@
+package claim
+
+func ClaimSQLForTest(p *Postgres) string { return p.claimSQL }
