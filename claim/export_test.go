@@ -1,3 +1,0 @@
-package claim
-
-func ClaimSQLForTest(p *Postgres) string { return p.claimSQL }
