@@ -15,9 +15,9 @@ import (
 	"unicode"
 
 	"github.com/stripe/stripe-go/v79"
-	"golang.org/x/time/rate"
 	"github.com/stripe/stripe-go/v79/charge"
 	"github.com/stripe/stripe-go/v79/paymentintent"
+	"golang.org/x/time/rate"
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"

@@ -24,7 +24,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := billing.New(billing.Config{SecretKey: "sk_test_x", StripeURL: srv.URL, Claims: store,
-		Price: func(ctx context.Context, c, p string) (billing.Price, error) { return billing.Price{Amount: 100, Currency: "usd"}, nil }})
+		Price: func(ctx context.Context, c, p string) (billing.Price, error) {
+			return billing.Price{Amount: 100, Currency: "usd"}, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
