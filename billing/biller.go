@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -58,7 +59,10 @@ const (
 )
 
 // Limits on identifiers.
-const maxIDLen = 255
+const (
+	maxIDLen    = 255
+	maxOwnerLen = 200 // leaves room for the per-claim suffix
+)
 
 // Price is what one customer owes for one period.
 type Price struct {
@@ -120,7 +124,8 @@ type Config struct {
 	// live claim to finish, instead of returning *InProgressError at once.
 	InProgressWait time.Duration
 
-	// Owner names this runner on its claims. Defaults to host-pid-random.
+	// Owner names this runner on its claims (each claim adds a sequence
+	// number). Defaults to host-pid-random; at most 200 bytes.
 	Owner string
 	// Logger receives retries, takeovers and reconciliations. Nil discards.
 	Logger *slog.Logger
@@ -206,6 +211,7 @@ type Biller struct {
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
+	seq     atomic.Uint64 // numbers the Biller's claims: see newOwner
 	charges charge.Client
 	intents paymentintent.Client
 }
@@ -257,6 +263,9 @@ func New(cfg Config) (*Biller, error) {
 	}
 	if err := checkID("Config.Owner", cfg.Owner); err != nil {
 		return nil, err
+	}
+	if len(cfg.Owner) > maxOwnerLen {
+		return nil, invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
 	}
 	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0)}
 	switch {

@@ -58,6 +58,7 @@ type job struct {
 	price            Price
 	key              idemkey.Key
 	attempt          int
+	owner            string // this attempt's name on the claim
 }
 
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
@@ -87,7 +88,7 @@ func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price,
 	if err != nil {
 		return job{}, invalid("%v", err)
 	}
-	return job{customer: customer, period: period, price: price, key: key, attempt: attempt}, nil
+	return job{customer: customer, period: period, price: price, key: key, attempt: attempt, owner: b.newOwner()}, nil
 }
 
 // keyFor is the key of (scope, customer, period, attempt): invariant I1.
@@ -101,9 +102,16 @@ func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) 
 	return b.keyFor(customer, period, attempt)
 }
 
-func (j job) request(owner string) claim.Request {
+func (j job) request() claim.Request {
 	return claim.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
-		Amount: j.price.Amount, Currency: j.price.Currency, Owner: owner}
+		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner}
+}
+
+// newOwner names one charge attempt on its claim: the Biller's owner and a
+// sequence number. Two calls in one process for the same customer then see
+// each other as in progress instead of both sending.
+func (b *Biller) newOwner() string {
+	return b.cfg.Owner + "/" + strconv.FormatUint(b.seq.Add(1), 10)
 }
 
 func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, attempt int) (Receipt, error) {
@@ -113,7 +121,7 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	}
 	deadline := time.Now().Add(b.cfg.InProgressWait)
 	for {
-		res, err := b.cfg.Claims.Claim(ctx, j.request(b.cfg.Owner))
+		res, err := b.cfg.Claims.Claim(ctx, j.request())
 		if err != nil {
 			return Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", customer, period, err)
 		}
@@ -340,7 +348,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 // release leaves the claim pending with its key, expiring the lease so the
 // next run can resume it at once.
 func (b *Biller) release(ctx context.Context, j job, cause error) {
-	if err := b.cfg.Claims.Release(ctx, j.key.String(), b.cfg.Owner, cause.Error()); err != nil {
+	if err := b.cfg.Claims.Release(ctx, j.key.String(), j.owner, cause.Error()); err != nil {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: could not release claim; it is resumed once its lease expires", attrs(j, "error", err)...)
 	}
 }
@@ -362,7 +370,7 @@ func (b *Biller) renewWhileSending(ctx context.Context, j job, c claim.Claim) (s
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := b.cfg.Claims.Renew(ctx, j.key.String(), b.cfg.Owner); err != nil && ctx.Err() == nil {
+				if err := b.cfg.Claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
 					b.log.LogAttrs(ctx, slogWarn, "billonce: renewing the claim's lease failed", attrs(j, "error", err)...)
 				}
 			}

@@ -107,7 +107,7 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 		if ctx.Err() != nil {
 			break
 		}
-		res, err := b.cfg.Claims.Claim(ctx, t.j.request(b.cfg.Owner))
+		res, err := b.cfg.Claims.Claim(ctx, t.j.request())
 		if err != nil {
 			r.settled(t.j, Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", t.j.customer, t.j.period, err))
 			continue
@@ -145,5 +145,5 @@ func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 		return job{}, err
 	}
 	// The re-bill attempt number is not on the claim; the key carries it.
-	return job{customer: c.Customer, period: c.Period, price: p, key: key}, nil
+	return job{customer: c.Customer, period: c.Period, price: p, key: key, owner: b.newOwner()}, nil
 }

@@ -108,6 +108,10 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
 // the job: customers already billed are skipped, pending ones are resumed
 // with their keys.
 //
+// Each customer should appear once in items. A repeat within one claim batch
+// is reported as invalid; a repeat further on finds the first one's claim.
+// Either way the customer is charged once.
+//
 // A decline or a bad item does not stop the run; it is counted and listed in
 // Summary.Failures. Run stops early, returning an error that wraps the
 // cause, on an answer that will not get better (ErrSpendCapReached,
@@ -216,13 +220,14 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 // feed reads items, claims them in batches and queues what must be sent.
 func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
 	batch := make([]job, 0, r.o.BatchSize)
+	inBatch := make(map[string]bool, r.o.BatchSize) // a batch claims each customer once
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
 		reqs := make([]claim.Request, len(batch))
 		for i, j := range batch {
-			reqs[i] = j.request(r.b.cfg.Owner)
+			reqs[i] = j.request()
 		}
 		results, err := r.b.cfg.Claims.ClaimBatch(ctx, reqs)
 		if len(results) != len(batch) {
@@ -264,6 +269,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			}
 		}
 		batch = batch[:0]
+		clear(inBatch)
 		return nil
 	}
 	for it, err := range items {
@@ -281,7 +287,12 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			r.settled(job{customer: it.Customer, period: period}, Receipt{}, err)
 			continue
 		}
+		if inBatch[j.customer] {
+			r.settled(j, Receipt{}, invalid("customer %s is listed more than once for %s; it is billed once", j.customer, period))
+			continue
+		}
 		batch = append(batch, j)
+		inBatch[j.customer] = true
 		if len(batch) == cap(batch) {
 			if err := flush(); err != nil {
 				return err

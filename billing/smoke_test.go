@@ -44,3 +44,24 @@ func TestSmoke(t *testing.T) {
 	}
 	t.Logf("%+v", srv.Stats())
 }
+
+func TestRunSameCustomerTwiceChargesOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	b, err := billing.New(billing.Config{SecretKey: "sk_test_x", StripeURL: srv.URL, Claims: claim.NewMemory(claim.Config{}),
+		Price: func(ctx context.Context, c, p string) (billing.Price, error) { return billing.Price{Amount: 100, Currency: "usd"}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := b.Run(ctx, "2026-09", billing.Customers("cus_1", "cus_2", "cus_1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.CountPeriod("cus_1", "2026-09"); n != 1 {
+		t.Errorf("cus_1 charged %d times", n)
+	}
+	if sum.Created != 2 || sum.Invalid != 1 {
+		t.Errorf("summary %+v: want 2 created, 1 invalid (listed twice)", sum.Progress)
+	}
+}
