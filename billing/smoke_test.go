@@ -50,7 +50,9 @@ func TestRunSameCustomerTwiceChargesOnce(t *testing.T) {
 	srv := billingtest.NewServer(billingtest.Config{})
 	defer srv.Close()
 	b, err := billing.New(billing.Config{SecretKey: "sk_test_x", StripeURL: srv.URL, Claims: claim.NewMemory(claim.Config{}),
-		Price: func(ctx context.Context, c, p string) (billing.Price, error) { return billing.Price{Amount: 100, Currency: "usd"}, nil }})
+		Price: func(ctx context.Context, c, p string) (billing.Price, error) {
+			return billing.Price{Amount: 100, Currency: "usd"}, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
