@@ -31,7 +31,7 @@
 // confirm=true and a payment method is given); GET of each by id; GET
 // /v1/charges and /v1/payment_intents listed by customer; GET
 // /v1/charges/search and /v1/payment_intents/search with clauses such as
-// metadata['period']:'2026-09', customer:'cus_1', status:'succeeded' joined by
+// metadata['billonce_period']:'2026-09', customer:'cus_1', status:'succeeded' joined by
 // AND. Parameters are validated as Stripe does (a positive integer amount, a
 // known lowercase currency, no unknown parameters); a rejection is a 400
 // invalid_request_error that names the parameter.
@@ -84,7 +84,7 @@
 //
 // [Server.Count] and [Server.CountPeriod] count payments that moved money
 // per customer and per (customer, period), the period being the metadata
-// value under Config.PeriodKey ("period"). [Server.Payments] lists every
+// value under Config.PeriodKey ("billonce_period", the key billing.Biller writes). [Server.Payments] lists every
 // payment, declined ones included, with its idempotency key; [Server.Log] is
 // the request log (method, path, key, status, replayed, fault);
 // [Server.Stats] the running totals. All return copies.

@@ -23,7 +23,7 @@ func Example() {
 
 	charge := func(customer, key string) error {
 		p := &stripe.ChargeParams{Amount: stripe.Int64(2999), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
-		p.AddMetadata("period", "2026-09")
+		p.AddMetadata("billonce_period", "2026-09")
 		p.SetIdempotencyKey(key)
 		_, err := charges.New(p)
 		return err

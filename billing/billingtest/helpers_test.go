@@ -45,7 +45,7 @@ func chargeParams(customer, period, key string) *stripe.ChargeParams {
 		Currency: stripe.String("usd"),
 		Customer: stripe.String(customer),
 	}
-	p.AddMetadata("period", period)
+	p.AddMetadata("billonce_period", period)
 	p.AddMetadata("customer", customer)
 	if key != "" {
 		p.SetIdempotencyKey(key)

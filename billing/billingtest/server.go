@@ -16,7 +16,7 @@ import (
 // Defaults for [Config] fields left zero.
 const (
 	DefaultAddr        = "127.0.0.1:0" // a free loopback port
-	DefaultPeriodKey   = "period"
+	DefaultPeriodKey   = "billonce_period"
 	DefaultKeyTTL      = 24 * time.Hour
 	DefaultSlowDelay   = 2 * time.Second
 	DefaultDeclineCode = "generic_decline"

@@ -27,7 +27,7 @@ func TestCreateGetAndListCharges(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ch.Amount != 4200 || ch.Currency != "usd" || ch.Customer.ID != "cus_1" || ch.Status != "succeeded" ||
-		!ch.Paid || ch.Metadata["period"] != "2026-09" || ch.Description != "September" {
+		!ch.Paid || ch.Metadata["billonce_period"] != "2026-09" || ch.Description != "September" {
 		t.Fatalf("charge = %+v", ch)
 	}
 	if ch.LastResponse.RequestID == "" || ch.LastResponse.IdempotencyKey != "k1" {
@@ -378,7 +378,7 @@ func TestSearchByMetadata(t *testing.T) {
 	}
 	pi := &stripe.PaymentIntentParams{Amount: stripe.Int64(4200), Currency: stripe.String("usd"), Customer: stripe.String("cus_1"),
 		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true)}
-	pi.AddMetadata("period", "2026-09")
+	pi.AddMetadata("billonce_period", "2026-09")
 	pi.AddMetadata("customer", "cus_1")
 	pi.SetIdempotencyKey("pi-1")
 	intent, err := api.PaymentIntents.New(pi)
@@ -397,13 +397,13 @@ func TestSearchByMetadata(t *testing.T) {
 		}
 		return ids
 	}
-	if got := search(`metadata['customer']:'cus_1' AND metadata["period"]:"2026-09"`); len(got) != 1 || got[0] != want {
+	if got := search(`metadata['customer']:'cus_1' AND metadata["billonce_period"]:"2026-09"`); len(got) != 1 || got[0] != want {
 		t.Fatalf("search = %v; want [%s]", got, want)
 	}
-	if got := search(`metadata['period']:'2026-09'`); len(got) != 2 {
+	if got := search(`metadata['billonce_period']:'2026-09'`); len(got) != 2 {
 		t.Fatalf("period search found %d charges; want 2", len(got))
 	}
-	if got := search(`metadata['period']:'1999-01'`); len(got) != 0 {
+	if got := search(`metadata['billonce_period']:'1999-01'`); len(got) != 0 {
 		t.Fatalf("search for an unknown period = %v; want none", got)
 	}
 	it := api.PaymentIntents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: "metadata['customer']:'cus_1' AND status:'succeeded'"}})

@@ -1,0 +1,402 @@
+package billing
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/charge"
+	"github.com/stripe/stripe-go/v79/paymentintent"
+	"golang.org/x/time/rate"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/retry"
+)
+
+// API chooses which Stripe API creates the money movement.
+type API string
+
+const (
+	// Charges creates a charge with POST /v1/charges against the customer's
+	// default source. It is the older API; use it when your customers were
+	// set up with sources or cards on file for Charges.
+	Charges API = "charges"
+	// PaymentIntents creates and confirms an off-session PaymentIntent with
+	// POST /v1/payment_intents (confirm=true, off_session=true) using a saved
+	// payment method. It is Stripe's recommended path for new integrations
+	// and handles SCA; the price must carry a PaymentMethod.
+	PaymentIntents API = "payment_intents"
+)
+
+// Defaults for [Config].
+const (
+	DefaultScope        = "billonce"
+	DefaultWindowMargin = 23 * time.Hour
+	DefaultStripeURL    = "https://api.stripe.com"
+	// DefaultRateLimit is below Stripe's live-mode limit of 100 requests
+	// per second, leaving room for the rest of the account's traffic.
+	DefaultRateLimit = 80
+)
+
+// Metadata keys that every charge carries, so a charge can always be found
+// again by key, customer and period (Stripe search: metadata['billonce_key']:'…').
+const (
+	MetaKey      = "billonce_key"
+	MetaCustomer = "billonce_customer"
+	MetaPeriod   = "billonce_period"
+)
+
+// Limits on identifiers.
+const (
+	maxIDLen    = 255
+	maxOwnerLen = 200 // leaves room for the per-claim suffix
+)
+
+// Price is what one customer owes for one period.
+type Price struct {
+	// Amount in the currency's smallest unit (cents for usd); must be > 0.
+	Amount int64
+	// Currency is a three-letter ISO code Stripe supports ("usd", "eur").
+	Currency string
+	// PaymentMethod is the saved payment method to charge ("pm_…").
+	// Required with the PaymentIntents API; ignored by Charges.
+	PaymentMethod string
+}
+
+// PriceFunc returns what a customer owes for a period. An error aborts that
+// customer's charge before anything is claimed or sent.
+type PriceFunc func(ctx context.Context, customer, period string) (Price, error)
+
+// Config configures a [Biller]. Zero values take the documented defaults;
+// SecretKey and Claims are required.
+type Config struct {
+	// SecretKey is the Stripe secret or restricted key ("sk_…", "rk_…").
+	// Behind a spend-cap proxy it is the vault key (see [VaultTransport]).
+	// It never appears in logs or errors.
+	SecretKey string
+	// StripeURL is the base URL of the Stripe API. Defaults to
+	// DefaultStripeURL; tests point it at billingtest.Server.URL.
+	StripeURL string
+	// HTTPClient sends the requests. Its Transport is kept (wrapped with
+	// idemkey.Transport, so no write leaves without its key); its Timeout is
+	// replaced by the per-attempt timeout of Retry. Defaults to a client on
+	// http.DefaultTransport.
+	HTTPClient *http.Client
+
+	// Claims records who bills whom: a claim.NewPostgres store in
+	// production. Required.
+	Claims claim.Store
+	// Price returns what a customer owes; required by Charge, optional when
+	// every Run item carries its own price.
+	Price PriceFunc
+	// API is Charges (the default) or PaymentIntents.
+	API API
+	// Scope is the first part of every idempotency key; use one per product
+	// or per kind of charge. Defaults to DefaultScope. Changing it changes
+	// every key: never change it while claims are pending.
+	Scope string
+
+	// RateLimit caps the Biller's requests to Stripe per second, retries and
+	// searches included, across all its calls. Defaults to
+	// DefaultRateLimit; a negative value means no limit.
+	RateLimit float64
+
+	// Retry is the policy around each Stripe call. Its Classify defaults to
+	// [Classify]; the other fields take retry's defaults.
+	Retry retry.Policy
+	// WindowMargin is the age after which a pending claim is reconciled with
+	// Stripe's search before its key is sent again (invariant I5). Stripe
+	// keeps keys for at least 24 hours. Defaults to DefaultWindowMargin.
+	WindowMargin time.Duration
+	// InProgressWait makes Charge wait up to this long for another runner's
+	// live claim to finish, instead of returning *InProgressError at once.
+	InProgressWait time.Duration
+
+	// Owner names this runner on its claims (each claim adds a sequence
+	// number). Defaults to host-pid-random; at most 200 bytes.
+	Owner string
+	// Logger receives retries, takeovers and reconciliations. Nil discards.
+	Logger *slog.Logger
+	// Observe, when set, is called once per Stripe call and once per outcome,
+	// for metrics. It must be fast and safe for concurrent use.
+	Observe func(Event)
+}
+
+// Event is what [Config.Observe] receives.
+type Event struct {
+	Kind     EventKind
+	Customer string
+	Period   string
+	// Attempt is the HTTP attempt number within one Charge (EventStripeCall).
+	Attempt  int
+	Duration time.Duration
+	// Err is the call's error, or nil.
+	Err error
+	// Outcome is set on EventOutcome.
+	Outcome How
+}
+
+// EventKind tells what an [Event] reports.
+type EventKind int
+
+const (
+	// EventStripeCall: one HTTP call to Stripe finished (Duration, Err).
+	EventStripeCall EventKind = iota + 1
+	// EventOutcome: a Charge finished (Outcome on success, Err otherwise).
+	EventOutcome
+)
+
+// How tells how a [Receipt] came about.
+type How int
+
+const (
+	// Created: this call made the charge at Stripe.
+	Created How = iota + 1
+	// Replayed: Stripe already had a charge for the key (an earlier attempt
+	// made it, its answer was lost) and replayed it.
+	Replayed
+	// AlreadyRecorded: the claim store already held the charge; Stripe was
+	// not called.
+	AlreadyRecorded
+	// Reconciled: a pending claim past the window margin was settled by
+	// finding its charge with Stripe's search.
+	Reconciled
+)
+
+func (h How) String() string {
+	switch h {
+	case Created:
+		return "created"
+	case Replayed:
+		return "replayed"
+	case AlreadyRecorded:
+		return "already recorded"
+	case Reconciled:
+		return "reconciled"
+	}
+	return fmt.Sprintf("How(%d)", int(h))
+}
+
+// Receipt describes a customer's charge for a period.
+type Receipt struct {
+	Customer, Period string
+	// StripeID is the charge ("ch_…") or payment intent ("pi_…").
+	StripeID string
+	Amount   int64
+	Currency string
+	Key      idemkey.Key
+	Attempt  int
+	How      How
+}
+
+// Created reports whether this call made the charge.
+func (r Receipt) Created() bool { return r.How == Created }
+
+// Biller charges customers exactly once per period. It is safe for
+// concurrent use; create one per process and share it.
+type Biller struct {
+	cfg     Config
+	log     *slog.Logger
+	policy  retry.Policy
+	limiter *rate.Limiter
+	seq     atomic.Uint64 // numbers the Biller's claims: see newOwner
+	charges charge.Client
+	intents paymentintent.Client
+}
+
+// New checks cfg and returns a Biller.
+func New(cfg Config) (*Biller, error) {
+	if cfg.SecretKey == "" {
+		return nil, invalid("Config.SecretKey is empty: set the Stripe secret key (or the vault key behind a spend-cap proxy)")
+	}
+	if strings.ContainsFunc(cfg.SecretKey, unicode.IsSpace) {
+		return nil, invalid("Config.SecretKey contains white space: check how it is loaded")
+	}
+	if cfg.Claims == nil {
+		return nil, invalid("Config.Claims is nil: use claim.NewPostgres with your pool (claim.NewMemory in unit tests)")
+	}
+	switch cfg.API {
+	case "":
+		cfg.API = Charges
+	case Charges, PaymentIntents:
+	default:
+		return nil, invalid("Config.API %q: use billing.Charges or billing.PaymentIntents", cfg.API)
+	}
+	if cfg.Scope == "" {
+		cfg.Scope = DefaultScope
+	}
+	if cfg.StripeURL == "" {
+		cfg.StripeURL = DefaultStripeURL
+	}
+	if cfg.WindowMargin == 0 {
+		cfg.WindowMargin = DefaultWindowMargin
+	}
+	if cfg.WindowMargin < 0 || cfg.WindowMargin >= retry.KeyWindow {
+		return nil, invalid("Config.WindowMargin %v must be positive and below Stripe's 24h key window", cfg.WindowMargin)
+	}
+	if cfg.InProgressWait < 0 {
+		return nil, invalid("Config.InProgressWait %v must not be negative", cfg.InProgressWait)
+	}
+	if _, err := idemkey.For(cfg.Scope, "probe"); err != nil {
+		return nil, invalid("Config.Scope: %v", err)
+	}
+	if cfg.Retry.Classify == nil {
+		cfg.Retry.Classify = Classify
+	}
+	if err := cfg.Retry.Validate(); err != nil {
+		return nil, invalid("Config.Retry: %v", err)
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = defaultOwner()
+	}
+	if err := checkID("Config.Owner", cfg.Owner); err != nil {
+		return nil, err
+	}
+	if len(cfg.Owner) > maxOwnerLen {
+		return nil, invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
+	}
+	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0)}
+	switch {
+	case cfg.RateLimit == 0:
+		b.limiter = rate.NewLimiter(DefaultRateLimit, DefaultRateLimit/4)
+	case cfg.RateLimit > 0:
+		b.limiter = rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, int(cfg.RateLimit/4)))
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+
+	attempt := cfg.Retry.AttemptTimeout
+	if attempt == 0 {
+		attempt = retry.DefaultAttemptTimeout
+	}
+	hc := &http.Client{Timeout: attempt}
+	var base http.RoundTripper
+	if cfg.HTTPClient != nil {
+		hc.CheckRedirect, hc.Jar, base = cfg.HTTPClient.CheckRedirect, cfg.HTTPClient.Jar, cfg.HTTPClient.Transport
+	}
+	// Every write leaves with the key from its context, or not at all (I2).
+	hc.Transport = &idemkey.Transport{Base: base}
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:        stripe.String(cfg.StripeURL),
+		HTTPClient: hc,
+		// billonce's retry layer is the only one: stripe-go's own retries
+		// would run inside an attempt's deadline and hide what happened.
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     quietLogger{},
+	})
+	b.charges = charge.Client{B: backend, Key: cfg.SecretKey}
+	b.intents = paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	return b, nil
+}
+
+// String describes the Biller without its secret key.
+func (b *Biller) String() string {
+	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, b.cfg.StripeURL, b.cfg.Owner)
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	var r [4]byte
+	rand.Read(r[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))
+}
+
+// quietLogger keeps stripe-go from writing to stderr; the Biller logs what
+// matters through Config.Logger.
+type quietLogger struct{}
+
+func (quietLogger) Debugf(string, ...any) {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Warnf(string, ...any)  {}
+
+var periodRE = regexp.MustCompile(`^[0-9]{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12][0-9]|3[01]))?$`)
+
+// CheckPeriod reports whether period is a billing period billonce accepts:
+// a month ("2026-09") or a day ("2026-09-15").
+func CheckPeriod(period string) error {
+	if !periodRE.MatchString(period) {
+		return invalid("period %q: use a month like 2026-09 or a day like 2026-09-15", clip(period))
+	}
+	if len(period) == 10 {
+		if _, err := time.Parse(time.DateOnly, period); err != nil {
+			return invalid("period %q is not a calendar day", period)
+		}
+	}
+	return nil
+}
+
+func checkID(what, id string) error {
+	switch {
+	case id == "":
+		return invalid("%s is empty", what)
+	case len(id) > maxIDLen:
+		return invalid("%s is %d bytes long; the limit is %d", what, len(id), maxIDLen)
+	case strings.ContainsFunc(id, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar }):
+		return invalid("%s %q contains white space, control characters or invalid UTF-8", what, clip(id))
+	}
+	return nil
+}
+
+func checkPrice(p Price, api API) (Price, error) {
+	if p.Amount <= 0 {
+		return p, invalid("amount %d: must be a positive number of the currency's smallest unit (cents)", p.Amount)
+	}
+	if p.Amount > maxAmount {
+		return p, invalid("amount %d is above Stripe's largest amount %d", p.Amount, maxAmount)
+	}
+	c := strings.ToLower(p.Currency)
+	if !currencies[c] {
+		return p, invalid("currency %q is not a currency Stripe charges in; use a three-letter ISO code such as usd or eur", clip(p.Currency))
+	}
+	p.Currency = c
+	if api == PaymentIntents {
+		if p.PaymentMethod == "" {
+			return p, invalid("the PaymentIntents API needs Price.PaymentMethod (a saved pm_… for off-session charges)")
+		}
+		if err := checkID("payment method", p.PaymentMethod); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// maxAmount is Stripe's largest amount: eight digits for most currencies.
+const maxAmount = 99_999_999
+
+// currencies Stripe can charge in (ISO 4217, lowercase).
+var currencies = func() map[string]bool {
+	m := map[string]bool{}
+	for _, c := range strings.Fields(`usd aed afn all amd ang aoa ars aud awg azn bam bbd bdt bgn bhd bif bmd bnd bob brl
+		bsd bwp byn bzd cad cdf chf clp cny cop crc cve czk djf dkk dop dzd egp etb eur fjd fkp gbp gel gip gmd gnf
+		gtq gyd hkd hnl htg huf idr ils inr isk jmd jod jpy kes kgs khr kmf krw kwd kyd kzt lak lbp lkr lrd lsl mad
+		mdl mga mkd mmk mnt mop mur mvr mwk mxn myr mzn nad ngn nio nok npr nzd omr pab pen pgk php pkr pln pyg qar
+		ron rsd rub rwf sar sbd scr sek sgd shp sle sos srd std szl thb tjs tnd top try ttd twd tzs uah ugx uyu uzs
+		vnd vuv wst xaf xcd xof xpf yer zar zmw`) {
+		m[c] = true
+	}
+	return m
+}()

@@ -1,0 +1,401 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/retry"
+)
+
+// Charge bills customer for period exactly once, at the price from
+// Config.Price. Call it as often as you like: once the charge exists, later
+// calls return its receipt without charging again, whichever replica makes
+// them.
+//
+// The flow: the key is derived from (scope, customer, period, attempt) before
+// anything else; a claim row is committed; only then is Stripe called, inside
+// retries that all carry that key; the outcome is recorded on the claim.
+//
+// Errors: [ErrInvalidInput] (nothing sent), [*FailedError] (declined, the
+// claim is failed), [*InProgressError], [*UnknownOutcomeError] (the claim
+// stays pending and is resumed safely later), [*KeyReuseError],
+// [*NeedsReconciliationError], [*RecordError], and the run-stopping
+// [ErrSpendCapReached], [ErrVaultKeyRevoked], [ErrEndpointNotAllowed],
+// [ErrStripeAuth].
+func (b *Biller) Charge(ctx context.Context, customer, period string) (Receipt, error) {
+	return b.bill(ctx, customer, period, nil, 1)
+}
+
+// ChargeAmount is Charge at an explicit price instead of Config.Price.
+// The price is part of the claim: a second call for the same customer and
+// period with a different amount is refused with an error, never charged.
+func (b *Biller) ChargeAmount(ctx context.Context, customer, period string, p Price) (Receipt, error) {
+	return b.bill(ctx, customer, period, &p, 1)
+}
+
+// Rebill bills customer for period again after a definitive failure (a
+// decline), as attempt number attempt (2 for the first re-bill). Each attempt
+// has its own key, so this is the one way to charge a customer twice for one
+// period, and it never happens on its own: a person or a dunning process
+// decides it. p may be nil to use Config.Price.
+func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, p *Price) (Receipt, error) {
+	if attempt < 2 {
+		return Receipt{}, invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge)", attempt)
+	}
+	return b.bill(ctx, customer, period, p, attempt)
+}
+
+// job is one customer's charge, prepared and checked.
+type job struct {
+	customer, period string
+	price            Price
+	key              idemkey.Key
+	attempt          int
+	owner            string // this attempt's name on the claim
+}
+
+func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
+	if err := checkID("customer ID", customer); err != nil {
+		return job{}, err
+	}
+	if err := CheckPeriod(period); err != nil {
+		return job{}, err
+	}
+	var price Price
+	if p != nil {
+		price = *p
+	} else {
+		if b.cfg.Price == nil {
+			return job{}, invalid("no price for customer %s: set Config.Price or pass one", customer)
+		}
+		var err error
+		if price, err = b.cfg.Price(ctx, customer, period); err != nil {
+			return job{}, fmt.Errorf("billing: price for customer %s, period %s: %w", customer, period, err)
+		}
+	}
+	price, err := checkPrice(price, b.cfg.API)
+	if err != nil {
+		return job{}, fmt.Errorf("customer %s: %w", customer, err)
+	}
+	key, err := b.keyFor(customer, period, attempt)
+	if err != nil {
+		return job{}, invalid("%v", err)
+	}
+	return job{customer: customer, period: period, price: price, key: key, attempt: attempt, owner: b.newOwner()}, nil
+}
+
+// keyFor is the key of (scope, customer, period, attempt): invariant I1.
+func (b *Biller) keyFor(customer, period string, attempt int) (idemkey.Key, error) {
+	return idemkey.For(b.cfg.Scope, customer, period, strconv.Itoa(attempt))
+}
+
+// Key returns the idempotency key billonce uses for customer, period and
+// attempt (1 for Charge), for looking a charge up in Stripe.
+func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) {
+	return b.keyFor(customer, period, attempt)
+}
+
+func (j job) request() claim.Request {
+	return claim.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
+		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner}
+}
+
+// newOwner names one charge attempt on its claim: the Biller's owner and a
+// sequence number. Two calls in one process for the same customer then see
+// each other as in progress instead of both sending.
+func (b *Biller) newOwner() string {
+	return b.cfg.Owner + "/" + strconv.FormatUint(b.seq.Add(1), 10)
+}
+
+func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, attempt int) (Receipt, error) {
+	j, err := b.prepare(ctx, customer, period, p, attempt)
+	if err != nil {
+		return Receipt{}, err
+	}
+	deadline := time.Now().Add(b.cfg.InProgressWait)
+	for {
+		res, err := b.cfg.Claims.Claim(ctx, j.request())
+		if err != nil {
+			return Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", customer, period, err)
+		}
+		r, err := b.settle(ctx, j, res)
+		var inProgress *InProgressError
+		if !errors.As(err, &inProgress) || !time.Now().Before(deadline) {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return r, err
+		case <-time.After(min(time.Until(deadline), 500*time.Millisecond)):
+		}
+	}
+}
+
+// settle acts on a claim result: send, resume, reconcile, or report.
+func (b *Biller) settle(ctx context.Context, j job, res claim.Result) (Receipt, error) {
+	c := res.Claim
+	switch res.Outcome {
+	case claim.Succeeded:
+		r := b.receipt(j, c.StripeID, AlreadyRecorded)
+		b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Outcome: r.How})
+		return r, nil
+	case claim.Failed:
+		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Reason: c.LastError}
+	case claim.InProgress:
+		return Receipt{}, &InProgressError{Customer: j.customer, Period: j.period, Key: j.key.String(), Owner: c.Owner, LeaseUntil: c.LeaseUntil}
+	case claim.Resumed:
+		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
+			attrs(j, "attempt", c.Attempts, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
+		if c.Age >= b.cfg.WindowMargin {
+			return b.reconcile(ctx, j, c)
+		}
+	case claim.Mismatch:
+		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: %w", j.customer, j.period, &claim.MismatchError{Existing: c})
+	case claim.Won:
+	default:
+		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
+	}
+	return b.send(ctx, j, c)
+}
+
+func (b *Biller) receipt(j job, id string, how How) Receipt {
+	return Receipt{Customer: j.customer, Period: j.period, StripeID: id, Amount: j.price.Amount,
+		Currency: j.price.Currency, Key: j.key, Attempt: j.attempt, How: how}
+}
+
+// created is what Stripe answered to a create call.
+type created struct {
+	id       string
+	status   string
+	replayed bool
+}
+
+// send calls Stripe under retry with the claim's key and records the outcome.
+func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+	stop := b.renewWhileSending(ctx, j, c)
+	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (created, error) {
+		return b.create(ctx, j, key)
+	})
+	stop()
+	if err == nil {
+		return b.record(ctx, j, out)
+	}
+	if ctx.Err() == nil && outcomeUnknown(err) {
+		// Retries could not tell whether Stripe made the charge (or Stripe
+		// said not to retry a 5xx it had stored). One search may: a charge
+		// it finds is the truth; finding none proves nothing (the index
+		// lags), and the claim stays pending.
+		if found, serr := b.search(ctx, j.key); serr == nil && len(found) == 1 {
+			r, rerr := b.record(ctx, j, found[0])
+			if rerr == nil {
+				r.How = Reconciled
+				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an unknown outcome from Stripe search", attrs(j, "stripe_id", r.StripeID)...)
+			}
+			return r, rerr
+		}
+	}
+	return Receipt{}, b.failure(ctx, j, err)
+}
+
+// outcomeUnknown reports whether err leaves open whether Stripe charged:
+// anything but a definitive 4xx refusal or a run-stopping answer.
+func outcomeUnknown(err error) bool {
+	if stopsRun(err) {
+		return false
+	}
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode >= 400 && se.HTTPStatusCode < 500 &&
+		se.HTTPStatusCode != 409 && se.HTTPStatusCode != 429 {
+		return false
+	}
+	return true
+}
+
+// create makes one HTTP attempt. It never makes a key: it sends the one it
+// is given, in the header and in the metadata (I2).
+func (b *Biller) create(ctx context.Context, j job, key idemkey.Key) (created, error) {
+	if err := b.limiter.Wait(ctx); err != nil {
+		return created{}, err
+	}
+	ctx = idemkey.WithKey(ctx, key)
+	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
+	start := time.Now()
+	var (
+		out created
+		err error
+	)
+	switch b.cfg.API {
+	case PaymentIntents:
+		params := &stripe.PaymentIntentParams{
+			Amount:        stripe.Int64(j.price.Amount),
+			Currency:      stripe.String(j.price.Currency),
+			Customer:      stripe.String(j.customer),
+			PaymentMethod: stripe.String(j.price.PaymentMethod),
+			Confirm:       stripe.Bool(true),
+			OffSession:    stripe.Bool(true),
+		}
+		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
+		var pi *stripe.PaymentIntent
+		if pi, err = b.intents.New(params); err == nil {
+			out = created{id: pi.ID, status: string(pi.Status), replayed: replayed(pi.LastResponse)}
+		}
+	default:
+		params := &stripe.ChargeParams{
+			Amount:   stripe.Int64(j.price.Amount),
+			Currency: stripe.String(j.price.Currency),
+			Customer: stripe.String(j.customer),
+		}
+		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
+		var ch *stripe.Charge
+		if ch, err = b.charges.New(params); err == nil {
+			out = created{id: ch.ID, status: string(ch.Status), replayed: replayed(ch.LastResponse)}
+		}
+	}
+	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Duration: time.Since(start), Err: err})
+	return out, err
+}
+
+func replayed(r *stripe.APIResponse) bool {
+	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
+}
+
+// record writes a definitive Stripe answer to the claim.
+func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
+	switch out.status {
+	case "succeeded", "pending", "processing", "":
+		// Charges: succeeded or pending (funds on the way). PaymentIntents:
+		// succeeded or processing. Either way the money movement exists and
+		// must never be created again.
+	default:
+		reason := "Stripe object " + out.id + " has status " + out.status
+		if err := b.cfg.Claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
+			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+		}
+		err := &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Code: out.status, Reason: reason}
+		b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Err: err})
+		return Receipt{}, err
+	}
+	// Record even if the caller gave up meanwhile: the charge exists.
+	if err := b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id); err != nil {
+		return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+	}
+	how := Created
+	if out.replayed {
+		how = Replayed
+		b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe replayed an earlier charge for the key", attrs(j, "stripe_id", out.id)...)
+	}
+	r := b.receipt(j, out.id, how)
+	b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Outcome: how})
+	return r, nil
+}
+
+// failure records what a failed send means for the claim, and returns the
+// error for the caller.
+func (b *Biller) failure(ctx context.Context, j job, err error) error {
+	bg := context.WithoutCancel(ctx)
+	key := j.key.String()
+	var se *stripe.Error
+	isStripe := errors.As(err, &se)
+	var out error
+	switch {
+	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
+		b.release(bg, j, err)
+		out = &KeyReuseError{Customer: j.customer, Period: j.period, Key: key, Err: err}
+		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
+	case stopsRun(err):
+		b.release(bg, j, err)
+		out = err
+	case isStripe && (se.HTTPStatusCode == 401 || se.HTTPStatusCode == 403):
+		b.release(bg, j, err)
+		out = fmt.Errorf("%w (HTTP %d %s): check the key and its permissions: %s", ErrStripeAuth, se.HTTPStatusCode, se.Type, se.Msg)
+	case isStripe && !outcomeUnknown(err):
+		// A definitive refusal: a decline (402) or a request Stripe will
+		// never accept as it is (400, 404). Terminal for this key (I6).
+		reason := string(se.Code)
+		if se.DeclineCode != "" {
+			reason += " (" + string(se.DeclineCode) + ")"
+		}
+		if reason == "" {
+			reason = string(se.Type)
+		}
+		reason += ": " + se.Msg
+		if ferr := b.cfg.Claims.Fail(bg, key, reason); ferr != nil {
+			return fmt.Errorf("billing: customer %s, period %s was refused by Stripe (%s) and recording it failed; the claim stays pending: %w", j.customer, j.period, reason, ferr)
+		}
+		out = &FailedError{Customer: j.customer, Period: j.period, Key: key, Attempt: j.attempt,
+			Code: string(se.Code), DeclineCode: string(se.DeclineCode), Reason: reason}
+	case ctx.Err() != nil:
+		b.release(bg, j, err)
+		out = fmt.Errorf("billing: customer %s, period %s: stopped; the claim stays pending and the next run resumes it with the same key: %w", j.customer, j.period, err)
+	default:
+		// Retries ran out (or a non-retryable transport failure): the charge
+		// may exist. Keep the claim pending with its key.
+		b.release(bg, j, err)
+		out = &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: key, Err: err}
+		b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
+	}
+	b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Err: out})
+	return out
+}
+
+// release leaves the claim pending with its key, expiring the lease so the
+// next run can resume it at once.
+func (b *Biller) release(ctx context.Context, j job, cause error) {
+	if err := b.cfg.Claims.Release(ctx, j.key.String(), j.owner, cause.Error()); err != nil {
+		b.log.LogAttrs(ctx, slogWarn, "billonce: could not release claim; it is resumed once its lease expires", attrs(j, "error", err)...)
+	}
+}
+
+// renewWhileSending keeps the claim's lease alive during long retries.
+func (b *Biller) renewWhileSending(ctx context.Context, j job, c claim.Claim) (stop func()) {
+	lease := c.LeaseUntil.Sub(c.UpdatedAt)
+	if lease <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := b.cfg.Claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
+					b.log.LogAttrs(ctx, slogWarn, "billonce: renewing the claim's lease failed", attrs(j, "error", err)...)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// policyFor is the retry policy for one charge: every retry is logged with
+// the charge's key, customer and period.
+func (b *Biller) policyFor(ctx context.Context, j job) retry.Policy {
+	p := b.policy
+	user := p.Notify
+	p.Notify = func(e retry.Event) {
+		b.log.LogAttrs(ctx, slogInfo, "billonce: retrying with the same key",
+			attrs(j, "http_attempt", e.Attempt, "wait", e.Wait, "error", e.Err)...)
+		if user != nil {
+			user(e)
+		}
+	}
+	return p
+}
+
+func (b *Biller) observe(e Event) {
+	if b.cfg.Observe != nil {
+		b.cfg.Observe(e)
+	}
+}

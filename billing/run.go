@@ -1,0 +1,345 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"time"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/lock"
+)
+
+// Defaults for [RunOptions].
+const (
+	DefaultConcurrency = 8
+	DefaultBatchSize   = 500
+)
+
+// ErrRunHeldElsewhere is returned by Run when RunOptions.Lock is set and
+// another runner holds the lock for the period. Nothing was claimed or sent.
+var ErrRunHeldElsewhere = errors.New("billing: another runner holds the lock for this billing run")
+
+// Item is one customer to bill in a [Biller.Run].
+type Item struct {
+	Customer string
+	// Price, when not nil, is used instead of Config.Price.
+	Price *Price
+}
+
+// Customers returns an iterator over customer IDs priced by Config.Price.
+func Customers(ids ...string) iter.Seq2[Item, error] {
+	return func(yield func(Item, error) bool) {
+		for _, id := range ids {
+			if !yield(Item{Customer: id}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// RunOptions tunes a [Biller.Run]. A nil *RunOptions takes every default.
+type RunOptions struct {
+	// Concurrency is how many customers are charged at once. Defaults to
+	// DefaultConcurrency.
+	Concurrency int
+	// BatchSize is how many customers are claimed per database round trip.
+	// Defaults to DefaultBatchSize.
+	BatchSize int
+	// Total, if known, is reported in Progress.Total.
+	Total int
+	// Progress, when set, is called after each customer is settled, from one
+	// goroutine at a time.
+	Progress func(Progress)
+	// Lock, when set, makes the run take the lock named LockName first; if
+	// another runner holds it, Run returns ErrRunHeldElsewhere. Claims keep
+	// the run correct without it; the lock keeps replicas from doing the
+	// same work.
+	Lock lock.Guard
+	// LockName defaults to "billonce-run:<scope>:<period>".
+	LockName string
+}
+
+// Progress counts the customers of a run so far.
+type Progress struct {
+	// Total is RunOptions.Total (0 when unknown).
+	Total int
+	// Done is the number of customers settled, the sum of the counts below.
+	Done int
+	// Created: charged by this run (including charges Stripe replayed after
+	// an earlier attempt's answer was lost).
+	Created int
+	// AlreadyDone: charged before this run (claim store or Stripe search).
+	AlreadyDone int
+	// Failed: declined or refused definitively; see Summary.Failures.
+	Failed int
+	// Pending: outcome unknown or claimed by another runner; the next run
+	// settles them with the same keys.
+	Pending int
+	// Invalid: bad input for this customer (nothing claimed or sent).
+	Invalid int
+}
+
+// Summary is the result of a [Biller.Run].
+type Summary struct {
+	Progress
+	Period  string
+	Elapsed time.Duration
+	// Failures holds the error of every customer that was not billed
+	// (Failed, Pending or Invalid), up to 1,000 of them.
+	Failures []error
+}
+
+const maxFailures = 1000
+
+// Complete reports whether every customer of the run is billed or was
+// already billed.
+func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
+
+// Run bills every customer from items for period, each exactly once. The
+// iterator is read as the run goes (it never has to fit in memory); customers
+// are claimed in batches, then charged with bounded concurrency and the
+// Biller's rate limit.
+//
+// Two Runs of the same period at once, on one replica or many, charge nobody
+// twice: the claims decide. Run again after a crash or a stop and it finishes
+// the job: customers already billed are skipped, pending ones are resumed
+// with their keys.
+//
+// Each customer should appear once in items. A repeat within one claim batch
+// is reported as invalid; a repeat further on finds the first one's claim.
+// Either way the customer is charged once.
+//
+// A decline or a bad item does not stop the run; it is counted and listed in
+// Summary.Failures. Run stops early, returning an error that wraps the
+// cause, on an answer that will not get better (ErrSpendCapReached,
+// ErrVaultKeyRevoked, ErrEndpointNotAllowed, ErrStripeAuth), when ctx is done,
+// or when items yields an error. Customers claimed but not yet sent are left
+// pending, to be resumed with the same keys by the next run.
+func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
+	var o RunOptions
+	if opts != nil {
+		o = *opts
+	}
+	if err := CheckPeriod(period); err != nil {
+		return Summary{Period: period}, err
+	}
+	if items == nil {
+		return Summary{Period: period}, invalid("Run needs an iterator of customers (billing.Customers for a fixed list)")
+	}
+	if o.Concurrency < 0 || o.BatchSize < 0 || o.Total < 0 {
+		return Summary{Period: period}, invalid("RunOptions: Concurrency, BatchSize and Total must not be negative")
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.Lock == nil {
+		return b.run(ctx, period, items, &o)
+	}
+	if o.LockName == "" {
+		o.LockName = "billonce-run:" + b.cfg.Scope + ":" + period
+	}
+	var (
+		sum    Summary
+		runErr error
+	)
+	ran, err := o.Lock.Do(ctx, o.LockName, func(ctx context.Context) error {
+		sum, runErr = b.run(ctx, period, items, &o)
+		return runErr
+	})
+	if err != nil && runErr == nil {
+		// The lock itself failed or was lost.
+		return sum, fmt.Errorf("billing: run lock %q: %w", o.LockName, err)
+	}
+	if !ran {
+		return Summary{Period: period}, ErrRunHeldElsewhere
+	}
+	return sum, runErr
+}
+
+// task is one claimed customer waiting to be sent.
+type task struct {
+	j   job
+	res claim.Result
+}
+
+type runner struct {
+	b       *Biller
+	o       *RunOptions
+	start   time.Time
+	mu      sync.Mutex
+	sum     Summary
+	stopErr error
+	cancel  context.CancelFunc
+}
+
+func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, error], o *RunOptions) (Summary, error) {
+	r := &runner{b: b, o: o, start: time.Now()}
+	r.sum.Period, r.sum.Total = period, o.Total
+	ctx, r.cancel = context.WithCancel(ctx)
+	defer r.cancel()
+
+	tasks := make(chan task, o.BatchSize)
+	var wg sync.WaitGroup
+	for range o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range tasks {
+				if ctx.Err() != nil {
+					// Claimed, never sent: leave it to the next run.
+					b.release(context.WithoutCancel(ctx), t.j, errors.New("run stopped before this customer was sent"))
+					r.settled(t.j, Receipt{}, &UnknownOutcomeError{Customer: t.j.customer, Period: period, Key: t.j.key.String(), Err: errors.New("run stopped before sending; nothing was sent")})
+					continue
+				}
+				rc, err := b.settle(ctx, t.j, t.res)
+				r.settled(t.j, rc, err)
+			}
+		}()
+	}
+
+	srcErr := r.feed(ctx, period, items, tasks)
+	close(tasks)
+	wg.Wait()
+
+	r.sum.Elapsed = time.Since(r.start)
+	switch {
+	case r.stopErr != nil:
+		return r.sum, fmt.Errorf("billing: run for %s stopped after %d customers: %w", period, r.sum.Done, r.stopErr)
+	case srcErr != nil:
+		return r.sum, srcErr
+	}
+	return r.sum, nil
+}
+
+// feed reads items, claims them in batches and queues what must be sent.
+func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
+	batch := make([]job, 0, r.o.BatchSize)
+	inBatch := make(map[string]bool, r.o.BatchSize) // a batch claims each customer once
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		reqs := make([]claim.Request, len(batch))
+		for i, j := range batch {
+			reqs[i] = j.request()
+		}
+		results, err := r.b.cfg.Claims.ClaimBatch(ctx, reqs)
+		if len(results) != len(batch) {
+			if err == nil {
+				err = fmt.Errorf("%d results for %d requests", len(results), len(batch))
+			}
+			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(batch), period, err)
+		}
+		// err may join the *claim.MismatchError of some requests; their
+		// results say Mismatch.
+		mismatches := map[string]error{}
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range joined.Unwrap() {
+				var me *claim.MismatchError
+				if errors.As(e, &me) {
+					mismatches[me.Existing.Customer] = e
+				}
+			}
+		}
+		for i, res := range results {
+			j := batch[i]
+			switch res.Outcome {
+			case claim.Mismatch:
+				merr := mismatches[j.customer]
+				if merr == nil {
+					merr = &claim.MismatchError{Existing: res.Claim}
+				}
+				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, merr))
+			case claim.Won, claim.Resumed:
+				select {
+				case tasks <- task{j, res}:
+				case <-ctx.Done():
+					r.b.release(context.WithoutCancel(ctx), j, errors.New("run stopped before this customer was sent"))
+					r.settled(j, Receipt{}, &UnknownOutcomeError{Customer: j.customer, Period: period, Key: j.key.String(), Err: ctx.Err()})
+				}
+			default:
+				rc, err := r.b.settle(ctx, j, res)
+				r.settled(j, rc, err)
+			}
+		}
+		batch = batch[:0]
+		clear(inBatch)
+		return nil
+	}
+	for it, err := range items {
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			if ferr := flush(); ferr != nil {
+				return ferr
+			}
+			return fmt.Errorf("billing: reading customers for %s: %w", period, err)
+		}
+		j, err := r.b.prepare(ctx, it.Customer, period, it.Price, 1)
+		if err != nil {
+			r.settled(job{customer: it.Customer, period: period}, Receipt{}, err)
+			continue
+		}
+		if inBatch[j.customer] {
+			r.settled(j, Receipt{}, invalid("customer %s is listed more than once for %s; it is billed once", j.customer, period))
+			continue
+		}
+		batch = append(batch, j)
+		inBatch[j.customer] = true
+		if len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if ctx.Err() != nil && r.stopErr == nil {
+		return fmt.Errorf("billing: run for %s stopped: %w", period, context.Cause(ctx))
+	}
+	return nil
+}
+
+// settled counts one customer's outcome and stops the run on a stopping
+// answer.
+func (r *runner) settled(j job, rc Receipt, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &r.sum
+	var failed *FailedError
+	switch {
+	case err == nil && (rc.How == Created || rc.How == Replayed):
+		s.Created++
+	case err == nil:
+		s.AlreadyDone++
+	case errors.Is(err, ErrInvalidInput):
+		s.Invalid++
+	case errors.As(err, &failed):
+		s.Failed++
+	default:
+		s.Pending++
+	}
+	s.Done++
+	if err != nil {
+		if len(s.Failures) < maxFailures {
+			s.Failures = append(s.Failures, err)
+		}
+		if stopsRun(err) && r.stopErr == nil {
+			r.stopErr = err
+			r.cancel()
+			r.b.log.Error("billonce: stopping the run", "period", j.period, "customer", j.customer, "error", err)
+		}
+	}
+	if r.o.Progress != nil {
+		p := s.Progress
+		r.o.Progress(p)
+	}
+}

@@ -1,0 +1,86 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A billing run claims each customer before it charges, records the
+// outcome, and a second run (or a second replica) charges nobody twice.
+func Example() {
+	ctx := context.Background()
+	cluster, err := pgtest.Start(ctx) // a throwaway PostgreSQL; use your own pool
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cluster.Stop()
+	url, err := cluster.NewDatabase(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	store, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := store.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	req := claim.Request{Customer: "cus_42", Period: "2025-01", Key: "bill-cus_42-2025-01-1",
+		Amount: 4200, Currency: "usd", Owner: "pod-a/run-1"}
+	res, _ := store.Claim(ctx, req)
+	fmt.Println("pod a:", res.Outcome, res.Claim.State, "attempt", res.Claim.Attempts)
+
+	other := req
+	other.Owner = "pod-b/run-1"
+	res, _ = store.Claim(ctx, other)
+	fmt.Println("pod b:", res.Outcome, "held by", res.Claim.Owner)
+
+	// Pod a sends the charge with req.Key, then records the answer.
+	_ = store.Succeed(ctx, req.Key, "ch_123")
+	res, _ = store.Claim(ctx, other)
+	fmt.Println("pod b:", res.Outcome, res.Claim.StripeID)
+
+	// A different amount under the same key is refused, not charged.
+	other.Amount = 9900
+	_, err = store.Claim(ctx, other)
+	var mm *claim.MismatchError
+	if errors.As(err, &mm) {
+		fmt.Println("pod b: mismatch on", mm.Field, mm.Have, "!=", mm.Want)
+	}
+
+	// A declined charge is terminal for its key; billing again takes a new one.
+	decl := claim.Request{Customer: "cus_7", Period: "2025-01", Key: "bill-cus_7-2025-01-1",
+		Amount: 1500, Currency: "usd", Owner: "pod-a/run-1"}
+	_, _ = store.Claim(ctx, decl)
+	_ = store.Fail(ctx, decl.Key, "card_declined")
+	res, _ = store.Claim(ctx, decl)
+	fmt.Println("cus_7:", res.Outcome, res.Claim.LastError)
+	decl.Key = "bill-cus_7-2025-01-2"
+	res, _ = store.Claim(ctx, decl)
+	fmt.Println("cus_7 attempt 2:", res.Outcome)
+
+	// Output:
+	// pod a: Won pending attempt 1
+	// pod b: InProgress held by pod-a/run-1
+	// pod b: Succeeded ch_123
+	// pod b: mismatch on amount 4200 != 9900
+	// cus_7: Failed card_declined
+	// cus_7 attempt 2: Won
+}

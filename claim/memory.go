@@ -1,0 +1,223 @@
+package claim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Memory is a claim store in process memory with the same behaviour as
+// [Postgres], for unit tests of code built on a [Store].
+//
+// It is single-process only: two processes (or two Memory values) know
+// nothing of each other's claims, so they would both win. Never use it
+// where several replicas bill the same customers.
+//
+// Its clock is time.Now. Tests that need leases to expire or claims to age
+// run inside a testing/synctest bubble and let time pass with time.Sleep.
+type Memory struct {
+	lease time.Duration
+
+	mu    sync.Mutex
+	byKey map[string]*Claim
+	live  map[[2]string]string // (customer, period) -> key of its pending or succeeded claim
+}
+
+// NewMemory returns an empty in-memory store. Only cfg.Lease is used. It
+// panics if cfg is invalid (see [NewPostgres]).
+func NewMemory(cfg Config) *Memory {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		panic(err)
+	}
+	return &Memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string)}
+}
+
+// Claim claims req. See [Store].
+func (m *Memory) Claim(ctx context.Context, req Request) (Result, error) {
+	if err := req.Validate(); err != nil {
+		return Result{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.claimLocked(req, time.Now())
+	if r.mismatch != nil {
+		return Result{}, r.mismatch
+	}
+	return r.Result, nil
+}
+
+// ClaimBatch claims all reqs at once. See [Store].
+func (m *Memory) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error) {
+	if err := validateBatch(reqs); err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	res := make([]claimed, len(reqs))
+	for i, req := range reqs {
+		res[i] = m.claimLocked(req, now)
+	}
+	return batchResults(res)
+}
+
+func (m *Memory) claimLocked(req Request, now time.Time) claimed {
+	c, ok := m.byKey[req.Key]
+	if !ok {
+		if k, ok := m.live[[2]string{req.Customer, req.Period}]; ok {
+			return answer(req, fromPeriod, m.snapshot(m.byKey[k], now))
+		}
+		c = &Claim{
+			Customer: req.Customer, Period: req.Period, Key: req.Key, Amount: req.Amount, Currency: req.Currency,
+			State: StatePending, Attempts: 1, Owner: req.Owner, LeaseUntil: now.Add(m.lease),
+			CreatedAt: now, UpdatedAt: now,
+		}
+		m.byKey[req.Key] = c
+		m.live[[2]string{req.Customer, req.Period}] = req.Key
+		return answer(req, fromInsert, m.snapshot(c, now))
+	}
+	if compare(req, *c) == nil && c.State == StatePending && (!c.LeaseUntil.After(now) || c.Owner == req.Owner) {
+		c.Attempts++
+		c.Owner = req.Owner
+		c.LeaseUntil = now.Add(m.lease)
+		c.UpdatedAt = now
+		return answer(req, fromTakeover, m.snapshot(c, now))
+	}
+	return answer(req, fromKey, m.snapshot(c, now))
+}
+
+func (m *Memory) snapshot(c *Claim, now time.Time) Claim {
+	s := *c
+	s.Age = now.Sub(c.CreatedAt)
+	return s
+}
+
+// Renew extends owner's lease on key. See [Store].
+func (m *Memory) Renew(ctx context.Context, key, owner string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
+		return err
+	}
+	return m.update(key, func(c *Claim, now time.Time) error {
+		if c.State != StatePending || c.Owner != owner {
+			return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+		}
+		c.LeaseUntil = now.Add(m.lease)
+		return nil
+	})
+}
+
+// Release gives up owner's lease on key, recording lastErr. See [Store].
+func (m *Memory) Release(ctx context.Context, key, owner, lastErr string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
+		return err
+	}
+	return m.update(key, func(c *Claim, now time.Time) error {
+		if c.State != StatePending || c.Owner != owner {
+			return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+		}
+		c.Owner, c.LeaseUntil, c.LastError = "", now, lastErr
+		return nil
+	})
+}
+
+// Succeed records that key was charged as stripeID. See [Store].
+func (m *Memory) Succeed(ctx context.Context, key, stripeID string) error {
+	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
+		return err
+	}
+	return m.update(key, func(c *Claim, now time.Time) error {
+		if c.State != StatePending {
+			return succeedConflict(*c, stripeID)
+		}
+		c.State, c.StripeID = StateSucceeded, stripeID
+		return nil
+	})
+}
+
+// Fail records that key failed definitively. See [Store].
+func (m *Memory) Fail(ctx context.Context, key, reason string) error {
+	if err := errors.Join(validateID("key", key), validateText("reason", reason)); err != nil {
+		return err
+	}
+	return m.update(key, func(c *Claim, now time.Time) error {
+		if c.State != StatePending {
+			return failConflict(*c)
+		}
+		c.State, c.LastError = StateFailed, reason
+		delete(m.live, [2]string{c.Customer, c.Period})
+		return nil
+	})
+}
+
+// update applies f to key's claim under the lock; a nil error from f
+// stamps UpdatedAt.
+func (m *Memory) update(key string, f func(c *Claim, now time.Time) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.byKey[key]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	now := time.Now()
+	before := *c
+	if err := f(c, now); err != nil {
+		return err
+	}
+	if *c != before {
+		c.UpdatedAt = now
+	}
+	return nil
+}
+
+// Get returns the claim for key. See [Store].
+func (m *Memory) Get(ctx context.Context, key string) (Claim, error) {
+	if err := validateID("key", key); err != nil {
+		return Claim{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.byKey[key]
+	if !ok {
+		return Claim{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	return m.snapshot(c, time.Now()), nil
+}
+
+// Pending lists pending claims at least olderThan old. See [Store].
+func (m *Memory) Pending(ctx context.Context, olderThan time.Duration) ([]Claim, error) {
+	if olderThan < 0 {
+		return nil, fmt.Errorf("%w: age %v is negative", ErrInvalid, olderThan)
+	}
+	return m.list(func(c *Claim, now time.Time) bool { return now.Sub(c.CreatedAt) >= olderThan }), nil
+}
+
+// Stale lists pending claims whose lease has expired. See [Store].
+func (m *Memory) Stale(ctx context.Context) ([]Claim, error) {
+	return m.list(func(c *Claim, now time.Time) bool { return !c.LeaseUntil.After(now) }), nil
+}
+
+func (m *Memory) list(keep func(*Claim, time.Time) bool) []Claim {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	var out []Claim
+	for _, c := range m.byKey {
+		if c.State == StatePending && keep(c, now) {
+			out = append(out, m.snapshot(c, now))
+		}
+	}
+	slices.SortFunc(out, func(a, b Claim) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.Key, b.Key))
+	})
+	return out
+}
+
+var _ Store = (*Memory)(nil)

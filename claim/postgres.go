@@ -1,0 +1,533 @@
+package claim
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what [Postgres] needs from pgx: *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// all satisfy it. Pass a pgx.Tx to claim inside your own transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Defaults for [Config].
+const (
+	DefaultTable = "billonce_claims"
+	DefaultLease = 2 * time.Minute
+)
+
+// Config configures a claim store. The zero value is usable.
+type Config struct {
+	// Table is the claim table's name: letters, digits and underscores, at
+	// most 50 characters. Defaults to DefaultTable.
+	Table string
+	// Schema holds the table. Defaults to the connection's search_path.
+	Schema string
+	// Lease is how long a won or resumed claim stays its owner's before
+	// another runner may resume it; renew it for longer calls. Defaults to
+	// DefaultLease.
+	Lease time.Duration
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// withDefaults validates c and fills in the defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if !identRE.MatchString(c.Table) || len(c.Table) > 50 {
+		return c, fmt.Errorf("%w: table name %q must be 1 to 50 letters, digits or underscores, not starting with a digit", ErrInvalid, c.Table)
+	}
+	if c.Schema != "" && (!identRE.MatchString(c.Schema) || len(c.Schema) > 63) {
+		return c, fmt.Errorf("%w: schema name %q must be 1 to 63 letters, digits or underscores, not starting with a digit", ErrInvalid, c.Schema)
+	}
+	switch {
+	case c.Lease == 0:
+		c.Lease = DefaultLease
+	case c.Lease < time.Millisecond:
+		return c, fmt.Errorf("%w: lease %v must be at least 1ms (zero means %v)", ErrInvalid, c.Lease, DefaultLease)
+	}
+	return c, nil
+}
+
+//go:embed schema.sql
+var schemaTemplate string
+
+// SchemaSQL returns the SQL that creates the claim table and its indexes for
+// cfg, for teams that apply migrations with their own tool (goose,
+// golang-migrate, atlas). It is idempotent. [Postgres.Migrate] runs the same
+// SQL.
+func SchemaSQL(cfg Config) (string, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	n := namesFor(cfg)
+	sql := n.replacer.Replace(schemaTemplate)
+	if cfg.Schema != "" {
+		sql = "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{cfg.Schema}.Sanitize() + ";\n\n" + sql
+	}
+	return sql, nil
+}
+
+type names struct {
+	table    string // quoted, possibly schema-qualified
+	replacer *strings.Replacer
+}
+
+func namesFor(cfg Config) names {
+	table := pgx.Identifier{cfg.Table}
+	if cfg.Schema != "" {
+		table = pgx.Identifier{cfg.Schema, cfg.Table}
+	}
+	n := names{table: table.Sanitize()}
+	n.replacer = strings.NewReplacer(
+		"{{table}}", n.table,
+		"{{live_index}}", pgx.Identifier{cfg.Table + "_live"}.Sanitize(),
+		"{{pending_index}}", pgx.Identifier{cfg.Table + "_pending"}.Sanitize(),
+	)
+	return n
+}
+
+// Postgres is the claim store in a PostgreSQL table. Its clock is the
+// database's (invariant I10). It is safe for concurrent use, across
+// goroutines, processes and hosts sharing the database.
+type Postgres struct {
+	db        DB
+	cfg       Config
+	names     names
+	schema    string
+	lockKey   int64
+	claimSQL  string
+	selectSQL string // column list, FROM the table, for Get/Pending/Stale
+}
+
+// NewPostgres returns a claim store on db. It checks cfg but does not touch
+// the database; call [Postgres.Migrate] (or apply [SchemaSQL]) first.
+func NewPostgres(db DB, cfg Config) (*Postgres, error) {
+	if db == nil || (reflect.ValueOf(db).Kind() == reflect.Pointer && reflect.ValueOf(db).IsNil()) {
+		return nil, fmt.Errorf("%w: database is nil; pass a *pgxpool.Pool, *pgx.Conn or pgx.Tx", ErrInvalid)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	schema, _ := SchemaSQL(cfg)
+	n := namesFor(cfg)
+	h := fnv.New64a()
+	h.Write([]byte("billonce/claim/migrate " + n.table))
+	return &Postgres{
+		db:        db,
+		cfg:       cfg,
+		names:     n,
+		schema:    schema,
+		lockKey:   int64(h.Sum64()),
+		claimSQL:  n.replacer.Replace(strings.ReplaceAll(claimTemplate, "{{cols_x}}", colsOf("x"))),
+		selectSQL: "SELECT " + colsOf("t") + " FROM " + n.table + " t",
+	}, nil
+}
+
+// Migrate creates the claim table and its indexes if they do not exist. It
+// is idempotent and safe to run from many replicas at once: a transaction
+// advisory lock serialises it.
+func (p *Postgres) Migrate(ctx context.Context) error {
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("claim: migrate: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", p.lockKey); err != nil {
+		return fmt.Errorf("claim: migrate: taking the migration lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, p.schema); err != nil {
+		return fmt.Errorf("claim: migrate: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("claim: migrate: %w", err)
+	}
+	return nil
+}
+
+// colsOf lists, for alias x, the columns every query that returns claims
+// selects, in the order scanClaim reads them.
+func colsOf(x string) string {
+	return strings.NewReplacer("x.", x+".").Replace(`x.customer, x.period, x.key, x.amount, x.currency, x.state, x.stripe_id,
+	x.attempts, x.owner, x.lease_until, x.last_error, x.created_at, x.updated_at,
+	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint`)
+}
+
+// Where a row returned by claimTemplate comes from, most telling first.
+const (
+	fromInsert   = iota + 1 // a new claim: Won
+	fromTakeover            // a pending claim taken over: Resumed
+	fromKey                 // the key's existing row
+	fromPeriod              // the live claim for the customer and period
+)
+
+// claimTemplate claims a batch in one statement, every request numbered by
+// its position (ord):
+//
+//   - ins inserts the requests that conflict with no claim: same key, or a
+//     live (pending or succeeded) claim for the same customer and period.
+//     DO NOTHING without a target makes both unique indexes arbiters, so
+//     concurrent claims never fail with a unique violation.
+//   - took takes over the key's row when it is pending with the same
+//     parameters and its lease has expired or is already the caller's.
+//     UPDATE locks the row and re-checks these conditions at its latest
+//     version, so of runners racing for a stale claim exactly one takes it.
+//   - The last two selects return the existing rows by key and by customer
+//     and period, as of the statement's snapshot: the caller reads InProgress,
+//     Succeeded, Failed or a mismatch from them.
+//
+// A request whose conflicting row was committed by another transaction
+// after this statement's snapshot was taken gets no row at all (ins waited
+// for it and did nothing; the others cannot see it). The caller runs the
+// statement again for such requests, with a fresh snapshot.
+const claimTemplate = `
+WITH req AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[]) WITH ORDINALITY
+		AS r(customer, period, key, amount, currency, owner, ord)
+), ins AS (
+	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until)
+	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond' FROM req
+	ON CONFLICT DO NOTHING
+	RETURNING *
+), took AS (
+	UPDATE {{table}} c SET attempts = c.attempts + 1, owner = req.owner,
+		lease_until = now() + $7 * interval '1 microsecond', updated_at = now()
+	FROM req
+	WHERE c.key = req.key AND c.state = 'pending' AND c.customer = req.customer AND c.period = req.period
+		AND c.amount = req.amount AND c.currency = req.currency
+		AND (c.lease_until <= now() OR c.owner = req.owner)
+	RETURNING req.ord, c.*
+)
+SELECT req.ord, 1, {{cols_x}} FROM ins x JOIN req ON req.key = x.key
+UNION ALL
+SELECT x.ord, 2, {{cols_x}} FROM took x
+UNION ALL
+SELECT req.ord, 3, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.key
+UNION ALL
+SELECT req.ord, 4, {{cols_x}} FROM req JOIN {{table}} x
+	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key`
+
+// maxClaimRuns bounds how often a statement is run again for requests that
+// raced with another transaction's first claim; one more run always sees it.
+const maxClaimRuns = 5
+
+// Claim claims req in one round trip (two when it races another runner's
+// first claim of the same row). See [Store].
+func (p *Postgres) Claim(ctx context.Context, req Request) (Result, error) {
+	if err := req.Validate(); err != nil {
+		return Result{}, err
+	}
+	res, err := p.claim(ctx, []Request{req})
+	if err != nil {
+		return Result{}, err
+	}
+	if res[0].mismatch != nil {
+		return Result{}, res[0].mismatch
+	}
+	return res[0].Result, nil
+}
+
+// ClaimBatch claims all reqs in one statement. See [Store].
+func (p *Postgres) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error) {
+	if err := validateBatch(reqs); err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	res, err := p.claim(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	return batchResults(res)
+}
+
+type claimed struct {
+	Result
+	mismatch *MismatchError
+}
+
+func batchResults(res []claimed) ([]Result, error) {
+	out := make([]Result, len(res))
+	var errs []error
+	for i, r := range res {
+		out[i] = r.Result
+		if r.mismatch != nil {
+			errs = append(errs, r.mismatch)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]claimed, error) {
+	out := make([]claimed, len(reqs))
+	todo := make([]int, len(reqs)) // indexes into reqs still unanswered
+	for i := range todo {
+		todo[i] = i
+	}
+	for run := 0; len(todo) > 0; run++ {
+		if run == maxClaimRuns {
+			return nil, fmt.Errorf("claim: %d claims (first %q) still racing other runners after %d runs; claim them again", len(todo), reqs[todo[0]].Key, run)
+		}
+		var err error
+		if todo, err = p.claimRun(ctx, reqs, todo, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// claimRun runs claimTemplate once for reqs[todo], fills in out and returns
+// the requests that got no answer.
+func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out []claimed) ([]int, error) {
+	n := len(todo)
+	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	amounts := make([]int64, n)
+	for j, i := range todo {
+		r := reqs[i]
+		customers[j], periods[j], keys[j], amounts[j], currencies[j], owners[j] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
+	}
+	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds()}
+	if n == 1 {
+		// A single claim runs as an unnamed statement, planned for its one
+		// request: a cached generic plan is about three times slower for it
+		// (BenchmarkClaim). Batches use the connection's default mode; with
+		// pgx's cached statements their generic plan is the faster one.
+		args = append([]any{pgx.QueryExecModeExec}, args...)
+	}
+	rows, err := p.db.Query(ctx, p.claimSQL, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	best := make([]int, n) // the most telling source seen per request; 0 = none
+	rowOf := make([]Claim, n)
+	for rows.Next() {
+		var ord int64
+		var from int
+		c, err := scanClaim(rows, &ord, &from)
+		if err != nil {
+			return nil, fmt.Errorf("claim: reading claims: %w", err)
+		}
+		j := int(ord) - 1
+		if j < 0 || j >= n {
+			return nil, fmt.Errorf("claim: the database answered request %d of %d", ord, n)
+		}
+		if best[j] == 0 || from < best[j] {
+			best[j], rowOf[j] = from, c
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	var again []int
+	for j, i := range todo {
+		out[i] = answer(reqs[i], best[j], rowOf[j])
+		if best[j] == 0 {
+			again = append(again, i)
+		}
+	}
+	return again, nil
+}
+
+// answer turns the row found for req, and where it came from, into a result.
+func answer(req Request, from int, c Claim) claimed {
+	switch from {
+	case fromInsert:
+		return claimed{Result: Result{Won, c}}
+	case fromTakeover:
+		return claimed{Result: Result{Resumed, c}}
+	case 0:
+		return claimed{}
+	}
+	if m := compare(req, c); m != nil {
+		return claimed{Result{Mismatch, c}, m}
+	}
+	switch c.State {
+	case StateSucceeded:
+		return claimed{Result: Result{Succeeded, c}}
+	case StateFailed:
+		return claimed{Result: Result{Failed, c}}
+	default:
+		return claimed{Result: Result{InProgress, c}}
+	}
+}
+
+func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
+	var c Claim
+	var state string
+	var ageMicros int64
+	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Attempts,
+		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros)
+	if err := row.Scan(dest...); err != nil {
+		return Claim{}, err
+	}
+	c.State = State(state)
+	c.Age = time.Duration(ageMicros) * time.Microsecond
+	return c, nil
+}
+
+// Renew extends owner's lease on key by the configured lease, from now on
+// the database clock. See [Store].
+func (p *Postgres) Renew(ctx context.Context, key, owner string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET lease_until = now() + $3 * interval '1 microsecond', updated_at = now()
+		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, p.cfg.Lease.Microseconds())
+	if err != nil {
+		return fmt.Errorf("claim: renewing %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return p.lost(ctx, key, owner)
+}
+
+// lost explains why owner's update of key matched no row.
+func (p *Postgres) lost(ctx context.Context, key, owner string) error {
+	c, err := p.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+}
+
+// Release gives up owner's lease on key, recording lastErr. See [Store].
+func (p *Postgres) Release(ctx context.Context, key, owner, lastErr string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET owner = '', lease_until = now(), last_error = $3, updated_at = now()
+		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, lastErr)
+	if err != nil {
+		return fmt.Errorf("claim: releasing %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return p.lost(ctx, key, owner)
+}
+
+// Succeed records that key was charged as stripeID. It does not check the
+// lease: an answer from Stripe is the truth whoever receives it. See [Store].
+func (p *Postgres) Succeed(ctx context.Context, key, stripeID string) error {
+	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET state = 'succeeded', stripe_id = $2, updated_at = now()
+		WHERE key = $1 AND state = 'pending'`, key, stripeID)
+	if err != nil {
+		return fmt.Errorf("claim: recording success of %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	c, err := p.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return succeedConflict(c, stripeID)
+}
+
+func succeedConflict(c Claim, stripeID string) error {
+	switch {
+	case c.State == StateSucceeded && c.StripeID == stripeID:
+		return nil
+	case c.State == StateSucceeded:
+		return fmt.Errorf("%w: claim %q already succeeded as %q, not %q", ErrConflict, c.Key, c.StripeID, stripeID)
+	default:
+		return fmt.Errorf("%w: claim %q is %s (%s); it cannot succeed as %q", ErrConflict, c.Key, c.State, c.LastError, stripeID)
+	}
+}
+
+// Fail records that key failed definitively. It does not check the lease.
+// See [Store].
+func (p *Postgres) Fail(ctx context.Context, key, reason string) error {
+	if err := errors.Join(validateID("key", key), validateText("reason", reason)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET state = 'failed', last_error = $2, updated_at = now()
+		WHERE key = $1 AND state = 'pending'`, key, reason)
+	if err != nil {
+		return fmt.Errorf("claim: recording failure of %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	c, err := p.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return failConflict(c)
+}
+
+func failConflict(c Claim) error {
+	if c.State == StateFailed {
+		return nil
+	}
+	return fmt.Errorf("%w: claim %q already succeeded as %q; it cannot fail", ErrConflict, c.Key, c.StripeID)
+}
+
+// Get returns the claim for key. See [Store].
+func (p *Postgres) Get(ctx context.Context, key string) (Claim, error) {
+	if err := validateID("key", key); err != nil {
+		return Claim{}, err
+	}
+	c, err := scanClaim(p.db.QueryRow(ctx, p.selectSQL+" WHERE key = $1", key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Claim{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim: reading %q: %w", key, err)
+	}
+	return c, nil
+}
+
+// Pending lists pending claims created at least olderThan ago on the
+// database clock. See [Store].
+func (p *Postgres) Pending(ctx context.Context, olderThan time.Duration) ([]Claim, error) {
+	if olderThan < 0 {
+		return nil, fmt.Errorf("%w: age %v is negative", ErrInvalid, olderThan)
+	}
+	return p.list(ctx, ` WHERE state = 'pending' AND created_at <= now() - $1 * interval '1 microsecond'
+		ORDER BY created_at, key`, olderThan.Microseconds())
+}
+
+// Stale lists pending claims whose lease has expired on the database
+// clock. See [Store].
+func (p *Postgres) Stale(ctx context.Context) ([]Claim, error) {
+	return p.list(ctx, ` WHERE state = 'pending' AND lease_until <= now() ORDER BY created_at, key`)
+}
+
+func (p *Postgres) list(ctx context.Context, where string, args ...any) ([]Claim, error) {
+	rows, err := p.db.Query(ctx, p.selectSQL+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: listing claims: %w", err)
+	}
+	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claim, error) { return scanClaim(r) })
+	if err != nil {
+		return nil, fmt.Errorf("claim: listing claims: %w", err)
+	}
+	return claims, nil
+}
+
+var _ Store = (*Postgres)(nil)

@@ -1,0 +1,495 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/claim"
+)
+
+const lease = time.Minute
+
+func req(customer, key, owner string) claim.Request {
+	return claim.Request{Customer: customer, Period: "2025-01", Key: key, Amount: 4200, Currency: "usd", Owner: owner}
+}
+
+func mustClaim(t *testing.T, s claim.Store, r claim.Request, want claim.Outcome) claim.Result {
+	t.Helper()
+	res, err := s.Claim(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Claim(%s as %s): %v", r.Key, r.Owner, err)
+	}
+	if res.Outcome != want {
+		t.Fatalf("Claim(%s as %s) = %v, want %v (claim %+v)", r.Key, r.Owner, res.Outcome, want, res.Claim)
+	}
+	return res
+}
+
+func TestClaimLifecycle(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		won := mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		c := won.Claim
+		if c.State != claim.StatePending || c.Attempts != 1 || c.Owner != "a" || c.Amount != 4200 || c.Currency != "usd" ||
+			c.Customer != "cus_1" || c.Period != "2025-01" || c.Key != "k1" {
+			t.Fatalf("won claim = %+v", c)
+		}
+		if d := c.LeaseUntil.Sub(c.CreatedAt); d < lease-time.Second || d > lease+time.Second {
+			t.Errorf("lease runs %v after creation, want %v", d, lease)
+		}
+		if got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress).Claim; got.Owner != "a" || got.Attempts != 1 {
+			t.Errorf("in progress claim = %+v, want owner a, attempts 1", got)
+		}
+		if got := mustClaim(t, s, req("cus_1", "k1", "a"), claim.Resumed).Claim; got.Owner != "a" || got.Attempts != 2 {
+			t.Errorf("resumed own claim = %+v, want owner a, attempts 2", got)
+		}
+		if err := s.Succeed(ctx, "k1", "ch_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Succeed(ctx, "k1", "ch_1"); err != nil {
+			t.Errorf("second Succeed with the same id: %v", err)
+		}
+		if err := s.Succeed(ctx, "k1", "ch_2"); !errors.Is(err, claim.ErrConflict) {
+			t.Errorf("Succeed with another id = %v, want ErrConflict", err)
+		}
+		if err := s.Fail(ctx, "k1", "declined"); !errors.Is(err, claim.ErrConflict) {
+			t.Errorf("Fail after success = %v, want ErrConflict", err)
+		}
+		for _, owner := range []string{"a", "b"} {
+			got := mustClaim(t, s, req("cus_1", "k1", owner), claim.Succeeded).Claim
+			if got.StripeID != "ch_1" || got.State != claim.StateSucceeded || got.Attempts != 2 {
+				t.Errorf("succeeded claim = %+v", got)
+			}
+		}
+		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("Renew of a succeeded claim = %v, want ErrLeaseLost", err)
+		}
+		if p, err := s.Pending(ctx, 0); err != nil || len(p) != 0 {
+			t.Errorf("Pending = %v, %v; want none", p, err)
+		}
+	})
+}
+
+func TestFailIsTerminalForTheKey(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		if err := s.Fail(ctx, "k1", "card_declined"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Fail(ctx, "k1", "card_declined again"); err != nil {
+			t.Errorf("second Fail: %v", err)
+		}
+		if err := s.Succeed(ctx, "k1", "ch_1"); !errors.Is(err, claim.ErrConflict) {
+			t.Errorf("Succeed after Fail = %v, want ErrConflict", err)
+		}
+		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Failed).Claim
+		if got.LastError != "card_declined" || got.Attempts != 1 {
+			t.Errorf("failed claim = %+v", got)
+		}
+		// Billing again is an explicit new attempt under a new key.
+		if got := mustClaim(t, s, req("cus_1", "k1-attempt2", "b"), claim.Won).Claim; got.Attempts != 1 {
+			t.Errorf("new attempt = %+v", got)
+		}
+		mustClaim(t, s, req("cus_1", "k1", "c"), claim.Failed)
+		// While the new attempt is live, a third key for the period is refused.
+		var mm *claim.MismatchError
+		if _, err := s.Claim(ctx, req("cus_1", "k1-attempt3", "c")); !errors.As(err, &mm) || mm.Field != "key" || mm.Have != "k1-attempt2" {
+			t.Errorf("third key while the second is pending = %v, want a key mismatch with k1-attempt2", err)
+		}
+	})
+}
+
+func TestMismatchIsRefused(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_2", "k2", "a"), claim.Won)
+		if err := s.Succeed(ctx, "k2", "ch_2"); err != nil {
+			t.Fatal(err)
+		}
+		h.pass(t, 2*lease) // expired leases must not let a mismatch through
+		amount, currency, otherKey := req("cus_1", "k1", "b"), req("cus_2", "k2", "b"), req("cus_1", "k9", "b")
+		amount.Amount = 4300
+		currency.Currency = "eur"
+		otherPeriod := req("cus_1", "k1", "b")
+		otherPeriod.Period = "2025-02"
+		for _, tc := range []struct {
+			name  string
+			req   claim.Request
+			field string
+			have  string
+		}{
+			{"amount", amount, "amount", "4200"},
+			{"currency of a succeeded claim", currency, "currency", "usd"},
+			{"another key for a pending period", otherKey, "key", "k1"},
+			{"key of another customer", req("cus_3", "k1", "b"), "customer", "cus_1"},
+			{"key of another period", otherPeriod, "period", "2025-01"},
+		} {
+			_, err := s.Claim(ctx, tc.req)
+			var mm *claim.MismatchError
+			if !errors.As(err, &mm) {
+				t.Errorf("%s: Claim = %v, want a *MismatchError", tc.name, err)
+				continue
+			}
+			if mm.Field != tc.field || mm.Have != tc.have || mm.Existing.Attempts != 1 {
+				t.Errorf("%s: mismatch %+v, want field %s have %s", tc.name, mm, tc.field, tc.have)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("%s: error %q does not name the field", tc.name, err)
+			}
+		}
+		// Nothing was taken over or written.
+		for _, k := range []string{"k1", "k2"} {
+			c, err := s.Get(ctx, k)
+			if err != nil || c.Attempts != 1 || c.Owner != "a" || c.Amount != 4200 || c.Currency != "usd" {
+				t.Errorf("after mismatches Get(%s) = %+v, %v", k, c, err)
+			}
+		}
+		if _, err := s.Get(ctx, "k9"); !errors.Is(err, claim.ErrNotFound) {
+			t.Errorf("Get(k9) = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestTakeoverAfterCrash(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_1", "k1", "crashed"), claim.Won)
+		h.pass(t, lease/2)
+		mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress)
+		if st, err := s.Stale(ctx); err != nil || len(st) != 0 {
+			t.Fatalf("Stale with a live lease = %v, %v", st, err)
+		}
+		h.pass(t, lease/2+time.Second) // the crashed runner never renews
+		st, err := s.Stale(ctx)
+		if err != nil || len(st) != 1 || st[0].Key != "k1" || st[0].Owner != "crashed" {
+			t.Fatalf("Stale = %+v, %v; want k1 held by crashed", st, err)
+		}
+		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
+		if got.Key != "k1" || got.Owner != "b" || got.Attempts != 2 || got.Age < lease {
+			t.Errorf("resumed = %+v", got)
+		}
+		if err := s.Renew(ctx, "k1", "crashed"); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("Renew by the crashed owner = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Release(ctx, "k1", "crashed", "late"); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("Release by the crashed owner = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Renew(ctx, "k1", "b"); err != nil {
+			t.Errorf("Renew by the new owner: %v", err)
+		}
+		if st, err := s.Stale(ctx); err != nil || len(st) != 0 {
+			t.Errorf("Stale after takeover = %v, %v", st, err)
+		}
+	})
+}
+
+func TestRenewKeepsTheClaim(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		for range 4 {
+			h.pass(t, lease*3/4)
+			if err := s.Renew(ctx, "k1", "a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.pass(t, lease*3/4)
+		mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress)
+		h.pass(t, lease/4+time.Second)
+		mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed)
+	})
+}
+
+func TestReleaseLetsTheNextRunResume(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		if err := s.Release(ctx, "k1", "a", "timeout after 30s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("Renew after Release = %v, want ErrLeaseLost", err)
+		}
+		h.pass(t, time.Millisecond)
+		st, err := s.Stale(ctx)
+		if err != nil || len(st) != 1 || st[0].LastError != "timeout after 30s" || st[0].Owner != "" {
+			t.Fatalf("Stale after Release = %+v, %v", st, err)
+		}
+		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
+		if got.LastError != "timeout after 30s" || got.Attempts != 2 || got.State != claim.StatePending {
+			t.Errorf("resumed = %+v", got)
+		}
+	})
+}
+
+func TestPendingAndStaleListings(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_old", "old", "a"), claim.Won)
+		mustClaim(t, s, req("cus_done", "done", "a"), claim.Won)
+		if err := s.Succeed(ctx, "done", "ch_done"); err != nil {
+			t.Fatal(err)
+		}
+		h.pass(t, 25*time.Hour)
+		mustClaim(t, s, req("cus_new", "new", "a"), claim.Won)
+		keys := func(cs []claim.Claim, err error) string {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ks []string
+			for _, c := range cs {
+				ks = append(ks, c.Key)
+			}
+			return strings.Join(ks, ",")
+		}
+		if got := keys(s.Pending(ctx, 23*time.Hour)); got != "old" {
+			t.Errorf("Pending(23h) = %s, want old", got)
+		}
+		if got := keys(s.Pending(ctx, 0)); got != "old,new" {
+			t.Errorf("Pending(0) = %s, want old,new", got)
+		}
+		if got := keys(s.Stale(ctx)); got != "old" {
+			t.Errorf("Stale = %s, want old", got)
+		}
+		old, _ := s.Pending(ctx, 23*time.Hour)
+		if old[0].Age < 25*time.Hour || old[0].Age > 26*time.Hour {
+			t.Errorf("age of old = %v, want about 25h", old[0].Age)
+		}
+		if _, err := s.Pending(ctx, -time.Second); !errors.Is(err, claim.ErrInvalid) {
+			t.Errorf("Pending(-1s) = %v, want ErrInvalid", err)
+		}
+	})
+}
+
+func TestClaimBatchOutcomes(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("busy", "k-busy", "other"), claim.Won)
+		mustClaim(t, s, req("paid", "k-paid", "other"), claim.Won)
+		mustClaim(t, s, req("declined", "k-declined", "other"), claim.Won)
+		mustClaim(t, s, req("stale", "k-stale", "other"), claim.Won)
+		if err := errors.Join(s.Succeed(ctx, "k-paid", "ch_paid"), s.Fail(ctx, "k-declined", "card_declined")); err != nil {
+			t.Fatal(err)
+		}
+		h.pass(t, lease+time.Second)
+		mustClaim(t, s, req("busy", "k-busy", "other"), claim.Resumed) // renewed by its owner
+		wrongAmount := req("busy", "k-busy", "me")
+		wrongAmount.Amount = 1
+		reqs := []claim.Request{
+			req("fresh", "k-fresh", "me"),
+			req("paid", "k-paid", "me"),
+			req("stale", "k-stale", "me"),
+			req("declined", "k-declined", "me"),
+			wrongAmount,
+			req("fresh2", "k-fresh2", "me"),
+		}
+		want := []claim.Outcome{claim.Won, claim.Succeeded, claim.Resumed, claim.Failed, claim.Mismatch, claim.Won}
+		res, err := s.ClaimBatch(ctx, reqs)
+		var mm *claim.MismatchError
+		if !errors.As(err, &mm) || mm.Field != "amount" || mm.Existing.Key != "k-busy" {
+			t.Errorf("ClaimBatch error = %v, want the amount mismatch on k-busy", err)
+		}
+		if len(res) != len(reqs) {
+			t.Fatalf("ClaimBatch returned %d results for %d requests", len(res), len(reqs))
+		}
+		for i, r := range res {
+			if r.Outcome != want[i] || r.Claim.Key != reqs[i].Key {
+				t.Errorf("result %d = %v for %s, want %v for %s", i, r.Outcome, r.Claim.Key, want[i], reqs[i].Key)
+			}
+		}
+		if res[1].Claim.StripeID != "ch_paid" {
+			t.Errorf("succeeded result has StripeID %q", res[1].Claim.StripeID)
+		}
+		if res, err := s.ClaimBatch(ctx, nil); res != nil || err != nil {
+			t.Errorf("empty batch = %v, %v", res, err)
+		}
+	})
+}
+
+func TestClaimNotFound(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		for name, err := range map[string]error{
+			"Renew":   s.Renew(ctx, "nope", "a"),
+			"Release": s.Release(ctx, "nope", "a", "x"),
+			"Succeed": s.Succeed(ctx, "nope", "ch_1"),
+			"Fail":    s.Fail(ctx, "nope", "x"),
+		} {
+			if !errors.Is(err, claim.ErrNotFound) {
+				t.Errorf("%s of an unknown key = %v, want ErrNotFound", name, err)
+			}
+		}
+		if _, err := s.Get(ctx, "nope"); !errors.Is(err, claim.ErrNotFound) {
+			t.Errorf("Get of an unknown key = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	long := strings.Repeat("x", claim.MaxIDLen+1)
+	edit := func(f func(*claim.Request)) claim.Request {
+		r := req("cus_1", "k1", "a")
+		f(&r)
+		return r
+	}
+	bad := []struct {
+		name string
+		req  claim.Request
+		want string
+	}{
+		{"empty customer", edit(func(r *claim.Request) { r.Customer = "" }), "customer is empty"},
+		{"long customer", edit(func(r *claim.Request) { r.Customer = long }), "customer is 256 bytes"},
+		{"empty period", edit(func(r *claim.Request) { r.Period = "" }), "period is empty"},
+		{"long period", edit(func(r *claim.Request) { r.Period = long }), "period is 256 bytes"},
+		{"zero key", edit(func(r *claim.Request) { r.Key = "" }), "key is empty"},
+		{"long key", edit(func(r *claim.Request) { r.Key = long }), "key is 256 bytes"},
+		{"NUL in key", edit(func(r *claim.Request) { r.Key = "k\x001" }), "key must be valid UTF-8"},
+		{"bad UTF-8 customer", edit(func(r *claim.Request) { r.Customer = "\xff" }), "customer must be valid UTF-8"},
+		{"no owner", edit(func(r *claim.Request) { r.Owner = "" }), "owner is empty"},
+		{"zero amount", edit(func(r *claim.Request) { r.Amount = 0 }), "amount 0 must be positive"},
+		{"negative amount", edit(func(r *claim.Request) { r.Amount = -100 }), "amount -100 must be positive"},
+		{"uppercase currency", edit(func(r *claim.Request) { r.Currency = "USD" }), `currency "USD"`},
+		{"empty currency", edit(func(r *claim.Request) { r.Currency = "" }), `currency ""`},
+		{"long currency", edit(func(r *claim.Request) { r.Currency = "usdx" }), `currency "usdx"`},
+		{"digits currency", edit(func(r *claim.Request) { r.Currency = "us1" }), `currency "us1"`},
+	}
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		for _, tc := range bad {
+			if _, err := s.Claim(ctx, tc.req); !errors.Is(err, claim.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: Claim = %v, want ErrInvalid saying %q", tc.name, err, tc.want)
+			}
+			if _, err := s.ClaimBatch(ctx, []claim.Request{req("cus_ok", "k_ok", "a"), tc.req}); !errors.Is(err, claim.ErrInvalid) || !strings.Contains(err.Error(), "request 1") {
+				t.Errorf("%s: ClaimBatch = %v, want ErrInvalid naming request 1", tc.name, err)
+			}
+		}
+		dupKey, dupPeriod := req("cus_2", "k1", "a"), req("cus_1", "k2", "a")
+		for name, batch := range map[string][]claim.Request{
+			"duplicate key":    {req("cus_1", "k1", "a"), dupKey},
+			"duplicate period": {req("cus_1", "k1", "a"), dupPeriod},
+		} {
+			if _, err := s.ClaimBatch(ctx, batch); !errors.Is(err, claim.ErrInvalid) || !strings.Contains(err.Error(), "requests 0 and 1") {
+				t.Errorf("%s: ClaimBatch = %v, want ErrInvalid naming requests 0 and 1", name, err)
+			}
+		}
+		for name, err := range map[string]error{
+			"Renew without key":     s.Renew(ctx, "", "a"),
+			"Renew without owner":   s.Renew(ctx, "k1", ""),
+			"Release without owner": s.Release(ctx, "k1", "", "x"),
+			"Release with NUL":      s.Release(ctx, "k1", "a", "\x00"),
+			"Succeed without id":    s.Succeed(ctx, "k1", ""),
+			"Succeed with long id":  s.Succeed(ctx, "k1", long),
+			"Fail without key":      s.Fail(ctx, "", "x"),
+			"Fail with bad UTF-8":   s.Fail(ctx, "k1", "\xff"),
+			"Get without key":       func() error { _, err := s.Get(ctx, ""); return err }(),
+			"Pending with negative": func() error { _, err := s.Pending(ctx, -1); return err }(),
+		} {
+			if !errors.Is(err, claim.ErrInvalid) {
+				t.Errorf("%s = %v, want ErrInvalid", name, err)
+			}
+		}
+		if p, err := s.Pending(ctx, 0); err != nil || len(p) != 0 {
+			t.Errorf("after bad input Pending = %v, %v; want nothing written", p, err)
+		}
+	})
+}
+
+// 64 runners claim the same customer and period at once: exactly one wins.
+func TestConcurrentClaimsOneWinner(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		counts := race(t, 64, func(i int) (claim.Result, error) {
+			return h.store.Claim(context.Background(), req("cus_1", "k1", fmt.Sprintf("runner-%d", i)))
+		})
+		if counts[claim.Won] != 1 || counts[claim.InProgress] != 63 {
+			t.Errorf("outcomes = %v, want 1 Won and 63 InProgress", counts)
+		}
+		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Attempts != 1 {
+			t.Errorf("claim = %+v, %v; want 1 attempt", c, err)
+		}
+	})
+}
+
+// 64 runners find the same crashed claim at once: exactly one resumes it.
+func TestConcurrentTakeoverOneWinner(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		mustClaim(t, h.store, req("cus_1", "k1", "crashed"), claim.Won)
+		h.pass(t, lease+time.Second)
+		counts := race(t, 64, func(i int) (claim.Result, error) {
+			return h.store.Claim(context.Background(), req("cus_1", "k1", fmt.Sprintf("runner-%d", i)))
+		})
+		if counts[claim.Resumed] != 1 || counts[claim.InProgress] != 63 {
+			t.Errorf("outcomes = %v, want 1 Resumed and 63 InProgress", counts)
+		}
+		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Attempts != 2 {
+			t.Errorf("claim = %+v, %v; want 2 attempts", c, err)
+		}
+	})
+}
+
+// Runners racing with different keys for one customer and period: at most
+// one live claim, everyone else gets an error.
+func TestConcurrentDifferentKeysOneWinner(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		var errs int
+		var mu sync.Mutex
+		counts := race(t, 16, func(i int) (claim.Result, error) {
+			r, err := h.store.Claim(context.Background(), req("cus_1", fmt.Sprintf("k%d", i), "a"))
+			if err != nil {
+				mu.Lock()
+				errs++
+				mu.Unlock()
+				return claim.Result{Outcome: claim.Mismatch}, nil
+			}
+			return r, nil
+		})
+		if counts[claim.Won] != 1 || errs != 15 {
+			t.Errorf("outcomes = %v with %d errors, want 1 Won and 15 errors", counts, errs)
+		}
+		if p, err := h.store.Pending(context.Background(), 0); err != nil || len(p) != 1 {
+			t.Errorf("Pending = %v, %v; want exactly one claim", p, err)
+		}
+	})
+}
+
+// race runs f(0..n-1) concurrently, released together, and counts outcomes.
+func race(t *testing.T, n int, f func(i int) (claim.Result, error)) map[claim.Outcome]int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	start := make(chan struct{})
+	counts := map[claim.Outcome]int{}
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			r, err := f(i)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("runner %d: %v", i, err)
+				return
+			}
+			counts[r.Outcome]++
+		})
+	}
+	close(start)
+	wg.Wait()
+	return counts
+}

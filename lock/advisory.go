@@ -1,0 +1,203 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultCheckInterval is how often a held advisory lock is confirmed when
+// [Config].CheckInterval is zero.
+const DefaultCheckInterval = time.Second
+
+// MinCheckInterval is the smallest accepted check or renew interval.
+const MinCheckInterval = 10 * time.Millisecond
+
+// minCheckTimeout is the least time a single check is given to answer.
+const minCheckTimeout = 5 * time.Second
+
+// releaseTimeout bounds the unlock query; past it the connection is closed.
+const releaseTimeout = 5 * time.Second
+
+// Config configures an [Advisory]. The zero value is usable.
+type Config struct {
+	// Namespace is mixed into every key (see [Key]) so that unrelated
+	// applications sharing a database do not collide. Defaults to "".
+	Namespace string
+
+	// CheckInterval is how often the lock is confirmed while a job runs.
+	// A lost lock cancels the job within about one interval; a check that
+	// gets no answer within max(CheckInterval, 5s) counts as lost.
+	// Defaults to [DefaultCheckInterval]; at least [MinCheckInterval].
+	CheckInterval time.Duration
+
+	// Wait is how long Acquire and Do keep trying while another holder has
+	// the lock. Defaults to 0: one try, no waiting.
+	Wait time.Duration
+
+	// Logger receives acquisitions, skips, lost locks and unconfirmed
+	// releases. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Advisory is a [Guard] backed by a PostgreSQL session advisory lock
+// (pg_try_advisory_lock) on a connection of its own.
+//
+// For each acquisition a connection is taken out of the pool for good
+// (pgxpool's Hijack), the lock is taken on it, checked on it, released on it,
+// and the connection is then closed: it never returns to the pool, so no
+// pooled connection can carry a lock to an unrelated caller. The pool opens
+// a replacement when it needs one. An attempt that does not win the lock
+// gives the connection back untouched.
+//
+// An Advisory is safe for concurrent use.
+type Advisory struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	logger *slog.Logger
+}
+
+var _ Guard = (*Advisory)(nil)
+
+// NewAdvisory returns an Advisory that takes its connections from pool.
+func NewAdvisory(pool *pgxpool.Pool, cfg Config) (*Advisory, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool; pass the *pgxpool.Pool of the database that coordinates the replicas", ErrInvalidConfig)
+	}
+	if err := checkName("namespace", cfg.Namespace, true); err != nil {
+		return nil, err
+	}
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = DefaultCheckInterval
+	}
+	if cfg.CheckInterval < MinCheckInterval {
+		return nil, fmt.Errorf("%w: CheckInterval %v is below the minimum %v; use 0 for the default %v",
+			ErrInvalidConfig, cfg.CheckInterval, MinCheckInterval, DefaultCheckInterval)
+	}
+	if cfg.Wait < 0 {
+		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalidConfig, cfg.Wait)
+	}
+	return &Advisory{pool: pool, cfg: cfg, logger: loggerOrDiscard(cfg.Logger)}, nil
+}
+
+// Do implements [Guard]. A panic in fn releases the lock and propagates.
+func (a *Advisory) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	return do(ctx, a, a.logger, name, fn)
+}
+
+// Func wraps fn as a func() job for robfig/cron-style schedulers
+// (cron.FuncJob): each call runs fn under [Advisory.Do] with a context
+// derived from ctx (cancel ctx to stop the job on shutdown), logs the
+// outcome, and recovers a panic into an error log so that the scheduler
+// keeps running.
+func (a *Advisory) Func(ctx context.Context, name string, fn func(ctx context.Context) error) func() {
+	return jobFunc(ctx, a, a.logger, name, fn)
+}
+
+// Acquire implements [Guard].
+func (a *Advisory) Acquire(ctx context.Context, name string) (*Held, error) {
+	if err := checkName("name", name, false); err != nil {
+		return nil, err
+	}
+	key := Key(a.cfg.Namespace, name)
+	pc, err := a.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %q: taking a connection from the pool: %w", name, err)
+	}
+	ok, err := pollUntil(ctx, a.cfg.Wait, func() (bool, error) {
+		var ok bool
+		err := pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok)
+		return ok, err
+	})
+	if err != nil {
+		// The lock may or may not have been taken: the connection must not
+		// go back to the pool.
+		closeConn(pc.Hijack())
+		return nil, fmt.Errorf("lock: %q: pg_try_advisory_lock: %w", name, err)
+	}
+	if !ok {
+		pc.Release() // pg_try_advisory_lock returned false: nothing was taken
+		return nil, ErrNotAcquired
+	}
+	conn := pc.Hijack()
+	pid := conn.PgConn().PID()
+	classID, objID := splitKey(key)
+	a.logger.Debug("advisory lock acquired", "name", name, "key", key, "backend_pid", pid)
+
+	check := func(ctx context.Context) error {
+		var held bool
+		if err := conn.QueryRow(ctx, checkSQL, classID, objID).Scan(&held); err != nil {
+			return fmt.Errorf("checking the lock on backend %d: %w", pid, err)
+		}
+		if !held {
+			return fmt.Errorf("backend %d no longer holds advisory lock %d", pid, key)
+		}
+		return nil
+	}
+	release := func(ctx context.Context, lost bool) error {
+		defer closeConn(conn) // the server drops whatever the session still holds
+		if lost {
+			return nil
+		}
+		if conn.IsClosed() {
+			return fmt.Errorf("the connection to backend %d closed before the release; the lock ended with it", pid)
+		}
+		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+		var unlocked bool
+		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&unlocked); err != nil {
+			return fmt.Errorf("pg_advisory_unlock on backend %d: %w; connection closed instead", pid, err)
+		}
+		if !unlocked {
+			return fmt.Errorf("pg_advisory_unlock on backend %d: the session did not hold lock %d", pid, key)
+		}
+		return nil
+	}
+	return newHeld(name, a.cfg.CheckInterval, max(a.cfg.CheckInterval, minCheckTimeout), a.logger, check, release), nil
+}
+
+// checkSQL reports whether this session holds the advisory lock whose
+// bigint key is split into classid (high 32 bits) and objid (low 32 bits);
+// objsubid 1 marks a single-bigint key.
+const checkSQL = `SELECT EXISTS (
+	SELECT 1 FROM pg_locks
+	WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
+	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	  AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1)`
+
+func splitKey(key int64) (classID, objID int64) {
+	u := uint64(key)
+	return int64(u >> 32), int64(u & 0xffffffff)
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	conn.Close(ctx)
+}
+
+// TryXact takes the transaction-scoped advisory lock for namespace and name
+// (pg_try_advisory_xact_lock with [Key]) inside the caller's transaction and
+// reports whether it got it. The lock is released when tx commits or rolls
+// back; there is no unlock. Use it for short critical sections that already
+// run in a transaction; it also works through PgBouncer in transaction mode.
+func TryXact(ctx context.Context, tx pgx.Tx, namespace, name string) (bool, error) {
+	if tx == nil {
+		return false, fmt.Errorf("%w: nil transaction; begin one and pass it, the lock lives until it ends", ErrInvalidConfig)
+	}
+	if err := checkName("namespace", namespace, true); err != nil {
+		return false, err
+	}
+	if err := checkName("name", name, false); err != nil {
+		return false, err
+	}
+	var ok bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", Key(namespace, name)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("lock: %q: pg_try_advisory_xact_lock: %w", name, err)
+	}
+	return ok, nil
+}

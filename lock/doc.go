@@ -1,0 +1,79 @@
+// Package lock makes sure that one replica at a time runs a scheduled job,
+// such as the monthly billing run that every pod's cron fires at midnight.
+//
+// # Guarding a job
+//
+// Build a [Guard] once and wrap each run in [Guard.Do]:
+//
+//	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing", Logger: logger})
+//	...
+//	ran, err := guard.Do(ctx, "monthly-billing:2026-09", func(ctx context.Context) error {
+//		return biller.Run(ctx, customers, period)
+//	})
+//
+// The replica that wins the lock runs the job; the others get ran == false
+// and a nil error: another holder has it, which is not a failure. By default
+// Do tries once; [Config].Wait makes it keep trying for a while.
+//
+// The lock prevents overlap, not repetition: a replica whose tick comes
+// after the winner has finished runs the job again. Make the job itself
+// idempotent (billonce's claims do that for charges) or record completion
+// per period.
+//
+// # Lost locks
+//
+// While the job runs, the lock is confirmed every [Config].CheckInterval
+// (default [DefaultCheckInterval], one second). If the connection died or
+// the lock is no longer held, the job's context is cancelled with a cause
+// wrapping [ErrLockLost]:
+//
+//	if errors.Is(context.Cause(ctx), lock.ErrLockLost) { ... stop, another replica may start }
+//
+// Do then returns an error wrapping ErrLockLost even if the job returned
+// nil, so the loss is never silent.
+//
+// # Advisory lock or lease row
+//
+// [Advisory] uses a PostgreSQL session advisory lock. It needs no table,
+// is released by the server the moment the session ends, and is the right
+// choice when the application talks to PostgreSQL directly (or through
+// PgBouncer in session mode). Each acquisition takes one connection out of
+// the pool for good and closes it afterwards.
+//
+// [Lease] keeps a row per name with an owner and an expiry (lock_until) on
+// the database clock, renewed while the job runs. Choose it when the
+// application reaches PostgreSQL through PgBouncer (or another pooler) in
+// transaction mode, where session state, advisory locks included, does not
+// survive from one statement to the next. A holder that dies is replaced
+// after at most [LeaseConfig].TTL. Call [Lease.Migrate] once.
+//
+// For a short critical section inside a transaction you already have,
+// [TryXact] takes a transaction-scoped advisory lock that ends with the
+// transaction; it works in every pooling mode.
+//
+// # Bugs this package avoids
+//
+//   - Unlocking through a pool: pg_advisory_unlock run on a different pooled
+//     connection than the lock silently does nothing, and the lock stays
+//     with a connection that goes back to the pool. Here the lock, its
+//     checks and its release all use one connection that never returns to
+//     the pool; if the release cannot be confirmed, the connection is
+//     closed, which makes the server drop the lock.
+//   - Re-entrant session locks: a pooled connection that already holds a
+//     lock gets it again for an unrelated caller. Here every acquisition has
+//     a session (or a lease owner token) of its own, so a second Do for the
+//     same name in the same process is refused.
+//   - 31-bit keys: Math.abs(hashCode()) collides often and is negative for
+//     one input. [Key] is a documented 64-bit hash of the namespace and name,
+//     frozen across versions.
+//   - Silently lost locks: a dropped connection ends the lock but not the
+//     job. Here the job's context is cancelled.
+//   - Session locks behind a transaction pooler: use [Lease].
+//
+// # Schedulers
+//
+// [Advisory.Func] and [Lease.Func] wrap a job as the func() that
+// robfig/cron (cron.FuncJob) and similar schedulers call. The subpackage
+// gocronlock adapts a Guard to gocron v2's Locker. Neither forces a
+// scheduler dependency on this package.
+package lock

@@ -1,0 +1,83 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/lock"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func Example() {
+	ctx := context.Background()
+	// A throwaway PostgreSQL for the example; use your own database URL.
+	cluster, err := pgtest.Start(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Stop()
+	url, err := cluster.NewDatabase(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ran, err := guard.Do(ctx, "monthly-billing:2026-09", func(ctx context.Context) error {
+		// Meanwhile another replica firing the same job is turned away.
+		other, _ := guard.Do(ctx, "monthly-billing:2026-09", func(context.Context) error { return nil })
+		fmt.Println("billing customers; other replica ran:", other)
+		return nil
+	})
+	fmt.Println("ran:", ran, "err:", err)
+	// Output:
+	// billing customers; other replica ran: false
+	// ran: true err: <nil>
+}
+
+// Behind PgBouncer in transaction mode, use a lease row instead.
+func ExampleLease() {
+	ctx := context.Background()
+	cluster, err := pgtest.Start(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Stop()
+	url, err := cluster.NewDatabase(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	guard, err := lock.NewLease(pool, lock.LeaseConfig{Namespace: "billing", TTL: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := guard.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	ran, err := guard.Do(ctx, "monthly-billing:2026-09", func(ctx context.Context) error {
+		// The lease is renewed every TTL/3 while this runs; if a renewal
+		// fails, ctx is cancelled with cause lock.ErrLockLost.
+		fmt.Println("billing customers")
+		return nil
+	})
+	fmt.Println("ran:", ran, "err:", err)
+	// Output:
+	// billing customers
+	// ran: true err: <nil>
+}

@@ -1,0 +1,60 @@
+package gocronlock_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/lock"
+	"github.com/billonce/billonce/lock/gocronlock"
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func Example() {
+	ctx := context.Background()
+	// A throwaway PostgreSQL for the example; use your own database URL.
+	cluster, err := pgtest.Start(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Stop()
+	url, err := cluster.NewDatabase(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(gocronlock.New(guard)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan struct{})
+	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()),
+		gocron.NewTask(func() {
+			fmt.Println("report built by the replica holding the lock")
+			close(done)
+		}),
+		gocron.WithName("monthly-report")) // the lock name
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		fmt.Println("job did not run")
+	}
+	s.Shutdown()
+	// Output: report built by the replica holding the lock
+}

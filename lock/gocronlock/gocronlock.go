@@ -1,0 +1,47 @@
+// Package gocronlock lets gocron v2 schedulers on several replicas run each
+// job once at a time, using a [lock.Guard] ([lock.Advisory] or [lock.Lease]).
+//
+//	guard, _ := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
+//	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(gocronlock.New(guard)))
+//
+// gocron passes the job's name as the lock name, so give every job a
+// stable, distinct name with gocron.WithName.
+//
+// gocron runs the job with a context of its own, which this adapter cannot
+// cancel: a lock lost while the job runs is only logged (by the Guard's
+// logger). A job that must stop when the lock is lost should call
+// [lock.Guard.Do] itself instead, which cancels the job's context with
+// cause [lock.ErrLockLost].
+package gocronlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/billonce/billonce/lock"
+	"github.com/go-co-op/gocron/v2"
+)
+
+// Locker satisfies gocron.Locker.
+type Locker struct {
+	guard lock.Guard
+}
+
+var _ gocron.Locker = (*Locker)(nil)
+
+// New returns a Locker that takes locks from guard.
+func New(guard lock.Guard) *Locker { return &Locker{guard: guard} }
+
+// Lock takes the lock named key. It returns an error wrapping
+// [lock.ErrNotAcquired] when another holder has it, which makes gocron skip
+// this run. The returned lock is released by gocron after the job.
+func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if l == nil || l.guard == nil {
+		return nil, fmt.Errorf("%w: gocronlock.New was given a nil Guard", lock.ErrInvalidConfig)
+	}
+	h, err := l.guard.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}

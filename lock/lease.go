@@ -1,0 +1,201 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultLeaseTTL is how long a lease lasts without renewal when
+// [LeaseConfig].TTL is zero.
+const DefaultLeaseTTL = 30 * time.Second
+
+// LeaseTable is the table [Lease] keeps its leases in. [Lease.Migrate]
+// creates it.
+const LeaseTable = "billonce_lock_leases"
+
+// DB is what [Lease] needs from the database. Pass a *pgxpool.Pool: renewals
+// run concurrently with the job, and the lease rows must be committed as soon
+// as they are written, so a single *pgx.Conn or a pgx.Tx will not do. Each
+// statement stands alone, so a pool behind PgBouncer in transaction mode
+// works.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// LeaseConfig configures a [Lease]. The zero value is usable.
+type LeaseConfig struct {
+	// Namespace separates the names of unrelated applications sharing the
+	// table. Defaults to "".
+	Namespace string
+
+	// TTL is how long a lease lasts past its last renewal, on the database
+	// clock. A holder that dies is replaced after at most TTL.
+	// Defaults to [DefaultLeaseTTL].
+	TTL time.Duration
+
+	// RenewInterval is how often a held lease is extended to now() + TTL.
+	// A renewal that fails, or gets no answer within RenewInterval, cancels
+	// the job, which is therefore told before the lease can expire.
+	// Defaults to TTL/3; at most TTL/2 and at least [MinCheckInterval].
+	RenewInterval time.Duration
+
+	// Wait is how long Acquire and Do keep trying while another holder has
+	// the lease. Defaults to 0: one try, no waiting.
+	Wait time.Duration
+
+	// Logger receives acquisitions, skips, lost leases and unconfirmed
+	// releases. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Lease is a [Guard] backed by a row per name in [LeaseTable]: an owner
+// token and an expiry (lock_until) on the database clock, extended every
+// RenewInterval while the job runs and deleted when it ends. Unlike
+// [Advisory] it needs no session state, so it works through PgBouncer in
+// transaction mode. A holder can only renew or delete a row that still
+// carries its own owner token, so a stale holder cannot touch a newer
+// holder's lease.
+//
+// A Lease is safe for concurrent use.
+type Lease struct {
+	db     DB
+	cfg    LeaseConfig
+	logger *slog.Logger
+	owner  string // process part of every owner token
+}
+
+var _ Guard = (*Lease)(nil)
+
+// NewLease returns a Lease on db. Call [Lease.Migrate] once before use.
+func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalidConfig)
+	}
+	if err := checkName("namespace", cfg.Namespace, true); err != nil {
+		return nil, err
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultLeaseTTL
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = cfg.TTL / 3
+	}
+	switch {
+	case cfg.TTL < 2*MinCheckInterval:
+		return nil, fmt.Errorf("%w: TTL %v is too short; use at least %v, or 0 for the default %v",
+			ErrInvalidConfig, cfg.TTL, 2*MinCheckInterval, DefaultLeaseTTL)
+	case cfg.RenewInterval < MinCheckInterval:
+		return nil, fmt.Errorf("%w: RenewInterval %v is below the minimum %v; use 0 for TTL/3",
+			ErrInvalidConfig, cfg.RenewInterval, MinCheckInterval)
+	case 2*cfg.RenewInterval > cfg.TTL:
+		return nil, fmt.Errorf("%w: RenewInterval %v is more than half of TTL %v, so a failed renewal could go unnoticed until the lease expires; use 0 for TTL/3",
+			ErrInvalidConfig, cfg.RenewInterval, cfg.TTL)
+	case cfg.Wait < 0:
+		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalidConfig, cfg.Wait)
+	}
+	host, _ := os.Hostname()
+	return &Lease{db: db, cfg: cfg, logger: loggerOrDiscard(cfg.Logger), owner: fmt.Sprintf("%s/%d", host, os.Getpid())}, nil
+}
+
+// Migrate creates [LeaseTable] if it does not exist.
+func (l *Lease) Migrate(ctx context.Context) error {
+	_, err := l.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+LeaseTable+` (
+		namespace  text        NOT NULL,
+		name       text        NOT NULL,
+		owner      text        NOT NULL,
+		locked_at  timestamptz NOT NULL,
+		lock_until timestamptz NOT NULL,
+		PRIMARY KEY (namespace, name))`)
+	if err != nil {
+		return fmt.Errorf("lock: creating %s: %w", LeaseTable, err)
+	}
+	return nil
+}
+
+// Do implements [Guard]. A panic in fn releases the lease and propagates.
+func (l *Lease) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	return do(ctx, l, l.logger, name, fn)
+}
+
+// Func wraps fn as a func() job for robfig/cron-style schedulers, as
+// [Advisory.Func] does.
+func (l *Lease) Func(ctx context.Context, name string, fn func(ctx context.Context) error) func() {
+	return jobFunc(ctx, l, l.logger, name, fn)
+}
+
+// Acquire implements [Guard]. It takes the lease if no row exists for name
+// or the row's lock_until has passed on the database clock.
+func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
+	if err := checkName("name", name, false); err != nil {
+		return nil, err
+	}
+	var nonce [12]byte
+	rand.Read(nonce[:])
+	// A fresh token per acquisition: a second Acquire in the same process
+	// is a different owner and is refused while the first holds the lease.
+	owner := l.owner + "/" + hex.EncodeToString(nonce[:])
+	ttl := l.cfg.TTL.Microseconds()
+	ok, err := pollUntil(ctx, l.cfg.Wait, func() (bool, error) {
+		var got string
+		err := l.db.QueryRow(ctx, `INSERT INTO `+LeaseTable+` AS t (namespace, name, owner, locked_at, lock_until)
+			VALUES ($1, $2, $3, now(), now() + $4 * interval '1 microsecond')
+			ON CONFLICT (namespace, name) DO UPDATE
+			SET owner = excluded.owner, locked_at = excluded.locked_at, lock_until = excluded.lock_until
+			WHERE t.lock_until <= now()
+			RETURNING owner`, l.cfg.Namespace, name, owner, ttl).Scan(&got)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		// The insert may have committed before the error: drop the row if it
+		// is ours rather than leave it to expire.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		l.db.Exec(dctx, `DELETE FROM `+LeaseTable+` WHERE namespace = $1 AND name = $2 AND owner = $3`, l.cfg.Namespace, name, owner)
+		return nil, fmt.Errorf("lock: %q: taking the lease: %w", name, err)
+	}
+	if !ok {
+		return nil, ErrNotAcquired
+	}
+	l.logger.Debug("lease acquired", "name", name, "owner", owner)
+
+	renew := func(ctx context.Context) error {
+		tag, err := l.db.Exec(ctx, `UPDATE `+LeaseTable+`
+			SET lock_until = now() + $4 * interval '1 microsecond'
+			WHERE namespace = $1 AND name = $2 AND owner = $3 AND lock_until > now()`,
+			l.cfg.Namespace, name, owner, ttl)
+		if err != nil {
+			return fmt.Errorf("renewing the lease: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errors.New("the lease expired or was taken over")
+		}
+		return nil
+	}
+	release := func(ctx context.Context, lost bool) error {
+		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+		tag, err := l.db.Exec(ctx, `DELETE FROM `+LeaseTable+` WHERE namespace = $1 AND name = $2 AND owner = $3`,
+			l.cfg.Namespace, name, owner)
+		if err != nil {
+			return fmt.Errorf("deleting the lease: %w; it expires by itself within %v", err, l.cfg.TTL)
+		}
+		if tag.RowsAffected() == 0 && !lost {
+			return errors.New("the lease was no longer ours when released")
+		}
+		return nil
+	}
+	return newHeld(name, l.cfg.RenewInterval, l.cfg.RenewInterval, l.logger, renew, release), nil
+}

@@ -1,0 +1,269 @@
+package lock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxNameLen is the longest name or namespace, in bytes, that a [Guard]
+// accepts.
+const MaxNameLen = 200
+
+var (
+	// ErrNotAcquired is returned by Acquire when another holder has the lock.
+	// [Guard.Do] reports the same condition as ran == false with a nil error.
+	ErrNotAcquired = errors.New("lock: another holder has the lock")
+
+	// ErrLockLost is the cause of a guarded job's context when the lock can
+	// no longer be confirmed: the connection died, the lock is no longer
+	// held, or a lease could not be renewed. Test for it with
+	// errors.Is(context.Cause(ctx), ErrLockLost).
+	ErrLockLost = errors.New("lock: lock lost")
+
+	// ErrInvalidName is returned for an empty, oversized or non-UTF-8 name
+	// or namespace.
+	ErrInvalidName = errors.New("lock: invalid name")
+
+	// ErrInvalidConfig is returned by the constructors for a nil database or
+	// an unusable setting.
+	ErrInvalidConfig = errors.New("lock: invalid configuration")
+)
+
+// A Guard runs a function only while it holds a named lock. [*Advisory] and
+// [*Lease] are Guards.
+type Guard interface {
+	// Do runs fn if this caller wins the lock for name and releases the lock
+	// when fn returns (or panics). If another holder has the lock, Do returns
+	// ran == false and a nil error without calling fn. fn's context is
+	// cancelled with cause [ErrLockLost] if the lock is lost while fn runs.
+	Do(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error)
+
+	// Acquire takes the lock for name and returns it held; it returns
+	// [ErrNotAcquired] if another holder has it. The caller must call
+	// [Held.Unlock]. Prefer Do, which cancels the job when the lock is lost.
+	Acquire(ctx context.Context, name string) (*Held, error)
+}
+
+// Key returns the 64-bit advisory lock key for a name in a namespace: the
+// first 8 bytes, read big-endian as a two's-complement int64, of
+//
+//	SHA-256( uint64be(len(namespace)) || namespace || uint64be(len(name)) || name )
+//
+// The length prefixes keep ("a:b", "c") and ("a", "b:c") apart. The function
+// is part of the package's compatibility promise: the same namespace and
+// name give the same key in every process and every version.
+func Key(namespace, name string) int64 {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(namespace)))
+	h.Write(n[:])
+	h.Write([]byte(namespace))
+	binary.BigEndian.PutUint64(n[:], uint64(len(name)))
+	h.Write(n[:])
+	h.Write([]byte(name))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8]))
+}
+
+func checkName(what, s string, mayBeEmpty bool) error {
+	switch {
+	case s == "" && !mayBeEmpty:
+		return fmt.Errorf("%w: %s is empty; name the job, e.g. \"monthly-billing\"", ErrInvalidName, what)
+	case len(s) > MaxNameLen:
+		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalidName, what, len(s), MaxNameLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidName, what)
+	}
+	return nil
+}
+
+func loggerOrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+// A Held is a lock this process holds, returned by Acquire. While it is held,
+// a background check confirms it periodically (advisory lock still granted,
+// lease still renewed); when a check fails, Lost is closed and Err reports
+// why. Unlock releases it. A Held satisfies gocron v2's Lock interface.
+type Held struct {
+	name   string
+	lost   chan struct{} // closed when a check fails
+	err    error         // written before lost is closed
+	stop   chan struct{} // closed by Unlock to end the checker
+	done   chan struct{} // closed when the checker has returned
+	logger *slog.Logger
+
+	release    func(ctx context.Context, lost bool) error
+	unlockOnce sync.Once
+	unlockErr  error
+}
+
+// newHeld starts the checker: every interval, check runs with a timeout and
+// must return nil for the lock to count as still held.
+func newHeld(name string, interval, timeout time.Duration, logger *slog.Logger,
+	check func(ctx context.Context) error, release func(ctx context.Context, lost bool) error) *Held {
+	h := &Held{
+		name:    name,
+		lost:    make(chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		logger:  logger,
+		release: release,
+	}
+	go h.watch(interval, timeout, check)
+	return h
+}
+
+func (h *Held) watch(interval, timeout time.Duration, check func(ctx context.Context) error) {
+	defer close(h.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		// The check is never interrupted by Unlock: Unlock waits for it, so
+		// the connection is never used by two goroutines at once.
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := check(ctx)
+		cancel()
+		if err != nil {
+			h.err = fmt.Errorf("%w: %q: %w", ErrLockLost, h.name, err)
+			h.logger.Error("lock lost", "name", h.name, "err", err)
+			close(h.lost)
+			return
+		}
+	}
+}
+
+// Lost is closed when the lock is found lost.
+func (h *Held) Lost() <-chan struct{} { return h.lost }
+
+// Err returns nil while the lock is held, and an error wrapping
+// [ErrLockLost] that says why once Lost is closed.
+func (h *Held) Err() error {
+	select {
+	case <-h.lost:
+		return h.err
+	default:
+		return nil
+	}
+}
+
+// Unlock stops the checks and releases the lock. It ignores the
+// cancellation of ctx (release must happen even when the job was cancelled)
+// but keeps its values. It returns an error wrapping [ErrLockLost] if the
+// lock had been lost or its release could not be confirmed; either way the
+// lock is no longer held by this process afterwards. Calls after the first
+// return the first call's result.
+func (h *Held) Unlock(ctx context.Context) error {
+	h.unlockOnce.Do(func() {
+		close(h.stop)
+		<-h.done
+		ctx := context.WithoutCancel(ctx)
+		lostErr := h.Err()
+		err := h.release(ctx, lostErr != nil)
+		switch {
+		case lostErr != nil:
+			h.unlockErr = lostErr
+		case err != nil:
+			h.unlockErr = fmt.Errorf("%w: %q: release not confirmed: %w", ErrLockLost, h.name, err)
+			h.logger.Warn("lock release not confirmed", "name", h.name, "err", err)
+		}
+	})
+	return h.unlockErr
+}
+
+// do is the shared body of Advisory.Do and Lease.Do.
+func do(ctx context.Context, g Guard, logger *slog.Logger, name string, fn func(context.Context) error) (ran bool, err error) {
+	if fn == nil {
+		return false, fmt.Errorf("%w: nil job function for %q", ErrInvalidConfig, name)
+	}
+	h, err := g.Acquire(ctx, name)
+	if errors.Is(err, ErrNotAcquired) {
+		logger.Debug("lock held elsewhere; job skipped", "name", name)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	jobCtx, cancel := context.WithCancelCause(ctx)
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case <-h.Lost():
+			cancel(h.Err())
+		case <-finished:
+		}
+	}()
+	defer func() {
+		// Runs on return and on panic: stop the checker, then release.
+		close(finished)
+		h.Unlock(ctx) // outcome logged by Unlock; a lost lock is reported below
+		cancel(nil)
+		if lostErr := h.Err(); lostErr != nil && !errors.Is(err, ErrLockLost) {
+			err = errors.Join(err, lostErr)
+		}
+	}()
+	logger.Debug("lock acquired; job running", "name", name)
+	return true, fn(jobCtx)
+}
+
+// jobFunc is the shared body of Advisory.Func and Lease.Func.
+func jobFunc(ctx context.Context, g Guard, logger *slog.Logger, name string, fn func(context.Context) error) func() {
+	return func() {
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				logger.Error("scheduled job panicked", "name", name, "panic", p, "stack", string(debug.Stack()))
+			}
+		}()
+		ran, err := g.Do(ctx, name, fn)
+		switch {
+		case err != nil:
+			logger.Error("scheduled job failed", "name", name, "ran", ran, "err", err, "duration", time.Since(start))
+		case !ran:
+			logger.Info("scheduled job skipped: another holder has the lock", "name", name)
+		default:
+			logger.Info("scheduled job done", "name", name, "duration", time.Since(start))
+		}
+	}
+}
+
+// pollUntil calls try until it reports success, fails, or wait has passed
+// since the first try. wait == 0 means one try.
+func pollUntil(ctx context.Context, wait time.Duration, try func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ok, err := try()
+		if ok || err != nil {
+			return ok, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, nil
+		}
+		t := time.NewTimer(min(left, waitPoll))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// waitPoll is how often a waiting Acquire tries again.
+const waitPoll = 100 * time.Millisecond

@@ -1,0 +1,157 @@
+package lock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/lock"
+	"github.com/billonce/billonce/lock/gocronlock"
+)
+
+// The keys are frozen: changing them would let an old and a new version of
+// a replica run the same job at once. The values were checked against an
+// independent implementation (Python hashlib).
+func TestKeyFrozen(t *testing.T) {
+	for _, tc := range []struct {
+		namespace, name string
+		key             int64
+	}{
+		{"", "", 3983162290893594069},
+		{"", "monthly-billing", -3097664530769235991},
+		{"billonce", "monthly-billing:2026-09", -7794995977204650905},
+		{"a:b", "c", -8615360286647923326},
+		{"a", "b:c", -157609087115394744},
+		{"billing", "nightly-reconcile", 2274653109730150850},
+	} {
+		if got := lock.Key(tc.namespace, tc.name); got != tc.key {
+			t.Errorf("Key(%q, %q) = %d; want %d", tc.namespace, tc.name, got, tc.key)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	job := func(context.Context) error { t.Error("job ran on bad input"); return nil }
+
+	t.Run("constructors", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			new  func() error
+		}{
+			{"nil pool", func() error { _, err := lock.NewAdvisory(nil, lock.Config{}); return err }},
+			{"negative check interval", func() error { _, err := lock.NewAdvisory(pool, lock.Config{CheckInterval: -time.Second}); return err }},
+			{"tiny check interval", func() error {
+				_, err := lock.NewAdvisory(pool, lock.Config{CheckInterval: time.Nanosecond})
+				return err
+			}},
+			{"negative wait", func() error { _, err := lock.NewAdvisory(pool, lock.Config{Wait: -1}); return err }},
+			{"nil db", func() error { _, err := lock.NewLease(nil, lock.LeaseConfig{}); return err }},
+			{"negative TTL", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{TTL: -time.Second}); return err }},
+			{"negative renew", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{RenewInterval: -time.Second}); return err }},
+			{"renew over half TTL", func() error {
+				_, err := lock.NewLease(pool, lock.LeaseConfig{TTL: time.Second, RenewInterval: 600 * time.Millisecond})
+				return err
+			}},
+			{"lease negative wait", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{Wait: -1}); return err }},
+		} {
+			err := tc.new()
+			if !errors.Is(err, lock.ErrInvalidConfig) {
+				t.Errorf("%s: error = %v; want ErrInvalidConfig", tc.name, err)
+			}
+		}
+		if _, err := lock.NewAdvisory(pool, lock.Config{Namespace: strings.Repeat("n", lock.MaxNameLen+1)}); !errors.Is(err, lock.ErrInvalidName) {
+			t.Errorf("oversized namespace: error = %v; want ErrInvalidName", err)
+		}
+	})
+
+	adv, err := lock.NewAdvisory(pool, lock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := lock.NewLease(pool, lock.LeaseConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []lock.Guard{adv, lease} {
+		for _, name := range []string{"", strings.Repeat("x", lock.MaxNameLen+1), "bad\xffutf8"} {
+			if ran, err := g.Do(ctx, name, job); ran || !errors.Is(err, lock.ErrInvalidName) {
+				t.Errorf("%T.Do(%q) = %v, %v; want ErrInvalidName", g, name, ran, err)
+			}
+		}
+		if ran, err := g.Do(ctx, "job", nil); ran || !errors.Is(err, lock.ErrInvalidConfig) {
+			t.Errorf("%T.Do with nil fn = %v, %v; want ErrInvalidConfig", g, ran, err)
+		}
+	}
+	if _, err := lock.TryXact(ctx, nil, "", "job"); !errors.Is(err, lock.ErrInvalidConfig) {
+		t.Errorf("TryXact(nil tx) error = %v; want ErrInvalidConfig", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := lock.TryXact(ctx, tx, "", ""); !errors.Is(err, lock.ErrInvalidName) {
+		t.Errorf("TryXact empty name error = %v; want ErrInvalidName", err)
+	}
+	if _, err := gocronlock.New(nil).Lock(ctx, "job"); !errors.Is(err, lock.ErrInvalidConfig) {
+		t.Errorf("gocronlock with nil guard: error = %v; want ErrInvalidConfig", err)
+	}
+}
+
+// A closed pool is an error, not "another holder has it".
+func TestClosedPool(t *testing.T) {
+	pool, _ := newPool(t, 0)
+	g := newAdvisory(t, pool, lock.Config{})
+	pool.Close()
+	ran, err := g.Do(context.Background(), "job", func(context.Context) error { return nil })
+	if ran || err == nil {
+		t.Fatalf("Do on a closed pool = %v, %v; want an error", ran, err)
+	}
+	t.Logf("closed pool: %v", err)
+}
+
+// Func runs the job under the lock, logs each outcome through the injected
+// logger, and turns a panic into a log line after releasing the lock.
+func TestFuncLogsOutcomes(t *testing.T) {
+	pool, _ := newPool(t, 0)
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	g := newAdvisory(t, pool, lock.Config{Logger: logger})
+	ctx := context.Background()
+	runs := 0
+
+	g.Func(ctx, "ok", func(context.Context) error { runs++; return nil })()
+	g.Func(ctx, "fails", func(context.Context) error { return errors.New("card network down") })()
+	g.Func(ctx, "panics", func(context.Context) error { panic("boom") })()
+	h, err := g.Acquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Func(ctx, "busy", func(context.Context) error { runs++; return nil })()
+	h.Unlock(ctx)
+
+	if runs != 1 {
+		t.Errorf("job ran %d times; want 1", runs)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		`msg="scheduled job done" name=ok`,
+		`msg="scheduled job failed" name=fails ran=true err="card network down"`,
+		`msg="scheduled job panicked" name=panics panic=boom`,
+		`msg="scheduled job skipped: another holder has the lock" name=busy`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+	if n := advisoryLocks(t, pool); n != 0 {
+		t.Fatalf("%d advisory locks held after the jobs (the panicking one leaked its lock?)", n)
+	}
+}
