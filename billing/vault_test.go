@@ -120,7 +120,7 @@ func proxied(tb testing.TB, proxyURL string) *client.API {
 
 func chargeParams(customer, key string, amount int64) *stripe.ChargeParams {
 	p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
-	p.AddMetadata("period", "2026-09")
+	p.AddMetadata(billingtest.DefaultPeriodKey, "2026-09")
 	if key != "" {
 		p.SetIdempotencyKey(key)
 	}

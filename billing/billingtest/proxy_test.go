@@ -42,7 +42,7 @@ type answer struct {
 // post sends a charge for amount through the proxy with plain net/http.
 func post(tb testing.TB, base, bearer, idem, customer string, amount int64) answer {
 	tb.Helper()
-	form := url.Values{"amount": {fmt.Sprint(amount)}, "currency": {"usd"}, "customer": {customer}, "metadata[period]": {"2026-09"}}
+	form := url.Values{"amount": {fmt.Sprint(amount)}, "currency": {"usd"}, "customer": {customer}, "metadata[" + billingtest.DefaultPeriodKey + "]": {"2026-09"}}
 	req, err := http.NewRequest(http.MethodPost, base+"/v1/charges", strings.NewReader(form.Encode()))
 	if err != nil {
 		tb.Fatal(err)
