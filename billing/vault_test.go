@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -16,9 +17,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/retry"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 )
@@ -569,5 +574,251 @@ func BenchmarkVaultTransport(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// billerBehind returns a Biller whose Stripe calls go through s's proxy with
+// vaultKey, claims in a fresh PostgreSQL database, every customer owing
+// amount usd, and logs written to logs.
+func billerBehind(tb testing.TB, s *stack, amount int64, api billing.API, logs io.Writer) (*billing.Biller, *claim.Postgres) {
+	tb.Helper()
+	// A short lease: a run that stops leaves the claims it was sending
+	// leased, and the next run resumes them once the lease is over.
+	store, err := claim.NewPostgres(pgtest.Pool(tb), claim.Config{Lease: 100 * time.Millisecond})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := store.Migrate(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	hc, err := billing.ProxyClient(s.proxyURL, vaultKey, &http.Client{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if logs == nil {
+		logs = io.Discard
+	}
+	b, err := billing.New(billing.Config{
+		SecretKey:  appSecret, // dropped by the transport
+		HTTPClient: hc,
+		Claims:     store,
+		API:        api,
+		Price: func(ctx context.Context, customer, period string) (billing.Price, error) {
+			return billing.Price{Amount: amount, Currency: "usd", PaymentMethod: "pm_card_visa"}, nil
+		},
+		Retry:  retry.Policy{InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond},
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b, store
+}
+
+func customers(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("cus_%03d", i)
+	}
+	return out
+}
+
+// checkClaims asserts that every customer's claim agrees with the fake's
+// ledger: never failed, never charged twice, pending (or never claimed) when
+// not charged, and succeeded when charged, or pending when final is false
+// (a run that stops abandons requests in flight, whose outcome it does not
+// learn; the next run resumes them with the same key). It returns how many
+// were charged.
+func checkClaims(tb testing.TB, b *billing.Biller, store *claim.Postgres, srv *billingtest.Server, ids []string, final bool) (charged int) {
+	tb.Helper()
+	ctx := context.Background()
+	for _, c := range ids {
+		n := srv.CountPeriod(c, "2026-09")
+		if n > 1 {
+			tb.Errorf("%s charged %d times", c, n)
+		}
+		charged += n
+		key, err := b.Key(c, "2026-09", 1)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cl, err := store.Get(ctx, key.String())
+		switch {
+		case errors.Is(err, claim.ErrNotFound):
+			if n != 0 {
+				tb.Errorf("%s charged but never claimed", c)
+			}
+		case err != nil:
+			tb.Fatal(err)
+		case n == 1 && cl.State != claim.StateSucceeded && (final || cl.State != claim.StatePending),
+			n == 0 && cl.State != claim.StatePending:
+			tb.Errorf("%s: charged %d times, claim %s (%s); want succeeded when charged, pending otherwise", c, n, cl.State, cl.LastError)
+		}
+	}
+	return charged
+}
+
+func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, billingtest.ProxyConfig{})
+	const amount = 3000
+	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 10000, Per: billingtest.PerDay})
+	var logs bytes.Buffer
+	b, store := billerBehind(t, s, amount, billing.Charges, &logs)
+	ids := customers(20)
+	ctx := context.Background()
+
+	sum, err := b.Run(ctx, "2026-09", billing.Customers(ids...), &billing.RunOptions{Concurrency: 4, BatchSize: 5})
+	if !errors.Is(err, billing.ErrSpendCapReached) {
+		t.Fatalf("Run: %v; want ErrSpendCapReached", err)
+	}
+	if got := paidTotal(s.srv); got != 3*amount {
+		t.Fatalf("charged %d at the fake; want %d (3 charges under the cap of 10000)", got, 3*amount)
+	}
+	if sum.Created > 3 || sum.Failed != 0 || sum.Complete() {
+		t.Fatalf("summary %+v; want at most 3 created, none failed, an incomplete run", sum.Progress)
+	}
+	if got := checkClaims(t, b, store, s.srv, ids, false); got != 3 {
+		t.Fatalf("claims agree with %d charges; want 3", got)
+	}
+	refused := map[string]int{}
+	for _, e := range s.px.Log() {
+		if e.Refused != "" {
+			refused[e.IdempotencyKey]++
+		}
+	}
+	for k, n := range refused {
+		if n > 1 {
+			t.Errorf("key %s was refused %d times: a cap refusal must not be retried", k, n)
+		}
+	}
+	if len(refused) == 0 || len(refused) > 4 {
+		t.Errorf("%d customers were refused; want between 1 and the run's concurrency (4)", len(refused))
+	}
+
+	// Once the cap is raised, later runs finish the job with the same keys,
+	// charging nobody twice. (The fake's clock stays put: moving it past
+	// Stripe's 24-hour key window without moving the database's would
+	// resend keys Stripe has forgotten, which billonce reconciles only by
+	// the database clock.) Claims abandoned in flight stay leased until the
+	// lease ends on the database clock, so run again until complete.
+	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100000, Per: billingtest.PerDay})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sum, err = b.Run(ctx, "2026-09", billing.Customers(ids...), nil)
+		if err != nil {
+			t.Fatalf("later run: %v", err)
+		}
+		if sum.Complete() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs still incomplete after 10s: %+v; failures: %v", sum.Progress, sum.Failures)
+		}
+	}
+	if got := checkClaims(t, b, store, s.srv, ids, true); got != 20 {
+		t.Fatalf("%d customers charged; want 20, once each", got)
+	}
+	s.atProxy.only(t, "the proxy", "Bearer "+vaultKey)
+	s.atStripe.only(t, "the fake Stripe", "Bearer "+upstreamKey)
+	for _, secret := range []string{vaultKey, appSecret} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the Biller's logs contain a secret %q:\n%s", secret[:8], logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "spend cap") {
+		t.Errorf("the logs do not mention the cap:\n%s", logs.String())
+	}
+}
+
+func TestVaultBillerStopsOnRefusals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		want  error
+		api   billing.API
+		setup func(s *stack)
+	}{
+		{"endpoint not allowed", billing.ErrEndpointNotAllowed, billing.PaymentIntents, func(s *stack) {
+			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
+		}},
+		{"revoked", billing.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
+			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
+			s.px.Revoke(vaultKey)
+		}},
+		{"kill switch mid-run", billing.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
+			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
+			var n atomic.Int32
+			s.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+				if r.Method == http.MethodPost && n.Add(1) == 5 {
+					s.px.KillSwitch(true)
+				}
+				return billingtest.Fault{}
+			})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, billingtest.ProxyConfig{})
+			tt.setup(s)
+			var logs bytes.Buffer
+			b, store := billerBehind(t, s, 500, tt.api, &logs)
+			ids := customers(30)
+			sum, err := b.Run(context.Background(), "2026-09", billing.Customers(ids...), &billing.RunOptions{Concurrency: 3, BatchSize: 4})
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Run: %v; want %v", err, tt.want)
+			}
+			if billing.Classify(err) != retry.Stop() {
+				t.Errorf("Classify(%v) retries; want Stop", err)
+			}
+			if sum.Complete() || sum.Failed != 0 {
+				t.Errorf("summary %+v; want an incomplete run with nothing failed", sum.Progress)
+			}
+			charged := checkClaims(t, b, store, s.srv, ids, false)
+			if tt.name == "kill switch mid-run" {
+				if charged < 5 || charged > 5+3 {
+					t.Errorf("%d charged; want the 5 before the switch, plus at most those in flight", charged)
+				}
+			} else if charged != 0 || s.srv.Stats().Requests != 0 {
+				t.Errorf("%d charged, %d requests at the fake; want none", charged, s.srv.Stats().Requests)
+			}
+			seen := map[string]int{}
+			for _, e := range s.px.Log() {
+				if e.Refused != "" {
+					seen[e.IdempotencyKey]++
+				}
+			}
+			if len(seen) == 0 || len(seen) > 3 {
+				t.Errorf("%d customers refused; want between 1 and the run's concurrency (3)", len(seen))
+			}
+			for k, n := range seen {
+				if n != 1 {
+					t.Errorf("key %s refused %d times; a refusal is never retried", k, n)
+				}
+			}
+			if strings.Contains(logs.String(), vaultKey) || strings.Contains(logs.String(), appSecret) || strings.Contains(err.Error(), vaultKey) {
+				t.Errorf("a secret was logged or returned:\n%v\n%s", err, logs.String())
+			}
+		})
+	}
+}
+
+func TestVaultClassify(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, billingtest.ProxyConfig{})
+	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100})
+	api := proxied(t, s.proxyURL)
+	s.srv.FailNext(billingtest.Match{}, billingtest.Fault{Kind: billingtest.FaultLockTimeout})
+	_, err := api.Charges.New(chargeParams("cus_1", "k1", 100))
+	if billing.Classify(err) == retry.Stop() {
+		t.Errorf("Classify(forwarded lock_timeout %v) = Stop; want a retry", err)
+	}
+	if _, err := api.Charges.New(chargeParams("cus_1", "k1", 100)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.Charges.New(chargeParams("cus_2", "k2", 100))
+	if !errors.Is(err, billing.ErrSpendCapReached) || billing.Classify(err) != retry.Stop() {
+		t.Errorf("Classify(cap refusal %v) retries, or the error does not match ErrSpendCapReached", err)
 	}
 }
