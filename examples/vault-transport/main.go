@@ -23,7 +23,7 @@ import (
 
 const (
 	appSecret = "sk_live_the_app_never_sends_this" // what the service was configured with
-	vaultKey  = "vault_key_for_run_2026_09"         // issued by the proxy for this run
+	vaultKey  = "vault_key_for_run_2026_09"        // issued by the proxy for this run
 )
 
 func main() {
