@@ -83,8 +83,10 @@ type PriceFunc func(ctx context.Context, customer, period string) (Price, error)
 // SecretKey and Claims are required.
 type Config struct {
 	// SecretKey is the Stripe secret or restricted key ("sk_…", "rk_…").
-	// Behind a spend-cap proxy it is the vault key (see [VaultTransport]).
-	// It never appears in logs or errors.
+	// Behind a spend-cap proxy ([ProxyClient] as HTTPClient) the transport
+	// sends the vault key in its place, so the process needs no Stripe
+	// secret: set SecretKey to the vault key. It never appears in logs or
+	// errors.
 	SecretKey string
 	// StripeURL is the base URL of the Stripe API. Defaults to
 	// DefaultStripeURL; tests point it at billingtest.Server.URL.
