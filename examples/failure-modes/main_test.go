@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/billonce/billonce/internal/pgtest"
 )
 
@@ -16,8 +18,13 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // must not (otherwise the row no longer shows its failure mode).
 func TestFailureModes(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
-	rows, err := gallery(ctx, pool, pgtest.URL(t), t.Logf)
+	dbURL := pgtest.URL(t)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rows, err := gallery(ctx, pool, dbURL, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
