@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -251,6 +252,9 @@ func New(cfg Config) (*Biller, error) {
 	}
 	if err := cfg.Retry.Validate(); err != nil {
 		return nil, invalid("Config.Retry: %v", err)
+	}
+	if math.IsNaN(cfg.RateLimit) || math.IsInf(cfg.RateLimit, 1) {
+		return nil, invalid("Config.RateLimit %v: use requests per second, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, DefaultRateLimit)
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
