@@ -298,9 +298,12 @@ func New(cfg Config) (*Biller, error) {
 }
 
 // String describes the Biller without its secret key.
-func (b *Biller) String() string {
+func (b Biller) String() string {
 	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, b.cfg.StripeURL, b.cfg.Owner)
 }
+
+// GoString is String, so that %#v does not print the secret key either.
+func (b Biller) GoString() string { return b.String() }
 
 func defaultOwner() string {
 	host, _ := os.Hostname()
