@@ -125,7 +125,9 @@ type Config struct {
 	Owner string
 	// Logger receives retries, takeovers and reconciliations. Nil discards.
 	Logger *slog.Logger
-	// Observe, when set, is called once per Stripe call and once per outcome,
+	// Observe, when set, is called after each attempt to create a charge at
+	// Stripe (EventStripeCall) and once per outcome of a charge that got as
+	// far as its claim (EventOutcome), in Charge, Rebill, Run and Reconcile,
 	// for metrics. It must be fast and safe for concurrent use.
 	Observe func(Event)
 }
@@ -135,12 +137,15 @@ type Event struct {
 	Kind     EventKind
 	Customer string
 	Period   string
-	// Attempt is the HTTP attempt number within one Charge (EventStripeCall).
-	Attempt  int
+	// Attempt is the HTTP attempt number within one send, from 1
+	// (EventStripeCall).
+	Attempt int
+	// Duration is the HTTP call's (EventStripeCall), or the time from the
+	// claim to the outcome (EventOutcome).
 	Duration time.Duration
-	// Err is the call's error, or nil.
+	// Err is the call's or the charge's error, or nil.
 	Err error
-	// Outcome is set on EventOutcome.
+	// Outcome is set on an EventOutcome without Err.
 	Outcome How
 }
 
@@ -148,9 +153,11 @@ type Event struct {
 type EventKind int
 
 const (
-	// EventStripeCall: one HTTP call to Stripe finished (Duration, Err).
+	// EventStripeCall: one HTTP call creating a charge or payment intent
+	// finished (Attempt, Duration, Err). Searches are not reported.
 	EventStripeCall EventKind = iota + 1
-	// EventOutcome: a Charge finished (Outcome on success, Err otherwise).
+	// EventOutcome: one customer's charge finished (Outcome on success, Err
+	// otherwise).
 	EventOutcome
 )
 
