@@ -21,7 +21,7 @@ import (
 func stripeClient(url, key string) charge.Client {
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:               stripe.String(url),
-		HTTPClient:        &http.Client{Timeout: 10 * time.Second},
+		HTTPClient:        &http.Client{Transport: testTransport, Timeout: 10 * time.Second},
 		MaxNetworkRetries: stripe.Int64(0),
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})
