@@ -516,3 +516,72 @@ func TestChargeClaimStoreDown(t *testing.T) {
 		t.Fatalf("%d requests; nothing may be sent without a claim", n)
 	}
 }
+
+// The PaymentIntents API gets the same protections: a lost response is
+// replayed, a decline is final, a stored 500 is settled from the payment
+// intents search, and an old claim is reconciled.
+func TestChargePaymentIntents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *billing.Config) { c.API = billing.PaymentIntents })
+	ctx := context.Background()
+
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	r, err := e.b.Charge(ctx, "cus_1", period)
+	wantHow(t, r, err, billing.Replayed)
+	if p := e.srv.Payments()[0]; p.Object != "payment_intent" || p.PaymentMethod != "pm_card_visa" || r.StripeID != p.ID {
+		t.Fatalf("payment %+v, receipt %+v", p, r)
+	}
+	wantCount(t, e, "cus_1", 1)
+
+	e.srv.FailNext(billingtest.Match{Customer: "cus_2"}, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
+	r, err = e.b.Charge(ctx, "cus_2", period)
+	wantHow(t, r, err, billing.Reconciled)
+	wantCount(t, e, "cus_2", 1)
+
+	e.srv.Decline("cus_3", "expired_card")
+	_, err = e.b.Charge(ctx, "cus_3", period)
+	var fe *billing.FailedError
+	if !errors.As(err, &fe) || fe.DeclineCode != "expired_card" {
+		t.Fatalf("Charge: %v; want *FailedError expired_card", err)
+	}
+	wantCount(t, e, "cus_3", 0)
+
+	// A Run resumes a crashed PaymentIntents claim with the price's
+	// payment method.
+	e.crashedClaim("cus_4", amount)
+	sum, err := e.b.Reconcile(ctx, nil)
+	if err != nil || sum.Created != 1 {
+		t.Fatalf("Reconcile: %+v, %v", sum.Progress, err)
+	}
+	wantCount(t, e, "cus_4", 1)
+}
+
+// Once a re-bill has succeeded, the period is billed: Charge and Run report
+// the customer as done, not as the first attempt's decline.
+func TestChargeAfterSuccessfulRebill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Decline("cus_r", "")
+	if _, err := e.b.Charge(ctx, "cus_r", period); err == nil {
+		t.Fatal("the decline did not fail")
+	}
+	e.srv.Honor("cus_r")
+	rebill, err := e.b.Rebill(ctx, "cus_r", period, 2, nil)
+	wantHow(t, rebill, err, billing.Created)
+	requests := e.srv.Stats().Requests
+
+	r, err := e.b.Charge(ctx, "cus_r", period)
+	wantHow(t, r, err, billing.AlreadyRecorded)
+	if r.StripeID != rebill.StripeID || r.Attempt != 2 || r.Key != rebill.Key {
+		t.Fatalf("Charge after the re-bill: %+v; want the re-bill's receipt %+v", r, rebill)
+	}
+	sum, err := e.b.Run(ctx, period, billing.Customers("cus_r"), nil)
+	if err != nil || sum.AlreadyDone != 1 || !sum.Complete() {
+		t.Fatalf("Run after the re-bill: %+v, %v", sum.Progress, err)
+	}
+	if n := e.srv.Stats().Requests; n != requests {
+		t.Fatalf("%d more requests; want none", n-requests)
+	}
+	wantCount(t, e, "cus_r", 1)
+}
