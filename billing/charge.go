@@ -157,7 +157,7 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 	case claim.Succeeded:
 		return b.receipt(j, c.StripeID, AlreadyRecorded), nil
 	case claim.Failed:
-		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Reason: c.LastError}
+		return b.afterFailure(ctx, j, c)
 	case claim.InProgress:
 		return Receipt{}, &InProgressError{Customer: j.customer, Period: j.period, Key: j.key.String(), Owner: c.Owner, LeaseUntil: c.LeaseUntil}
 	case claim.Resumed:
@@ -174,6 +174,36 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 	}
 	return b.send(ctx, j, c)
 }
+
+// afterFailure answers for a failed attempt: a later re-bill that succeeded
+// means the period is billed, and its receipt is returned; otherwise the
+// latest failure, whose FailedError names the next attempt to re-bill with.
+// Re-bills are few, so the walk is short.
+func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
+	last := j
+	if j.attempt > 0 {
+		for a := j.attempt + 1; a <= j.attempt+maxRebillWalk; a++ {
+			key, err := b.keyFor(j.customer, j.period, a)
+			if err != nil {
+				break
+			}
+			c, err := b.cfg.Claims.Get(ctx, key.String())
+			if err != nil || c.State == claim.StatePending {
+				break // no such re-bill, or one still under way
+			}
+			later := j
+			later.key, later.attempt, later.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
+			if c.State == claim.StateSucceeded {
+				return b.receipt(later, c.StripeID, AlreadyRecorded), nil
+			}
+			last, failed = later, c
+		}
+	}
+	return Receipt{}, &FailedError{Customer: last.customer, Period: last.period, Key: last.key.String(), Attempt: last.attempt, Reason: failed.LastError}
+}
+
+// maxRebillWalk bounds how many later attempts afterFailure looks at.
+const maxRebillWalk = 100
 
 func (b *Biller) receipt(j job, id string, how How) Receipt {
 	return Receipt{Customer: j.customer, Period: j.period, StripeID: id, Amount: j.price.Amount,

@@ -566,14 +566,22 @@ func TestChargeAfterSuccessfulRebill(t *testing.T) {
 	if _, err := e.b.Charge(ctx, "cus_r", period); err == nil {
 		t.Fatal("the decline did not fail")
 	}
+	if _, err := e.b.Rebill(ctx, "cus_r", period, 2, nil); err == nil {
+		t.Fatal("the second decline did not fail")
+	}
+	_, err := e.b.Charge(ctx, "cus_r", period)
+	var fe *billing.FailedError
+	if !errors.As(err, &fe) || fe.Attempt != 2 {
+		t.Fatalf("Charge after two declines: %v; want the latest failure, attempt 2", err)
+	}
 	e.srv.Honor("cus_r")
-	rebill, err := e.b.Rebill(ctx, "cus_r", period, 2, nil)
+	rebill, err := e.b.Rebill(ctx, "cus_r", period, 3, nil)
 	wantHow(t, rebill, err, billing.Created)
 	requests := e.srv.Stats().Requests
 
 	r, err := e.b.Charge(ctx, "cus_r", period)
 	wantHow(t, r, err, billing.AlreadyRecorded)
-	if r.StripeID != rebill.StripeID || r.Attempt != 2 || r.Key != rebill.Key {
+	if r.StripeID != rebill.StripeID || r.Attempt != 3 || r.Key != rebill.Key {
 		t.Fatalf("Charge after the re-bill: %+v; want the re-bill's receipt %+v", r, rebill)
 	}
 	sum, err := e.b.Run(ctx, period, billing.Customers("cus_r"), nil)
