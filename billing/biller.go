@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -131,7 +132,9 @@ type Config struct {
 	Owner string
 	// Logger receives retries, takeovers and reconciliations. Nil discards.
 	Logger *slog.Logger
-	// Observe, when set, is called once per Stripe call and once per outcome,
+	// Observe, when set, is called after each attempt to create a charge at
+	// Stripe (EventStripeCall) and once per outcome of a charge that got as
+	// far as its claim (EventOutcome), in Charge, Rebill, Run and Reconcile,
 	// for metrics. It must be fast and safe for concurrent use.
 	Observe func(Event)
 }
@@ -141,12 +144,15 @@ type Event struct {
 	Kind     EventKind
 	Customer string
 	Period   string
-	// Attempt is the HTTP attempt number within one Charge (EventStripeCall).
-	Attempt  int
+	// Attempt is the HTTP attempt number within one send, from 1
+	// (EventStripeCall).
+	Attempt int
+	// Duration is the HTTP call's (EventStripeCall), or the time from the
+	// claim to the outcome (EventOutcome).
 	Duration time.Duration
-	// Err is the call's error, or nil.
+	// Err is the call's or the charge's error, or nil.
 	Err error
-	// Outcome is set on EventOutcome.
+	// Outcome is set on an EventOutcome without Err.
 	Outcome How
 }
 
@@ -154,9 +160,11 @@ type Event struct {
 type EventKind int
 
 const (
-	// EventStripeCall: one HTTP call to Stripe finished (Duration, Err).
+	// EventStripeCall: one HTTP call creating a charge or payment intent
+	// finished (Attempt, Duration, Err). Searches are not reported.
 	EventStripeCall EventKind = iota + 1
-	// EventOutcome: a Charge finished (Outcome on success, Err otherwise).
+	// EventOutcome: one customer's charge finished (Outcome on success, Err
+	// otherwise).
 	EventOutcome
 )
 
@@ -213,7 +221,7 @@ type Biller struct {
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
-	seq     atomic.Uint64 // numbers the Biller's claims: see newOwner
+	seq     *atomic.Uint64 // numbers the Biller's claims: see newOwner
 	charges charge.Client
 	intents paymentintent.Client
 }
@@ -260,6 +268,9 @@ func New(cfg Config) (*Biller, error) {
 	if err := cfg.Retry.Validate(); err != nil {
 		return nil, invalid("Config.Retry: %v", err)
 	}
+	if math.IsNaN(cfg.RateLimit) || math.IsInf(cfg.RateLimit, 1) {
+		return nil, invalid("Config.RateLimit %v: use requests per second, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, DefaultRateLimit)
+	}
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
 	}
@@ -269,7 +280,7 @@ func New(cfg Config) (*Biller, error) {
 	if len(cfg.Owner) > maxOwnerLen {
 		return nil, invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
 	}
-	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0)}
+	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0), seq: new(atomic.Uint64)}
 	switch {
 	case cfg.RateLimit == 0:
 		b.limiter = rate.NewLimiter(DefaultRateLimit, DefaultRateLimit/4)
@@ -305,9 +316,12 @@ func New(cfg Config) (*Biller, error) {
 }
 
 // String describes the Biller without its secret key.
-func (b *Biller) String() string {
+func (b Biller) String() string {
 	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, b.cfg.StripeURL, b.cfg.Owner)
 }
+
+// GoString is String, so that %#v does not print the secret key either.
+func (b Biller) GoString() string { return b.String() }
 
 func defaultOwner() string {
 	host, _ := os.Hostname()

@@ -119,35 +119,53 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	if err != nil {
 		return Receipt{}, err
 	}
-	deadline := time.Now().Add(b.cfg.InProgressWait)
+	start := time.Now()
+	deadline := start.Add(b.cfg.InProgressWait)
 	for {
 		res, err := b.cfg.Claims.Claim(ctx, j.request())
 		if err != nil {
 			return Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", customer, period, err)
 		}
-		r, err := b.settle(ctx, j, res)
+		r, err := b.settleClaim(ctx, j, res)
 		var inProgress *InProgressError
 		if !errors.As(err, &inProgress) || !time.Now().Before(deadline) {
+			b.outcome(j, start, r, err)
 			return r, err
 		}
 		select {
 		case <-ctx.Done():
+			b.outcome(j, start, r, err)
 			return r, err
 		case <-time.After(min(time.Until(deadline), 500*time.Millisecond)):
 		}
 	}
 }
 
-// settle acts on a claim result: send, resume, reconcile, or report.
+// settle acts on a claim result and reports the outcome to Config.Observe.
 func (b *Biller) settle(ctx context.Context, j job, res claim.Result) (Receipt, error) {
+	start := time.Now()
+	r, err := b.settleClaim(ctx, j, res)
+	b.outcome(j, start, r, err)
+	return r, err
+}
+
+// outcome reports a charge's outcome to Config.Observe.
+func (b *Biller) outcome(j job, start time.Time, r Receipt, err error) {
+	e := Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Duration: time.Since(start), Err: err}
+	if err == nil {
+		e.Outcome = r.How
+	}
+	b.observe(e)
+}
+
+// settleClaim acts on a claim result: send, resume, reconcile, or report.
+func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Receipt, error) {
 	c := res.Claim
 	switch res.Outcome {
 	case claim.Succeeded:
-		r := b.receipt(j, c.StripeID, AlreadyRecorded)
-		b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Outcome: r.How})
-		return r, nil
+		return b.receipt(j, c.StripeID, AlreadyRecorded), nil
 	case claim.Failed:
-		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Reason: c.LastError}
+		return b.afterFailure(ctx, j, c)
 	case claim.InProgress:
 		return Receipt{}, &InProgressError{Customer: j.customer, Period: j.period, Key: j.key.String(), Owner: c.Owner, LeaseUntil: c.LeaseUntil}
 	case claim.Resumed:
@@ -165,6 +183,36 @@ func (b *Biller) settle(ctx context.Context, j job, res claim.Result) (Receipt, 
 	return b.send(ctx, j, c)
 }
 
+// afterFailure answers for a failed attempt: a later re-bill that succeeded
+// means the period is billed, and its receipt is returned; otherwise the
+// latest failure, whose FailedError names the next attempt to re-bill with.
+// Re-bills are few, so the walk is short.
+func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
+	last := j
+	if j.attempt > 0 {
+		for a := j.attempt + 1; a <= j.attempt+maxRebillWalk; a++ {
+			key, err := b.keyFor(j.customer, j.period, a)
+			if err != nil {
+				break
+			}
+			c, err := b.cfg.Claims.Get(ctx, key.String())
+			if err != nil || c.State == claim.StatePending {
+				break // no such re-bill, or one still under way
+			}
+			later := j
+			later.key, later.attempt, later.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
+			if c.State == claim.StateSucceeded {
+				return b.receipt(later, c.StripeID, AlreadyRecorded), nil
+			}
+			last, failed = later, c
+		}
+	}
+	return Receipt{}, &FailedError{Customer: last.customer, Period: last.period, Key: last.key.String(), Attempt: last.attempt, Reason: failed.LastError}
+}
+
+// maxRebillWalk bounds how many later attempts afterFailure looks at.
+const maxRebillWalk = 100
+
 func (b *Biller) receipt(j job, id string, how How) Receipt {
 	return Receipt{Customer: j.customer, Period: j.period, StripeID: id, Amount: j.price.Amount,
 		Currency: j.price.Currency, Key: j.key, Attempt: j.attempt, How: how}
@@ -180,8 +228,10 @@ type created struct {
 // send calls Stripe under retry with the claim's key and records the outcome.
 func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	stop := b.renewWhileSending(ctx, j, c)
+	attempt := 0 // retry.Do runs attempts one after the other
 	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (created, error) {
-		return b.create(ctx, j, key)
+		attempt++
+		return b.create(ctx, j, key, attempt)
 	})
 	stop()
 	if err == nil {
@@ -220,7 +270,7 @@ func outcomeUnknown(err error) bool {
 
 // create makes one HTTP attempt. It never makes a key: it sends the one it
 // is given, in the header and in the metadata (I2).
-func (b *Biller) create(ctx context.Context, j job, key idemkey.Key) (created, error) {
+func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (created, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return created{}, err
 	}
@@ -258,7 +308,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key) (created, e
 			out = created{id: ch.ID, status: string(ch.Status), replayed: replayed(ch.LastResponse)}
 		}
 	}
-	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Duration: time.Since(start), Err: err})
+	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Attempt: attempt, Duration: time.Since(start), Err: err})
 	return out, err
 }
 
@@ -278,9 +328,7 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		if err := b.cfg.Claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
 			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
 		}
-		err := &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Code: out.status, Reason: reason}
-		b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Err: err})
-		return Receipt{}, err
+		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Code: out.status, Reason: reason}
 	}
 	// Record even if the caller gave up meanwhile: the charge exists.
 	if err := b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id); err != nil {
@@ -291,9 +339,7 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		how = Replayed
 		b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe replayed an earlier charge for the key", attrs(j, "stripe_id", out.id)...)
 	}
-	r := b.receipt(j, out.id, how)
-	b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Outcome: how})
-	return r, nil
+	return b.receipt(j, out.id, how), nil
 }
 
 // failure records what a failed send means for the claim, and returns the
@@ -341,7 +387,6 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		out = &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: key, Err: err}
 		b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
 	}
-	b.observe(Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Err: out})
 	return out
 }
 

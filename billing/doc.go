@@ -34,7 +34,8 @@
 //   - A decline is definitive: the claim is marked failed and Charge returns
 //     a [*FailedError] with Stripe's decline code. It is never retried, and
 //     later calls return the same error. Billing again is a decision for a
-//     person: [Biller.Rebill] with attempt 2 uses a new key.
+//     person: [Biller.Rebill] with attempt 2 uses a new key. Once a re-bill
+//     has succeeded, Charge and Run report the period as billed.
 //   - Timeouts, dropped connections, 5xx, 409 and 429 answers are retried
 //     with the same key (see [Classify]). If retries run out, the outcome is
 //     unknown: the claim stays pending and Charge returns an

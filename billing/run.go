@@ -194,7 +194,9 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 				if ctx.Err() != nil {
 					// Claimed, never sent: leave it to the next run.
 					b.release(context.WithoutCancel(ctx), t.j, errors.New("run stopped before this customer was sent"))
-					r.settled(t.j, Receipt{}, &UnknownOutcomeError{Customer: t.j.customer, Period: period, Key: t.j.key.String(), Err: errors.New("run stopped before sending; nothing was sent")})
+					err := &UnknownOutcomeError{Customer: t.j.customer, Period: period, Key: t.j.key.String(), Err: errors.New("run stopped before sending; nothing was sent")}
+					b.outcome(t.j, time.Now(), Receipt{}, err)
+					r.settled(t.j, Receipt{}, err)
 					continue
 				}
 				rc, err := b.settle(ctx, t.j, t.res)
@@ -261,7 +263,9 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 				case tasks <- task{j, res}:
 				case <-ctx.Done():
 					r.b.release(context.WithoutCancel(ctx), j, errors.New("run stopped before this customer was sent"))
-					r.settled(j, Receipt{}, &UnknownOutcomeError{Customer: j.customer, Period: period, Key: j.key.String(), Err: ctx.Err()})
+					err := &UnknownOutcomeError{Customer: j.customer, Period: period, Key: j.key.String(), Err: ctx.Err()}
+					r.b.outcome(j, time.Now(), Receipt{}, err)
+					r.settled(j, Receipt{}, err)
 				}
 			default:
 				rc, err := r.b.settle(ctx, j, res)

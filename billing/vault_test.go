@@ -123,7 +123,7 @@ func proxied(tb testing.TB, proxyURL string) *client.API {
 	return stripeAPI(hc)
 }
 
-func chargeParams(customer, key string, amount int64) *stripe.ChargeParams {
+func vaultChargeParams(customer, key string, amount int64) *stripe.ChargeParams {
 	p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
 	p.AddMetadata(billingtest.DefaultPeriodKey, "2026-09")
 	if key != "" {
@@ -153,7 +153,7 @@ func TestVaultRunawayLoopStopsAtTheCap(t *testing.T) {
 	var err error
 	iterations := 0
 	for ; iterations < 100; iterations++ {
-		if _, err = api.Charges.New(chargeParams("cus_1", rand.Text(), amount)); err != nil {
+		if _, err = api.Charges.New(vaultChargeParams("cus_1", rand.Text(), amount)); err != nil {
 			break
 		}
 	}
@@ -183,7 +183,7 @@ func TestVaultReplaysDoNotConsumeCap(t *testing.T) {
 	s.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
 	var ids []string
 	for i := range 4 {
-		ch, err := api.Charges.New(chargeParams("cus_1", "cus_1/2026-09", 4000))
+		ch, err := api.Charges.New(vaultChargeParams("cus_1", "cus_1/2026-09", 4000))
 		if i == 0 {
 			if err == nil {
 				t.Fatal("first attempt succeeded; want the proxy's 502 for the cut connection")
@@ -220,7 +220,7 @@ func TestVaultConcurrentChargesAtTheEdge(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, err := api.Charges.New(chargeParams(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), amount))
+			_, err := api.Charges.New(vaultChargeParams(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), amount))
 			switch {
 			case err == nil:
 				ok.Add(1)
@@ -248,7 +248,7 @@ func TestVaultRefusalsAreTypedAndNotRetried(t *testing.T) {
 	}
 	api := stripeAPI(hc)
 
-	_, err = api.Charges.New(chargeParams("cus_1", "k1", 100))
+	_, err = api.Charges.New(vaultChargeParams("cus_1", "k1", 100))
 	var pe *billing.ProxyError
 	if !errors.Is(err, billing.ErrEndpointNotAllowed) || !errors.As(err, &pe) || len(pe.AllowedEndpoints) != 1 || pe.AllowedEndpoints[0] != "POST /v1/payment_intents" {
 		t.Fatalf("blocked endpoint: %v; want ErrEndpointNotAllowed with the allowlist", err)
@@ -285,7 +285,7 @@ func TestVaultStripeRateLimitPassesThrough(t *testing.T) {
 	api := proxied(t, s.proxyURL)
 	for _, kind := range []billingtest.FaultKind{billingtest.FaultLockTimeout, billingtest.FaultRateLimit} {
 		s.srv.FailNext(billingtest.Match{}, billingtest.Fault{Kind: kind})
-		_, err := api.Charges.New(chargeParams("cus_1", "k-"+string(kind), 100))
+		_, err := api.Charges.New(vaultChargeParams("cus_1", "k-"+string(kind), 100))
 		var se *stripe.Error
 		if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusTooManyRequests || !strings.HasPrefix(se.RequestID, "req_") {
 			t.Fatalf("%s: %v; want Stripe's 429 as a *stripe.Error", kind, err)
@@ -337,7 +337,7 @@ func TestVaultTellsProxyAnswersFromStripeAnswers(t *testing.T) {
 			t.Parallel()
 			ts := httptest.NewServer(answerer(tt.status, tt.header, tt.body))
 			defer ts.Close()
-			_, err := proxied(t, ts.URL).Charges.New(chargeParams("cus_1", "k", 100))
+			_, err := proxied(t, ts.URL).Charges.New(vaultChargeParams("cus_1", "k", 100))
 			var pe *billing.ProxyError
 			if tt.want != nil {
 				if !errors.Is(err, tt.want) || !errors.As(err, &pe) || pe.Status != tt.status {
@@ -524,7 +524,7 @@ func TestVaultKeyNeverPrinted(t *testing.T) {
 
 	hc := &http.Client{Transport: vt}
 	api := stripeAPI(hc)
-	_, err = api.Charges.New(chargeParams("cus_1", "k", 100))
+	_, err = api.Charges.New(vaultChargeParams("cus_1", "k", 100))
 	var pe *billing.ProxyError
 	if !errors.As(err, &pe) {
 		t.Fatalf("err = %v; want a *ProxyError", err)
@@ -613,14 +613,6 @@ func billerBehind(tb testing.TB, s *stack, amount int64, api billing.API, logs i
 		tb.Fatal(err)
 	}
 	return b, store
-}
-
-func customers(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("cus_%03d", i)
-	}
-	return out
 }
 
 // checkClaims asserts that every customer's claim agrees with the fake's
@@ -811,14 +803,14 @@ func TestVaultClassify(t *testing.T) {
 	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100})
 	api := proxied(t, s.proxyURL)
 	s.srv.FailNext(billingtest.Match{}, billingtest.Fault{Kind: billingtest.FaultLockTimeout})
-	_, err := api.Charges.New(chargeParams("cus_1", "k1", 100))
+	_, err := api.Charges.New(vaultChargeParams("cus_1", "k1", 100))
 	if billing.Classify(err) == retry.Stop() {
 		t.Errorf("Classify(forwarded lock_timeout %v) = Stop; want a retry", err)
 	}
-	if _, err := api.Charges.New(chargeParams("cus_1", "k1", 100)); err != nil {
+	if _, err := api.Charges.New(vaultChargeParams("cus_1", "k1", 100)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = api.Charges.New(chargeParams("cus_2", "k2", 100))
+	_, err = api.Charges.New(vaultChargeParams("cus_2", "k2", 100))
 	if !errors.Is(err, billing.ErrSpendCapReached) || billing.Classify(err) != retry.Stop() {
 		t.Errorf("Classify(cap refusal %v) retries, or the error does not match ErrSpendCapReached", err)
 	}

@@ -1,0 +1,213 @@
+package billing_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/charge"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/retry"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// secretKey is the Stripe key every test Biller uses. The secrets test
+// checks that it never shows up in logs, errors or the Biller's String.
+const secretKey = "sk_test_51BillonceS3cretNeverLogMe00000000wxyz"
+
+const (
+	period = "2026-09"
+	amount = 2500
+)
+
+// fastRetry keeps retry waits tiny so that failure-mode tests run fast. The
+// 409 and 429 rate_limit waits asked for by Classify (InFlightWait,
+// RateLimitWait) still apply.
+func fastRetry() retry.Policy {
+	return retry.Policy{
+		InitialInterval: time.Millisecond,
+		MaxInterval:     10 * time.Millisecond,
+		MaxAttempts:     6,
+		AttemptTimeout:  5 * time.Second,
+		MaxElapsed:      30 * time.Second,
+	}
+}
+
+func flatPrice(amount int64) billing.PriceFunc {
+	return func(context.Context, string, string) (billing.Price, error) {
+		return billing.Price{Amount: amount, Currency: "usd", PaymentMethod: "pm_card_visa"}, nil
+	}
+}
+
+// env is one test's world: a fake Stripe, a fresh PostgreSQL database with
+// the claim table, and a Biller wired to both.
+type env struct {
+	tb    testing.TB
+	srv   *billingtest.Server
+	pool  *pgxpool.Pool
+	store *claim.Postgres
+	b     *billing.Biller
+}
+
+// testTransport carries every test client's requests. Closing its idle
+// connections before a fake closes spares Close the five seconds net/http's
+// Shutdown grants a connection that was opened but never used.
+var testTransport = http.DefaultTransport.(*http.Transport).Clone()
+
+func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
+	tb.Helper()
+	srv := billingtest.NewServer(cfg)
+	tb.Cleanup(func() {
+		testTransport.CloseIdleConnections()
+		srv.Close()
+	})
+	return srv
+}
+
+func newStore(tb testing.TB, pool *pgxpool.Pool) *claim.Postgres {
+	tb.Helper()
+	store, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := store.Migrate(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return store
+}
+
+// newEnv starts a fake Stripe and a database and returns a Biller on them;
+// opts adjust the Biller's Config.
+func newEnv(tb testing.TB, opts ...func(*billing.Config)) *env {
+	tb.Helper()
+	return newEnvWith(tb, billingtest.Config{}, opts...)
+}
+
+func newEnvWith(tb testing.TB, srvCfg billingtest.Config, opts ...func(*billing.Config)) *env {
+	tb.Helper()
+	e := &env{tb: tb, srv: newServer(tb, srvCfg), pool: pgtest.Pool(tb)}
+	e.store = newStore(tb, e.pool)
+	e.b = e.biller(opts...)
+	return e
+}
+
+// biller returns a Biller on the env's fake and store. Each has an owner of
+// its own unless opts set one, like a separate replica.
+func (e *env) biller(opts ...func(*billing.Config)) *billing.Biller {
+	e.tb.Helper()
+	cfg := billing.Config{
+		SecretKey: secretKey,
+		StripeURL: e.srv.URL,
+		Claims:    e.store,
+		Price:     flatPrice(amount),
+		RateLimit: -1,
+		// Timeout is replaced by Retry.AttemptTimeout.
+		HTTPClient: &http.Client{Transport: testTransport},
+		Retry:      fastRetry(),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := billing.New(cfg)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return b
+}
+
+func (e *env) key(customer string) string {
+	e.tb.Helper()
+	k, err := e.b.Key(customer, period, 1)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return k.String()
+}
+
+// claimOf returns the claim row of customer's first attempt for period.
+func (e *env) claimOf(customer string) claim.Claim {
+	e.tb.Helper()
+	c, err := e.store.Get(context.Background(), e.key(customer))
+	if err != nil {
+		e.tb.Fatalf("claim of %s: %v", customer, err)
+	}
+	return c
+}
+
+func (e *env) claimRows() int {
+	e.tb.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), "SELECT count(*) FROM billonce_claims").Scan(&n); err != nil {
+		e.tb.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.tb.Helper()
+	if _, err := e.pool.Exec(context.Background(), sql, args...); err != nil {
+		e.tb.Fatal(err)
+	}
+}
+
+// crashedClaim leaves the state of a runner that claimed customer and died:
+// a pending claim, owned by someone else, whose lease has run out.
+func (e *env) crashedClaim(customer string, amt int64) string {
+	e.tb.Helper()
+	key := e.key(customer)
+	_, err := e.store.Claim(context.Background(), claim.Request{Customer: customer, Period: period, Key: key,
+		Amount: amt, Currency: "usd", Owner: "crashed-runner"})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.exec("UPDATE billonce_claims SET lease_until = now() - interval '1 second' WHERE key = $1", key)
+	return key
+}
+
+// ageClaim moves a claim's creation back on the database's clock.
+func (e *env) ageClaim(key string, age time.Duration) {
+	e.tb.Helper()
+	e.exec("UPDATE billonce_claims SET created_at = now() - $2 * interval '1 microsecond', lease_until = now() - interval '1 second' WHERE key = $1",
+		key, age.Microseconds())
+}
+
+// chargeDirect makes, with stripe-go and the Biller's own key, parameters and
+// API key, the charge a Biller would make: what a runner that crashed after
+// Stripe answered left behind.
+func (e *env) chargeDirect(customer, key string, amt int64) *stripe.Charge {
+	e.tb.Helper()
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:               stripe.String(e.srv.URL),
+		HTTPClient:        &http.Client{Transport: testTransport, Timeout: 10 * time.Second},
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})
+	c := charge.Client{B: backend, Key: secretKey}
+	params := &stripe.ChargeParams{Amount: stripe.Int64(amt), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
+	params.IdempotencyKey = stripe.String(key)
+	params.Metadata = map[string]string{billing.MetaKey: key, billing.MetaCustomer: customer, billing.MetaPeriod: period}
+	ch, err := c.New(params)
+	if err != nil {
+		e.tb.Fatalf("direct charge: %v", err)
+	}
+	return ch
+}
+
+func (e *env) count(customer string) int { return e.srv.CountPeriod(customer, period) }
+
+func customers(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("cus_%05d", i)
+	}
+	return out
+}

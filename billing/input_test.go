@@ -1,0 +1,164 @@
+package billing_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/retry"
+)
+
+// Bad input is refused before anything is claimed or sent, with an error
+// that wraps ErrInvalidInput and names what to fix.
+func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	intents := e.biller(func(c *billing.Config) { c.API = billing.PaymentIntents })
+	noPrice := e.biller(func(c *billing.Config) { c.Price = nil })
+	ctx := context.Background()
+	usd := func(a int64) billing.Price { return billing.Price{Amount: a, Currency: "usd"} }
+	charge := func(customer, period string) func() error {
+		return func() error { _, err := e.b.Charge(ctx, customer, period); return err }
+	}
+	withPrice := func(p billing.Price) func() error {
+		return func() error { _, err := e.b.ChargeAmount(ctx, "cus_ok", period, p); return err }
+	}
+	cases := []struct {
+		name string
+		call func() error
+		want string // a word of the message that says what was wrong
+	}{
+		{"empty customer", charge("", period), "customer ID is empty"},
+		{"oversized customer", charge(strings.Repeat("c", 256), period), "limit is 255"},
+		{"customer with a space", charge("cus 1", period), "white space"},
+		{"customer with a trailing newline", charge("cus_1\n", period), "white space"},
+		{"customer with invalid UTF-8", charge("cus_\xff", period), "invalid UTF-8"},
+		{"month 13", charge("cus_ok", "2026-13"), "2026-13"},
+		{"one-digit month", charge("cus_ok", "2026-9"), "like 2026-09"},
+		{"month first", charge("cus_ok", "09-2026"), "like 2026-09"},
+		{"empty period", charge("cus_ok", ""), "like 2026-09"},
+		{"February 30", charge("cus_ok", "2026-02-30"), "not a calendar day"},
+		{"September 31", charge("cus_ok", "2026-09-31"), "not a calendar day"},
+		{"zero amount", withPrice(usd(0)), "must be a positive"},
+		{"negative amount", withPrice(usd(-100)), "must be a positive"},
+		{"huge amount", withPrice(usd(100_000_000)), "largest amount"},
+		{"max int64 amount", withPrice(usd(math.MaxInt64)), "largest amount"},
+		{"unknown currency", withPrice(billing.Price{Amount: 100, Currency: "xyz"}), "ISO code"},
+		{"empty currency", withPrice(billing.Price{Amount: 100}), "ISO code"},
+		{"four-letter currency", withPrice(billing.Price{Amount: 100, Currency: "usdd"}), "ISO code"},
+		{"PaymentIntents without a payment method", func() error {
+			_, err := intents.ChargeAmount(ctx, "cus_ok", period, usd(100))
+			return err
+		}, "PaymentMethod"},
+		{"PaymentIntents with a bad payment method", func() error {
+			_, err := intents.ChargeAmount(ctx, "cus_ok", period, billing.Price{Amount: 100, Currency: "usd", PaymentMethod: "pm 1"})
+			return err
+		}, "payment method"},
+		{"no price configured", func() error { _, err := noPrice.Charge(ctx, "cus_ok", period); return err }, "Config.Price"},
+		{"Rebill attempt 1", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, 1, nil); return err }, "from 2"},
+		{"Rebill attempt 0", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, 0, nil); return err }, "from 2"},
+		{"Rebill attempt -1", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, -1, nil); return err }, "from 2"},
+		{"Run with a nil iterator", func() error { _, err := e.b.Run(ctx, period, nil, nil); return err }, "iterator"},
+		{"Run with a bad period", func() error { _, err := e.b.Run(ctx, "2026-9", billing.Customers("cus_ok"), nil); return err }, "like 2026-09"},
+		{"Run with negative concurrency", func() error {
+			_, err := e.b.Run(ctx, period, billing.Customers("cus_ok"), &billing.RunOptions{Concurrency: -1})
+			return err
+		}, "Concurrency"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			if !errors.Is(err, billing.ErrInvalidInput) {
+				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not say %q", err, c.want)
+			}
+		})
+	}
+	if n := e.srv.Stats().Requests; n != 0 {
+		t.Fatalf("%d requests reached Stripe; bad input must be refused first", n)
+	}
+	if n := e.claimRows(); n != 0 {
+		t.Fatalf("%d claim rows written for bad input", n)
+	}
+}
+
+// A price function's error stops that customer before anything is claimed.
+func TestPriceErrorStopsBeforeClaim(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("pricing service down")
+	e := newEnv(t, func(c *billing.Config) {
+		c.Price = func(context.Context, string, string) (billing.Price, error) { return billing.Price{}, boom }
+	})
+	if _, err := e.b.Charge(context.Background(), "cus_p", period); !errors.Is(err, boom) {
+		t.Fatalf("Charge: %v; want the price error", err)
+	}
+	if n, r := e.claimRows(), e.srv.Stats().Requests; n != 0 || r != 0 {
+		t.Fatalf("%d claims, %d requests; want none", n, r)
+	}
+}
+
+// A currency in capitals is Stripe's currency all the same.
+func TestUpperCaseCurrencyIsAccepted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r, err := e.b.ChargeAmount(context.Background(), "cus_u", period, billing.Price{Amount: 100, Currency: "EUR"})
+	if err != nil || r.Currency != "eur" {
+		t.Fatalf("ChargeAmount: %+v, %v; want eur", r, err)
+	}
+	if p := e.srv.Payments()[0]; p.Currency != "eur" {
+		t.Fatalf("Stripe got currency %q", p.Currency)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	store := claim.NewMemory(claim.Config{})
+	ok := func() billing.Config { return billing.Config{SecretKey: secretKey, Claims: store} }
+	cases := []struct {
+		name string
+		mod  func(*billing.Config)
+		want string
+	}{
+		{"empty SecretKey", func(c *billing.Config) { c.SecretKey = "" }, "SecretKey is empty"},
+		{"SecretKey with a newline", func(c *billing.Config) { c.SecretKey = secretKey + "\n" }, "white space"},
+		{"nil Claims", func(c *billing.Config) { c.Claims = nil }, "Claims is nil"},
+		{"unknown API", func(c *billing.Config) { c.API = "invoices" }, "billing.Charges"},
+		{"Scope with a space", func(c *billing.Config) { c.Scope = " monthly" }, "Scope"},
+		{"Scope too long", func(c *billing.Config) { c.Scope = strings.Repeat("s", 65) }, "Scope"},
+		{"negative WindowMargin", func(c *billing.Config) { c.WindowMargin = -time.Hour }, "WindowMargin"},
+		{"WindowMargin of a day", func(c *billing.Config) { c.WindowMargin = 24 * time.Hour }, "WindowMargin"},
+		{"negative InProgressWait", func(c *billing.Config) { c.InProgressWait = -time.Second }, "InProgressWait"},
+		{"retry budget past the key window", func(c *billing.Config) { c.Retry = retry.Policy{MaxElapsed: 25 * time.Hour} }, "Retry"},
+		{"Owner with a space", func(c *billing.Config) { c.Owner = "pod 1" }, "Owner"},
+		{"RateLimit NaN", func(c *billing.Config) { c.RateLimit = math.NaN() }, "RateLimit"},
+		{"RateLimit infinite", func(c *billing.Config) { c.RateLimit = math.Inf(1) }, "RateLimit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := ok()
+			c.mod(&cfg)
+			b, err := billing.New(cfg)
+			if !errors.Is(err, billing.ErrInvalidInput) || b != nil {
+				t.Fatalf("New: %v, %v; want an error wrapping ErrInvalidInput", b, err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not say %q", err, c.want)
+			}
+		})
+	}
+	for _, rl := range []float64{-1, 0, 0.5, 80, 1000} {
+		cfg := ok()
+		cfg.RateLimit = rl
+		if _, err := billing.New(cfg); err != nil {
+			t.Errorf("RateLimit %v: %v", rl, err)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package billing_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+)
+
+// Reconcile settles what crashed runners left pending, whether or not their
+// charge reached Stripe, one charge each; a live claim is left alone.
+func TestReconcileSettlesCrashedClaims(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	sent, unsent := customers(6)[:3], customers(6)[3:]
+	ids := make(map[string]string) // customer → charge made before the crash
+	for _, c := range sent {
+		ids[c] = e.chargeDirect(c, e.crashedClaim(c, amount), amount).ID
+	}
+	for _, c := range unsent {
+		e.crashedClaim(c, amount)
+	}
+	if _, err := e.b.Charge(ctx, "cus_done", period); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Claim(ctx, claim.Request{Customer: "cus_live", Period: period, Key: e.key("cus_live"),
+		Amount: amount, Currency: "usd", Owner: "live-runner"}); err != nil {
+		t.Fatal(err)
+	}
+
+	var progress []billing.Progress
+	sum, err := e.b.Reconcile(ctx, &billing.RunOptions{Progress: func(p billing.Progress) { progress = append(progress, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Total != 6 || sum.Done != 6 || sum.Created != 6 || !sum.Complete() || len(progress) != 6 {
+		t.Fatalf("summary %+v, %d progress reports; want the 6 stale claims settled", sum.Progress, len(progress))
+	}
+	wantAllOnceOf(t, e, append(append([]string{"cus_done"}, sent...), unsent...))
+	for c, id := range ids {
+		if cl := e.claimOf(c); cl.State != claim.StateSucceeded || cl.StripeID != id {
+			t.Fatalf("claim of %s: %+v; want the charge made before the crash, %s", c, cl, id)
+		}
+	}
+	wantCount(t, e, "cus_live", 0)
+	if cl := e.claimOf("cus_live"); cl.State != claim.StatePending || cl.Owner != "live-runner" {
+		t.Fatalf("live claim %+v was touched", cl)
+	}
+	// Nothing left to do.
+	if sum, err := e.b.Reconcile(ctx, nil); err != nil || sum.Total != 0 {
+		t.Fatalf("second Reconcile: %+v, %v", sum.Progress, err)
+	}
+}
+
+// Past the window margin, Reconcile looks charges up in Stripe before
+// sending: found ones are recorded, missing ones are sent once.
+func TestReconcileAfterKeyWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	found, missing := customers(4)[:2], customers(4)[2:]
+	for _, c := range found {
+		key := e.crashedClaim(c, amount)
+		e.chargeDirect(c, key, amount)
+		e.ageClaim(key, 25*time.Hour)
+	}
+	for _, c := range missing {
+		e.ageClaim(e.crashedClaim(c, amount), 25*time.Hour)
+	}
+	e.srv.Advance(25 * time.Hour)
+	sum, err := e.b.Reconcile(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.AlreadyDone != 2 || sum.Created != 2 || !sum.Complete() {
+		t.Fatalf("summary %+v; want 2 reconciled from search and 2 sent", sum.Progress)
+	}
+	wantAllOnceOf(t, e, append(found, missing...))
+	if st := e.srv.Stats(); st.Created != 4 {
+		t.Fatalf("Stripe created %d objects; want the 2 from before the window and 2 new", st.Created)
+	}
+}
