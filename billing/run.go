@@ -306,7 +306,10 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 	if err := flush(); err != nil {
 		return err
 	}
-	if ctx.Err() != nil && r.stopErr == nil {
+	r.mu.Lock()
+	stopped := r.stopErr != nil
+	r.mu.Unlock()
+	if ctx.Err() != nil && !stopped {
 		return fmt.Errorf("billing: run for %s stopped: %w", period, context.Cause(ctx))
 	}
 	return nil

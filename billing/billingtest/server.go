@@ -82,6 +82,7 @@ type Server struct {
 	serveErr  chan error
 	reqSeq    atomic.Uint64
 	inflight  sync.WaitGroup // handlers, including those of hijacked connections
+	fresh     sync.Map       // net.Conn -> struct{}: connections with no request yet
 
 	mu       sync.Mutex
 	offset   time.Duration // server clock = wall clock + offset
@@ -160,7 +161,14 @@ func newServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, DefaultAddr), err)
 	}
 	s.URL = "http://" + ln.Addr().String()
-	s.hs = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	s.hs = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.fresh.Store(c, struct{}{})
+			} else {
+				s.fresh.Delete(c)
+			}
+		}}
 	go func() { s.serveErr <- s.hs.Serve(ln) }()
 	return s, nil
 }
@@ -171,6 +179,10 @@ func newServer(cfg Config) (*Server, error) {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
+		// Shutdown waits up to five seconds for a connection that was opened
+		// but never used; nothing is lost by closing those at once.
+		s.hs.SetKeepAlivesEnabled(false)
+		s.fresh.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.hs.Shutdown(ctx); err != nil {

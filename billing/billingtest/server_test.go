@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -788,5 +789,22 @@ func TestConcurrentClientsUnderFaults(t *testing.T) {
 	st := srv.Stats()
 	if total != paid || int64(paid) != st.Paid || int64(len(perKey)) != st.Created || st.Requests != int64(len(srv.Log())) {
 		t.Fatalf("counts %d, paid %d, stats %+v, log %d: inconsistent", total, paid, st, len(srv.Log()))
+	}
+}
+
+// Close does not wait on a connection a client opened and never used.
+func TestCloseDoesNotWaitForUnusedConnections(t *testing.T) {
+	srv := billingtest.NewServer(billingtest.Config{})
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan struct{})
+	go func() { srv.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close still waiting after 3s on an unused connection")
 	}
 }
