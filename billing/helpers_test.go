@@ -58,18 +58,13 @@ type env struct {
 	b     *billing.Biller
 }
 
-// testTransport carries every test client's requests. Closing its idle
-// connections before a fake closes spares Close the five seconds net/http's
-// Shutdown grants a connection that was opened but never used.
+// testTransport carries every test client's requests.
 var testTransport = http.DefaultTransport.(*http.Transport).Clone()
 
 func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
 	tb.Helper()
 	srv := billingtest.NewServer(cfg)
-	tb.Cleanup(func() {
-		testTransport.CloseIdleConnections()
-		srv.Close()
-	})
+	tb.Cleanup(srv.Close)
 	return srv
 }
 
