@@ -73,6 +73,7 @@
 //
 // # Testing code that uses billing
 //
-// Point Config.StripeURL at a [billingtest.Server] and count charges in its
+// Point Config.StripeURL at a fake Stripe from package
+// [github.com/billonce/billonce/billing/billingtest] and count charges in its
 // ledger; use claim.NewMemory for unit tests that need no database.
 package billing
