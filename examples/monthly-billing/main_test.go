@@ -202,7 +202,7 @@ func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
 	good := "cus_1,100,usd\n"
 	for _, tc := range []struct {
 		name, content, want string
-		extra           []string
+		extra               []string
 	}{
 		{"malformed quote", good + "cus_2,\"100,usd\n", ":2: malformed CSV", nil},
 		{"too few columns", good + good[:0] + "cus_2,100,usd\ncus_3,100\n", ":3: 2 columns", nil},
