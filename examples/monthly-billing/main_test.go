@@ -466,7 +466,7 @@ func TestKilledRunFinishesWithoutASecondCharge(t *testing.T) {
 		if r.code == exitOK {
 			break
 		}
-		if r.code != exitIncomplete || !strings.Contains(r.stderr, "run again after") || time.Now().After(deadline) {
+		if r.code != exitIncomplete || !strings.Contains(r.stderr, "its claims are free at") || time.Now().After(deadline) {
 			t.Fatalf("rerun: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 		}
 		time.Sleep(200 * time.Millisecond) // the killed runner's leases run out on the database clock

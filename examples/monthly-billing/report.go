@@ -205,8 +205,8 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		}
 	}
 	if held > 0 {
-		advice = append(advice, fmt.Sprintf("%d customers are claimed by another runner, or by one that stopped, until %s (the claim lease, -lease): "+
-			"run again after that; their charges resume with the same keys", held, until.Local().Format(time.TimeOnly)))
+		advice = append(advice, fmt.Sprintf("%d customers are claimed by another runner: run again once it is done; "+
+			"if it died, its claims are free at %s (the claim lease, -lease) and the next run resumes them with the same keys", held, until.Local().Format(time.TimeOnly)))
 	}
 	if mismatch > 0 {
 		advice = append(advice, fmt.Sprintf("%d customers have an amount or currency that differs from the claim recorded earlier for %s: "+
