@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestServesChargesAndSummarizesTheLedger(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan int, 1)
+	var out, errb bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-declines", "cus_d=insufficient_funds"}, &out, &errb, ready)
+	}()
+	base := <-ready
+	charge := func(customer, key string) int {
+		form := url.Values{"amount": {"100"}, "currency": {"usd"}, "customer": {customer}, "metadata[billonce_period]": {"2026-09"}}
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/charges", strings.NewReader(form.Encode()))
+		req.Header.Set("Authorization", "Bearer sk_test_x")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		customer, key string
+		status        int
+	}{{"cus_a", "k1", 200}, {"cus_a", "k1", 200}, {"cus_b", "k2", 200}, {"cus_b", "k3", 200}, {"cus_d", "k4", 402}} {
+		if got := charge(c.customer, c.key); got != c.status {
+			t.Errorf("charge %s with key %s: status %d; want %d", c.customer, c.key, got, c.status)
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	for _, want := range []string{"listening on " + base, "(1 declined), 1 replays", "period 2026-09: 1 customers charged once, 1 charged more than once", "cus_b×2"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-cut", "2"}, {"-addr", "nowhere:-1"}, {"extra"}} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb, nil); code != 2 || errb.Len() == 0 {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and a message", args, code, errb.String())
+		}
+	}
+}

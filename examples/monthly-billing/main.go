@@ -1,0 +1,348 @@
+// Command monthly-billing is a monthly billing cron job built on billonce:
+// it charges every customer once for a period, under a lock, and can be run
+// again, killed, or run on several replicas at once without charging anyone
+// twice.
+//
+// With no flags it is a self-contained demo: an in-process fake Stripe and a
+// throwaway PostgreSQL, 1,000 demo customers, the run, then the same run
+// again to show that it creates nothing new.
+//
+//	go run ./examples/monthly-billing
+//	go run ./examples/monthly-billing -database-url postgres://... -stripe-key sk_test_... -customers-file customers.csv
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/lock"
+)
+
+// Exit statuses.
+const (
+	exitOK         = 0 // every customer is billed or was already billed
+	exitIncomplete = 1 // some customers are not billed (declined, pending, invalid) or the run stopped
+	exitInput      = 2 // bad flags or input, or no database: nothing was charged
+	exitLockHeld   = 3 // another runner holds the lock for the period: nothing was charged by this one
+)
+
+// demoKey is the API key the program gives its in-process fake Stripe.
+const demoKey = "sk_test_billonce_demo"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type options struct {
+	databaseURL   string
+	stripeKey     string
+	stripeURL     string
+	period        string
+	customers     int
+	customersFile string
+	demoDeclines  int
+	api           billing.API
+	scope         string
+	concurrency   int
+	rate          float64
+	lease         time.Duration
+	useLock       bool
+	json          bool
+}
+
+// demo reports whether the program runs against its own in-process fake
+// Stripe.
+func (o *options) demo() bool { return o.stripeURL == "" && o.stripeKey == "" }
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("monthly-billing", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	// Defaults that come from the environment are applied after parsing, so
+	// that -h never prints a secret.
+	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL, else a throwaway cluster)")
+	fs.StringVar(&o.stripeKey, "stripe-key", "", "Stripe secret or restricted key (default $STRIPE_SECRET_KEY; with neither this nor -stripe-url, an in-process fake Stripe)")
+	fs.StringVar(&o.stripeURL, "stripe-url", "", "Stripe API base URL, for a proxy or a Stripe-compatible server (default "+billing.DefaultStripeURL+" when -stripe-key is set)")
+	fs.StringVar(&o.period, "period", time.Now().UTC().Format("2006-01"), "billing period: a month (2026-09) or a day (2026-09-15)")
+	fs.IntVar(&o.customers, "customers", 1000, "number of demo customers (cus_demo_0001, ...)")
+	fs.StringVar(&o.customersFile, "customers-file", "", "CSV of customer ID, amount in minor units, currency[, payment method]; optional header row")
+	fs.IntVar(&o.demoDeclines, "demo-declines", 0, "make this many demo customers' cards decline (in-process fake Stripe only)")
+	api := fs.String("api", string(billing.Charges), "Stripe API: charges or payment_intents")
+	fs.StringVar(&o.scope, "scope", billing.DefaultScope, "first part of every idempotency key; never change it while claims are pending")
+	fs.IntVar(&o.concurrency, "concurrency", billing.DefaultConcurrency, "customers charged at once")
+	fs.Float64Var(&o.rate, "rate", billing.DefaultRateLimit, "Stripe requests per second, at most; negative: no limit")
+	fs.DurationVar(&o.lease, "lease", claim.DefaultLease, "how long a claim stays this runner's before another may resume it (after a crash, its customers wait this long)")
+	fs.BoolVar(&o.useLock, "lock", true, "take the PostgreSQL advisory lock for the period, so that one runner does the work (claims keep it correct without)")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object summarising the run on stdout; everything else goes to stderr")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q: every setting is a flag (see -h)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["database-url"] {
+		o.databaseURL = os.Getenv("DATABASE_URL")
+	}
+	if !set["stripe-key"] {
+		o.stripeKey = os.Getenv("STRIPE_SECRET_KEY")
+	}
+	o.api = billing.API(*api)
+
+	switch {
+	case o.api != billing.Charges && o.api != billing.PaymentIntents:
+		return o, fmt.Errorf("-api %q: use charges or payment_intents", *api)
+	case o.stripeURL != "" && o.stripeKey == "":
+		return o, errors.New("-stripe-url is set but there is no key: pass -stripe-key or set STRIPE_SECRET_KEY")
+	case set["customers"] && o.customersFile != "":
+		return o, errors.New("-customers and -customers-file both given: bill demo customers or the file's, not both")
+	case o.customers <= 0:
+		return o, fmt.Errorf("-customers %d: want at least 1", o.customers)
+	case o.demoDeclines < 0 || o.demoDeclines > o.customers:
+		return o, fmt.Errorf("-demo-declines %d: want 0 to %d (the number of demo customers)", o.demoDeclines, o.customers)
+	case o.demoDeclines > 0 && (!o.demo() || o.customersFile != ""):
+		return o, errors.New("-demo-declines works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key or -customers-file)")
+	case o.concurrency <= 0:
+		return o, fmt.Errorf("-concurrency %d: want at least 1", o.concurrency)
+	case o.rate == 0:
+		return o, errors.New("-rate 0 would never send anything: want requests per second, or a negative number for no limit")
+	case o.lease < time.Second:
+		return o, fmt.Errorf("-lease %v: want at least 1s", o.lease)
+	}
+	if err := billing.CheckPeriod(o.period); err != nil {
+		return o, fmt.Errorf("-period: %w", err)
+	}
+	if o.stripeURL != "" {
+		u, err := url.Parse(o.stripeURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return o, fmt.Errorf("-stripe-url %q: want an absolute http or https URL such as https://api.stripe.com", o.stripeURL)
+		}
+	}
+	return o, nil
+}
+
+// redactKey shows which kind of key is in use (sk_test_, rk_live_) and
+// nothing of the secret.
+func redactKey(k string) string {
+	if p := strings.SplitN(k, "_", 3); len(p) == 3 && len(p[0]) <= 3 && (p[1] == "test" || p[1] == "live") {
+		return p[0] + "_" + p[1] + "_****"
+	}
+	return "****"
+}
+
+// redactURL hides the password of a connection string.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" {
+		return "(connection string not shown)"
+	}
+	return u.Redacted()
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	rep := &reporter{o: o, stdout: stdout, stderr: stderr, human: stdout}
+	if o.json {
+		rep.human = stderr
+	}
+	if err != nil {
+		return rep.fail(exitInput, "invalid_input", err, "")
+	}
+
+	// Read the whole customers file before anything else, so that a bad
+	// row stops the program before a database or Stripe is touched.
+	total := o.customers
+	if o.customersFile != "" {
+		if total, err = checkFile(o.customersFile, o.api); err != nil {
+			return rep.fail(exitInput, "invalid_input", err, "fix the file and run again; nothing was charged")
+		}
+	}
+
+	dbURL, dbDesc := o.databaseURL, redactURL(o.databaseURL)
+	if dbURL == "" {
+		cluster, err := pgtest.Start(ctx)
+		if err != nil {
+			return rep.fail(exitInput, "error", fmt.Errorf("starting a throwaway PostgreSQL: %w", err), "pass -database-url or set DATABASE_URL")
+		}
+		defer cluster.Stop()
+		if dbURL, err = cluster.NewDatabase(ctx); err != nil {
+			return rep.fail(exitInput, "error", err, "pass -database-url or set DATABASE_URL")
+		}
+		dbDesc = "throwaway PostgreSQL at " + redactURL(dbURL)
+	}
+	pool, err := connect(ctx, dbURL)
+	if err != nil {
+		return rep.fail(exitInput, "error", err, "check -database-url (or DATABASE_URL) and that the server is up; nothing was charged")
+	}
+	defer pool.Close()
+	store, err := claim.NewPostgres(pool, claim.Config{Lease: o.lease})
+	if err != nil {
+		return rep.fail(exitInput, "error", err, "")
+	}
+	if err := store.Migrate(ctx); err != nil {
+		return rep.fail(exitInput, "error", fmt.Errorf("creating the claim table: %w", err), "the role needs CREATE on the database (or apply claim.SchemaSQL yourself)")
+	}
+	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billonce"})
+	if err != nil {
+		return rep.fail(exitInput, "error", err, "")
+	}
+
+	key, stripeURL := o.stripeKey, o.stripeURL
+	var fake *billingtest.Server
+	if o.demo() {
+		declines := map[string]string{}
+		for _, i := range demoDeclined(o.demoDeclines, o.customers) {
+			declines[demoID(i, o.customers)] = "insufficient_funds"
+		}
+		fake = billingtest.NewServer(billingtest.Config{Declines: declines})
+		defer fake.Close()
+		key, stripeURL = demoKey, fake.URL
+	} else if stripeURL == "" {
+		stripeURL = billing.DefaultStripeURL
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	biller, err := billing.New(billing.Config{
+		SecretKey: key,
+		StripeURL: stripeURL,
+		Claims:    store,
+		API:       o.api,
+		Scope:     o.scope,
+		RateLimit: o.rate,
+		Logger:    logger,
+	})
+	if err != nil {
+		return rep.fail(exitInput, "invalid_input", err, "")
+	}
+
+	stripeDesc := fmt.Sprintf("%s (key %s)", stripeURL, redactKey(key))
+	if fake != nil {
+		stripeDesc = "in-process fake Stripe at " + stripeDesc
+	}
+	source := fmt.Sprintf("%d demo customers", total)
+	if o.customersFile != "" {
+		source = fmt.Sprintf("%d customers from %s", total, o.customersFile)
+	}
+	if o.demoDeclines > 0 {
+		source += fmt.Sprintf(", %d of them with cards that decline", o.demoDeclines)
+	}
+	fmt.Fprintf(rep.human, "billing %s for %s with the %s API, scope %q\n  stripe:   %s\n  database: %s\n",
+		source, o.period, o.api, o.scope, stripeDesc, dbDesc)
+
+	items := func() iter.Seq2[billing.Item, error] {
+		if o.customersFile != "" {
+			return csvItems(o.customersFile, o.api)
+		}
+		return demoItems(o.customers, o.api)
+	}
+	runOnce := func(label string) (billing.Summary, error) {
+		ro := &billing.RunOptions{
+			Concurrency: o.concurrency,
+			Total:       total,
+			Progress:    newProgress(stderr, label).update,
+		}
+		if o.useLock {
+			ro.Lock = guard
+		}
+		sum, err := biller.Run(ctx, o.period, items(), ro)
+		if err == nil && ctx.Err() != nil {
+			// Run may return no error when the context ends after every
+			// customer was handed to a sender; the summary then counts the
+			// unsent ones as pending.
+			err = fmt.Errorf("billing run for %s stopped: %w", o.period, context.Cause(ctx))
+		}
+		return sum, err
+	}
+
+	sum, err := runOnce("billing")
+	rep.run = &sum
+	if err != nil || fake == nil {
+		return rep.finish(sum, err)
+	}
+
+	// The demo: the same run again creates nothing, and the fake's ledger
+	// shows every customer charged once.
+	reqs := fake.Stats().Requests
+	again, err := runOnce("again  ")
+	rep.second = &again
+	rep.secondRequests = fake.Stats().Requests - reqs
+	if err != nil {
+		return rep.finish(again, err)
+	}
+	rep.ledger = checkLedger(fake, o.period, items(), sum.Created+again.Created)
+	return rep.finish(again, nil)
+}
+
+// connect opens a pool and makes sure the server answers.
+func connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, errors.New("the database connection string does not parse: want postgres://user:password@host:5432/dbname")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening the database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach the database %s: %w", redactURL(dbURL), err)
+	}
+	return pool, nil
+}
+
+// ledger is what the fake Stripe's ledger says about the run's customers.
+type ledger struct {
+	Customers    int  `json:"customers"`
+	Once         int  `json:"charged_once"`
+	MoreThanOnce int  `json:"charged_more_than_once"`
+	NotCharged   int  `json:"not_charged"`
+	OK           bool `json:"ok"`
+}
+
+// checkLedger counts the customers' charges at the fake for period. Every
+// customer the runs created a charge for must have exactly one, and nobody
+// more than one.
+func checkLedger(fake *billingtest.Server, period string, items iter.Seq2[billing.Item, error], created int) *ledger {
+	l := &ledger{}
+	for it, err := range items {
+		if err != nil {
+			break
+		}
+		l.Customers++
+		switch n := fake.CountPeriod(it.Customer, period); {
+		case n == 0:
+			l.NotCharged++
+		case n == 1:
+			l.Once++
+		default:
+			l.MoreThanOnce++
+		}
+	}
+	l.OK = l.MoreThanOnce == 0 && l.Once == created
+	return l
+}

@@ -1,0 +1,489 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/lock"
+)
+
+func TestMain(m *testing.M) {
+	// The program reads these; the tests pass everything as flags.
+	os.Unsetenv("DATABASE_URL")
+	os.Unsetenv("STRIPE_SECRET_KEY")
+	pgtest.Main(m)
+}
+
+const period = "2026-09"
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runMain(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// fakeStripe starts a fake Stripe for one test.
+func fakeStripe(t *testing.T, cfg billingtest.Config) *billingtest.Server {
+	t.Helper()
+	srv := billingtest.NewServer(cfg)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func decodeReport(t *testing.T, r result) reportJSON {
+	t.Helper()
+	var rep reportJSON
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("stdout is not one JSON report: %v\nstdout:\n%s\nstderr:\n%s", err, r.stdout, r.stderr)
+	}
+	if dec.More() {
+		t.Fatalf("stdout holds more than one JSON value:\n%s", r.stdout)
+	}
+	return rep
+}
+
+// assertOnce checks at the fake that each customer was charged exactly once
+// for period, and that nobody else was charged.
+func assertOnce(t *testing.T, srv *billingtest.Server, customers []string) {
+	t.Helper()
+	for _, c := range customers {
+		if n := srv.CountPeriod(c, period); n != 1 {
+			t.Errorf("customer %s charged %d times for %s; want 1", c, n, period)
+		}
+	}
+	if paid := srv.Stats().Paid; paid != int64(len(customers)) {
+		t.Errorf("the fake holds %d paid charges; want %d", paid, len(customers))
+	}
+}
+
+func demoIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = demoID(i+1, n)
+	}
+	return ids
+}
+
+// The demo, as run with no Stripe flags: the program's own fake, its own
+// second run and its own ledger check, reported as JSON.
+func TestDemoBillsEveryoneOnceAndTheSecondRunCreatesNothing(t *testing.T) {
+	r := runMain(t, "-database-url", pgtest.URL(t), "-customers", "200", "-rate", "-1", "-period", period, "-json")
+	if r.code != exitOK {
+		t.Fatalf("exit %d; want 0\nstderr:\n%s", r.code, r.stderr)
+	}
+	rep := decodeReport(t, r)
+	if rep.Status != "complete" || rep.Run == nil || rep.SecondRun == nil || rep.Ledger == nil {
+		t.Fatalf("report %+v: want status complete with run, second run and ledger", rep)
+	}
+	if rep.Run.Created != 200 || rep.Run.Customers != 200 {
+		t.Errorf("first run created %d of %d; want 200 of 200", rep.Run.Created, rep.Run.Customers)
+	}
+	if rep.SecondRun.Created != 0 || rep.SecondRun.AlreadyBilled != 200 || *rep.SecondRunRequests != 0 {
+		t.Errorf("second run created %d, already billed %d, sent %d requests; want 0, 200, 0",
+			rep.SecondRun.Created, rep.SecondRun.AlreadyBilled, *rep.SecondRunRequests)
+	}
+	if want := (ledger{Customers: 200, Once: 200, OK: true}); *rep.Ledger != want {
+		t.Errorf("ledger %+v; want %+v", *rep.Ledger, want)
+	}
+	if !strings.Contains(r.stderr, "100% 200/200") {
+		t.Errorf("stderr has no final progress line:\n%s", r.stderr)
+	}
+}
+
+// The same, counted at a fake the test owns: two runs of the program, every
+// demo customer charged exactly once.
+func TestTwoRunsChargeEveryCustomerOnceAtTheFake(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	db := pgtest.URL(t)
+	args := []string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers", "150", "-rate", "-1", "-period", period}
+	if r := runMain(t, args...); r.code != exitOK || !strings.Contains(r.stdout, "created           150") {
+		t.Fatalf("first run: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	before := srv.Stats().Requests
+	r := runMain(t, append(args, "-json")...)
+	if r.code != exitOK {
+		t.Fatalf("second run: exit %d\n%s", r.code, r.stderr)
+	}
+	if rep := decodeReport(t, r); rep.Run.Created != 0 || rep.Run.AlreadyBilled != 150 || rep.SecondRun != nil {
+		t.Errorf("second run: %+v; want created 0, already billed 150, no demo rerun against a real Stripe URL", rep.Run)
+	}
+	if d := srv.Stats().Requests - before; d != 0 {
+		t.Errorf("the second run sent %d requests to Stripe; want 0", d)
+	}
+	assertOnce(t, srv, demoIDs(150))
+}
+
+// The whole default path: no database flag, so a throwaway PostgreSQL.
+func TestNoFlagsStartsItsOwnDatabaseAndFake(t *testing.T) {
+	r := runMain(t, "-customers", "20", "-rate", "-1")
+	if r.code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"in-process fake Stripe", "throwaway PostgreSQL", "20 charged exactly once, 0 more than once", "every customer is billed for " + time.Now().UTC().Format("2006-01")} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestDemoDeclinesExitNonZeroAndSayWhatToDo(t *testing.T) {
+	r := runMain(t, "-database-url", pgtest.URL(t), "-customers", "30", "-demo-declines", "3", "-rate", "-1", "-period", period, "-json")
+	if r.code != exitIncomplete {
+		t.Fatalf("exit %d; want %d\nstderr:\n%s", r.code, exitIncomplete, r.stderr)
+	}
+	rep := decodeReport(t, r)
+	if rep.Status != "incomplete" || rep.Run.Declined != 3 || rep.Run.Created != 27 || rep.SecondRun.Created != 0 || rep.SecondRun.Declined != 3 {
+		t.Errorf("report %+v run %+v second %+v", rep, rep.Run, rep.SecondRun)
+	}
+	if want := (ledger{Customers: 30, Once: 27, NotCharged: 3, OK: true}); *rep.Ledger != want {
+		t.Errorf("ledger %+v; want %+v", *rep.Ledger, want)
+	}
+	if !strings.Contains(r.stderr, "3 declined") || !strings.Contains(r.stderr, "Rebill") {
+		t.Errorf("stderr does not say what to do about declines:\n%s", r.stderr)
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "customers.csv")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCustomersFileBillsEachRowAtItsPrice(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	file := writeFile(t, "customer,amount,currency,payment_method\ncus_a,2500,usd\ncus_b, 1200 ,EUR,pm_1\n# a comment\n\"cus_c\",99,jpy\n")
+	r := runMain(t, "-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers-file", file, "-period", period)
+	if r.code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	assertOnce(t, srv, []string{"cus_a", "cus_b", "cus_c"})
+	got := map[string]string{}
+	for _, p := range srv.Payments() {
+		got[p.Customer] = fmt.Sprintf("%d %s", p.Amount, p.Currency)
+	}
+	want := map[string]string{"cus_a": "2500 usd", "cus_b": "1200 eur", "cus_c": "99 jpy"}
+	for c, w := range want {
+		if got[c] != w {
+			t.Errorf("customer %s charged %q; want %q", c, got[c], w)
+		}
+	}
+}
+
+// Every bad file is refused before the database or Stripe is touched: the
+// database URL points nowhere, and the fake must see no request.
+func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	nowhere := "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1"
+	good := "cus_1,100,usd\n"
+	for _, tc := range []struct {
+		name, content, want string
+		extra               []string
+	}{
+		{"malformed quote", good + "cus_2,\"100,usd\n", ":2: malformed CSV", nil},
+		{"too few columns", good + good[:0] + "cus_2,100,usd\ncus_3,100\n", ":3: 2 columns", nil},
+		{"negative amount", "customer,amount,currency\n" + good + "cus_2,-5,usd\n", ":3: customer cus_2: amount -5 must be positive", nil},
+		{"zero amount", good + "cus_2,0,usd\n", ":2: customer cus_2: amount 0 must be positive", nil},
+		{"decimal amount", good + "cus_2,25.00,usd\n", ":2: customer cus_2: amount \"25.00\" is not a whole number", nil},
+		{"unknown currency", good + "cus_2,100,usx\n", ":2: customer cus_2: currency \"usx\"", nil},
+		{"space in id", good + "cus 2,100,usd\n", ":2: customer ID \"cus 2\" contains white space", nil},
+		{"duplicate customer", good + "cus_2,100,usd\ncus_1,100,usd\n", ":3: customer cus_1 is listed again (first on line 1)", nil},
+		{"empty file", "customer,amount,currency\n", "no customers in the file", nil},
+		{"payment intents without method", good, ":1: customer cus_1: -api payment_intents needs a payment method", []string{"-api", "payment_intents"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := writeFile(t, tc.content)
+			args := append([]string{"-database-url", nowhere, "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers-file", file}, tc.extra...)
+			r := runMain(t, args...)
+			if r.code != exitInput {
+				t.Errorf("exit %d; want %d\nstderr:\n%s", r.code, exitInput, r.stderr)
+			}
+			if !strings.Contains(r.stderr, file+tc.want) && !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, r.stderr)
+			}
+			if !strings.Contains(r.stderr, "nothing was charged") {
+				t.Errorf("stderr does not say nothing was charged:\n%s", r.stderr)
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		r := runMain(t, "-database-url", nowhere, "-customers-file", filepath.Join(t.TempDir(), "nope.csv"))
+		if r.code != exitInput || !strings.Contains(r.stderr, "cannot open the customers file") {
+			t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
+		}
+	})
+	if n := srv.Stats().Requests; n != 0 {
+		t.Errorf("the fake saw %d requests; want 0", n)
+	}
+}
+
+func TestBadFlagsFailWithAClearMessage(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-stripe-url", srv.URL}, "-stripe-url is set but there is no key"},
+		{[]string{"-stripe-url", "api.stripe.com", "-stripe-key", "sk_test_x"}, "want an absolute http or https URL"},
+		{[]string{"-api", "invoices"}, `-api "invoices": use charges or payment_intents`},
+		{[]string{"-period", "2026-13"}, "use a month like 2026-09"},
+		{[]string{"-customers", "0"}, "-customers 0: want at least 1"},
+		{[]string{"-customers", "5", "-customers-file", "x.csv"}, "both given"},
+		{[]string{"-demo-declines", "2", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "-demo-declines works only with the in-process fake"},
+		{[]string{"-demo-declines", "11", "-customers", "10"}, "want 0 to 10"},
+		{[]string{"-rate", "0"}, "-rate 0 would never send anything"},
+		{[]string{"-concurrency", "-1"}, "-concurrency -1"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-nope"}, "flag provided but not defined: -nope"},
+		{[]string{"-database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "cannot reach the database"},
+		{[]string{"-database-url", "::not a url", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "connection string does not parse"},
+	} {
+		r := runMain(t, tc.args...)
+		if r.code != exitInput || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%q: exit %d; want %d and %q in stderr:\n%s", tc.args, r.code, exitInput, tc.want, r.stderr)
+		}
+	}
+	if n := srv.Stats().Requests; n != 0 {
+		t.Errorf("the fake saw %d requests; want 0", n)
+	}
+	// -json reports input errors as JSON too.
+	r := runMain(t, "-json", "-period", "soon")
+	if rep := decodeReport(t, r); rep.Status != "invalid_input" || rep.ExitCode != exitInput || !strings.Contains(rep.Error, "soon") {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+func TestStripeKeyIsNeverPrinted(t *testing.T) {
+	const secret = "sk_test_S3CR3T0123456789abcdef"
+	t.Setenv("STRIPE_SECRET_KEY", secret)
+	// The fake accepts another key only, so the run fails with Stripe's 401.
+	srv := fakeStripe(t, billingtest.Config{APIKeys: []string{"sk_test_other"}})
+	db := pgtest.URL(t)
+	for _, args := range [][]string{
+		{"-h"},
+		{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period},
+		{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period, "-json"},
+		{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", secret, "-customers", "5", "-period", "bad"},
+	} {
+		r := runMain(t, args...)
+		if strings.Contains(r.stdout+r.stderr, "S3CR3T") {
+			t.Errorf("%q printed the secret key:\nstdout:\n%s\nstderr:\n%s", args, r.stdout, r.stderr)
+		}
+		if args[0] != "-h" && args[len(args)-1] != "bad" {
+			if r.code != exitIncomplete || !strings.Contains(r.stderr, "Stripe refused the key") || !strings.Contains(r.stdout+r.stderr, "sk_test_****") {
+				t.Errorf("%q: exit %d; want %d with a key problem and the redacted key:\n%s\n%s", args, r.code, exitIncomplete, r.stdout, r.stderr)
+			}
+		}
+	}
+	if paid := srv.Stats().Paid; paid != 0 {
+		t.Errorf("%d charges with a refused key", paid)
+	}
+}
+
+func TestLockHeldByAnotherRunner(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	db := pgtest.URL(t)
+	pool, err := pgxpool.New(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billonce"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := guard.Acquire(context.Background(), "billonce-run:billonce:"+period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers", "10", "-period", period}
+	r := runMain(t, args...)
+	if r.code != exitLockHeld || !strings.Contains(r.stderr, "another runner holds the lock") {
+		t.Errorf("exit %d; want %d\nstderr:\n%s", r.code, exitLockHeld, r.stderr)
+	}
+	if n := srv.Stats().Requests; n != 0 {
+		t.Errorf("%d requests reached Stripe while the lock was held elsewhere", n)
+	}
+	held.Unlock(context.Background())
+	if r := runMain(t, args...); r.code != exitOK {
+		t.Errorf("after the lock is released: exit %d\n%s", r.code, r.stderr)
+	}
+	assertOnce(t, srv, demoIDs(10))
+}
+
+// A changed amount for a customer already billed this period is refused,
+// never charged, and the message says so.
+func TestChangedAmountIsRefused(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	db := pgtest.URL(t)
+	args := []string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-period", period, "-customers-file"}
+	if r := runMain(t, append(args, writeFile(t, "cus_a,100,usd\ncus_b,100,usd\n"))...); r.code != exitOK {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	r := runMain(t, append(args, writeFile(t, "cus_a,100,usd\ncus_b,250,usd\n"))...)
+	if r.code != exitIncomplete || !strings.Contains(r.stderr, "differs from the claim recorded earlier") {
+		t.Errorf("exit %d; want %d and a mismatch message:\n%s", r.code, exitIncomplete, r.stderr)
+	}
+	assertOnce(t, srv, []string{"cus_a", "cus_b"})
+}
+
+// An interrupted run (SIGINT or SIGTERM cancel the context) leaves nothing
+// half done: run again and every customer is charged once.
+func TestInterruptedRunFinishesOnTheNextRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	srv := fakeStripe(t, billingtest.Config{Script: func(r billingtest.Request) billingtest.Fault {
+		if r.Attempt == 1 && r.Customer == demoID(40, 100) {
+			once.Do(cancel)
+		}
+		return billingtest.Fault{}
+	}})
+	args := []string{"-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers", "100", "-rate", "-1", "-period", period}
+	var out, errb bytes.Buffer
+	if code := run(ctx, args, &out, &errb); code != exitIncomplete || !strings.Contains(errb.String(), "interrupted: run the same command again") {
+		t.Fatalf("interrupted run: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	if paid := srv.Stats().Paid; paid == 0 || paid == 100 {
+		t.Fatalf("the interrupted run charged %d customers; want some but not all", paid)
+	}
+	if r := runMain(t, args...); r.code != exitOK {
+		t.Fatalf("rerun: exit %d\n%s", r.code, r.stderr)
+	}
+	assertOnce(t, srv, demoIDs(100))
+}
+
+const helperEnv = "MONTHLY_BILLING_HELPER_ARGS"
+
+// TestHelperProcess is the program itself, for tests that run it as
+// separate OS processes.
+func TestHelperProcess(t *testing.T) {
+	args := os.Getenv(helperEnv)
+	if args == "" {
+		t.Skip("runs only as a subprocess")
+	}
+	os.Exit(run(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+}
+
+func helper(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(args, "\x1f"))
+	return cmd
+}
+
+// Several processes at once against one database and one Stripe bill
+// nobody twice, with the lock (one does the work) and without it (the
+// claims decide).
+func TestSeveralProcessesBillNobodyTwice(t *testing.T) {
+	for _, useLock := range []string{"true", "false"} {
+		t.Run("lock="+useLock, func(t *testing.T) {
+			srv := fakeStripe(t, billingtest.Config{})
+			args := []string{"-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_x",
+				"-customers", "300", "-rate", "400", "-period", period, "-lock=" + useLock}
+			cmds := make([]*exec.Cmd, 3)
+			outs := make([]bytes.Buffer, 3)
+			for i := range cmds {
+				cmds[i] = helper(args...)
+				cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
+				if err := cmds[i].Start(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			codes := map[int]int{}
+			for i, c := range cmds {
+				c.Wait()
+				code := c.ProcessState.ExitCode()
+				codes[code]++
+				// Without the lock a runner may meet customers another
+				// one is charging (exit 1, "run again").
+				if code != exitOK && code != exitLockHeld && !(useLock == "false" && code == exitIncomplete) {
+					t.Errorf("process %d: exit %d\n%s", i, code, outs[i].String())
+				}
+			}
+			t.Logf("exit codes: %v", codes)
+			if r := runMain(t, args...); r.code != exitOK || !strings.Contains(r.stdout, "created             0") {
+				t.Errorf("final run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			assertOnce(t, srv, demoIDs(300))
+		})
+	}
+}
+
+// SIGKILL in the middle of a run, then run again until done: nobody is
+// charged twice. The killed runner's claims wait out their lease (-lease).
+func TestKilledRunFinishesWithoutASecondCharge(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	args := []string{"-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_x",
+		"-customers", "400", "-rate", "100", "-lease", "2s", "-period", period}
+	cmd := helper(args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Waiting on a real process: poll the fake with a deadline.
+	for deadline := time.Now().Add(30 * time.Second); srv.Stats().Paid < 50; {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the run made %d charges in 30s\n%s", srv.Stats().Paid, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	killedAt := srv.Stats().Paid
+	if killedAt >= 400 {
+		t.Fatalf("the run finished before it was killed")
+	}
+	var reruns []int
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		r := runMain(t, args...)
+		reruns = append(reruns, r.code)
+		if r.code == exitOK {
+			break
+		}
+		if r.code != exitIncomplete || !strings.Contains(r.stderr, "its claims are free at") || time.Now().After(deadline) {
+			t.Fatalf("rerun: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond) // the killed runner's leases run out on the database clock
+	}
+	t.Logf("killed after %d charges; reruns exited %v", killedAt, reruns)
+	assertOnce(t, srv, demoIDs(400))
+}
+
+func TestRedaction(t *testing.T) {
+	for in, want := range map[string]string{
+		"sk_test_abc": "sk_test_****", "rk_live_abc_def": "rk_live_****", "sk_abc": "****", "whatever": "****", "": "****",
+	} {
+		if got := redactKey(in); got != want {
+			t.Errorf("redactKey(%q) = %q; want %q", in, got, want)
+		}
+	}
+	if got := redactURL("postgres://u:hunter2@h/db"); strings.Contains(got, "hunter2") {
+		t.Errorf("redactURL kept the password: %s", got)
+	}
+}

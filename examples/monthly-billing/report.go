@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+)
+
+// reporter prints the outcome: text for people (stdout, or stderr with
+// -json) and, with -json, one object on stdout.
+type reporter struct {
+	o              *options
+	stdout, stderr io.Writer
+	human          io.Writer
+
+	run, second    *billing.Summary
+	secondRequests int64
+	ledger         *ledger
+}
+
+// runJSON is one run in the -json object.
+type runJSON struct {
+	Customers        int      `json:"customers"`
+	Created          int      `json:"created"`
+	AlreadyBilled    int      `json:"already_billed"`
+	Declined         int      `json:"declined"`
+	Pending          int      `json:"pending"`
+	Invalid          int      `json:"invalid"`
+	ElapsedSeconds   float64  `json:"elapsed_seconds"`
+	ChargesPerSecond float64  `json:"charges_per_second"`
+	Complete         bool     `json:"complete"`
+	Failures         []string `json:"failures,omitempty"`
+}
+
+// reportJSON is what -json prints.
+type reportJSON struct {
+	// Status is complete, incomplete, stopped, lock_held, ledger_mismatch,
+	// invalid_input or error.
+	Status    string   `json:"status"`
+	ExitCode  int      `json:"exit_code"`
+	Period    string   `json:"period,omitempty"`
+	API       string   `json:"api,omitempty"`
+	Scope     string   `json:"scope,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	Advice    []string `json:"advice,omitempty"`
+	Run       *runJSON `json:"run,omitempty"`
+	SecondRun *runJSON `json:"second_run,omitempty"`
+	// SecondRunRequests is how many requests the second demo run sent to
+	// Stripe.
+	SecondRunRequests *int64  `json:"second_run_stripe_requests,omitempty"`
+	Ledger            *ledger `json:"ledger,omitempty"`
+}
+
+const maxListed = 5 // failures listed in the text output
+
+func toJSON(s *billing.Summary) *runJSON {
+	if s == nil {
+		return nil
+	}
+	r := &runJSON{
+		Customers: s.Done, Created: s.Created, AlreadyBilled: s.AlreadyDone, Declined: s.Failed,
+		Pending: s.Pending, Invalid: s.Invalid, ElapsedSeconds: s.Elapsed.Seconds(),
+		ChargesPerSecond: chargesPerSecond(*s), Complete: s.Complete(),
+	}
+	for _, err := range s.Failures[:min(len(s.Failures), 20)] {
+		r.Failures = append(r.Failures, err.Error())
+	}
+	return r
+}
+
+func chargesPerSecond(s billing.Summary) float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Created) / s.Elapsed.Seconds()
+}
+
+// fail reports an error that stopped the program before or outside a run.
+func (r *reporter) fail(code int, status string, err error, advice string) int {
+	fmt.Fprintf(r.stderr, "monthly-billing: %v\n", err)
+	if advice != "" {
+		fmt.Fprintf(r.stderr, "  %s\n", advice)
+	}
+	if r.o != nil && r.o.json {
+		out := reportJSON{Status: status, ExitCode: code, Error: err.Error(), Period: r.o.period, API: string(r.o.api), Scope: r.o.scope}
+		if advice != "" {
+			out.Advice = []string{advice}
+		}
+		r.writeJSON(out)
+	}
+	return code
+}
+
+func (r *reporter) writeJSON(v reportJSON) {
+	enc := json.NewEncoder(r.stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// finish prints the runs and decides the exit status from the last run.
+func (r *reporter) finish(last billing.Summary, runErr error) int {
+	w := r.human
+	held := errors.Is(runErr, billing.ErrRunHeldElsewhere)
+	if r.run != nil && (!held || r.second != nil) {
+		s := r.run
+		fmt.Fprintf(w, "run: %d customers in %s (%.0f charges/s)\n", s.Done, s.Elapsed.Round(10*time.Millisecond), chargesPerSecond(*s))
+		fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  pending        %6d\n  invalid        %6d\n",
+			s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
+	}
+	if s := r.second; s != nil && !held {
+		fmt.Fprintf(w, "same run again: created %d, already billed %d, declined %d, pending %d in %s; %d requests to Stripe\n",
+			s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Elapsed.Round(10*time.Millisecond), r.secondRequests)
+	}
+	if l := r.ledger; l != nil {
+		verdict := "OK: nobody charged twice"
+		if !l.OK {
+			verdict = "WRONG"
+		}
+		fmt.Fprintf(w, "ledger check at the fake Stripe: %d customers: %d charged exactly once, %d more than once, %d not charged: %s\n",
+			l.Customers, l.Once, l.MoreThanOnce, l.NotCharged, verdict)
+	}
+
+	code, status, advice := r.verdict(last, runErr)
+	if len(last.Failures) > 0 {
+		fmt.Fprintln(w, "not billed:")
+		for _, err := range last.Failures[:min(len(last.Failures), maxListed)] {
+			fmt.Fprintf(w, "  %v\n", err)
+		}
+		if n := max(len(last.Failures), last.Done-last.Created-last.AlreadyDone) - maxListed; n > 0 {
+			fmt.Fprintf(w, "  ... and %d more\n", n)
+		}
+	}
+	if code == exitOK {
+		fmt.Fprintf(w, "every customer is billed for %s\n", r.o.period)
+	} else {
+		if runErr != nil {
+			fmt.Fprintf(r.stderr, "monthly-billing: %v\n", runErr)
+		}
+		for _, a := range advice {
+			fmt.Fprintf(r.stderr, "monthly-billing: %s\n", a)
+		}
+	}
+	if r.o.json {
+		out := reportJSON{Status: status, ExitCode: code, Period: r.o.period, API: string(r.o.api), Scope: r.o.scope,
+			Advice: advice, Run: toJSON(r.run), SecondRun: toJSON(r.second), Ledger: r.ledger}
+		if runErr != nil {
+			out.Error = runErr.Error()
+		}
+		if r.second != nil {
+			out.SecondRunRequests = &r.secondRequests
+		}
+		r.writeJSON(out)
+	}
+	return code
+}
+
+// verdict turns the last run's outcome into an exit status, a status word
+// and what to do next.
+func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []string) {
+	p := r.o.period
+	switch {
+	case errors.Is(runErr, billing.ErrRunHeldElsewhere):
+		return exitLockHeld, "lock_held", []string{fmt.Sprintf(
+			"another runner holds the lock for %s (scope %q) and is billing now; nothing to do here. "+
+				"If no runner is alive, its lock went with its database connection: run again.", p, r.o.scope)}
+	case errors.Is(runErr, billing.ErrStripeAuth):
+		return exitIncomplete, "stopped", []string{"Stripe refused the key: check -stripe-key (or STRIPE_SECRET_KEY) and its permissions, then run again; customers not yet charged stay pending and nobody is charged twice"}
+	case errors.Is(runErr, billing.ErrSpendCapReached), errors.Is(runErr, billing.ErrVaultKeyRevoked), errors.Is(runErr, billing.ErrEndpointNotAllowed):
+		return exitIncomplete, "stopped", []string{"the spend-cap proxy stopped the run: raise the cap or fix the vault key, then run again; nobody is charged twice"}
+	case errors.Is(runErr, context.Canceled), errors.Is(runErr, context.DeadlineExceeded):
+		return exitIncomplete, "stopped", []string{"interrupted: run the same command again to finish; customers already charged are skipped and pending ones resume with their keys"}
+	case runErr != nil:
+		return exitIncomplete, "stopped", []string{"run the same command again once the cause is fixed; customers already charged are skipped and nobody is charged twice"}
+	case r.ledger != nil && !r.ledger.OK:
+		return exitIncomplete, "ledger_mismatch", []string{"the fake Stripe's ledger does not match the runs: this is a bug in billonce; please report it with this output"}
+	case s.Complete():
+		return exitOK, "complete", nil
+	}
+
+	var advice []string
+	if s.Failed > 0 {
+		advice = append(advice, fmt.Sprintf("%d declined: their claims are recorded as failed and later runs will not charge them again; "+
+			"see the payments in the Stripe dashboard, and bill one again only deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.Failed))
+	}
+	var held, mismatch int
+	var until time.Time
+	for _, err := range s.Failures {
+		var ip *billing.InProgressError
+		var me *claim.MismatchError
+		switch {
+		case errors.As(err, &ip):
+			held++
+			if ip.LeaseUntil.After(until) {
+				until = ip.LeaseUntil
+			}
+		case errors.As(err, &me):
+			mismatch++
+		}
+	}
+	if held > 0 {
+		advice = append(advice, fmt.Sprintf("%d customers are claimed by another runner: run again once it is done; "+
+			"if it died, its claims are free at %s (the claim lease, -lease) and the next run resumes them with the same keys", held, until.Local().Format(time.TimeOnly)))
+	}
+	if mismatch > 0 {
+		advice = append(advice, fmt.Sprintf("%d customers have an amount or currency that differs from the claim recorded earlier for %s: "+
+			"billonce never charges a different amount under the same key; correct the input or investigate before billing them", mismatch, p))
+	}
+	if unknown := s.Pending - held - mismatch; unknown > 0 {
+		advice = append(advice, fmt.Sprintf("%d outcomes are unknown: run the same command again; it resumes them with the same keys, and Stripe replays any charge that was made", unknown))
+	}
+	if s.Invalid > 0 {
+		advice = append(advice, fmt.Sprintf("%d customers had bad input (listed above): fix it and run again", s.Invalid))
+	}
+	return exitIncomplete, "incomplete", append(advice, "not every customer is billed for "+p+": "+strings.TrimSpace(summaryLine(s)))
+}
+
+func summaryLine(s billing.Summary) string {
+	return fmt.Sprintf("created %d, already billed %d, declined %d, pending %d, invalid %d",
+		s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
+}
