@@ -358,6 +358,19 @@ func CheckPeriod(period string) error {
 	return nil
 }
 
+// CheckCustomer reports whether id is a customer ID billonce accepts: 1 to
+// 255 bytes, no white space or control characters. Use it, with
+// [CheckPeriod] and [CheckPrice], to check a whole input file before a run.
+func CheckCustomer(id string) error { return checkID("customer ID", id) }
+
+// CheckPrice reports whether p can be charged with api: a positive amount up
+// to Stripe's limit, a currency Stripe charges in (any case), and a payment
+// method when api is PaymentIntents.
+func CheckPrice(p Price, api API) error {
+	_, err := checkPrice(p, api)
+	return err
+}
+
 func checkID(what, id string) error {
 	switch {
 	case id == "":

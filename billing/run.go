@@ -15,7 +15,7 @@ import (
 // Defaults for [RunOptions].
 const (
 	DefaultConcurrency = 8
-	DefaultBatchSize   = 500
+	DefaultBatchSize   = 100
 )
 
 // ErrRunHeldElsewhere is returned by Run when RunOptions.Lock is set and
@@ -78,7 +78,8 @@ type Progress struct {
 	// Pending: outcome unknown or claimed by another runner; the next run
 	// settles them with the same keys.
 	Pending int
-	// Invalid: bad input for this customer (nothing claimed or sent).
+	// Invalid: bad input for this customer, or input that contradicts its
+	// existing claim (a changed amount); nothing was claimed or sent.
 	Invalid int
 }
 
@@ -181,10 +182,14 @@ type runner struct {
 func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, error], o *RunOptions) (Summary, error) {
 	r := &runner{b: b, o: o, start: time.Now()}
 	r.sum.Period, r.sum.Total = period, o.Total
+	parent := ctx
 	ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 
-	tasks := make(chan task, o.BatchSize)
+	// Claims wait for a worker in a short queue: the fewer claims held
+	// ahead of sending, the fewer a killed runner leaves for its lease to
+	// release.
+	tasks := make(chan task, o.Concurrency)
 	var wg sync.WaitGroup
 	for range o.Concurrency {
 		wg.Add(1)
@@ -215,6 +220,9 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 		return r.sum, fmt.Errorf("billing: run for %s stopped after %d customers: %w", period, r.sum.Done, r.stopErr)
 	case srcErr != nil:
 		return r.sum, srcErr
+	case parent.Err() != nil:
+		// Everything was claimed before ctx was done, but not all was sent.
+		return r.sum, fmt.Errorf("billing: run for %s stopped: %w", period, context.Cause(parent))
 	}
 	return r.sum, nil
 }
@@ -321,13 +329,16 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := &r.sum
-	var failed *FailedError
+	var (
+		failed   *FailedError
+		mismatch *claim.MismatchError
+	)
 	switch {
 	case err == nil && (rc.How == Created || rc.How == Replayed):
 		s.Created++
 	case err == nil:
 		s.AlreadyDone++
-	case errors.Is(err, ErrInvalidInput):
+	case errors.Is(err, ErrInvalidInput), errors.As(err, &mismatch):
 		s.Invalid++
 	case errors.As(err, &failed):
 		s.Failed++

@@ -451,3 +451,59 @@ func TestRunSameCustomerTwiceChargesOnce(t *testing.T) {
 		t.Errorf("summary %+v, failures %v: want 2 created and the repeat reported as invalid", sum.Progress, sum.Failures)
 	}
 }
+
+// A Run cancelled after every customer was claimed, while charges are still
+// being sent, reports the cancellation instead of a nil error.
+func TestRunCancelledAfterClaimingReportsIt(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := newEnvWith(t, billingtest.Config{Script: func(r billingtest.Request) billingtest.Fault {
+		if r.Customer == "cus_00005" {
+			cancel()
+		}
+		return billingtest.Fault{}
+	}}, func(c *billing.Config) { c.Retry.MaxAttempts = 1 })
+	ids := customers(20)
+	sum, err := e.b.Run(ctx, period, billing.Customers(ids...), &billing.RunOptions{Concurrency: 1})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after cancel: err = %v, want context.Canceled (summary %+v)", err, sum.Progress)
+	}
+	for _, id := range ids {
+		if n := e.count(id); n > 1 {
+			t.Fatalf("%s charged %d times", id, n)
+		}
+	}
+	// The next run finishes the job: everyone charged exactly once.
+	if _, err := e.b.Run(context.Background(), period, billing.Customers(ids...), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if n := e.count(id); n != 1 {
+			t.Errorf("%s charged %d times after the second run, want 1", id, n)
+		}
+	}
+}
+
+// A changed amount against an existing claim is counted as invalid input,
+// not as an unknown outcome, and nothing is sent for it.
+func TestRunChangedAmountIsInvalid(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.b.Charge(ctx, "cus_1", period); err != nil {
+		t.Fatal(err)
+	}
+	other := billing.Price{Amount: amount + 1, Currency: "usd"}
+	sum, err := e.b.Run(ctx, period, func(yield func(billing.Item, error) bool) {
+		yield(billing.Item{Customer: "cus_1", Price: &other}, nil)
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mismatch *claim.MismatchError
+	if sum.Invalid != 1 || sum.Pending != 0 || len(sum.Failures) != 1 || !errors.As(sum.Failures[0], &mismatch) {
+		t.Errorf("summary %+v, failures %v: want the changed amount counted as invalid", sum.Progress, sum.Failures)
+	}
+	if n := e.count("cus_1"); n != 1 {
+		t.Errorf("cus_1 charged %d times, want 1", n)
+	}
+}
