@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -170,6 +171,16 @@ type proc struct {
 	killed     bool
 }
 
+// exited reports whether the process has exited (and err is set).
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 type event struct {
 	at   int // fire once this many customers are charged
 	kind string
@@ -280,7 +291,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	finished := make([]bool, cfg.Runners)
 	defer func() {
 		for _, p := range procs {
-			if p != nil && p.cmd.ProcessState == nil {
+			if p != nil && !p.exited() {
 				p.cmd.Process.Kill()
 				<-p.done
 			}
@@ -304,7 +315,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 			case "kill":
 				var alive []*proc
 				for i, p := range procs {
-					if !finished[i] && p.cmd.ProcessState == nil {
+					if !finished[i] && !p.exited() {
 						alive = append(alive, p)
 					}
 				}
@@ -313,10 +324,8 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 					continue
 				}
 				p := alive[rng.IntN(len(alive))]
-				select {
-				case <-p.done: // exited meanwhile
+				if p.exited() {
 					continue
-				default:
 				}
 				p.killed = true
 				p.cmd.Process.Signal(syscall.SIGKILL)
@@ -401,9 +410,15 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	st := srv.Stats()
 	fig.Faults, fig.Requests, fig.Replays = st.Faults, st.Requests, st.Replays
 
-	if err := verify(ctx, cfg, srv.Payments(), pool, declined, &fig); err != nil {
+	claims, dupClaims, err := loadClaims(ctx, pool, cfg.Period)
+	if err != nil {
 		return fig, err
 	}
+	for _, p := range dupClaims {
+		fig.Mismatches++
+		fig.Problems = append(fig.Problems, p)
+	}
+	verify(cfg, srv.Payments(), claims, declined, &fig)
 	fig.WallTime = time.Since(wall)
 	if !fig.OK() {
 		fig.Evidence = evidence(fig.Problems, srv.Log(), logDir)
@@ -464,36 +479,46 @@ func finalRun(ctx context.Context, cfg Config, stripeURL string, pool *pgxpool.P
 	return nil
 }
 
+// claimRow is what verify needs of a claim.
+type claimRow struct{ state, stripeID string }
+
+// loadClaims reads the claim table's rows for period, by customer; a
+// customer with two claims is reported as a problem.
+func loadClaims(ctx context.Context, pool *pgxpool.Pool, period string) (map[string]claimRow, []string, error) {
+	claims := map[string]claimRow{}
+	var problems []string
+	rows, err := pool.Query(ctx, `SELECT customer, state, coalesce(stripe_id, '') FROM billonce_claims WHERE period = $1`, period)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chaos: reading claims: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cust string
+		var c claimRow
+		if err := rows.Scan(&cust, &c.state, &c.stripeID); err != nil {
+			return nil, nil, err
+		}
+		if _, dup := claims[cust]; dup {
+			problems = append(problems, fmt.Sprintf("customer %s has more than one claim for %s", cust, period))
+		}
+		claims[cust] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("chaos: reading claims: %w", err)
+	}
+	return claims, problems, nil
+}
+
 // verify checks the invariants against the fake's ledger and the claim
-// table.
-func verify(ctx context.Context, cfg Config, payments []billingtest.Payment, pool *pgxpool.Pool, declined map[string]bool, fig *Figures) error {
+// table, and counts what broke in fig.
+func verify(cfg Config, payments []billingtest.Payment, claims map[string]claimRow, declined map[string]bool, fig *Figures) {
 	problem := func(format string, args ...any) {
 		fig.Mismatches++
 		if len(fig.Problems) < 20 {
 			fig.Problems = append(fig.Problems, fmt.Sprintf(format, args...))
 		}
 	}
-	type claimRow struct{ state, stripeID string }
-	claims := map[string]claimRow{}
-	rows, err := pool.Query(ctx, `SELECT customer, state, coalesce(stripe_id, '') FROM billonce_claims WHERE period = $1`, cfg.Period)
-	if err != nil {
-		return fmt.Errorf("chaos: reading claims: %w", err)
-	}
-	for rows.Next() {
-		var cust string
-		var c claimRow
-		if err := rows.Scan(&cust, &c.state, &c.stripeID); err != nil {
-			return err
-		}
-		if _, dup := claims[cust]; dup {
-			problem("customer %s has more than one claim for %s", cust, cfg.Period)
-		}
-		claims[cust] = c
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("chaos: reading claims: %w", err)
-	}
-
+	claims = maps.Clone(claims)
 	paid := map[string][]billingtest.Payment{}
 	for _, p := range payments {
 		if !p.Paid {
@@ -560,7 +585,6 @@ func verify(ctx context.Context, cfg Config, payments []billingtest.Payment, poo
 	for cust, c := range claims {
 		problem("claim for unknown customer %s (state %q)", cust, c.state)
 	}
-	return nil
 }
 
 var customerRE = regexp.MustCompile(`cus_[0-9]+`)

@@ -39,7 +39,7 @@ type runnerConfig struct {
 	AttemptTimeout, RetryInitial, RetryMax time.Duration
 	RetryAttempts                          int
 	LogPath                                string
-	Deadline       time.Time
+	Deadline                               time.Time
 }
 
 // customerID and price define the run: customer i owes price(i) cents.
@@ -101,8 +101,8 @@ func runnerMain(raw string) int {
 			InitialInterval: cfg.RetryInitial, MaxInterval: cfg.RetryMax, MaxAttempts: cfg.RetryAttempts,
 			AttemptTimeout: cfg.AttemptTimeout, MaxElapsed: 30 * time.Second,
 		},
-		Owner:     fmt.Sprintf("chaos-%d-%d-%d", cfg.Index, cfg.Generation, os.Getpid()),
-		Logger:    logger,
+		Owner:  fmt.Sprintf("chaos-%d-%d-%d", cfg.Index, cfg.Generation, os.Getpid()),
+		Logger: logger,
 	})
 	if err != nil {
 		logger.Error("chaos runner: biller", "error", err)
