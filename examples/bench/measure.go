@@ -10,6 +10,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -170,38 +173,47 @@ func benchClaim(ctx context.Context, e *env, o options, t *table) error {
 	return nil
 }
 
+// result is one timed run: charges per second, and CPU per charge in this
+// process (the fake included) and in PostgreSQL.
+type result struct {
+	rate           float64
+	selfCPU, pgCPU time.Duration
+}
+
 // billonceRun bills n customers with a Biller against a fresh zero-latency
-// fake and returns charges per second.
-func billonceRun(ctx context.Context, e *env, o options, n int, cpu io.Writer) (float64, error) {
+// fake.
+func billonceRun(ctx context.Context, e *env, o options, n int, cpu io.Writer) (result, error) {
 	srv := billingtest.NewServer(billingtest.Config{})
 	defer srv.Close()
 	s, _, err := e.store(ctx, o.concurrency+2)
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	b, err := billing.New(billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: -1})
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	if cpu != nil {
 		if err := pprof.StartCPUProfile(cpu); err != nil {
-			return 0, err
+			return result{}, err
 		}
 		defer pprof.StopCPUProfile()
 	}
+	self0, pg0 := cpuTimes()
 	sum, err := b.Run(ctx, period, customers(n), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch})
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
+	self1, pg1 := cpuTimes()
 	if sum.Created != n || srv.Stats().Paid != int64(n) {
-		return 0, fmt.Errorf("billonce Run created %d, fake paid %d, want %d", sum.Created, srv.Stats().Paid, n)
+		return result{}, fmt.Errorf("billonce Run created %d, fake paid %d, want %d", sum.Created, srv.Stats().Paid, n)
 	}
-	return float64(n) / sum.Elapsed.Seconds(), nil
+	return result{float64(n) / sum.Elapsed.Seconds(), (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n)}, nil
 }
 
 // naiveRun calls stripe-go directly with a random key per charge, no
 // database, the same concurrency, against a fresh zero-latency fake.
-func naiveRun(ctx context.Context, o options, n int) (float64, error) {
+func naiveRun(ctx context.Context, o options, n int) (result, error) {
 	srv := billingtest.NewServer(billingtest.Config{})
 	defer srv.Close()
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
@@ -212,6 +224,7 @@ func naiveRun(ctx context.Context, o options, n int) (float64, error) {
 	jobs := make(chan int)
 	errs := make(chan error, o.concurrency)
 	var wg sync.WaitGroup
+	self0, _ := cpuTimes()
 	start := time.Now()
 	for range o.concurrency {
 		wg.Add(1)
@@ -237,19 +250,20 @@ func naiveRun(ctx context.Context, o options, n int) (float64, error) {
 	close(jobs)
 	wg.Wait()
 	elapsed := time.Since(start)
+	self1, _ := cpuTimes()
 	select {
 	case err := <-errs:
-		return 0, err
+		return result{}, err
 	default:
 	}
 	if srv.Stats().Paid != int64(n) {
-		return 0, fmt.Errorf("naive loop: fake paid %d, want %d", srv.Stats().Paid, n)
+		return result{}, fmt.Errorf("naive loop: fake paid %d, want %d", srv.Stats().Paid, n)
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	return result{rate: float64(n) / elapsed.Seconds(), selfCPU: (self1 - self0) / time.Duration(n)}, nil
 }
 
 func benchRun(ctx context.Context, e *env, o options, t *table) error {
-	var safe, naive []float64
+	var safe, naive []result
 	// Interleave the two so that drift of the machine hits both alike.
 	for range max(1, o.reps) {
 		s, err := billonceRun(ctx, e, o, o.customers, nil)
@@ -262,17 +276,29 @@ func benchRun(ctx context.Context, e *env, o options, t *table) error {
 		}
 		safe, naive = append(safe, s), append(naive, nv)
 	}
-	ms, mn := median(safe), median(naive)
+	med := func(rs []result, f func(result) float64) float64 {
+		var xs []float64
+		for _, r := range rs {
+			xs = append(xs, f(r))
+		}
+		return median(xs)
+	}
+	rate := func(r result) float64 { return r.rate }
+	self := func(r result) float64 { return float64(r.selfCPU.Microseconds()) }
+	pg := func(r result) float64 { return float64(r.pgCPU.Microseconds()) }
+	ms, mn := med(safe, rate), med(naive, rate)
 	ratio := ms / mn
-	t.add(fmt.Sprintf("Run of %d, billonce", o.customers), fmt.Sprintf("%.0f charges/s", ms), fmt.Sprintf("claims in PostgreSQL, concurrency %d, batch %d", o.concurrency, o.batch))
-	t.add(fmt.Sprintf("Run of %d, naive loop", o.customers), fmt.Sprintf("%.0f charges/s", mn), "stripe-go, random keys, no database, same concurrency")
-	t.add("billonce / naive", fmt.Sprintf("%.2f", ratio), "1.00 would be free")
+	t.add(fmt.Sprintf("Run of %d, billonce", o.customers), fmt.Sprintf("%.0f charges/s", ms),
+		fmt.Sprintf("claims in PostgreSQL, concurrency %d, batch %d; CPU/charge: %.0f µs here (fake included) + %.0f µs PostgreSQL", o.concurrency, o.batch, med(safe, self), med(safe, pg)))
+	t.add(fmt.Sprintf("Run of %d, naive loop", o.customers), fmt.Sprintf("%.0f charges/s", mn),
+		fmt.Sprintf("stripe-go, random keys, no database, same concurrency; CPU/charge: %.0f µs here (fake included)", med(naive, self)))
+	t.add("billonce / naive", fmt.Sprintf("%.2f", ratio), fmt.Sprintf("1.00 would be free; %d CPUs", runtime.NumCPU()))
 	if ratio >= 0.5 && o.profile == "" {
 		return nil
 	}
 	path := o.profile
 	if path == "" {
-		path = "billonce-run.cpu.pprof"
+		path = filepath.Join(os.TempDir(), "billonce-run.cpu.pprof")
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -283,7 +309,7 @@ func benchRun(ctx context.Context, e *env, o options, t *table) error {
 		return err
 	}
 	f.Close()
-	t.add("CPU profile of a billonce Run", path, "top entries below")
+	t.add("CPU profile of a billonce Run", path, "this process only; cumulative top entries below")
 	t.notes = append(t.notes, topOfProfile(path)...)
 	return nil
 }
@@ -292,11 +318,19 @@ func benchRun(ctx context.Context, e *env, o options, t *table) error {
 // toolchain is there.
 func topOfProfile(path string) []string {
 	exe, _ := os.Executable()
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", exe, path).Output()
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=200", exe, path).Output()
 	if err != nil {
 		return []string{"(go tool pprof -top " + path + " failed: " + err.Error() + ")"}
 	}
-	return strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	// Keep the header and the entries that say where a charge's time goes.
+	keep := regexp.MustCompile(`flat%|Total samples|billing\.\(\*Biller\)\.(send|record|create|settle)$|retry\.Do|claim\.\(\*Postgres\)\.(Succeed|ClaimBatch|Renew)$|charge\.Client\.New|serveHTTP$|dialConnFor$|Syscall6$|runtime\.mallocgc$|runtime\.gcBgMarkWorker$|json\.Unmarshal$|stripe-go/v79\.\(\*BackendImplementation\)\.Do$`)
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if keep.MatchString(l) {
+			lines = append(lines, regexp.MustCompile(`\[go\.shape[^\]]*\]`).ReplaceAllString(l, "[…]"))
+		}
+	}
+	return lines
 }
 
 func benchRate(ctx context.Context, e *env, o options, t *table) error {
