@@ -51,7 +51,7 @@ func main() {
 	flag.StringVar(&o.profile, "cpuprofile", "", "write the CPU profile of a billonce Run here (default: only when the ratio is below 0.5)")
 	flag.Parse()
 
-	t := &table{cmd: "go run ./examples/bench " + strings.Join(os.Args[1:], " ")}
+	t := &table{cmd: strings.TrimSpace("go run ./examples/bench " + strings.Join(os.Args[1:], " "))}
 	if err := run(context.Background(), o, t); err != nil {
 		t.print(os.Stdout)
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -137,7 +137,7 @@ func benchMemory(ctx context.Context, e *env, o options, t *table) error {
 			return err
 		}
 		t.add(fmt.Sprintf("peak RSS, runner billing %d", o.million), fmt.Sprintf("%.1f MiB", float64(r.VmHWMKiB)/1024),
-			fmt.Sprintf("VmHWM of the runner process (fake in another); %.0fs", r.Seconds))
+			fmt.Sprintf("VmHWM of the runner process; the fake serves from the parent; %.0fs", r.Seconds))
 		return nil
 	}
 	// Too slow here: measure a few sizes and the slope.

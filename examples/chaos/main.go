@@ -77,7 +77,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	fmt.Printf("billonce chaos: go run ./examples/chaos %s\n", strings.Join(os.Args[1:], " "))
+	fmt.Printf("billonce chaos: %s\n", strings.TrimSpace("go run ./examples/chaos "+strings.Join(os.Args[1:], " ")))
 	fmt.Print(fig)
 	if !fig.OK() {
 		for _, line := range fig.Evidence {
