@@ -1,0 +1,100 @@
+// Command bench measures what billonce's safety costs and prints one table:
+// key derivation, claim round trips and batches, a full billing Run against
+// a naive loop on the same zero-latency fake Stripe, a rate-limited Run
+// against its floor, and the peak memory of one runner billing a large
+// streamed period.
+//
+//	go run ./examples/bench
+//	go run ./examples/bench -skip-million -reps 5
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// memEnv makes the re-executed binary the runner of the memory measurement.
+const memEnv = "BILLONCE_BENCH_MEMRUNNER"
+
+type options struct {
+	reps        int
+	customers   int
+	concurrency int
+	batch       int
+	rate        float64
+	rateN       int
+	million     int
+	skipMillion bool
+	maxMinutes  float64
+	sections    string
+	profile     string
+}
+
+func main() {
+	if raw, ok := os.LookupEnv(memEnv); ok {
+		os.Exit(memRunner(raw))
+	}
+	var o options
+	flag.IntVar(&o.reps, "reps", 3, "repetitions per figure; the median is printed")
+	flag.IntVar(&o.customers, "customers", 10000, "customers in the Run-versus-naive comparison")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "charges in flight, for billonce and the naive loop alike")
+	flag.IntVar(&o.batch, "batch", 500, "claims per database round trip in a Run")
+	flag.Float64Var(&o.rate, "rate", 200, "requests per second the rate-limited fake accepts (R)")
+	flag.IntVar(&o.rateN, "rate-customers", 600, "customers in the rate-limited Run")
+	flag.IntVar(&o.million, "million", 1_000_000, "customers streamed by the memory measurement")
+	flag.BoolVar(&o.skipMillion, "skip-million", false, "skip the peak-memory measurement")
+	flag.Float64Var(&o.maxMinutes, "max-minutes", 10, "if billing -million customers would take longer, measure smaller runs and the slope of RSS instead")
+	flag.StringVar(&o.sections, "sections", "key,claim,run,rate,memory", "comma-separated sections to run")
+	flag.StringVar(&o.profile, "cpuprofile", "", "write the CPU profile of a billonce Run here (default: only when the ratio is below 0.5)")
+	flag.Parse()
+
+	t := &table{cmd: strings.TrimSpace("go run ./examples/bench " + strings.Join(os.Args[1:], " "))}
+	if err := run(context.Background(), o, t); err != nil {
+		t.print(os.Stdout)
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	t.print(os.Stdout)
+}
+
+func run(ctx context.Context, o options, t *table) error {
+	want := map[string]bool{}
+	for _, s := range strings.Split(o.sections, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+	if want["key"] {
+		benchKey(t)
+	}
+	if !want["claim"] && !want["run"] && !want["rate"] && !(want["memory"] && !o.skipMillion) {
+		return nil
+	}
+	env, err := newEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	if want["claim"] {
+		if err := benchClaim(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["run"] {
+		if err := benchRun(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["rate"] {
+		if err := benchRate(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["memory"] && !o.skipMillion {
+		if err := benchMemory(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/charge"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/pgtest"
+)
+
+const period = "2026-09"
+
+// env is the PostgreSQL cluster every measurement shares.
+type env struct {
+	cluster *pgtest.Cluster
+	pools   []*pgxpool.Pool
+}
+
+func newEnv(ctx context.Context) (*env, error) {
+	c, err := pgtest.Start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &env{cluster: c}, nil
+}
+
+func (e *env) close() {
+	for _, p := range e.pools {
+		p.Close()
+	}
+	e.cluster.Stop()
+}
+
+// store returns a claim store on a fresh database.
+func (e *env) store(ctx context.Context, maxConns int) (*claim.Postgres, string, error) {
+	u, err := e.cluster.NewDatabase(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	u += fmt.Sprintf("&pool_max_conns=%d", maxConns)
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		return nil, "", err
+	}
+	e.pools = append(e.pools, pool)
+	s, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
+		return nil, "", err
+	}
+	return s, u, s.Migrate(ctx)
+}
+
+func customerID(i int) string { return fmt.Sprintf("cus_%08d", i) }
+
+func price(i int) billing.Price {
+	return billing.Price{Amount: 100 + int64(i%9900), Currency: "usd"}
+}
+
+// customers streams n customers with their prices, never holding them all.
+func customers(n int) iter.Seq2[billing.Item, error] {
+	return func(yield func(billing.Item, error) bool) {
+		for i := range n {
+			p := price(i)
+			if !yield(billing.Item{Customer: customerID(i), Price: &p}, nil) {
+				return
+			}
+		}
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func reps(n int, f func() (float64, error)) (float64, error) {
+	var xs []float64
+	for range max(1, n) {
+		x, err := f()
+		if err != nil {
+			return 0, err
+		}
+		xs = append(xs, x)
+	}
+	return median(xs), nil
+}
+
+func benchKey(t *table) {
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := idemkey.For("billonce", "cus_00001234", period, "1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	t.add("key derivation (idemkey.For)", fmt.Sprintf("%d ns/op", r.NsPerOp()), fmt.Sprintf("%d allocs/op, %d B/op", r.AllocsPerOp(), r.AllocedBytesPerOp()))
+}
+
+func requests(n, from int) []claim.Request {
+	reqs := make([]claim.Request, n)
+	for i := range reqs {
+		c := customerID(from + i)
+		reqs[i] = claim.Request{Customer: c, Period: period, Key: "bench:" + c, Amount: 1000, Currency: "usd", Owner: "bench"}
+	}
+	return reqs
+}
+
+func benchClaim(ctx context.Context, e *env, o options, t *table) error {
+	s, _, err := e.store(ctx, 4)
+	if err != nil {
+		return err
+	}
+	next := 0
+	const singles = 2000
+	us, err := reps(o.reps, func() (float64, error) {
+		reqs := requests(singles, next)
+		next += singles
+		start := time.Now()
+		for _, r := range reqs {
+			if _, err := s.Claim(ctx, r); err != nil {
+				return 0, err
+			}
+		}
+		return float64(time.Since(start).Microseconds()) / singles, nil
+	})
+	if err != nil {
+		return err
+	}
+	t.add("claim: single round trip", fmt.Sprintf("%.0f µs", us), fmt.Sprintf("new claims, one at a time, median of %d×%d", o.reps, singles))
+	for _, size := range []int{1000, 10000} {
+		perSec, err := reps(o.reps, func() (float64, error) {
+			reqs := requests(size, next)
+			next += size
+			start := time.Now()
+			if _, err := s.ClaimBatch(ctx, reqs); err != nil {
+				return 0, err
+			}
+			return float64(size) / time.Since(start).Seconds(), nil
+		})
+		if err != nil {
+			return err
+		}
+		t.add(fmt.Sprintf("claim: batch of %d", size), fmt.Sprintf("%.0f claims/s", perSec), "new claims, one ClaimBatch")
+	}
+	return nil
+}
+
+// result is one timed run: charges per second, and CPU per charge in this
+// process (the fake included) and in PostgreSQL.
+type result struct {
+	rate           float64
+	selfCPU, pgCPU time.Duration
+}
+
+// billonceRun bills n customers with a Biller against a fresh zero-latency
+// fake.
+func billonceRun(ctx context.Context, e *env, o options, n int, cpu io.Writer) (result, error) {
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	s, _, err := e.store(ctx, o.concurrency+2)
+	if err != nil {
+		return result{}, err
+	}
+	b, err := billing.New(billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: -1})
+	if err != nil {
+		return result{}, err
+	}
+	if cpu != nil {
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			return result{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	self0, pg0 := cpuTimes()
+	sum, err := b.Run(ctx, period, customers(n), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch})
+	if err != nil {
+		return result{}, err
+	}
+	self1, pg1 := cpuTimes()
+	if sum.Created != n || srv.Stats().Paid != int64(n) {
+		return result{}, fmt.Errorf("billonce Run created %d, fake paid %d, want %d", sum.Created, srv.Stats().Paid, n)
+	}
+	return result{float64(n) / sum.Elapsed.Seconds(), (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n)}, nil
+}
+
+// naiveRun calls stripe-go directly with a random key per charge, no
+// database, the same concurrency, against a fresh zero-latency fake.
+func naiveRun(ctx context.Context, o options, n int) (result, error) {
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL: stripe.String(srv.URL), HTTPClient: &http.Client{Timeout: 30 * time.Second},
+		MaxNetworkRetries: stripe.Int64(0), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})
+	cl := charge.Client{B: backend, Key: "sk_test_bench"}
+	jobs := make(chan int)
+	errs := make(chan error, o.concurrency)
+	var wg sync.WaitGroup
+	self0, _ := cpuTimes()
+	start := time.Now()
+	for range o.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				p := price(i)
+				var k [16]byte
+				rand.Read(k[:])
+				params := &stripe.ChargeParams{Amount: stripe.Int64(p.Amount), Currency: stripe.String(p.Currency), Customer: stripe.String(customerID(i))}
+				params.Context, params.IdempotencyKey = ctx, stripe.String(hex.EncodeToString(k[:]))
+				params.Metadata = map[string]string{billing.MetaCustomer: customerID(i), billing.MetaPeriod: period}
+				if _, err := cl.New(params); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+	self1, _ := cpuTimes()
+	select {
+	case err := <-errs:
+		return result{}, err
+	default:
+	}
+	if srv.Stats().Paid != int64(n) {
+		return result{}, fmt.Errorf("naive loop: fake paid %d, want %d", srv.Stats().Paid, n)
+	}
+	return result{rate: float64(n) / elapsed.Seconds(), selfCPU: (self1 - self0) / time.Duration(n)}, nil
+}
+
+func benchRun(ctx context.Context, e *env, o options, t *table) error {
+	var safe, naive []result
+	// Interleave the two so that drift of the machine hits both alike.
+	for range max(1, o.reps) {
+		s, err := billonceRun(ctx, e, o, o.customers, nil)
+		if err != nil {
+			return err
+		}
+		nv, err := naiveRun(ctx, o, o.customers)
+		if err != nil {
+			return err
+		}
+		safe, naive = append(safe, s), append(naive, nv)
+	}
+	med := func(rs []result, f func(result) float64) float64 {
+		var xs []float64
+		for _, r := range rs {
+			xs = append(xs, f(r))
+		}
+		return median(xs)
+	}
+	rate := func(r result) float64 { return r.rate }
+	self := func(r result) float64 { return float64(r.selfCPU.Microseconds()) }
+	pg := func(r result) float64 { return float64(r.pgCPU.Microseconds()) }
+	ms, mn := med(safe, rate), med(naive, rate)
+	ratio := ms / mn
+	t.add(fmt.Sprintf("Run of %d, billonce", o.customers), fmt.Sprintf("%.0f charges/s", ms),
+		fmt.Sprintf("claims in PostgreSQL, concurrency %d, batch %d; CPU/charge: %.0f µs here (fake included) + %.0f µs PostgreSQL", o.concurrency, o.batch, med(safe, self), med(safe, pg)))
+	t.add(fmt.Sprintf("Run of %d, naive loop", o.customers), fmt.Sprintf("%.0f charges/s", mn),
+		fmt.Sprintf("stripe-go, random keys, no database, same concurrency; CPU/charge: %.0f µs here (fake included)", med(naive, self)))
+	t.add("billonce / naive", fmt.Sprintf("%.2f", ratio), fmt.Sprintf("1.00 would be free; %d CPUs", runtime.NumCPU()))
+	if ratio >= 0.5 && o.profile == "" {
+		return nil
+	}
+	path := o.profile
+	if path == "" {
+		path = filepath.Join(os.TempDir(), "billonce-run.cpu.pprof")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := billonceRun(ctx, e, o, o.customers, f); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	t.add("CPU profile of a billonce Run", path, "this process only; cumulative top entries below")
+	t.notes = append(t.notes, topOfProfile(path)...)
+	return nil
+}
+
+// topOfProfile summarises a CPU profile with go tool pprof, if the Go
+// toolchain is there.
+func topOfProfile(path string) []string {
+	exe, _ := os.Executable()
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=200", exe, path).Output()
+	if err != nil {
+		return []string{"(go tool pprof -top " + path + " failed: " + err.Error() + ")"}
+	}
+	// Keep the header and the entries that say where a charge's time goes.
+	keep := regexp.MustCompile(`flat%|Total samples|billing\.\(\*Biller\)\.(send|record|create|settle)$|retry\.Do|claim\.\(\*Postgres\)\.(Succeed|ClaimBatch|Renew)$|charge\.Client\.New|serveHTTP$|dialConnFor$|Syscall6$|runtime\.mallocgc$|runtime\.gcBgMarkWorker$|json\.Unmarshal$|stripe-go/v79\.\(\*BackendImplementation\)\.Do$`)
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if keep.MatchString(l) {
+			lines = append(lines, regexp.MustCompile(`\[go\.shape[^\]]*\]`).ReplaceAllString(l, "[…]"))
+		}
+	}
+	return lines
+}
+
+func benchRate(ctx context.Context, e *env, o options, t *table) error {
+	floor := float64(o.rateN) / o.rate
+	var limited int64
+	ratio, err := reps(o.reps, func() (float64, error) {
+		srv := billingtest.NewServer(billingtest.Config{RateLimit: o.rate})
+		defer srv.Close()
+		s, _, err := e.store(ctx, o.concurrency+2)
+		if err != nil {
+			return 0, err
+		}
+		b, err := billing.New(billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: o.rate})
+		if err != nil {
+			return 0, err
+		}
+		sum, err := b.Run(ctx, period, customers(o.rateN), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch})
+		if err != nil {
+			return 0, err
+		}
+		if sum.Created != o.rateN {
+			return 0, fmt.Errorf("rate-limited Run created %d of %d: %v", sum.Created, o.rateN, sum.Failures)
+		}
+		limited += srv.Stats().RateLimited
+		return sum.Elapsed.Seconds() / floor, nil
+	})
+	if err != nil {
+		return err
+	}
+	t.add(fmt.Sprintf("rate-limited Run of %d at R=%g/s", o.rateN, o.rate), fmt.Sprintf("%.2f × floor", ratio),
+		fmt.Sprintf("floor N/R = %.1fs; Biller RateLimit = R; %d answers 429 in %d runs", floor, limited, max(1, o.reps)))
+	return nil
+}
