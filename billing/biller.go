@@ -59,6 +59,10 @@ const (
 	MetaPeriod   = "billonce_period"
 )
 
+// defaultIdleConns is how many idle connections to Stripe the default
+// transport keeps: enough for a Run's workers.
+const defaultIdleConns = 64
+
 // Limits on identifiers.
 const (
 	maxIDLen    = 255
@@ -95,7 +99,8 @@ type Config struct {
 	// HTTPClient sends the requests. Its Transport is kept (wrapped with
 	// idemkey.Transport, so no write leaves without its key); its Timeout is
 	// replaced by the per-attempt timeout of Retry. Defaults to a client on
-	// http.DefaultTransport.
+	// a clone of http.DefaultTransport that keeps 64 idle connections per
+	// host instead of 2, so a Run's workers reuse their connections.
 	HTTPClient *http.Client
 
 	// Claims records who bills whom: a claim.NewPostgres store in
@@ -299,6 +304,13 @@ func New(cfg Config) (*Biller, error) {
 	var base http.RoundTripper
 	if cfg.HTTPClient != nil {
 		hc.CheckRedirect, hc.Jar, base = cfg.HTTPClient.CheckRedirect, cfg.HTTPClient.Jar, cfg.HTTPClient.Transport
+	}
+	if base == nil {
+		// http.DefaultTransport keeps two idle connections per host; a Run
+		// with more workers than that would dial anew for most requests.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = defaultIdleConns
+		base = t
 	}
 	// Every write leaves with the key from its context, or not at all (I2).
 	hc.Transport = &idemkey.Transport{Base: base}
