@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/billing"
@@ -57,8 +58,8 @@ func TestRunThousandCustomersOnceEach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Created != 1000 || !sum.Complete() || sum.Period != period || len(sum.Failures) != 0 {
-		t.Fatalf("summary %+v", sum)
+	if diff := cmp.Diff(billing.Progress{Total: 1000, Done: 1000, Created: 1000}, sum.Progress); diff != "" || !sum.Complete() || sum.Period != period || len(sum.Failures) != 0 {
+		t.Fatalf("summary (-want +got):\n%s\nfailures: %v", diff, sum.Failures)
 	}
 	wantAllOnce(t, e.srv, ids)
 	if len(progress) != 1000 {
@@ -75,8 +76,11 @@ func TestRunThousandCustomersOnceEach(t *testing.T) {
 
 	requests := e.srv.Stats().Requests
 	sum, err = e.b.Run(context.Background(), period, billing.Customers(ids...), nil)
-	if err != nil || sum.AlreadyDone != 1000 || sum.Created != 0 || !sum.Complete() {
-		t.Fatalf("rerun: %+v, %v; want all 1000 already done", sum.Progress, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(billing.Progress{Done: 1000, AlreadyDone: 1000}, sum.Progress); diff != "" {
+		t.Fatalf("rerun: want all 1000 already done (-want +got):\n%s", diff)
 	}
 	if n := e.srv.Stats().Requests; n != requests {
 		t.Fatalf("the rerun made %d requests; want none", n-requests)
@@ -96,8 +100,8 @@ func TestRunCountsDeclinesAndContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Failed != 4 || sum.Created != 36 || sum.Done != 40 || len(sum.Failures) != 4 || sum.Complete() {
-		t.Fatalf("summary %+v", sum)
+	if diff := cmp.Diff(billing.Progress{Done: 40, Created: 36, Failed: 4}, sum.Progress); diff != "" || len(sum.Failures) != 4 || sum.Complete() {
+		t.Fatalf("summary (-want +got):\n%s\nfailures: %v", diff, sum.Failures)
 	}
 	for _, f := range sum.Failures {
 		var fe *billing.FailedError
