@@ -179,14 +179,25 @@ func newServer(cfg Config) (*Server, error) {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
-		// Shutdown waits up to five seconds for a connection that was opened
-		// but never used; nothing is lost by closing those at once.
-		s.hs.SetKeepAlivesEnabled(false)
-		s.fresh.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.hs.Shutdown(ctx); err != nil {
-			s.hs.Close()
+		shut := make(chan error, 1)
+		go func() { shut <- s.hs.Shutdown(ctx) }()
+		// Shutdown waits up to five seconds for a connection that was opened
+		// but never used (one may still be accepted after it starts); nothing
+		// is lost by closing those at once.
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for done := false; !done; {
+			s.fresh.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
+			select {
+			case err := <-shut:
+				if err != nil {
+					s.hs.Close()
+				}
+				done = true
+			case <-tick.C:
+			}
 		}
 		<-s.serveErr
 		s.inflight.Wait()
