@@ -44,8 +44,9 @@ type LeaseConfig struct {
 	TTL time.Duration
 
 	// RenewInterval is how often a held lease is extended to now() + TTL.
-	// A renewal that fails, or gets no answer within RenewInterval, cancels
-	// the job, which is therefore told before the lease can expire.
+	// A renewal that fails, or gets no answer by the time the lease would
+	// run out (TTL-RenewInterval after it starts), cancels the job, which is
+	// therefore told before the lease can expire.
 	// Defaults to TTL/3; at most TTL/2 and at least [MinCheckInterval].
 	RenewInterval time.Duration
 
@@ -197,5 +198,9 @@ func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
 		}
 		return nil
 	}
-	return newHeld(name, l.cfg.RenewInterval, l.cfg.RenewInterval, l.logger, renew, release), nil
+	// A renewal may take until the lease would run out: the last success
+	// was at most RenewInterval before it started, so TTL-RenewInterval
+	// later the lease is either renewed or reported lost, never silently
+	// expired. A slow database is not a lost lease.
+	return newHeld(name, l.cfg.RenewInterval, l.cfg.TTL-l.cfg.RenewInterval, l.logger, renew, release), nil
 }
