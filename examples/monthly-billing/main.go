@@ -267,14 +267,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if o.useLock {
 			ro.Lock = guard
 		}
-		sum, err := biller.Run(ctx, o.period, items(), ro)
-		if err == nil && ctx.Err() != nil {
-			// Run may return no error when the context ends after every
-			// customer was handed to a sender; the summary then counts the
-			// unsent ones as pending.
-			err = fmt.Errorf("billing run for %s stopped: %w", o.period, context.Cause(ctx))
-		}
-		return sum, err
+		return biller.Run(ctx, o.period, items(), ro)
 	}
 
 	sum, err := runOnce("billing")

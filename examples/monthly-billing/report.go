@@ -212,11 +212,11 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		advice = append(advice, fmt.Sprintf("%d customers have an amount or currency that differs from the claim recorded earlier for %s: "+
 			"billonce never charges a different amount under the same key; correct the input or investigate before billing them", mismatch, p))
 	}
-	if unknown := s.Pending - held - mismatch; unknown > 0 {
+	if unknown := s.Pending - held; unknown > 0 {
 		advice = append(advice, fmt.Sprintf("%d outcomes are unknown: run the same command again; it resumes them with the same keys, and Stripe replays any charge that was made", unknown))
 	}
-	if s.Invalid > 0 {
-		advice = append(advice, fmt.Sprintf("%d customers had bad input (listed above): fix it and run again", s.Invalid))
+	if bad := s.Invalid - mismatch; bad > 0 {
+		advice = append(advice, fmt.Sprintf("%d customers had bad input (listed above): fix it and run again", bad))
 	}
 	return exitIncomplete, "incomplete", append(advice, "not every customer is billed for "+p+": "+strings.TrimSpace(summaryLine(s)))
 }
