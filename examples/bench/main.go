@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/billonce/billonce/billing"
 )
 
 // memEnv makes the re-executed binary the runner of the memory measurement.
@@ -40,8 +42,8 @@ func main() {
 	var o options
 	flag.IntVar(&o.reps, "reps", 3, "repetitions per figure; the median is printed")
 	flag.IntVar(&o.customers, "customers", 10000, "customers in the Run-versus-naive comparison")
-	flag.IntVar(&o.concurrency, "concurrency", 8, "charges in flight, for billonce and the naive loop alike")
-	flag.IntVar(&o.batch, "batch", 500, "claims per database round trip in a Run")
+	flag.IntVar(&o.concurrency, "concurrency", billing.DefaultConcurrency, "charges in flight, for billonce and the naive loop alike")
+	flag.IntVar(&o.batch, "batch", billing.DefaultBatchSize, "claims per database round trip in a Run (RunOptions.BatchSize; the default is billing.DefaultBatchSize)")
 	flag.Float64Var(&o.rate, "rate", 200, "requests per second the rate-limited fake accepts (R)")
 	flag.IntVar(&o.rateN, "rate-customers", 600, "customers in the rate-limited Run")
 	flag.IntVar(&o.million, "million", 1_000_000, "customers streamed by the memory measurement")

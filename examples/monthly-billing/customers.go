@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/billonce/billonce/billing"
 )
@@ -138,6 +137,7 @@ func csvRows(path string, api billing.API) iter.Seq2[row, error] {
 }
 
 // parseRow turns one CSV record into an item, or says what is wrong with it.
+// The customer and the price are checked by billing's own rules.
 func parseRow(rec []string, api billing.API) (billing.Item, string) {
 	if len(rec) < 3 || len(rec) > 4 {
 		return billing.Item{}, fmt.Sprintf("%d columns; want customer ID, amount in minor units, currency and an optional payment method", len(rec))
@@ -146,35 +146,30 @@ func parseRow(rec []string, api billing.API) (billing.Item, string) {
 		rec[i] = strings.TrimSpace(rec[i])
 	}
 	id := rec[0]
-	if msg := checkID("customer ID", id); msg != "" {
-		return billing.Item{}, msg
+	if err := billing.CheckCustomer(id); err != nil {
+		return billing.Item{}, reason(err)
 	}
 	amount, err := strconv.ParseInt(rec[1], 10, 64)
-	switch {
-	case err != nil:
+	if err != nil {
 		return billing.Item{}, fmt.Sprintf("customer %s: amount %q is not a whole number of the currency's smallest unit (write 2500 for $25.00)", id, rec[1])
-	case amount <= 0:
-		return billing.Item{}, fmt.Sprintf("customer %s: amount %d must be positive", id, amount)
-	case amount > maxAmount:
-		return billing.Item{}, fmt.Sprintf("customer %s: amount %d is above Stripe's largest amount %d", id, amount, maxAmount)
 	}
-	cur := strings.ToLower(rec[2])
-	if !currencies[cur] {
-		return billing.Item{}, fmt.Sprintf("customer %s: currency %q is not one Stripe charges in; use a three-letter ISO code such as usd or eur", id, rec[2])
-	}
-	p := billing.Price{Amount: amount, Currency: cur}
+	p := billing.Price{Amount: amount, Currency: rec[2]}
 	if len(rec) == 4 {
 		p.PaymentMethod = rec[3]
 	}
-	if api == billing.PaymentIntents {
-		if p.PaymentMethod == "" {
-			return billing.Item{}, fmt.Sprintf("customer %s: -api payment_intents needs a payment method (pm_…) in the fourth column", id)
-		}
-		if msg := checkID("payment method", p.PaymentMethod); msg != "" {
-			return billing.Item{}, "customer " + id + ": " + msg
-		}
+	if api == billing.PaymentIntents && p.PaymentMethod == "" {
+		return billing.Item{}, fmt.Sprintf("customer %s: -api payment_intents needs a payment method (pm_…) in the fourth column", id)
+	}
+	if err := billing.CheckPrice(p, api); err != nil {
+		return billing.Item{}, "customer " + id + ": " + reason(err)
 	}
 	return billing.Item{Customer: id, Price: &p}, ""
+}
+
+// reason is billing's description of bad input without its leading
+// "billing: invalid input: ": the file and line say where it comes from.
+func reason(err error) string {
+	return strings.TrimPrefix(err.Error(), billing.ErrInvalidInput.Error()+": ")
 }
 
 // checkFile reads the whole customers file once, streaming, and returns the
@@ -203,34 +198,3 @@ func checkFile(path string, api billing.API) (int, error) {
 	}
 	return n, nil
 }
-
-// checkID mirrors billing's rules for identifiers.
-func checkID(what, id string) string {
-	switch {
-	case id == "":
-		return what + " is empty"
-	case len(id) > 255:
-		return fmt.Sprintf("%s is %d bytes long; the limit is 255", what, len(id))
-	case strings.ContainsFunc(id, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar }):
-		return fmt.Sprintf("%s %q contains white space, control characters or invalid UTF-8", what, id)
-	}
-	return ""
-}
-
-// maxAmount is Stripe's largest amount: eight digits.
-const maxAmount = 99_999_999
-
-// currencies Stripe charges in: the list billing checks against. It is
-// repeated here so that the whole file is checked before the first charge.
-var currencies = func() map[string]bool {
-	m := map[string]bool{}
-	for _, c := range strings.Fields(`usd aed afn all amd ang aoa ars aud awg azn bam bbd bdt bgn bhd bif bmd bnd bob brl
-		bsd bwp byn bzd cad cdf chf clp cny cop crc cve czk djf dkk dop dzd egp etb eur fjd fkp gbp gel gip gmd gnf
-		gtq gyd hkd hnl htg huf idr ils inr isk jmd jod jpy kes kgs khr kmf krw kwd kyd kzt lak lbp lkr lrd lsl mad
-		mdl mga mkd mmk mnt mop mur mvr mwk mxn myr mzn nad ngn nio nok npr nzd omr pab pen pgk php pkr pln pyg qar
-		ron rsd rub rwf sar sbd scr sek sgd shp sle sos srd std szl thb tjs tnd top try ttd twd tzs uah ugx uyu uzs
-		vnd vuv wst xaf xcd xof xpf yer zar zmw`) {
-		m[c] = true
-	}
-	return m
-}()

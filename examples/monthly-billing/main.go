@@ -9,6 +9,7 @@
 //
 //	go run ./examples/monthly-billing
 //	go run ./examples/monthly-billing -database-url postgres://... -stripe-key sk_test_... -customers-file customers.csv
+//	go run ./examples/monthly-billing -database-url postgres://... -vault-proxy-url https://proxy.example.com/stripe -vault-key ... -customers-file customers.csv
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -57,6 +59,9 @@ type options struct {
 	databaseURL   string
 	stripeKey     string
 	stripeURL     string
+	vaultProxyURL string
+	vaultKey      string
+	proxyClient   *http.Client // set when vaultProxyURL is
 	period        string
 	customers     int
 	customersFile string
@@ -72,7 +77,10 @@ type options struct {
 
 // demo reports whether the program runs against its own in-process fake
 // Stripe.
-func (o *options) demo() bool { return o.stripeURL == "" && o.stripeKey == "" }
+func (o *options) demo() bool { return o.stripeURL == "" && o.stripeKey == "" && !o.vault() }
+
+// vault reports whether requests go through a spend-cap proxy.
+func (o *options) vault() bool { return o.vaultProxyURL != "" || o.vaultKey != "" }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
@@ -83,6 +91,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL, else a throwaway cluster)")
 	fs.StringVar(&o.stripeKey, "stripe-key", "", "Stripe secret or restricted key (default $STRIPE_SECRET_KEY; with neither this nor -stripe-url, an in-process fake Stripe)")
 	fs.StringVar(&o.stripeURL, "stripe-url", "", "Stripe API base URL, for a proxy or a Stripe-compatible server (default "+billing.DefaultStripeURL+" when -stripe-key is set)")
+	fs.StringVar(&o.vaultProxyURL, "vault-proxy-url", "", "base URL of a spend-cap proxy that holds the Stripe secret (default $VAULT_PROXY_URL); needs -vault-key, replaces -stripe-key and -stripe-url")
+	fs.StringVar(&o.vaultKey, "vault-key", "", "the proxy's vault key for this run (default $VAULT_KEY); never printed")
 	fs.StringVar(&o.period, "period", time.Now().UTC().Format("2006-01"), "billing period: a month (2026-09) or a day (2026-09-15)")
 	fs.IntVar(&o.customers, "customers", 1000, "number of demo customers (cus_demo_0001, ...)")
 	fs.StringVar(&o.customersFile, "customers-file", "", "CSV of customer ID, amount in minor units, currency[, payment method]; optional header row")
@@ -108,11 +118,25 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if !set["stripe-key"] {
 		o.stripeKey = os.Getenv("STRIPE_SECRET_KEY")
 	}
+	if !set["vault-proxy-url"] {
+		o.vaultProxyURL = os.Getenv("VAULT_PROXY_URL")
+	}
+	if !set["vault-key"] {
+		o.vaultKey = os.Getenv("VAULT_KEY")
+	}
 	o.api = billing.API(*api)
 
 	switch {
 	case o.api != billing.Charges && o.api != billing.PaymentIntents:
 		return o, fmt.Errorf("-api %q: use charges or payment_intents", *api)
+	case o.vault() && o.vaultKey == "":
+		return o, errors.New("-vault-proxy-url is set but there is no vault key: pass -vault-key or set VAULT_KEY")
+	case o.vault() && o.vaultProxyURL == "":
+		return o, errors.New("-vault-key is set but there is no proxy: pass -vault-proxy-url or set VAULT_PROXY_URL")
+	case o.vault() && o.stripeKey != "":
+		return o, errors.New("a Stripe key (-stripe-key or STRIPE_SECRET_KEY) and a spend-cap proxy both given: behind the proxy this process needs no Stripe secret, and should not hold one; drop -stripe-key or unset STRIPE_SECRET_KEY for this job")
+	case o.vault() && o.stripeURL != "":
+		return o, errors.New("-stripe-url and -vault-proxy-url both given: every request goes to the proxy; drop -stripe-url")
 	case o.stripeURL != "" && o.stripeKey == "":
 		return o, errors.New("-stripe-url is set but there is no key: pass -stripe-key or set STRIPE_SECRET_KEY")
 	case set["customers"] && o.customersFile != "":
@@ -122,7 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.demoDeclines < 0 || o.demoDeclines > o.customers:
 		return o, fmt.Errorf("-demo-declines %d: want 0 to %d (the number of demo customers)", o.demoDeclines, o.customers)
 	case o.demoDeclines > 0 && (!o.demo() || o.customersFile != ""):
-		return o, errors.New("-demo-declines works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key or -customers-file)")
+		return o, errors.New("-demo-declines works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)")
 	case o.concurrency <= 0:
 		return o, fmt.Errorf("-concurrency %d: want at least 1", o.concurrency)
 	case o.rate == 0:
@@ -139,8 +163,22 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return o, fmt.Errorf("-stripe-url %q: want an absolute http or https URL such as https://api.stripe.com", o.stripeURL)
 		}
 	}
+	if o.vault() {
+		// Idle connections for every worker, as billing's default transport
+		// keeps.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = max(o.concurrency, 2)
+		hc, err := billing.ProxyClient(o.vaultProxyURL, o.vaultKey, &http.Client{Transport: t})
+		if err != nil {
+			return o, errors.New(vaultFlags.Replace(reason(err)))
+		}
+		o.proxyClient = hc
+	}
 	return o, nil
 }
+
+// vaultFlags names billing's vault settings by this program's flags.
+var vaultFlags = strings.NewReplacer("VaultConfig.ProxyURL", "-vault-proxy-url", "VaultConfig.VaultKey", "-vault-key", ", or set AllowInsecure inside a trusted network", "")
 
 // redactKey shows which kind of key is in use (sk_test_, rk_live_) and
 // nothing of the secret.
@@ -213,7 +251,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	key, stripeURL := o.stripeKey, o.stripeURL
 	var fake *billingtest.Server
-	if o.demo() {
+	if o.vault() {
+		// The transport sends every request to the proxy with the vault
+		// key; the proxy adds the Stripe secret.
+		key, stripeURL = o.vaultKey, ""
+		defer o.proxyClient.CloseIdleConnections()
+	} else if o.demo() {
 		declines := map[string]string{}
 		for _, i := range demoDeclined(o.demoDeclines, o.customers) {
 			declines[demoID(i, o.customers)] = "insufficient_funds"
@@ -226,21 +269,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	biller, err := billing.New(billing.Config{
-		SecretKey: key,
-		StripeURL: stripeURL,
-		Claims:    store,
-		API:       o.api,
-		Scope:     o.scope,
-		RateLimit: o.rate,
-		Logger:    logger,
+		SecretKey:  key,
+		StripeURL:  stripeURL,
+		HTTPClient: o.proxyClient,
+		Claims:     store,
+		API:        o.api,
+		Scope:      o.scope,
+		RateLimit:  o.rate,
+		Logger:     logger,
 	})
 	if err != nil {
 		return rep.fail(exitInput, "invalid_input", err, "")
 	}
 
 	stripeDesc := fmt.Sprintf("%s (key %s)", stripeURL, redactKey(key))
-	if fake != nil {
+	switch {
+	case fake != nil:
 		stripeDesc = "in-process fake Stripe at " + stripeDesc
+	case o.vault():
+		stripeDesc = "spend-cap proxy at " + o.vaultProxyURL + " (vault key ****)"
 	}
 	source := fmt.Sprintf("%d demo customers", total)
 	if o.customersFile != "" {
@@ -267,14 +314,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if o.useLock {
 			ro.Lock = guard
 		}
-		sum, err := biller.Run(ctx, o.period, items(), ro)
-		if err == nil && ctx.Err() != nil {
-			// Run may return no error when the context ends after every
-			// customer was handed to a sender; the summary then counts the
-			// unsent ones as pending.
-			err = fmt.Errorf("billing run for %s stopped: %w", o.period, context.Cause(ctx))
-		}
-		return sum, err
+		return biller.Run(ctx, o.period, items(), ro)
 	}
 
 	sum, err := runOnce("billing")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +26,8 @@ func TestMain(m *testing.M) {
 	// The program reads these; the tests pass everything as flags.
 	os.Unsetenv("DATABASE_URL")
 	os.Unsetenv("STRIPE_SECRET_KEY")
+	os.Unsetenv("VAULT_PROXY_URL")
+	os.Unsetenv("VAULT_KEY")
 	pgtest.Main(m)
 }
 
@@ -206,13 +209,17 @@ func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
 	}{
 		{"malformed quote", good + "cus_2,\"100,usd\n", ":2: malformed CSV", nil},
 		{"too few columns", good + good[:0] + "cus_2,100,usd\ncus_3,100\n", ":3: 2 columns", nil},
-		{"negative amount", "customer,amount,currency\n" + good + "cus_2,-5,usd\n", ":3: customer cus_2: amount -5 must be positive", nil},
-		{"zero amount", good + "cus_2,0,usd\n", ":2: customer cus_2: amount 0 must be positive", nil},
+		{"negative amount", "customer,amount,currency\n" + good + "cus_2,-5,usd\n", ":3: customer cus_2: amount -5: must be a positive number of the currency's smallest unit (cents)\n", nil},
+		{"zero amount", good + "cus_2,0,usd\n", ":2: customer cus_2: amount 0: must be a positive number", nil},
+		{"amount too large", good + "cus_2,100000000,usd\n", ":2: customer cus_2: amount 100000000 is above Stripe's largest amount 99999999\n", nil},
 		{"decimal amount", good + "cus_2,25.00,usd\n", ":2: customer cus_2: amount \"25.00\" is not a whole number", nil},
-		{"unknown currency", good + "cus_2,100,usx\n", ":2: customer cus_2: currency \"usx\"", nil},
-		{"space in id", good + "cus 2,100,usd\n", ":2: customer ID \"cus 2\" contains white space", nil},
+		{"unknown currency", good + "cus_2,100,usx\n", ":2: customer cus_2: currency \"usx\" is not a currency Stripe charges in; use a three-letter ISO code such as usd or eur\n", nil},
+		{"space in id", good + "cus 2,100,usd\n", ":2: customer ID \"cus 2\" contains white space, control characters or invalid UTF-8\n", nil},
+		{"empty id", good + ",100,usd\n", ":2: customer ID is empty\n", nil},
+		{"long id", good + strings.Repeat("c", 256) + ",100,usd\n", ":2: customer ID is 256 bytes long; the limit is 255\n", nil},
+		{"bad payment method", "cus_1,100,usd,pm 1\n", ":1: customer cus_1: payment method \"pm 1\" contains white space", []string{"-api", "payment_intents"}},
 		{"duplicate customer", good + "cus_2,100,usd\ncus_1,100,usd\n", ":3: customer cus_1 is listed again (first on line 1)", nil},
-		{"empty file", "customer,amount,currency\n", "no customers in the file", nil},
+		{"empty file", "customer,amount,currency\n", ": no customers in the file", nil},
 		{"payment intents without method", good, ":1: customer cus_1: -api payment_intents needs a payment method", []string{"-api", "payment_intents"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -222,8 +229,8 @@ func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
 			if r.code != exitInput {
 				t.Errorf("exit %d; want %d\nstderr:\n%s", r.code, exitInput, r.stderr)
 			}
-			if !strings.Contains(r.stderr, file+tc.want) && !strings.Contains(r.stderr, tc.want) {
-				t.Errorf("stderr lacks %q:\n%s", tc.want, r.stderr)
+			if !strings.Contains(r.stderr, "monthly-billing: "+file+tc.want) || strings.Contains(r.stderr, "invalid input") {
+				t.Errorf("stderr lacks %q after the file name, or repeats billing's \"invalid input\":\n%s", tc.want, r.stderr)
 			}
 			if !strings.Contains(r.stderr, "nothing was charged") {
 				t.Errorf("stderr does not say nothing was charged:\n%s", r.stderr)
@@ -261,6 +268,14 @@ func TestBadFlagsFailWithAClearMessage(t *testing.T) {
 		{[]string{"-nope"}, "flag provided but not defined: -nope"},
 		{[]string{"-database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "cannot reach the database"},
 		{[]string{"-database-url", "::not a url", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "connection string does not parse"},
+		{[]string{"-vault-proxy-url", srv.URL}, "-vault-proxy-url is set but there is no vault key: pass -vault-key or set VAULT_KEY"},
+		{[]string{"-vault-key", "vk_x"}, "-vault-key is set but there is no proxy: pass -vault-proxy-url or set VAULT_PROXY_URL"},
+		{[]string{"-vault-proxy-url", srv.URL, "-vault-key", "vk_x", "-stripe-key", "sk_test_x"}, "behind the proxy this process needs no Stripe secret"},
+		{[]string{"-vault-proxy-url", srv.URL, "-vault-key", "vk_x", "-stripe-url", srv.URL}, "-stripe-url and -vault-proxy-url both given"},
+		{[]string{"-vault-proxy-url", "http://proxy.example.com", "-vault-key", "vk_x"}, `-vault-proxy-url "http://proxy.example.com" is plain http on a non-loopback host, which would send the vault key in clear text; use https` + "\n"},
+		{[]string{"-vault-proxy-url", "https://u:p@proxy.example.com", "-vault-key", "vk_x"}, "-vault-proxy-url carries user info"},
+		{[]string{"-vault-proxy-url", srv.URL, "-vault-key", "vk x"}, "-vault-key contains white space"},
+		{[]string{"-vault-proxy-url", srv.URL, "-vault-key", "vk_x", "-demo-declines", "1"}, "-demo-declines works only with the in-process fake"},
 	} {
 		r := runMain(t, tc.args...)
 		if r.code != exitInput || !strings.Contains(r.stderr, tc.want) {
@@ -278,29 +293,125 @@ func TestBadFlagsFailWithAClearMessage(t *testing.T) {
 }
 
 func TestStripeKeyIsNeverPrinted(t *testing.T) {
-	const secret = "sk_test_S3CR3T0123456789abcdef"
+	const (
+		secret      = "sk_test_S3CR3T0123456789abcdef"
+		vaultSecret = "vk_V4ULT0123456789abcdef"
+	)
 	t.Setenv("STRIPE_SECRET_KEY", secret)
-	// The fake accepts another key only, so the run fails with Stripe's 401.
+	// The fake accepts another key only, so the run fails with Stripe's 401;
+	// the proxy knows no vault key, so it refuses with its own 401.
 	srv := fakeStripe(t, billingtest.Config{APIKeys: []string{"sk_test_other"}})
+	proxy := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: "sk_test_other"})
+	t.Cleanup(proxy.Close)
 	db := pgtest.URL(t)
-	for _, args := range [][]string{
-		{"-h"},
-		{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period},
-		{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period, "-json"},
-		{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", secret, "-customers", "5", "-period", "bad"},
-	} {
+	check := func(args []string, code int, want ...string) {
+		t.Helper()
 		r := runMain(t, args...)
-		if strings.Contains(r.stdout+r.stderr, "S3CR3T") {
-			t.Errorf("%q printed the secret key:\nstdout:\n%s\nstderr:\n%s", args, r.stdout, r.stderr)
+		if strings.Contains(r.stdout+r.stderr, "S3CR3T") || strings.Contains(r.stdout+r.stderr, "V4ULT") {
+			t.Errorf("%q printed a secret key:\nstdout:\n%s\nstderr:\n%s", args, r.stdout, r.stderr)
 		}
-		if args[0] != "-h" && args[len(args)-1] != "bad" {
-			if r.code != exitIncomplete || !strings.Contains(r.stderr, "Stripe refused the key") || !strings.Contains(r.stdout+r.stderr, "sk_test_****") {
-				t.Errorf("%q: exit %d; want %d with a key problem and the redacted key:\n%s\n%s", args, r.code, exitIncomplete, r.stdout, r.stderr)
+		if r.code != code {
+			t.Errorf("%q: exit %d; want %d\n%s\n%s", args, r.code, code, r.stdout, r.stderr)
+		}
+		for _, w := range want {
+			if !strings.Contains(r.stdout+r.stderr, w) {
+				t.Errorf("%q: output lacks %q:\n%s\n%s", args, w, r.stdout, r.stderr)
 			}
 		}
 	}
+	refused := []string{"Stripe refused the key", "sk_test_****"}
+	check([]string{"-h"}, exitOK)
+	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period}, exitIncomplete, refused...)
+	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period, "-json"}, exitIncomplete, refused...)
+	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", secret, "-customers", "5", "-period", "bad"}, exitInput)
+
+	// The vault key, from the environment and from the flag.
+	t.Setenv("VAULT_KEY", vaultSecret)
+	vault := []string{"-database-url", db, "-vault-proxy-url", proxy.URL, "-customers", "5", "-period", period}
+	check(vault, exitInput, "behind the proxy this process needs no Stripe secret")
+	t.Setenv("STRIPE_SECRET_KEY", "")
+	revoked := []string{"no longer accepts the vault key", "vault key ****"}
+	check(vault, exitIncomplete, revoked...)
+	check(append(vault, "-json"), exitIncomplete, revoked...)
+	check(append(vault, "-h"), exitOK)
+	t.Setenv("VAULT_KEY", "")
+	check(append(vault, "-vault-key", vaultSecret), exitIncomplete, revoked...)
+	check(append(vault, "-vault-key", vaultSecret, "-period", "bad"), exitInput)
+
 	if paid := srv.Stats().Paid; paid != 0 {
 		t.Errorf("%d charges with a refused key", paid)
+	}
+	if n := len(proxy.Log()); n == 0 {
+		t.Errorf("no request reached the proxy; the vault runs did not test what they claim")
+	}
+}
+
+// Behind a spend-cap proxy the run stops at the vault key's cap, having
+// charged no more than it; with the cap raised, the next run bills the rest,
+// everyone exactly once.
+func TestVaultProxyCapStopsTheRunAndARerunFinishes(t *testing.T) {
+	const (
+		stripeSecret = "sk_test_held_by_the_proxy"
+		firstKey     = "vk_run_2026_09_first_0123456789"
+		secondKey    = "vk_run_2026_09_second_0123456789"
+		n            = 100
+		capAmount    = 100_000 // $1,000 of the 100 customers' $2,566
+	)
+	// Stripe accepts only the proxy's secret: the process has none to send.
+	srv := fakeStripe(t, billingtest.Config{APIKeys: []string{stripeSecret}})
+	proxy := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: stripeSecret})
+	t.Cleanup(proxy.Close)
+	proxy.IssueKey(billingtest.VaultKey{Key: firstKey, CapAmount: capAmount})
+
+	args := []string{"-database-url", pgtest.URL(t), "-vault-proxy-url", proxy.URL,
+		"-customers", strconv.Itoa(n), "-rate", "-1", "-period", period}
+	r := runMain(t, append(args, "-vault-key", firstKey, "-json")...)
+	if r.code != exitIncomplete {
+		t.Fatalf("capped run: exit %d; want %d\n%s\n%s", r.code, exitIncomplete, r.stdout, r.stderr)
+	}
+	rep := decodeReport(t, r)
+	if rep.Status != "stopped" || len(rep.Advice) != 1 || !strings.Contains(rep.Advice[0], "the spend cap of the vault key is reached") ||
+		!strings.Contains(rep.Error, `spend-cap proxy refused POST `+proxy.URL+`/v1/charges with 429 "Spend cap of $1000 for this key reached"`) {
+		t.Errorf("report: status %q, error %q, advice %q; want stopped, with the spend cap named", rep.Status, rep.Error, rep.Advice)
+	}
+	if !strings.Contains(r.stderr, "monthly-billing: the spend cap of the vault key is reached") {
+		t.Errorf("stderr does not name the spend cap:\n%s", r.stderr)
+	}
+	var charged int64
+	for _, p := range srv.Payments() {
+		if p.Paid {
+			charged += p.Amount
+		}
+	}
+	paid := srv.Stats().Paid
+	if charged > capAmount || paid == 0 || paid >= n {
+		t.Errorf("the capped run charged %d customers, %d cents; want some but not all, at most %d cents", paid, charged, capAmount)
+	}
+	// Requests in flight when the run stopped may have charged without the
+	// run hearing back: those customers are pending, and the next run gets
+	// Stripe's replay.
+	if created := int64(rep.Run.Created); created > paid || created+int64(rep.Run.Pending) < paid {
+		t.Errorf("the report says %d created, %d pending; the fake holds %d paid charges", rep.Run.Created, rep.Run.Pending, paid)
+	}
+	for _, id := range demoIDs(n) {
+		if c := srv.CountPeriod(id, period); c > 1 {
+			t.Errorf("customer %s charged %d times", id, c)
+		}
+	}
+	t.Logf("capped run: %d customers charged, $%d.%02d under a $%d cap; the run counted %d created, %d pending",
+		paid, charged/100, charged%100, capAmount/100, rep.Run.Created, rep.Run.Pending)
+
+	// A new key with room for the rest, from the environment this time.
+	proxy.IssueKey(billingtest.VaultKey{Key: secondKey, CapAmount: 10 * capAmount})
+	t.Setenv("VAULT_KEY", secondKey)
+	if r := runMain(t, args...); r.code != exitOK || !strings.Contains(r.stdout, fmt.Sprintf("already billed %6d", rep.Run.Created)) {
+		t.Fatalf("rerun: exit %d; want 0 with %d already billed\n%s\n%s", r.code, rep.Run.Created, r.stdout, r.stderr)
+	}
+	assertOnce(t, srv, demoIDs(n))
+	for _, e := range proxy.Log() {
+		if e.VaultKey != firstKey && e.VaultKey != secondKey {
+			t.Errorf("the proxy saw a request with another credential (%d chars)", len(e.VaultKey))
+		}
 	}
 }
 
@@ -344,9 +455,19 @@ func TestChangedAmountIsRefused(t *testing.T) {
 	if r := runMain(t, append(args, writeFile(t, "cus_a,100,usd\ncus_b,100,usd\n"))...); r.code != exitOK {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	r := runMain(t, append(args, writeFile(t, "cus_a,100,usd\ncus_b,250,usd\n"))...)
-	if r.code != exitIncomplete || !strings.Contains(r.stderr, "differs from the claim recorded earlier") {
-		t.Errorf("exit %d; want %d and a mismatch message:\n%s", r.code, exitIncomplete, r.stderr)
+	r := runMain(t, append(append([]string{"-json"}, args...), writeFile(t, "cus_a,100,usd\ncus_b,250,usd\n"))...)
+	if r.code != exitIncomplete {
+		t.Errorf("exit %d; want %d\n%s", r.code, exitIncomplete, r.stderr)
+	}
+	rep := decodeReport(t, r)
+	if got := *rep.Run; got.AlreadyBilled != 1 || got.Invalid != 1 || got.Pending != 0 || got.Created != 0 {
+		t.Errorf("run %+v; want already billed 1, invalid 1 (the changed amount), pending 0", got)
+	}
+	// One piece of advice for the changed amount, and the summary line:
+	// nothing about unknown outcomes or other bad input.
+	if len(rep.Advice) != 2 || !strings.Contains(rep.Advice[0], "1 customers have an amount or currency that differs from the claim recorded earlier") ||
+		!strings.HasPrefix(rep.Advice[1], "not every customer is billed") {
+		t.Errorf("advice %q; want the changed-amount advice and the summary line only", rep.Advice)
 	}
 	assertOnce(t, srv, []string{"cus_a", "cus_b"})
 }

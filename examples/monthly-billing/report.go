@@ -60,6 +60,9 @@ type reportJSON struct {
 
 const maxListed = 5 // failures listed in the text output
 
+// resume is what running again does after a stop.
+const resume = "customers already charged are skipped, pending ones resume with their keys, and nobody is charged twice"
+
 func toJSON(s *billing.Summary) *runJSON {
 	if s == nil {
 		return nil
@@ -170,14 +173,26 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		return exitLockHeld, "lock_held", []string{fmt.Sprintf(
 			"another runner holds the lock for %s (scope %q) and is billing now; nothing to do here. "+
 				"If no runner is alive, its lock went with its database connection: run again.", p, r.o.scope)}
+	case errors.Is(runErr, billing.ErrStripeAuth) && r.o.vault():
+		return exitIncomplete, "stopped", []string{"Stripe refused the key the spend-cap proxy sent for this vault key: fix the Stripe secret the proxy holds, then run again; " + resume}
 	case errors.Is(runErr, billing.ErrStripeAuth):
-		return exitIncomplete, "stopped", []string{"Stripe refused the key: check -stripe-key (or STRIPE_SECRET_KEY) and its permissions, then run again; customers not yet charged stay pending and nobody is charged twice"}
-	case errors.Is(runErr, billing.ErrSpendCapReached), errors.Is(runErr, billing.ErrVaultKeyRevoked), errors.Is(runErr, billing.ErrEndpointNotAllowed):
-		return exitIncomplete, "stopped", []string{"the spend-cap proxy stopped the run: raise the cap or fix the vault key, then run again; nobody is charged twice"}
+		return exitIncomplete, "stopped", []string{"Stripe refused the key: check -stripe-key (or STRIPE_SECRET_KEY) and its permissions, then run again; " + resume}
+	case errors.Is(runErr, billing.ErrSpendCapReached):
+		return exitIncomplete, "stopped", []string{"the spend cap of the vault key is reached, so the proxy sent nothing more to Stripe. " +
+			"Check that the amounts charged so far are what you expect; then raise the cap (or issue a new vault key) and run the same command again; " + resume}
+	case errors.Is(runErr, billing.ErrVaultKeyRevoked):
+		return exitIncomplete, "stopped", []string{"the spend-cap proxy no longer accepts the vault key (revoked, unknown, or its kill switch is on): " +
+			"issue a new key, pass it with -vault-key (or VAULT_KEY) and run again; " + resume}
+	case errors.Is(runErr, billing.ErrEndpointNotAllowed):
+		ep := "/v1/charges"
+		if r.o.api == billing.PaymentIntents {
+			ep = "/v1/payment_intents"
+		}
+		return exitIncomplete, "stopped", []string{fmt.Sprintf("the vault key's allowlist lacks an endpoint billonce uses: allow POST %s and GET %s/search, then run again; %s", ep, ep, resume)}
 	case errors.Is(runErr, context.Canceled), errors.Is(runErr, context.DeadlineExceeded):
-		return exitIncomplete, "stopped", []string{"interrupted: run the same command again to finish; customers already charged are skipped and pending ones resume with their keys"}
+		return exitIncomplete, "stopped", []string{"interrupted: run the same command again to finish; " + resume}
 	case runErr != nil:
-		return exitIncomplete, "stopped", []string{"run the same command again once the cause is fixed; customers already charged are skipped and nobody is charged twice"}
+		return exitIncomplete, "stopped", []string{"run the same command again once the cause is fixed; " + resume}
 	case r.ledger != nil && !r.ledger.OK:
 		return exitIncomplete, "ledger_mismatch", []string{"the fake Stripe's ledger does not match the runs: this is a bug in billonce; please report it with this output"}
 	case s.Complete():
@@ -212,11 +227,11 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		advice = append(advice, fmt.Sprintf("%d customers have an amount or currency that differs from the claim recorded earlier for %s: "+
 			"billonce never charges a different amount under the same key; correct the input or investigate before billing them", mismatch, p))
 	}
-	if unknown := s.Pending - held - mismatch; unknown > 0 {
+	if unknown := s.Pending - held; unknown > 0 {
 		advice = append(advice, fmt.Sprintf("%d outcomes are unknown: run the same command again; it resumes them with the same keys, and Stripe replays any charge that was made", unknown))
 	}
-	if s.Invalid > 0 {
-		advice = append(advice, fmt.Sprintf("%d customers had bad input (listed above): fix it and run again", s.Invalid))
+	if bad := s.Invalid - mismatch; bad > 0 {
+		advice = append(advice, fmt.Sprintf("%d customers had bad input (listed above): fix it and run again", bad))
 	}
 	return exitIncomplete, "incomplete", append(advice, "not every customer is billed for "+p+": "+strings.TrimSpace(summaryLine(s)))
 }
