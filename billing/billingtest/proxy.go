@@ -104,7 +104,7 @@ type Proxy struct {
 	stripeKey string
 	clock     interface{ Now() time.Time }
 	capStatus int
-	hs        *http.Server
+	hs        *httpServer
 	tr        *http.Transport
 	closeOnce sync.Once
 	serveErr  chan error
@@ -189,7 +189,7 @@ func newProxy(cfg ProxyConfig) (*Proxy, error) {
 		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, DefaultAddr), err)
 	}
 	p.URL = "http://" + ln.Addr().String()
-	p.hs = &http.Server{Handler: http.HandlerFunc(p.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	p.hs = newHTTPServer(http.HandlerFunc(p.serveHTTP))
 	go func() { p.serveErr <- p.hs.Serve(ln) }()
 	return p, nil
 }
@@ -201,11 +201,7 @@ func (wallClock) Now() time.Time { return time.Now() }
 // Close stops accepting connections and waits for requests in progress.
 func (p *Proxy) Close() {
 	p.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.hs.Shutdown(ctx); err != nil {
-			p.hs.Close()
-		}
+		p.hs.shutdown()
 		<-p.serveErr
 		p.tr.CloseIdleConnections()
 	})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -331,5 +332,24 @@ func BenchmarkProxyCharge(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Close does not wait on a connection a client opened and never used.
+func TestProxyCloseDoesNotWaitForUnusedConnections(t *testing.T) {
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	p := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: "sk_test_upstream"})
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close still waiting after 3s on an unused connection")
 	}
 }

@@ -76,13 +76,12 @@ type Server struct {
 	periodKey string
 	ttl       time.Duration
 
-	hs        *http.Server
+	hs        *httpServer
 	closing   chan struct{}
 	closeOnce sync.Once
 	serveErr  chan error
 	reqSeq    atomic.Uint64
 	inflight  sync.WaitGroup // handlers, including those of hijacked connections
-	fresh     sync.Map       // net.Conn -> struct{}: connections with no request yet
 
 	mu       sync.Mutex
 	offset   time.Duration // server clock = wall clock + offset
@@ -161,14 +160,7 @@ func newServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, DefaultAddr), err)
 	}
 	s.URL = "http://" + ln.Addr().String()
-	s.hs = &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second,
-		ConnState: func(c net.Conn, st http.ConnState) {
-			if st == http.StateNew {
-				s.fresh.Store(c, struct{}{})
-			} else {
-				s.fresh.Delete(c)
-			}
-		}}
+	s.hs = newHTTPServer(http.HandlerFunc(s.serveHTTP))
 	go func() { s.serveErr <- s.hs.Serve(ln) }()
 	return s, nil
 }
@@ -179,26 +171,7 @@ func newServer(cfg Config) (*Server, error) {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		shut := make(chan error, 1)
-		go func() { shut <- s.hs.Shutdown(ctx) }()
-		// Shutdown waits up to five seconds for a connection that was opened
-		// but never used (one may still be accepted after it starts); nothing
-		// is lost by closing those at once.
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for done := false; !done; {
-			s.fresh.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
-			select {
-			case err := <-shut:
-				if err != nil {
-					s.hs.Close()
-				}
-				done = true
-			case <-tick.C:
-			}
-		}
+		s.hs.shutdown()
 		<-s.serveErr
 		s.inflight.Wait()
 	})
@@ -371,4 +344,48 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// httpServer is an http.Server whose shutdown does not wait on connections
+// that were opened but never used: net/http's Shutdown grants those five
+// seconds, and a test closing a fake should not pay that.
+type httpServer struct {
+	*http.Server
+	fresh sync.Map // net.Conn -> struct{}: connections with no request yet
+}
+
+func newHTTPServer(h http.Handler) *httpServer {
+	hs := &httpServer{}
+	hs.Server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				hs.fresh.Store(c, struct{}{})
+			} else {
+				hs.fresh.Delete(c)
+			}
+		}}
+	return hs
+}
+
+// shutdown stops accepting connections and waits up to five seconds for
+// requests in progress, closing unused connections for as long as it runs
+// (one may still be accepted after shutdown starts).
+func (hs *httpServer) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- hs.Shutdown(ctx) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		hs.fresh.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
+		select {
+		case err := <-shut:
+			if err != nil {
+				hs.Close()
+			}
+			return
+		case <-tick.C:
+		}
+	}
 }
