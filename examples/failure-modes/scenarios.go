@@ -26,7 +26,8 @@ const (
 
 var postCharges = billingtest.Match{Method: http.MethodPost, Path: "/v1/charges"}
 
-// scenarios are the failure modes of the source articles, in their order.
+// scenarios are the ways billing code charges twice or not at all, each as
+// the unsafe code and as billonce.
 var scenarios = []scenario{
 	{
 		id:        "retried-closure",
