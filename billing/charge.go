@@ -349,19 +349,8 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	key := j.key.String()
 	var se *stripe.Error
 	isStripe := errors.As(err, &se)
-	var out error
-	switch {
-	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
-		b.release(bg, j, err)
-		out = &KeyReuseError{Customer: j.customer, Period: j.period, Key: key, Err: err}
-		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
-	case stopsRun(err):
-		b.release(bg, j, err)
-		out = err
-	case isStripe && (se.HTTPStatusCode == 401 || se.HTTPStatusCode == 403):
-		b.release(bg, j, err)
-		out = fmt.Errorf("%w (HTTP %d %s): check the key and its permissions: %s", ErrStripeAuth, se.HTTPStatusCode, se.Type, se.Msg)
-	case isStripe && !outcomeUnknown(err):
+	auth := isStripe && (se.HTTPStatusCode == 401 || se.HTTPStatusCode == 403)
+	if isStripe && !outcomeUnknown(err) && !auth && se.Type != stripe.ErrorTypeIdempotency {
 		// A definitive refusal: a decline (402) or a request Stripe will
 		// never accept as it is (400, 404). Terminal for this key (I6).
 		reason := string(se.Code)
@@ -375,19 +364,28 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		if ferr := b.cfg.Claims.Fail(bg, key, reason); ferr != nil {
 			return fmt.Errorf("billing: customer %s, period %s was refused by Stripe (%s) and recording it failed; the claim stays pending: %w", j.customer, j.period, reason, ferr)
 		}
-		out = &FailedError{Customer: j.customer, Period: j.period, Key: key, Attempt: j.attempt,
+		return &FailedError{Customer: j.customer, Period: j.period, Key: key, Attempt: j.attempt,
 			Code: string(se.Code), DeclineCode: string(se.DeclineCode), Reason: reason}
-	case ctx.Err() != nil:
-		b.release(bg, j, err)
-		out = fmt.Errorf("billing: customer %s, period %s: stopped; the claim stays pending and the next run resumes it with the same key: %w", j.customer, j.period, err)
-	default:
-		// Retries ran out (or a non-retryable transport failure): the charge
-		// may exist. Keep the claim pending with its key.
-		b.release(bg, j, err)
-		out = &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: key, Err: err}
-		b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
 	}
-	return out
+
+	// Anything else leaves the claim pending with its key, for a person or
+	// the next run.
+	b.release(bg, j, err)
+	switch {
+	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
+		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
+		return &KeyReuseError{Customer: j.customer, Period: j.period, Key: key, Err: err}
+	case stopsRun(err):
+		return err
+	case auth:
+		return fmt.Errorf("%w (HTTP %d %s): check the key and its permissions: %s", ErrStripeAuth, se.HTTPStatusCode, se.Type, se.Msg)
+	case ctx.Err() != nil:
+		return fmt.Errorf("billing: customer %s, period %s: stopped; the claim stays pending and the next run resumes it with the same key: %w", j.customer, j.period, err)
+	}
+	// Retries ran out (or a non-retryable transport failure): the charge may
+	// exist.
+	b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
+	return &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: key, Err: err}
 }
 
 // release leaves the claim pending with its key, expiring the lease so the
