@@ -23,8 +23,8 @@ type Store interface {
 	Claim(ctx context.Context, req Request) (Result, error)
 	// ClaimBatch claims many requests at once, with the same outcomes as
 	// Claim, in request order. Requests that conflict get Outcome Mismatch
-	// and their *MismatchError is joined into the returned error; the other
-	// results are still valid.
+	// with their *MismatchError in Result.Conflict, also joined into the
+	// returned error; the other results are still valid.
 	ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error)
 	// Renew extends owner's lease on a pending claim. It returns
 	// [ErrLeaseLost] if owner no longer holds the claim.
@@ -213,6 +213,9 @@ func (o Outcome) String() string {
 type Result struct {
 	Outcome Outcome
 	Claim   Claim
+	// Conflict says what differs when Outcome is Mismatch (ClaimBatch
+	// only); nil otherwise.
+	Conflict *MismatchError
 }
 
 var (

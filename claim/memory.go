@@ -45,10 +45,10 @@ func (m *Memory) Claim(ctx context.Context, req Request) (Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.claimLocked(req, time.Now())
-	if r.mismatch != nil {
-		return Result{}, r.mismatch
+	if r.Conflict != nil {
+		return Result{}, r.Conflict
 	}
-	return r.Result, nil
+	return r, nil
 }
 
 // ClaimBatch claims all reqs at once. See [Store].
@@ -62,14 +62,14 @@ func (m *Memory) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	res := make([]claimed, len(reqs))
+	res := make([]Result, len(reqs))
 	for i, req := range reqs {
 		res[i] = m.claimLocked(req, now)
 	}
 	return batchResults(res)
 }
 
-func (m *Memory) claimLocked(req Request, now time.Time) claimed {
+func (m *Memory) claimLocked(req Request, now time.Time) Result {
 	c, ok := m.byKey[req.Key]
 	if !ok {
 		if k, ok := m.live[[2]string{req.Customer, req.Period}]; ok {

@@ -239,10 +239,10 @@ func (p *Postgres) Claim(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if res[0].mismatch != nil {
-		return Result{}, res[0].mismatch
+	if res[0].Conflict != nil {
+		return Result{}, res[0].Conflict
 	}
-	return res[0].Result, nil
+	return res[0], nil
 }
 
 // ClaimBatch claims all reqs in one statement. See [Store].
@@ -260,25 +260,19 @@ func (p *Postgres) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, er
 	return batchResults(res)
 }
 
-type claimed struct {
-	Result
-	mismatch *MismatchError
-}
-
-func batchResults(res []claimed) ([]Result, error) {
-	out := make([]Result, len(res))
+// batchResults returns res with the conflicts joined into one error.
+func batchResults(res []Result) ([]Result, error) {
 	var errs []error
-	for i, r := range res {
-		out[i] = r.Result
-		if r.mismatch != nil {
-			errs = append(errs, r.mismatch)
+	for _, r := range res {
+		if r.Conflict != nil {
+			errs = append(errs, r.Conflict)
 		}
 	}
-	return out, errors.Join(errs...)
+	return res, errors.Join(errs...)
 }
 
-func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]claimed, error) {
-	out := make([]claimed, len(reqs))
+func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]Result, error) {
+	out := make([]Result, len(reqs))
 	todo := make([]int, len(reqs)) // indexes into reqs still unanswered
 	for i := range todo {
 		todo[i] = i
@@ -297,7 +291,7 @@ func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]claimed, error)
 
 // claimRun runs claimTemplate once for reqs[todo], fills in out and returns
 // the requests that got no answer.
-func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out []claimed) ([]int, error) {
+func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out []Result) ([]int, error) {
 	n := len(todo)
 	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	amounts := make([]int64, n)
@@ -349,25 +343,25 @@ func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out
 }
 
 // answer turns the row found for req, and where it came from, into a result.
-func answer(req Request, from int, c Claim) claimed {
+func answer(req Request, from int, c Claim) Result {
 	switch from {
 	case fromInsert:
-		return claimed{Result: Result{Won, c}}
+		return Result{Outcome: Won, Claim: c}
 	case fromTakeover:
-		return claimed{Result: Result{Resumed, c}}
+		return Result{Outcome: Resumed, Claim: c}
 	case 0:
-		return claimed{}
+		return Result{}
 	}
 	if m := compare(req, c); m != nil {
-		return claimed{Result{Mismatch, c}, m}
+		return Result{Outcome: Mismatch, Claim: c, Conflict: m}
 	}
 	switch c.State {
 	case StateSucceeded:
-		return claimed{Result: Result{Succeeded, c}}
+		return Result{Outcome: Succeeded, Claim: c}
 	case StateFailed:
-		return claimed{Result: Result{Failed, c}}
+		return Result{Outcome: Failed, Claim: c}
 	default:
-		return claimed{Result: Result{InProgress, c}}
+		return Result{Outcome: InProgress, Claim: c}
 	}
 }
 

@@ -312,6 +312,12 @@ func TestClaimBatchOutcomes(t *testing.T) {
 			if r.Outcome != want[i] || r.Claim.Key != reqs[i].Key {
 				t.Errorf("result %d = %v for %s, want %v for %s", i, r.Outcome, r.Claim.Key, want[i], reqs[i].Key)
 			}
+			if (r.Conflict != nil) != (r.Outcome == claim.Mismatch) {
+				t.Errorf("result %d: outcome %v with Conflict %v", i, r.Outcome, r.Conflict)
+			}
+		}
+		if c := res[4].Conflict; c == nil || c.Field != "amount" {
+			t.Errorf("mismatched result's Conflict = %v, want the amount mismatch", c)
 		}
 		if res[1].Claim.StripeID != "ch_paid" {
 			t.Errorf("succeeded result has StripeID %q", res[1].Claim.StripeID)
