@@ -197,11 +197,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 			defer wg.Done()
 			for t := range tasks {
 				if ctx.Err() != nil {
-					// Claimed, never sent: leave it to the next run.
-					b.release(context.WithoutCancel(ctx), t.j, errors.New("run stopped before this customer was sent"))
-					err := &UnknownOutcomeError{Customer: t.j.customer, Period: period, Key: t.j.key.String(), Err: errors.New("run stopped before sending; nothing was sent")}
-					b.outcome(t.j, time.Now(), Receipt{}, err)
-					r.settled(t.j, Receipt{}, err)
+					r.unsent(ctx, t.j)
 					continue
 				}
 				rc, err := b.settle(ctx, t.j, t.res)
@@ -246,34 +242,17 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			}
 			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(batch), period, err)
 		}
-		// err may join the *claim.MismatchError of some requests; their
-		// results say Mismatch.
-		mismatches := map[string]error{}
-		if joined, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range joined.Unwrap() {
-				var me *claim.MismatchError
-				if errors.As(e, &me) {
-					mismatches[me.Existing.Customer] = e
-				}
-			}
-		}
+		// err joins the mismatches, which the results carry one by one.
 		for i, res := range results {
 			j := batch[i]
 			switch res.Outcome {
 			case claim.Mismatch:
-				merr := mismatches[j.customer]
-				if merr == nil {
-					merr = &claim.MismatchError{Existing: res.Claim}
-				}
-				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, merr))
+				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, res.Conflict))
 			case claim.Won, claim.Resumed:
 				select {
 				case tasks <- task{j, res}:
 				case <-ctx.Done():
-					r.b.release(context.WithoutCancel(ctx), j, errors.New("run stopped before this customer was sent"))
-					err := &UnknownOutcomeError{Customer: j.customer, Period: period, Key: j.key.String(), Err: ctx.Err()}
-					r.b.outcome(j, time.Now(), Receipt{}, err)
-					r.settled(j, Receipt{}, err)
+					r.unsent(ctx, j)
 				}
 			default:
 				rc, err := r.b.settle(ctx, j, res)
@@ -321,6 +300,16 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		return fmt.Errorf("billing: run for %s stopped: %w", period, context.Cause(ctx))
 	}
 	return nil
+}
+
+// unsent leaves a claimed customer that the stopped run never sent to the
+// next run: the claim stays pending with its key and its lease ends now.
+func (r *runner) unsent(ctx context.Context, j job) {
+	cause := fmt.Errorf("run stopped before sending; nothing was sent: %w", context.Cause(ctx))
+	r.b.release(context.WithoutCancel(ctx), j, cause)
+	err := &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: j.key.String(), Err: cause}
+	r.b.outcome(j, time.Now(), Receipt{}, err)
+	r.settled(j, Receipt{}, err)
 }
 
 // settled counts one customer's outcome and stops the run on a stopping
