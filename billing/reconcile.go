@@ -79,41 +79,37 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 // (crashed, stopped, or gave up with an unknown outcome), across all periods:
 // each is resumed with its own key, or, past the window margin, looked up in
 // Stripe first. Run does the same for the customers it is given; Reconcile
-// catches those no run will visit again. Options as for Run (Lock and
-// LockName are ignored).
+// catches those no run will visit again. Claims are settled one at a time;
+// of opts only Progress is used.
 func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, error) {
 	start := time.Now()
 	stale, err := b.cfg.Claims.Stale(ctx)
 	if err != nil {
 		return Summary{}, fmt.Errorf("billing: listing pending claims: %w", err)
 	}
-	var items []task
 	r := &runner{b: b, o: &RunOptions{}, start: start}
 	if opts != nil {
 		r.o.Progress = opts.Progress
 	}
+	r.sum.Total = len(stale)
 	ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	for _, c := range stale {
+		if ctx.Err() != nil {
+			break
+		}
 		j, err := b.jobFromClaim(ctx, c)
 		if err != nil {
 			r.settled(job{customer: c.Customer, period: c.Period}, Receipt{}, err)
 			continue
 		}
-		items = append(items, task{j: j})
-	}
-	r.sum.Total = len(stale)
-	for _, t := range items {
-		if ctx.Err() != nil {
-			break
-		}
-		res, err := b.cfg.Claims.Claim(ctx, t.j.request())
+		res, err := b.cfg.Claims.Claim(ctx, j.request())
 		if err != nil {
-			r.settled(t.j, Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", t.j.customer, t.j.period, err))
+			r.settled(j, Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", j.customer, j.period, err))
 			continue
 		}
-		rc, err := b.settle(ctx, t.j, res)
-		r.settled(t.j, rc, err)
+		rc, err := b.settle(ctx, j, res)
+		r.settled(j, rc, err)
 	}
 	sum := r.sum
 	sum.Elapsed = time.Since(start)
