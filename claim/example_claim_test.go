@@ -7,30 +7,18 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/pgtest"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A billing run claims each customer before it charges, records the
 // outcome, and a second run (or a second replica) charges nobody twice.
 func Example() {
 	ctx := context.Background()
-	cluster, err := pgtest.Start(ctx) // a throwaway PostgreSQL; use your own pool
+	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer cluster.Stop()
-	url, err := cluster.NewDatabase(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pool.Close()
+	defer stop()
 
 	store, err := claim.NewPostgres(pool, claim.Config{})
 	if err != nil {

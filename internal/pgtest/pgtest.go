@@ -308,6 +308,25 @@ func (c *Cluster) NewDatabase(ctx context.Context) (string, error) {
 	return u.String(), nil
 }
 
+// StartPool starts a throwaway cluster with [Start] and returns a pool on a
+// fresh database in it, and a stop function that closes the pool and the
+// cluster. It is the whole set-up of a runnable example.
+func StartPool(ctx context.Context) (pool *pgxpool.Pool, stop func(), err error) {
+	c, err := Start(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := c.NewDatabase(ctx)
+	if err == nil {
+		pool, err = pgxpool.New(ctx, u)
+	}
+	if err != nil {
+		c.Stop()
+		return nil, nil, err
+	}
+	return pool, func() { pool.Close(); c.Stop() }, nil
+}
+
 // DropDatabase drops a database made by NewDatabase, ending its sessions.
 func (c *Cluster) DropDatabase(ctx context.Context, dbURL string) error {
 	u, err := url.Parse(dbURL)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +160,27 @@ func TestNoPostgresMessage(t *testing.T) {
 		if !strings.Contains(ErrNoPostgres.Error(), want) {
 			t.Errorf("ErrNoPostgres does not mention %q: %v", want, ErrNoPostgres)
 		}
+	}
+}
+
+// StartPool hands back a working pool on its own cluster; stop removes it.
+func TestStartPool(t *testing.T) {
+	if os.Getenv(EnvURL) != "" {
+		t.Skip("StartPool uses the server named by " + EnvURL)
+	}
+	ctx := context.Background()
+	pool, stop, err := StartPool(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one int
+	if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("SELECT 1 = %d, %v", one, err)
+	}
+	addr := pool.Config().ConnConfig.Host + ":" + strconv.Itoa(int(pool.Config().ConnConfig.Port))
+	stop()
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("a server still listens on %s after stop", addr)
 	}
 }

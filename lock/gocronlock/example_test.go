@@ -10,26 +10,15 @@ import (
 	"github.com/billonce/billonce/lock"
 	"github.com/billonce/billonce/lock/gocronlock"
 	"github.com/go-co-op/gocron/v2"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func Example() {
 	ctx := context.Background()
-	// A throwaway PostgreSQL for the example; use your own database URL.
-	cluster, err := pgtest.Start(ctx)
+	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cluster.Stop()
-	url, err := cluster.NewDatabase(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
+	defer stop()
 	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
 	if err != nil {
 		log.Fatal(err)
