@@ -26,6 +26,18 @@ type Store interface {
 	// with their *MismatchError in Result.Conflict, also joined into the
 	// returned error; the other results are still valid.
 	ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error)
+	// CheckSend is asked before every send of key: it returns nil if owner
+	// still holds the pending claim and less than window has passed, on the
+	// store's clock, since the key's window started (Claim.FirstSentAt). It
+	// returns [ErrLeaseLost] if owner no longer holds the claim, and
+	// [ErrWindowClosed] once the window is over: the key must not be sent
+	// again before a search proves no payment exists for it (see Reopen).
+	CheckSend(ctx context.Context, key, owner string, window time.Duration) error
+	// Reopen records that a search, made after the key's window was over,
+	// found no payment for key: the key starts a new window now, sent to
+	// endpoint with credential. Only owner's pending claim can be reopened;
+	// otherwise it returns [ErrLeaseLost].
+	Reopen(ctx context.Context, key, owner, endpoint, credential string) error
 	// Renew extends owner's lease on a pending claim. It returns
 	// [ErrLeaseLost] if owner no longer holds the claim.
 	Renew(ctx context.Context, key, owner string) error
@@ -41,12 +53,10 @@ type Store interface {
 	Release(ctx context.Context, key, owner, lastErr string) error
 	// Get returns the claim for key, or [ErrNotFound].
 	Get(ctx context.Context, key string) (Claim, error)
-	// Pending lists pending claims at least olderThan old, oldest first:
-	// those near the end of Stripe's idempotency window must be reconciled
-	// before they are resent.
-	Pending(ctx context.Context, olderThan time.Duration) ([]Claim, error)
-	// Stale lists pending claims whose lease has expired, oldest first.
-	Stale(ctx context.Context) ([]Claim, error)
+	// Stale lists pending claims whose lease has expired, oldest first: of
+	// scope, and of unknown scope (claims made before scopes were
+	// recorded), or all of them when scope is "".
+	Stale(ctx context.Context, scope string) ([]Claim, error)
 }
 
 // A Request asks to charge Amount of Currency to Customer for Period under
@@ -61,6 +71,20 @@ type Request struct {
 	// (host, process and run, for example): a claim whose owner matches
 	// is resumed, not reported as in progress.
 	Owner string
+
+	// Where the key goes, recorded on a new claim and never changed by a
+	// resume; each is optional, at most MaxIDLen bytes. Scope names the
+	// product or kind of charge that derived the key, Attempt the billing
+	// attempt it stands for (1 for the first charge, 2 and up for re-bills),
+	// Endpoint the API that receives it ("charges", "payment_intents") and
+	// Credential a fingerprint of the credential that sends it (never the
+	// credential itself). A caller that finds a claim whose Endpoint or
+	// Credential differs from its own must not send its key blind: the
+	// key's first request may have gone to another key space.
+	Scope      string
+	Attempt    int
+	Endpoint   string
+	Credential string
 }
 
 // Validate reports what is wrong with r, as an error wrapping [ErrInvalid].
@@ -72,6 +96,18 @@ func (r Request) Validate() error {
 		if p := checkID(f.name, f.v); p != "" {
 			problems = append(problems, p)
 		}
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"scope", r.Scope}, {"endpoint", r.Endpoint}, {"credential", r.Credential},
+	} {
+		if f.v != "" {
+			if p := checkID(f.name, f.v); p != "" {
+				problems = append(problems, p)
+			}
+		}
+	}
+	if r.Attempt < 0 {
+		problems = append(problems, fmt.Sprintf("attempt %d must not be negative", r.Attempt))
 	}
 	if r.Amount <= 0 {
 		problems = append(problems, fmt.Sprintf("amount %d must be positive (in the currency's smallest unit)", r.Amount))
@@ -166,13 +202,29 @@ type Claim struct {
 	Currency   string
 	State      State
 	StripeID   string    // set when State is StateSucceeded
-	Attempts   int       // how many times the claim was won or resumed
+	Leases     int       // how many times the claim was won or resumed
 	Owner      string    // the runner holding the lease; "" after Release
 	LeaseUntil time.Time // the lease ends at this time on the store's clock
 	LastError  string    // the reason for a failure, or the last unknown outcome
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	Age        time.Duration // time since CreatedAt on the store's clock
+
+	// Where the key goes (see Request); "" and 0 when unknown, as on
+	// claims made before they were recorded.
+	Scope      string
+	Attempt    int
+	Endpoint   string
+	Credential string
+	// FirstSentAt starts the key's current window: the earliest time the
+	// key may have reached Stripe. It is set when the claim is made, before
+	// anything is sent, and moved by Reopen. SentAge is the time since then
+	// on the store's clock.
+	FirstSentAt time.Time
+	SentAge     time.Duration
+	// ReconciledAt is when a search last found no payment for the key
+	// after its window was over; zero if none did.
+	ReconciledAt time.Time
 }
 
 // Outcome tells the caller of Claim what to do.
@@ -227,6 +279,10 @@ var (
 	// expired and another runner resumed it, or it is no longer pending.
 	// Stop working on it.
 	ErrLeaseLost = errors.New("claim: lease lost: another runner holds this claim or it is no longer pending")
+	// ErrWindowClosed means the key's window is over: Stripe may have
+	// forgotten the key, so sending it again could charge a second time.
+	// Search for the key's payment first; if none exists, Reopen the claim.
+	ErrWindowClosed = errors.New("claim: the key's window is over; search for its payment before sending it again")
 	// ErrConflict means an outcome contradicts the recorded one (a second,
 	// different charge id, or success after failure).
 	ErrConflict = errors.New("claim: conflicting outcome")

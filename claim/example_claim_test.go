@@ -33,7 +33,7 @@ func Example() {
 	req := claim.Request{Customer: "cus_42", Period: "2025-01", Key: "bill-cus_42-2025-01-1",
 		Amount: 4200, Currency: "usd", Owner: "pod-a/run-1"}
 	res, _ := store.Claim(ctx, req)
-	fmt.Println("pod a:", res.Outcome, res.Claim.State, "attempt", res.Claim.Attempts)
+	fmt.Println("pod a:", res.Outcome, res.Claim.State, "attempt", res.Claim.Leases)
 
 	other := req
 	other.Owner = "pod-b/run-1"

@@ -77,15 +77,16 @@ func (m *Memory) claimLocked(req Request, now time.Time) Result {
 		}
 		c = &Claim{
 			Customer: req.Customer, Period: req.Period, Key: req.Key, Amount: req.Amount, Currency: req.Currency,
-			State: StatePending, Attempts: 1, Owner: req.Owner, LeaseUntil: now.Add(m.lease),
-			CreatedAt: now, UpdatedAt: now,
+			State: StatePending, Leases: 1, Owner: req.Owner, LeaseUntil: now.Add(m.lease),
+			CreatedAt: now, UpdatedAt: now, FirstSentAt: now,
+			Scope: req.Scope, Attempt: req.Attempt, Endpoint: req.Endpoint, Credential: req.Credential,
 		}
 		m.byKey[req.Key] = c
 		m.live[[2]string{req.Customer, req.Period}] = req.Key
 		return answer(req, fromInsert, m.snapshot(c, now))
 	}
 	if compare(req, *c) == nil && c.State == StatePending && (!c.LeaseUntil.After(now) || c.Owner == req.Owner) {
-		c.Attempts++
+		c.Leases++
 		c.Owner = req.Owner
 		c.LeaseUntil = now.Add(m.lease)
 		c.UpdatedAt = now
@@ -97,6 +98,7 @@ func (m *Memory) claimLocked(req Request, now time.Time) Result {
 func (m *Memory) snapshot(c *Claim, now time.Time) Claim {
 	s := *c
 	s.Age = now.Sub(c.CreatedAt)
+	s.SentAge = now.Sub(c.FirstSentAt)
 	return s
 }
 
@@ -110,6 +112,39 @@ func (m *Memory) Renew(ctx context.Context, key, owner string) error {
 			return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
 		}
 		c.LeaseUntil = now.Add(m.lease)
+		return nil
+	})
+}
+
+// CheckSend reports whether owner may send key now. See [Store].
+func (m *Memory) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateWindow(window)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.byKey[key]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %q", ErrNotFound, key)
+	case c.State != StatePending || c.Owner != owner:
+		return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+	case time.Since(c.FirstSentAt) >= window:
+		return windowClosed(key, time.Since(c.FirstSentAt), window)
+	}
+	return nil
+}
+
+// Reopen starts key's window again. See [Store].
+func (m *Memory) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateID("endpoint", endpoint), validateID("credential", credential)); err != nil {
+		return err
+	}
+	return m.update(key, func(c *Claim, now time.Time) error {
+		if c.State != StatePending || c.Owner != owner {
+			return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+		}
+		c.FirstSentAt, c.ReconciledAt, c.Endpoint, c.Credential = now, now, endpoint, credential
 		return nil
 	})
 }
@@ -191,17 +226,12 @@ func (m *Memory) Get(ctx context.Context, key string) (Claim, error) {
 	return m.snapshot(c, time.Now()), nil
 }
 
-// Pending lists pending claims at least olderThan old. See [Store].
-func (m *Memory) Pending(ctx context.Context, olderThan time.Duration) ([]Claim, error) {
-	if olderThan < 0 {
-		return nil, fmt.Errorf("%w: age %v is negative", ErrInvalid, olderThan)
-	}
-	return m.list(func(c *Claim, now time.Time) bool { return now.Sub(c.CreatedAt) >= olderThan }), nil
-}
-
-// Stale lists pending claims whose lease has expired. See [Store].
-func (m *Memory) Stale(ctx context.Context) ([]Claim, error) {
-	return m.list(func(c *Claim, now time.Time) bool { return !c.LeaseUntil.After(now) }), nil
+// Stale lists pending claims whose lease has expired, of scope and of
+// unknown scope, or all when scope is "". See [Store].
+func (m *Memory) Stale(ctx context.Context, scope string) ([]Claim, error) {
+	return m.list(func(c *Claim, now time.Time) bool {
+		return !c.LeaseUntil.After(now) && (scope == "" || c.Scope == scope || c.Scope == "")
+	}), nil
 }
 
 func (m *Memory) list(keep func(*Claim, time.Time) bool) []Claim {

@@ -6,23 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"reflect"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// DB is what [Postgres] needs from pgx: *pgxpool.Pool, *pgx.Conn and pgx.Tx
-// all satisfy it. Pass a pgx.Tx to claim inside your own transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // Defaults for [Config].
 const (
@@ -108,7 +98,7 @@ func namesFor(cfg Config) names {
 // database's (invariant I10). It is safe for concurrent use, across
 // goroutines, processes and hosts sharing the database.
 type Postgres struct {
-	db        DB
+	db        *pgxpool.Pool
 	cfg       Config
 	names     names
 	schema    string
@@ -117,11 +107,19 @@ type Postgres struct {
 	selectSQL string // column list, FROM the table, for Get/Pending/Stale
 }
 
-// NewPostgres returns a claim store on db. It checks cfg but does not touch
+// NewPostgres returns a claim store on pool. It checks cfg but does not touch
 // the database; call [Postgres.Migrate] (or apply [SchemaSQL]) first.
-func NewPostgres(db DB, cfg Config) (*Postgres, error) {
-	if db == nil || (reflect.ValueOf(db).Kind() == reflect.Pointer && reflect.ValueOf(db).IsNil()) {
-		return nil, fmt.Errorf("%w: database is nil; pass a *pgxpool.Pool, *pgx.Conn or pgx.Tx", ErrInvalid)
+//
+// The store takes a pool, not a connection or a transaction, because a
+// claim must be committed, and visible to every replica, before anything
+// is sent to Stripe: a claim inside a caller's transaction is invisible to
+// other replicas until it commits and is erased by a rollback while the
+// charge exists, and a single connection cannot serve a run's concurrent
+// claims. Each statement of the store commits on its own. A pool of one
+// connection (MaxConns 1) works, one statement at a time.
+func NewPostgres(pool *pgxpool.Pool, cfg Config) (*Postgres, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pool is nil; pass the *pgxpool.Pool from pgxpool.New", ErrInvalid)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -132,7 +130,7 @@ func NewPostgres(db DB, cfg Config) (*Postgres, error) {
 	h := fnv.New64a()
 	h.Write([]byte("billonce/claim/migrate " + n.table))
 	return &Postgres{
-		db:        db,
+		db:        pool,
 		cfg:       cfg,
 		names:     n,
 		schema:    schema,
@@ -168,7 +166,9 @@ func (p *Postgres) Migrate(ctx context.Context) error {
 func colsOf(x string) string {
 	return strings.NewReplacer("x.", x+".").Replace(`x.customer, x.period, x.key, x.amount, x.currency, x.state, x.stripe_id,
 	x.attempts, x.owner, x.lease_until, x.last_error, x.created_at, x.updated_at,
-	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint`)
+	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint,
+	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
+	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -200,11 +200,13 @@ const (
 // statement again for such requests, with a fresh snapshot.
 const claimTemplate = `
 WITH req AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[]) WITH ORDINALITY
-		AS r(customer, period, key, amount, currency, owner, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+		$8::text[], $9::int[], $10::text[], $11::text[]) WITH ORDINALITY
+		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, ord)
 ), ins AS (
-	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until)
-	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond' FROM req
+	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until, scope, attempt, endpoint, credential)
+	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
+		scope, attempt, endpoint, credential FROM req
 	ON CONFLICT DO NOTHING
 	RETURNING *
 ), took AS (
@@ -294,12 +296,15 @@ func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]Result, error) 
 func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out []Result) ([]int, error) {
 	n := len(todo)
 	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	amounts := make([]int64, n)
+	scopes, endpoints, credentials := make([]string, n), make([]string, n), make([]string, n)
+	amounts, attempts := make([]int64, n), make([]int32, n)
 	for j, i := range todo {
 		r := reqs[i]
 		customers[j], periods[j], keys[j], amounts[j], currencies[j], owners[j] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
+		scopes[j], attempts[j], endpoints[j], credentials[j] = r.Scope, int32(r.Attempt), r.Endpoint, r.Credential
 	}
-	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds()}
+	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds(),
+		scopes, attempts, endpoints, credentials}
 	if n == 1 {
 		// A single claim runs as an unnamed statement, planned for its one
 		// request: a cached generic plan is about three times slower for it
@@ -368,14 +373,20 @@ func answer(req Request, from int, c Claim) Result {
 func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	var c Claim
 	var state string
-	var ageMicros int64
-	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Attempts,
-		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros)
+	var ageMicros, sentMicros int64
+	var reconciled *time.Time
+	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Leases,
+		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
+		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}
 	c.State = State(state)
 	c.Age = time.Duration(ageMicros) * time.Microsecond
+	c.SentAge = time.Duration(sentMicros) * time.Microsecond
+	if reconciled != nil {
+		c.ReconciledAt = *reconciled
+	}
 	return c, nil
 }
 
@@ -389,6 +400,59 @@ func (p *Postgres) Renew(ctx context.Context, key, owner string) error {
 		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, p.cfg.Lease.Microseconds())
 	if err != nil {
 		return fmt.Errorf("claim: renewing %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return p.lost(ctx, key, owner)
+}
+
+// CheckSend reports whether owner may send key now: it holds the pending
+// claim and less than window has passed on the database clock since the
+// key's window started. See [Store].
+func (p *Postgres) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateWindow(window)); err != nil {
+		return err
+	}
+	var held, open bool
+	var sentMicros int64
+	err := p.db.QueryRow(ctx, `SELECT owner = $2 AND state = 'pending', now() < first_sent_at + $3 * interval '1 microsecond',
+		(extract(epoch FROM now() - first_sent_at) * 1000000)::bigint FROM `+p.names.table+` WHERE key = $1`,
+		key, owner, window.Microseconds()).Scan(&held, &open, &sentMicros)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %q", ErrNotFound, key)
+	case err != nil:
+		return fmt.Errorf("claim: checking %q before sending: %w", key, err)
+	case !held:
+		return p.lost(ctx, key, owner)
+	case !open:
+		return windowClosed(key, time.Duration(sentMicros)*time.Microsecond, window)
+	}
+	return nil
+}
+
+func validateWindow(w time.Duration) error {
+	if w <= 0 {
+		return fmt.Errorf("%w: window %v must be positive", ErrInvalid, w)
+	}
+	return nil
+}
+
+func windowClosed(key string, sent, window time.Duration) error {
+	return fmt.Errorf("%w: key %q was first sent %v ago, window %v", ErrWindowClosed, key, sent.Round(time.Second), window)
+}
+
+// Reopen starts key's window again after a search found no payment for
+// it, recording where the key goes from now on. See [Store].
+func (p *Postgres) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateID("endpoint", endpoint), validateID("credential", credential)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET first_sent_at = now(), reconciled_at = now(), endpoint = $3, credential = $4, updated_at = now()
+		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, endpoint, credential)
+	if err != nil {
+		return fmt.Errorf("claim: reopening %q: %w", key, err)
 	}
 	if tag.RowsAffected() == 1 {
 		return nil
@@ -496,20 +560,12 @@ func (p *Postgres) Get(ctx context.Context, key string) (Claim, error) {
 	return c, nil
 }
 
-// Pending lists pending claims created at least olderThan ago on the
-// database clock. See [Store].
-func (p *Postgres) Pending(ctx context.Context, olderThan time.Duration) ([]Claim, error) {
-	if olderThan < 0 {
-		return nil, fmt.Errorf("%w: age %v is negative", ErrInvalid, olderThan)
-	}
-	return p.list(ctx, ` WHERE state = 'pending' AND created_at <= now() - $1 * interval '1 microsecond'
-		ORDER BY created_at, key`, olderThan.Microseconds())
-}
-
 // Stale lists pending claims whose lease has expired on the database
-// clock. See [Store].
-func (p *Postgres) Stale(ctx context.Context) ([]Claim, error) {
-	return p.list(ctx, ` WHERE state = 'pending' AND lease_until <= now() ORDER BY created_at, key`)
+// clock, of scope and of unknown scope, or all when scope is "". See
+// [Store].
+func (p *Postgres) Stale(ctx context.Context, scope string) ([]Claim, error) {
+	return p.list(ctx, ` WHERE state = 'pending' AND lease_until <= now() AND ($1 = '' OR scope IN ($1, ''))
+		ORDER BY created_at, key`, scope)
 }
 
 func (p *Postgres) list(ctx context.Context, where string, args ...any) ([]Claim, error) {

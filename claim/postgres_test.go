@@ -157,7 +157,7 @@ func TestRealShortLeaseExpires(t *testing.T) {
 	mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		st, err := s.Stale(ctx)
+		st, err := s.Stale(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestRealShortLeaseExpires(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
-	if got.Key != won.Claim.Key || got.Attempts != 2 || !got.LeaseUntil.After(won.Claim.LeaseUntil) {
+	if got.Key != won.Claim.Key || got.Leases != 2 || !got.LeaseUntil.After(won.Claim.LeaseUntil) {
 		t.Errorf("resumed %+v after %+v", got, won.Claim)
 	}
 }
@@ -239,12 +239,8 @@ func TestMigrateConcurrentlyAndTwice(t *testing.T) {
 		errs := make(chan error, 8)
 		start := make(chan struct{})
 		for range 8 {
-			conn, err := pgx.Connect(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			s, err := claim.NewPostgres(conn, cfg)
+			pool := pgtestPool(t, url)
+			s, err := claim.NewPostgres(pool, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -380,27 +376,32 @@ func pgtestPool(t *testing.T, url string) *pgxpool.Pool {
 	return pool
 }
 
-// A claim made in the caller's transaction is rolled back with it.
-func TestClaimInsideCallerTransaction(t *testing.T) {
+// A pool of one connection serves concurrent claims one statement at a
+// time, each committed on its own (a single *pgx.Conn would fail with
+// "conn busy"; NewPostgres takes only a pool for that reason).
+func TestPoolOfOneConnection(t *testing.T) {
 	ctx := context.Background()
-	s, pool := newPostgres(t, claim.Config{})
-	tx, err := pool.Begin(ctx)
+	cfgPool, err := pgxpool.ParseConfig(pgtest.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inTx, err := claim.NewPostgres(tx, claim.Config{})
+	cfgPool.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfgPool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, inTx, req("cus_1", "k1", "a"), claim.Won)
-	if err := inTx.Succeed(ctx, "k1", "ch_1"); err != nil {
+	t.Cleanup(pool.Close)
+	s, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(ctx, "k1"); !errors.Is(err, claim.ErrNotFound) {
-		t.Errorf("claim visible outside its uncommitted transaction: %v", err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, s, req("cus_1", "k1", "b"), claim.Won)
+	counts := race(t, 16, func(i int) (claim.Result, error) {
+		return s.Claim(ctx, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "a"))
+	})
+	if counts[claim.Won] != 16 {
+		t.Errorf("outcomes = %v, want 16 Won", counts)
+	}
 }

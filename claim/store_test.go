@@ -36,17 +36,17 @@ func TestClaimLifecycle(t *testing.T) {
 		s := h.store
 		won := mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
 		c := won.Claim
-		if c.State != claim.StatePending || c.Attempts != 1 || c.Owner != "a" || c.Amount != 4200 || c.Currency != "usd" ||
+		if c.State != claim.StatePending || c.Leases != 1 || c.Owner != "a" || c.Amount != 4200 || c.Currency != "usd" ||
 			c.Customer != "cus_1" || c.Period != "2025-01" || c.Key != "k1" {
 			t.Fatalf("won claim = %+v", c)
 		}
 		if d := c.LeaseUntil.Sub(c.CreatedAt); d < lease-time.Second || d > lease+time.Second {
 			t.Errorf("lease runs %v after creation, want %v", d, lease)
 		}
-		if got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress).Claim; got.Owner != "a" || got.Attempts != 1 {
+		if got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress).Claim; got.Owner != "a" || got.Leases != 1 {
 			t.Errorf("in progress claim = %+v, want owner a, attempts 1", got)
 		}
-		if got := mustClaim(t, s, req("cus_1", "k1", "a"), claim.Resumed).Claim; got.Owner != "a" || got.Attempts != 2 {
+		if got := mustClaim(t, s, req("cus_1", "k1", "a"), claim.Resumed).Claim; got.Owner != "a" || got.Leases != 2 {
 			t.Errorf("resumed own claim = %+v, want owner a, attempts 2", got)
 		}
 		if err := s.Succeed(ctx, "k1", "ch_1"); err != nil {
@@ -63,15 +63,15 @@ func TestClaimLifecycle(t *testing.T) {
 		}
 		for _, owner := range []string{"a", "b"} {
 			got := mustClaim(t, s, req("cus_1", "k1", owner), claim.Succeeded).Claim
-			if got.StripeID != "ch_1" || got.State != claim.StateSucceeded || got.Attempts != 2 {
+			if got.StripeID != "ch_1" || got.State != claim.StateSucceeded || got.Leases != 2 {
 				t.Errorf("succeeded claim = %+v", got)
 			}
 		}
 		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claim.ErrLeaseLost) {
 			t.Errorf("Renew of a succeeded claim = %v, want ErrLeaseLost", err)
 		}
-		if p, err := s.Pending(ctx, 0); err != nil || len(p) != 0 {
-			t.Errorf("Pending = %v, %v; want none", p, err)
+		if err := s.CheckSend(ctx, "k1", "a", time.Hour); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("CheckSend of a succeeded claim = %v, want ErrLeaseLost", err)
 		}
 	})
 }
@@ -91,11 +91,11 @@ func TestFailIsTerminalForTheKey(t *testing.T) {
 			t.Errorf("Succeed after Fail = %v, want ErrConflict", err)
 		}
 		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Failed).Claim
-		if got.LastError != "card_declined" || got.Attempts != 1 {
+		if got.LastError != "card_declined" || got.Leases != 1 {
 			t.Errorf("failed claim = %+v", got)
 		}
 		// Billing again is an explicit new attempt under a new key.
-		if got := mustClaim(t, s, req("cus_1", "k1-attempt2", "b"), claim.Won).Claim; got.Attempts != 1 {
+		if got := mustClaim(t, s, req("cus_1", "k1-attempt2", "b"), claim.Won).Claim; got.Leases != 1 {
 			t.Errorf("new attempt = %+v", got)
 		}
 		mustClaim(t, s, req("cus_1", "k1", "c"), claim.Failed)
@@ -140,7 +140,7 @@ func TestMismatchIsRefused(t *testing.T) {
 				t.Errorf("%s: Claim = %v, want a *MismatchError", tc.name, err)
 				continue
 			}
-			if mm.Field != tc.field || mm.Have != tc.have || mm.Existing.Attempts != 1 {
+			if mm.Field != tc.field || mm.Have != tc.have || mm.Existing.Leases != 1 {
 				t.Errorf("%s: mismatch %+v, want field %s have %s", tc.name, mm, tc.field, tc.have)
 			}
 			if !strings.Contains(err.Error(), tc.field) {
@@ -150,7 +150,7 @@ func TestMismatchIsRefused(t *testing.T) {
 		// Nothing was taken over or written.
 		for _, k := range []string{"k1", "k2"} {
 			c, err := s.Get(ctx, k)
-			if err != nil || c.Attempts != 1 || c.Owner != "a" || c.Amount != 4200 || c.Currency != "usd" {
+			if err != nil || c.Leases != 1 || c.Owner != "a" || c.Amount != 4200 || c.Currency != "usd" {
 				t.Errorf("after mismatches Get(%s) = %+v, %v", k, c, err)
 			}
 		}
@@ -167,16 +167,16 @@ func TestTakeoverAfterCrash(t *testing.T) {
 		mustClaim(t, s, req("cus_1", "k1", "crashed"), claim.Won)
 		h.pass(t, lease/2)
 		mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress)
-		if st, err := s.Stale(ctx); err != nil || len(st) != 0 {
+		if st, err := s.Stale(ctx, ""); err != nil || len(st) != 0 {
 			t.Fatalf("Stale with a live lease = %v, %v", st, err)
 		}
 		h.pass(t, lease/2+time.Second) // the crashed runner never renews
-		st, err := s.Stale(ctx)
+		st, err := s.Stale(ctx, "")
 		if err != nil || len(st) != 1 || st[0].Key != "k1" || st[0].Owner != "crashed" {
 			t.Fatalf("Stale = %+v, %v; want k1 held by crashed", st, err)
 		}
 		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
-		if got.Key != "k1" || got.Owner != "b" || got.Attempts != 2 || got.Age < lease {
+		if got.Key != "k1" || got.Owner != "b" || got.Leases != 2 || got.Age < lease {
 			t.Errorf("resumed = %+v", got)
 		}
 		if err := s.Renew(ctx, "k1", "crashed"); !errors.Is(err, claim.ErrLeaseLost) {
@@ -188,7 +188,7 @@ func TestTakeoverAfterCrash(t *testing.T) {
 		if err := s.Renew(ctx, "k1", "b"); err != nil {
 			t.Errorf("Renew by the new owner: %v", err)
 		}
-		if st, err := s.Stale(ctx); err != nil || len(st) != 0 {
+		if st, err := s.Stale(ctx, ""); err != nil || len(st) != 0 {
 			t.Errorf("Stale after takeover = %v, %v", st, err)
 		}
 	})
@@ -224,30 +224,84 @@ func TestReleaseLetsTheNextRunResume(t *testing.T) {
 			t.Errorf("Renew after Release = %v, want ErrLeaseLost", err)
 		}
 		h.pass(t, time.Millisecond)
-		st, err := s.Stale(ctx)
+		st, err := s.Stale(ctx, "")
 		if err != nil || len(st) != 1 || st[0].LastError != "timeout after 30s" || st[0].Owner != "" {
 			t.Fatalf("Stale after Release = %+v, %v", st, err)
 		}
 		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
-		if got.LastError != "timeout after 30s" || got.Attempts != 2 || got.State != claim.StatePending {
+		if got.LastError != "timeout after 30s" || got.Leases != 2 || got.State != claim.StatePending {
 			t.Errorf("resumed = %+v", got)
 		}
 	})
 }
 
-func TestPendingAndStaleListings(t *testing.T) {
+// I5: the key's window starts when the claim is made and closes after the
+// given window on the store's clock; a search that found nothing reopens
+// it, for the endpoint and credential that will send the key from then on.
+func TestKeyWindow(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_old", "old", "a"), claim.Won)
-		mustClaim(t, s, req("cus_done", "done", "a"), claim.Won)
-		if err := s.Succeed(ctx, "done", "ch_done"); err != nil {
+		r := req("cus_1", "k1", "a")
+		r.Endpoint, r.Credential, r.Scope, r.Attempt = "charges", "fp1", "s", 1
+		got := mustClaim(t, s, r, claim.Won).Claim
+		if got.Endpoint != "charges" || got.Credential != "fp1" || got.Scope != "s" || got.Attempt != 1 ||
+			got.FirstSentAt.IsZero() || got.SentAge > time.Minute || !got.ReconciledAt.IsZero() {
+			t.Fatalf("won claim = %+v", got)
+		}
+		if err := s.CheckSend(ctx, "k1", "a", 23*time.Hour); err != nil {
+			t.Errorf("CheckSend of a new claim = %v", err)
+		}
+		if err := s.CheckSend(ctx, "k1", "b", 23*time.Hour); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("CheckSend by another owner = %v, want ErrLeaseLost", err)
+		}
+		h.pass(t, 23*time.Hour)
+		if err := s.CheckSend(ctx, "k1", "a", 23*time.Hour); !errors.Is(err, claim.ErrWindowClosed) {
+			t.Errorf("CheckSend after 23h = %v, want ErrWindowClosed", err)
+		}
+		// A resume does not move the window, whoever resumes.
+		r.Owner, r.Endpoint, r.Credential = "b", "payment_intents", "fp2"
+		got = mustClaim(t, s, r, claim.Resumed).Claim
+		if got.Endpoint != "charges" || got.Credential != "fp1" || got.SentAge < 23*time.Hour {
+			t.Errorf("resumed claim = %+v; want the first endpoint, credential and window", got)
+		}
+		if err := s.Reopen(ctx, "k1", "a", "payment_intents", "fp2"); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("Reopen by a former owner = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Reopen(ctx, "k1", "b", "payment_intents", "fp2"); err != nil {
 			t.Fatal(err)
 		}
-		h.pass(t, 25*time.Hour)
-		mustClaim(t, s, req("cus_new", "new", "a"), claim.Won)
-		keys := func(cs []claim.Claim, err error) string {
+		if err := s.CheckSend(ctx, "k1", "b", 23*time.Hour); err != nil {
+			t.Errorf("CheckSend after Reopen = %v", err)
+		}
+		got, err := s.Get(ctx, "k1")
+		if err != nil || got.Endpoint != "payment_intents" || got.Credential != "fp2" || got.SentAge > time.Minute ||
+			got.ReconciledAt.IsZero() || got.Age < 23*time.Hour {
+			t.Errorf("reopened claim = %+v, %v", got, err)
+		}
+	})
+}
+
+// Stale lists expired leases of one scope, and of claims whose scope is
+// unknown, oldest first.
+func TestStaleByScope(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		for i, scope := range []string{"a", "b", ""} {
+			r := req(fmt.Sprintf("cus_%d", i), "k_"+scope, "x")
+			r.Scope = scope
+			mustClaim(t, h.store, r, claim.Won)
+			h.pass(t, time.Millisecond)
+		}
+		mustClaim(t, h.store, req("cus_done", "done", "x"), claim.Won)
+		if err := h.store.Succeed(ctx, "done", "ch_done"); err != nil {
+			t.Fatal(err)
+		}
+		h.pass(t, lease+time.Second)
+		mustClaim(t, h.store, req("cus_live", "live", "x"), claim.Won)
+		keys := func(scope string) string {
 			t.Helper()
+			cs, err := h.store.Stale(ctx, scope)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,21 +311,10 @@ func TestPendingAndStaleListings(t *testing.T) {
 			}
 			return strings.Join(ks, ",")
 		}
-		if got := keys(s.Pending(ctx, 23*time.Hour)); got != "old" {
-			t.Errorf("Pending(23h) = %s, want old", got)
-		}
-		if got := keys(s.Pending(ctx, 0)); got != "old,new" {
-			t.Errorf("Pending(0) = %s, want old,new", got)
-		}
-		if got := keys(s.Stale(ctx)); got != "old" {
-			t.Errorf("Stale = %s, want old", got)
-		}
-		old, _ := s.Pending(ctx, 23*time.Hour)
-		if old[0].Age < 25*time.Hour || old[0].Age > 26*time.Hour {
-			t.Errorf("age of old = %v, want about 25h", old[0].Age)
-		}
-		if _, err := s.Pending(ctx, -time.Second); !errors.Is(err, claim.ErrInvalid) {
-			t.Errorf("Pending(-1s) = %v, want ErrInvalid", err)
+		for scope, want := range map[string]string{"a": "k_a,k_", "b": "k_b,k_", "": "k_a,k_b,k_", "c": "k_"} {
+			if got := keys(scope); got != want {
+				t.Errorf("Stale(%q) = %s, want %s", scope, got, want)
+			}
 		}
 	})
 }
@@ -406,14 +449,17 @@ func TestBadInputWritesNothing(t *testing.T) {
 			"Fail without key":      s.Fail(ctx, "", "x"),
 			"Fail with bad UTF-8":   s.Fail(ctx, "k1", "\xff"),
 			"Get without key":       func() error { _, err := s.Get(ctx, ""); return err }(),
-			"Pending with negative": func() error { _, err := s.Pending(ctx, -1); return err }(),
+			"CheckSend, no window":  s.CheckSend(ctx, "k1", "a", 0),
+			"Reopen, no endpoint":   s.Reopen(ctx, "k1", "a", "", "fp"),
 		} {
 			if !errors.Is(err, claim.ErrInvalid) {
 				t.Errorf("%s = %v, want ErrInvalid", name, err)
 			}
 		}
-		if p, err := s.Pending(ctx, 0); err != nil || len(p) != 0 {
-			t.Errorf("after bad input Pending = %v, %v; want nothing written", p, err)
+		for _, k := range []string{"k1", "k2", "k_ok"} {
+			if c, err := s.Get(ctx, k); !errors.Is(err, claim.ErrNotFound) {
+				t.Errorf("after bad input Get(%s) = %+v, %v; want nothing written", k, c, err)
+			}
 		}
 	})
 }
@@ -427,7 +473,7 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 		if counts[claim.Won] != 1 || counts[claim.InProgress] != 63 {
 			t.Errorf("outcomes = %v, want 1 Won and 63 InProgress", counts)
 		}
-		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Attempts != 1 {
+		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Leases != 1 {
 			t.Errorf("claim = %+v, %v; want 1 attempt", c, err)
 		}
 	})
@@ -444,7 +490,7 @@ func TestConcurrentTakeoverOneWinner(t *testing.T) {
 		if counts[claim.Resumed] != 1 || counts[claim.InProgress] != 63 {
 			t.Errorf("outcomes = %v, want 1 Resumed and 63 InProgress", counts)
 		}
-		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Attempts != 2 {
+		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Leases != 2 {
 			t.Errorf("claim = %+v, %v; want 2 attempts", c, err)
 		}
 	})
@@ -469,8 +515,14 @@ func TestConcurrentDifferentKeysOneWinner(t *testing.T) {
 		if counts[claim.Won] != 1 || errs != 15 {
 			t.Errorf("outcomes = %v with %d errors, want 1 Won and 15 errors", counts, errs)
 		}
-		if p, err := h.store.Pending(context.Background(), 0); err != nil || len(p) != 1 {
-			t.Errorf("Pending = %v, %v; want exactly one claim", p, err)
+		var live int
+		for i := range 16 {
+			if _, err := h.store.Get(context.Background(), fmt.Sprintf("k%d", i)); err == nil {
+				live++
+			}
+		}
+		if live != 1 {
+			t.Errorf("%d claims written, want exactly one", live)
 		}
 	})
 }

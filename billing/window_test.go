@@ -1,0 +1,252 @@
+package billing_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/retry"
+)
+
+// advance moves time forward by d for the fake Stripe and for the claim
+// table at once: the fake's clock moves, and every time on the claim table
+// moves back by d, which is what d passing on the database clock looks like
+// to billonce.
+func (e *env) advance(d time.Duration) {
+	e.tb.Helper()
+	ctx := context.Background()
+	rows, err := e.pool.Query(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_name = 'billonce_claims' AND data_type LIKE 'timestamp%'`)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	var sets []string
+	for rows.Next() {
+		var col string
+		if err := rows.Scan(&col); err != nil {
+			e.tb.Fatal(err)
+		}
+		sets = append(sets, col+" = "+col+" - $1 * interval '1 microsecond'")
+	}
+	if err := rows.Err(); err != nil {
+		e.tb.Fatal(err)
+	}
+	e.exec("UPDATE billonce_claims SET "+strings.Join(sets, ", "), d.Microseconds())
+	e.srv.Advance(d)
+}
+
+// lostAnswer charges customer through b while the answer is lost after
+// Stripe committed and Stripe's search is down, with no retry: the charge
+// exists, the claim stays pending, and the key was first sent now.
+func (e *env) lostAnswer(b *billing.Biller, customer string) {
+	e.tb.Helper()
+	e.srv.FailNext(billingtest.Match{Customer: customer}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if strings.HasSuffix(r.Path, "/search") {
+			return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
+		}
+		return billingtest.Fault{}
+	})
+	defer e.srv.SetScript(nil)
+	_, err := b.Charge(context.Background(), customer, period)
+	var unknown *billing.UnknownOutcomeError
+	if !errors.As(err, &unknown) {
+		e.tb.Fatalf("charge with a lost answer = %v, want *UnknownOutcomeError", err)
+	}
+	if n := e.count(customer); n != 1 {
+		e.tb.Fatalf("%d charges after the lost answer, want 1", n)
+	}
+}
+
+func oneAttempt(c *billing.Config) { c.Retry.MaxAttempts = 1 }
+
+// I5: a pending claim resumed just inside the window margin whose retries
+// run past 24 hours since its key was first sent must not send the key
+// again blind: Stripe has forgotten it, and a resend is a second charge.
+func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	e.lostAnswer(e.b, "cus_1")
+	e.advance(22*time.Hour + 59*time.Minute)
+
+	// The resumed send meets rate limits (nothing stored at Stripe), and
+	// two hours pass while it retries.
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"},
+		billingtest.Fault{Kind: billingtest.FaultRateLimit}, billingtest.Fault{Kind: billingtest.FaultRateLimit})
+	var once sync.Once
+	b := e.biller(func(c *billing.Config) {
+		c.Retry.Notify = func(retry.Event) { once.Do(func() { e.advance(2 * time.Hour) }) }
+	})
+	r, err := b.Charge(context.Background(), "cus_1", period)
+	if n := e.count("cus_1"); n != 1 {
+		t.Fatalf("cus_1 charged %d times, want 1 (Charge = %+v, %v)", n, r, err)
+	}
+	if err != nil || r.How != billing.Reconciled {
+		t.Errorf("Charge = %+v, %v; want the first charge, reconciled", r, err)
+	}
+}
+
+// I5 in a Run: a claim waiting in the queue behind a slow customer while
+// its key's window closes goes to reconciliation, not to a blind resend.
+func TestWindowDeadlineHoldsInRunQueue(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	e.lostAnswer(e.b, "cus_2")
+	e.advance(22*time.Hour + 59*time.Minute)
+
+	// cus_1 is sent first and takes two hours; cus_2 waits its turn.
+	var once sync.Once
+	b := e.biller(func(c *billing.Config) {
+		c.Observe = func(ev billing.Event) {
+			if ev.Kind == billing.EventStripeCall && ev.Customer == "cus_1" {
+				once.Do(func() { e.advance(2 * time.Hour) })
+			}
+		}
+	})
+	sum, err := b.Run(context.Background(), period, billing.Customers("cus_1", "cus_2"), &billing.RunOptions{Concurrency: 1})
+	for _, c := range []string{"cus_1", "cus_2"} {
+		if n := e.count(c); n != 1 {
+			t.Errorf("%s charged %d times, want 1", c, n)
+		}
+	}
+	if err != nil || !sum.Complete() {
+		t.Errorf("Run = %+v, %v; want complete", sum.Progress, err)
+	}
+}
+
+// I11: a claim remembers which API its key went to. A Biller switched to
+// the other API that resumes it past the window must find the first
+// payment, whatever its object type, and not make a second one.
+func TestClaimRemembersEndpointAcrossAPISwitch(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	e.lostAnswer(e.b, "cus_1")
+	e.advance(25 * time.Hour)
+
+	pi := e.biller(func(c *billing.Config) { c.API = billing.PaymentIntents })
+	r, err := pi.Charge(context.Background(), "cus_1", period)
+	if n := e.count("cus_1"); n != 1 {
+		t.Fatalf("cus_1 charged %d times, want 1 (Charge = %+v, %v)", n, r, err)
+	}
+	if err != nil || !strings.HasPrefix(r.StripeID, "ch_") {
+		t.Errorf("Charge = %+v, %v; want the first charge (ch_…)", r, err)
+	}
+}
+
+// I11: within the window, a Biller on the other API must neither send
+// (Stripe would refuse the key as reused) nor fail the claim: it reports
+// where the key went and leaves the claim for the Biller that made it.
+func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	e.lostAnswer(e.b, "cus_1")
+	e.advance(time.Hour)
+
+	pi := e.biller(func(c *billing.Config) { c.API = billing.PaymentIntents })
+	sent := len(e.srv.Log())
+	_, err := pi.Charge(context.Background(), "cus_1", period)
+	var moved *billing.IdentityError
+	if !errors.As(err, &moved) {
+		t.Fatalf("Charge on the other API = %v, want *IdentityError", err)
+	}
+	for _, l := range e.srv.Log()[sent:] {
+		if l.Method == "POST" {
+			t.Errorf("the key was sent again: %+v", l)
+		}
+	}
+	if c := e.claimOf("cus_1"); c.State != claim.StatePending {
+		t.Errorf("claim is %s, want pending", c.State)
+	}
+	// The Biller that made the claim finishes it: Stripe replays.
+	r, err := e.b.Charge(context.Background(), "cus_1", period)
+	if err != nil || r.How != billing.Replayed || e.count("cus_1") != 1 {
+		t.Errorf("Charge by the original Biller = %+v, %v; %d charges", r, err, e.count("cus_1"))
+	}
+}
+
+// I11: idempotency keys may be scoped per API key. A rotated secret key
+// resuming a claim within the window must not send it under the new key.
+func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	e.lostAnswer(e.b, "cus_1")
+	e.advance(time.Hour)
+
+	rotated := e.biller(func(c *billing.Config) { c.SecretKey = "sk_test_rotatedKey000000000000000000000000000abcd" })
+	_, err := rotated.Charge(context.Background(), "cus_1", period)
+	if n := e.count("cus_1"); n != 1 {
+		t.Fatalf("cus_1 charged %d times after a key rotation, want 1 (%v)", n, err)
+	}
+	var moved *billing.IdentityError
+	if !errors.As(err, &moved) {
+		t.Errorf("Charge after rotation within the window = %v, want *IdentityError", err)
+	}
+	// Past the window, the rotated Biller settles it by search.
+	e.advance(23 * time.Hour)
+	r, err := rotated.Charge(context.Background(), "cus_1", period)
+	if err != nil || r.How != billing.Reconciled || e.count("cus_1") != 1 {
+		t.Errorf("Charge past the window = %+v, %v; %d charges, want 1 reconciled", r, err, e.count("cus_1"))
+	}
+}
+
+// Reconcile settles only the claims of its own scope: a second product's
+// Biller on the same table must leave the first one's claims alone.
+func TestReconcileTouchesOnlyItsScope(t *testing.T) {
+	e := newEnv(t, oneAttempt, func(c *billing.Config) { c.Scope = "product-a"; c.API = billing.PaymentIntents })
+	e.lostAnswer(e.b, "cus_1")
+	e.advance(25 * time.Hour)
+
+	other := e.biller(func(c *billing.Config) { c.Scope = "product-b" })
+	sum, err := other.Reconcile(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count("cus_1"); n != 1 {
+		t.Fatalf("cus_1 charged %d times, want 1 (Reconcile of another scope = %+v)", n, sum.Progress)
+	}
+	if sum.Total != 0 {
+		t.Errorf("Reconcile of product-b looked at %d claims, want 0", sum.Total)
+	}
+	// product-a's own Reconcile settles it.
+	sum, err = e.b.Reconcile(context.Background(), nil)
+	if err != nil || sum.AlreadyDone != 1 || e.count("cus_1") != 1 {
+		t.Errorf("Reconcile of product-a = %+v, %v; %d charges", sum.Progress, err, e.count("cus_1"))
+	}
+}
+
+// Two replicas configured with the same Owner are still two owners: one
+// sees the other's live claim as in progress instead of resuming it.
+func TestSameConfiguredOwnerIsTwoOwners(t *testing.T) {
+	e := newEnv(t, func(c *billing.Config) { c.Owner = "billing-cron" })
+	release := make(chan struct{})
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
+	done := make(chan error, 1)
+	go func() { _, err := e.b.Charge(context.Background(), "cus_1", period); done <- err }()
+	waitFor(t, func() bool { return e.claimRows() > 0 })
+
+	twin := e.biller(func(c *billing.Config) { c.Owner = "billing-cron" })
+	_, err := twin.Charge(context.Background(), "cus_1", period)
+	close(release)
+	var inProgress *billing.InProgressError
+	if !errors.As(err, &inProgress) {
+		t.Errorf("a second replica with the same Owner = %v, want *InProgressError", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("first replica: %v", err)
+	}
+	if n := e.count("cus_1"); n != 1 {
+		t.Errorf("cus_1 charged %d times", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
