@@ -1,8 +1,10 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -49,6 +51,13 @@ const (
 	// DefaultRateLimit is below Stripe's live-mode limit of 100 requests
 	// per second, leaving room for the rest of the account's traffic.
 	DefaultRateLimit = 80
+	// MinWindowMargin is the smallest WindowMargin accepted: a search for
+	// a key's payment is trusted only once Stripe has had time to index it.
+	MinWindowMargin = time.Hour
+	// ClockAllowance is how far the database's clock and Stripe's may
+	// differ. New refuses a WindowMargin and Retry.AttemptTimeout that
+	// leave less than this before Stripe's 24-hour key window ends.
+	ClockAllowance = 5 * time.Minute
 )
 
 // Metadata keys that every charge carries, so a charge can always be found
@@ -93,6 +102,16 @@ type Config struct {
 	// secret: set SecretKey to the vault key. It never appears in logs or
 	// errors.
 	SecretKey string
+	// Credential names the Stripe API key whose idempotency keys this
+	// Biller uses, when SecretKey is not that key. Claims record a
+	// fingerprint of it (never the value), and a claim sent with another
+	// credential is not resent blind (invariant I11): Stripe may keep
+	// idempotency keys per API key. Defaults to SecretKey, which is right
+	// unless requests go through a spend-cap proxy, where SecretKey is a
+	// vault key that changes every run: then set a stable name of the
+	// Stripe key the proxy holds (such as "acct_1Nv…/billing-key-2026"),
+	// and change it when that key is rotated.
+	Credential string
 	// StripeURL is the base URL of the Stripe API. Defaults to
 	// DefaultStripeURL; tests point it at billingtest.Server.URL.
 	StripeURL string
@@ -124,16 +143,24 @@ type Config struct {
 	// Retry is the policy around each Stripe call. Its Classify defaults to
 	// [Classify]; the other fields take retry's defaults.
 	Retry retry.Policy
-	// WindowMargin is the age after which a pending claim is reconciled with
-	// Stripe's search before its key is sent again (invariant I5). Stripe
-	// keeps keys for at least 24 hours. Defaults to DefaultWindowMargin.
+	// WindowMargin is the deadline of a key (invariant I5): once this much
+	// time has passed on the database clock since the key was first sent
+	// (since its claim was made), no request carries it again until
+	// Stripe's search has shown that no payment exists for it. It is
+	// checked before every HTTP attempt, so long retries and waits in a
+	// Run's queue count. Stripe keeps keys for at least 24 hours; New
+	// requires WindowMargin + Retry.AttemptTimeout + ClockAllowance to fit
+	// in them, and at least MinWindowMargin. Defaults to
+	// DefaultWindowMargin.
 	WindowMargin time.Duration
 	// InProgressWait makes Charge wait up to this long for another runner's
 	// live claim to finish, instead of returning *InProgressError at once.
 	InProgressWait time.Duration
 
-	// Owner names this runner on its claims (each claim adds a sequence
-	// number). Defaults to host-pid-random; at most 200 bytes.
+	// Owner names this runner on its claims. Each Biller adds a random
+	// part of its own and each claim a sequence number, so replicas that
+	// share a configured Owner still see each other's claims as in
+	// progress. Defaults to host-pid; at most 200 bytes.
 	Owner string
 	// Logger receives retries, takeovers and reconciliations. Nil discards.
 	Logger *slog.Logger
@@ -226,9 +253,16 @@ type Biller struct {
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
-	seq     *atomic.Uint64 // numbers the Biller's claims: see newOwner
-	charges charge.Client
-	intents paymentintent.Client
+	// instance is random per Biller, so that two replicas configured with
+	// the same Owner are still two owners; seq numbers its claims. See
+	// newOwner.
+	instance string
+	seq      *atomic.Uint64
+	// endpoint and credential say where this Biller's keys go, recorded on
+	// every claim it makes (invariant I11).
+	endpoint, credential string
+	charges              charge.Client
+	intents              paymentintent.Client
 }
 
 // New checks cfg and returns a Biller.
@@ -260,6 +294,9 @@ func New(cfg Config) (*Biller, error) {
 	}
 	if cfg.WindowMargin < 0 || cfg.WindowMargin >= retry.KeyWindow {
 		return nil, invalid("Config.WindowMargin %v must be positive and below Stripe's 24h key window", cfg.WindowMargin)
+	}
+	if cfg.WindowMargin < MinWindowMargin {
+		return nil, invalid("Config.WindowMargin %v is below %v: claims would be reconciled by search before Stripe has indexed their first payment", cfg.WindowMargin, MinWindowMargin)
 	}
 	if cfg.InProgressWait < 0 {
 		return nil, invalid("Config.InProgressWait %v must not be negative", cfg.InProgressWait)
@@ -300,6 +337,16 @@ func New(cfg Config) (*Biller, error) {
 	if attempt == 0 {
 		attempt = retry.DefaultAttemptTimeout
 	}
+	// The last attempt may start just before the deadline and reach Stripe
+	// up to one attempt timeout later; clocks may differ by ClockAllowance.
+	if cfg.WindowMargin+attempt+ClockAllowance > retry.KeyWindow {
+		return nil, invalid("Config.WindowMargin %v plus Retry.AttemptTimeout %v plus %v for clock differences is more than Stripe's %v key window: an attempt started before the deadline could reach Stripe after it has forgotten the key; lower one of them",
+			cfg.WindowMargin, attempt, ClockAllowance, retry.KeyWindow)
+	}
+	b.endpoint, b.credential = string(cfg.API), fingerprint(cmp.Or(cfg.Credential, cfg.SecretKey))
+	var nonce [4]byte
+	rand.Read(nonce[:])
+	b.instance = hex.EncodeToString(nonce[:])
 	hc := &http.Client{Timeout: attempt}
 	var base http.RoundTripper
 	if cfg.HTTPClient != nil {
@@ -327,6 +374,13 @@ func New(cfg Config) (*Biller, error) {
 	return b, nil
 }
 
+// fingerprint names a credential on claims without revealing it: the first
+// 64 bits of a SHA-256 of the key, from which the key cannot be recovered.
+func fingerprint(secret string) string {
+	sum := sha256.Sum256([]byte("billonce credential\x00" + secret))
+	return "sha256:" + hex.EncodeToString(sum[:8])
+}
+
 // String describes the Biller without its secret key.
 func (b Biller) String() string {
 	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, b.cfg.StripeURL, b.cfg.Owner)
@@ -340,9 +394,7 @@ func defaultOwner() string {
 	if host == "" {
 		host = "host"
 	}
-	var r [4]byte
-	rand.Read(r[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 // quietLogger keeps stripe-go from writing to stderr; the Biller logs what

@@ -59,6 +59,7 @@ type job struct {
 	key              idemkey.Key
 	attempt          int
 	owner            string // this attempt's name on the claim
+	reopened         bool   // a search found no payment and reopened the key's window
 }
 
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
@@ -102,16 +103,19 @@ func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) 
 	return b.keyFor(customer, period, attempt)
 }
 
-func (j job) request() claim.Request {
+// request is the claim of j, recording where its key goes (I11).
+func (b *Biller) request(j job) claim.Request {
 	return claim.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
-		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner}
+		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
+		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpoint, Credential: b.credential}
 }
 
-// newOwner names one charge attempt on its claim: the Biller's owner and a
-// sequence number. Two calls in one process for the same customer then see
-// each other as in progress instead of both sending.
+// newOwner names one charge attempt on its claim: the Biller's owner, its
+// random instance and a sequence number. Two calls in one process for the
+// same customer, or two replicas with the same Config.Owner, then see each
+// other as in progress instead of both sending.
 func (b *Biller) newOwner() string {
-	return b.cfg.Owner + "/" + strconv.FormatUint(b.seq.Add(1), 10)
+	return b.cfg.Owner + "/" + b.instance + "/" + strconv.FormatUint(b.seq.Add(1), 10)
 }
 
 func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, attempt int) (Receipt, error) {
@@ -122,7 +126,7 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	start := time.Now()
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
-		res, err := b.cfg.Claims.Claim(ctx, j.request())
+		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
 		if err != nil {
 			return Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", customer, period, err)
 		}
@@ -170,9 +174,9 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 		return Receipt{}, &InProgressError{Customer: j.customer, Period: j.period, Key: j.key.String(), Owner: c.Owner, LeaseUntil: c.LeaseUntil}
 	case claim.Resumed:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
-			attrs(j, "attempt", c.Attempts, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
-		if c.Age >= b.cfg.WindowMargin {
-			return b.reconcile(ctx, j, c)
+			attrs(j, "leases", c.Leases, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
+		if c.Endpoint != b.endpoint || c.Credential != b.credential {
+			return b.elsewhere(ctx, j, c)
 		}
 	case claim.Mismatch:
 		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: %w", j.customer, j.period, &claim.MismatchError{Existing: c})
@@ -225,7 +229,10 @@ type created struct {
 	replayed bool
 }
 
-// send calls Stripe under retry with the claim's key and records the outcome.
+// send calls Stripe under retry with the claim's key and records the
+// outcome. Before every attempt the claim store confirms that the key's
+// deadline has not passed (I5); once it has, the claim is reconciled by
+// search instead.
 func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	stop := b.renewWhileSending(ctx, j, c)
 	attempt := 0 // retry.Do runs attempts one after the other
@@ -234,8 +241,20 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		return b.create(ctx, j, key, attempt)
 	})
 	stop()
-	if err == nil {
+	switch {
+	case err == nil:
 		return b.record(ctx, j, out)
+	case errors.Is(err, claim.ErrWindowClosed):
+		if j.reopened {
+			// A window just reopened closed again: retries outlasted it.
+			b.release(context.WithoutCancel(ctx), j, err)
+			return Receipt{}, &NeedsReconciliationError{Customer: j.customer, Period: j.period, Key: j.key.String(), Age: c.Age,
+				Reason: "the key's window closed twice in one call; the next run searches again"}
+		}
+		return b.reconcile(ctx, j, c)
+	case errors.Is(err, claim.ErrLeaseLost):
+		// Another runner took the claim over; it sends from now on.
+		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: stopped sending: %w", j.customer, j.period, err)
 	}
 	if ctx.Err() == nil && outcomeUnknown(err) {
 		// Retries could not tell whether Stripe made the charge (or Stripe
@@ -272,6 +291,11 @@ func outcomeUnknown(err error) bool {
 // is given, in the header and in the metadata (I2).
 func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (created, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
+		return created{}, err
+	}
+	// The last check before the key leaves: the deadline, on the database
+	// clock, after any wait (I5).
+	if err := b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin); err != nil {
 		return created{}, err
 	}
 	ctx = idemkey.WithKey(ctx, key)
@@ -426,6 +450,13 @@ func (b *Biller) renewWhileSending(ctx context.Context, j job, c claim.Claim) (s
 // the charge's key, customer and period.
 func (b *Biller) policyFor(ctx context.Context, j job) retry.Policy {
 	p := b.policy
+	classify := p.Classify
+	p.Classify = func(err error) retry.Decision {
+		if errors.Is(err, claim.ErrWindowClosed) || errors.Is(err, claim.ErrLeaseLost) {
+			return retry.Stop()
+		}
+		return classify(err)
+	}
 	user := p.Notify
 	p.Notify = func(e retry.Event) {
 		b.log.LogAttrs(ctx, slogInfo, "billonce: retrying with the same key",

@@ -143,3 +143,39 @@ func (e *RecordError) Error() string {
 }
 
 func (e *RecordError) Unwrap() error { return e.Err }
+
+// IdentityError reports a pending claim whose key was sent to another
+// endpoint (the other API) or with another credential (a rotated or
+// different secret key) than this Biller's (invariant I11). Stripe may keep
+// idempotency keys per endpoint and per API key, so sending the key from
+// here could be refused as reused or, worse, charge a second time. Nothing
+// was sent and the claim stays pending.
+//
+// Finish the claim with a Biller configured as the one that made it, or
+// let SearchIn pass: after the key's deadline any Biller of the same scope
+// settles it by searching Stripe for its payment first, and sends it again
+// only if none exists. Endpoint and Credential are empty for claims made
+// before they were recorded.
+type IdentityError struct {
+	Customer, Period, Key string
+	// Where the key went: the API and the credential's fingerprint.
+	Endpoint, Credential string
+	// Where this Biller would send it.
+	WantEndpoint, WantCredential string
+	// SearchIn is how long until the key's deadline.
+	SearchIn time.Duration
+}
+
+func (e *IdentityError) Error() string {
+	where := fmt.Sprintf("to %s with credential %s", orUnknown(e.Endpoint), orUnknown(e.Credential))
+	return fmt.Sprintf("billing: customer %s, period %s: the pending claim's key %s was sent %s, but this Biller sends to %s with credential %s; "+
+		"nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by searching Stripe first",
+		e.Customer, e.Period, e.Key, where, e.WantEndpoint, e.WantCredential, e.SearchIn.Round(time.Minute))
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(not recorded)"
+	}
+	return s
+}

@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -56,6 +57,7 @@ type env struct {
 	pool  *pgxpool.Pool
 	store *claim.Postgres
 	b     *billing.Biller
+	opts  []func(*billing.Config) // the options e.b was made with
 }
 
 // testTransport carries every test client's requests.
@@ -89,7 +91,7 @@ func newEnv(tb testing.TB, opts ...func(*billing.Config)) *env {
 
 func newEnvWith(tb testing.TB, srvCfg billingtest.Config, opts ...func(*billing.Config)) *env {
 	tb.Helper()
-	e := &env{tb: tb, srv: newServer(tb, srvCfg), pool: pgtest.Pool(tb)}
+	e := &env{tb: tb, srv: newServer(tb, srvCfg), pool: pgtest.Pool(tb), opts: opts}
 	e.store = newStore(tb, e.pool)
 	e.b = e.biller(opts...)
 	return e
@@ -154,24 +156,41 @@ func (e *env) exec(sql string, args ...any) {
 	}
 }
 
-// crashedClaim leaves the state of a runner that claimed customer and died:
-// a pending claim, owned by someone else, whose lease has run out.
+// crashedClaim leaves the state of a runner configured like e.b that
+// claimed customer and died before sending: a pending claim, owned by
+// someone else, whose lease has run out.
 func (e *env) crashedClaim(customer string, amt int64) string {
 	e.tb.Helper()
-	key := e.key(customer)
-	_, err := e.store.Claim(context.Background(), claim.Request{Customer: customer, Period: period, Key: key,
-		Amount: amt, Currency: "usd", Owner: "crashed-runner"})
-	if err != nil {
-		e.tb.Fatal(err)
+	opts := append(append([]func(*billing.Config){}, e.opts...), func(c *billing.Config) {
+		c.Claims = crashAfterClaim{e.store}
+		c.Price = flatPrice(amt)
+	})
+	if _, err := e.biller(opts...).Charge(context.Background(), customer, period); !errors.Is(err, errCrashed) {
+		e.tb.Fatalf("crashing runner: %v", err)
 	}
+	key := e.key(customer)
 	e.exec("UPDATE billonce_claims SET lease_until = now() - interval '1 second' WHERE key = $1", key)
 	return key
+}
+
+var errCrashed = errors.New("the runner crashed")
+
+// crashAfterClaim is a claim store whose runner dies as soon as its claim
+// is committed.
+type crashAfterClaim struct{ claim.Store }
+
+func (s crashAfterClaim) Claim(ctx context.Context, r claim.Request) (claim.Result, error) {
+	if _, err := s.Store.Claim(ctx, r); err != nil {
+		return claim.Result{}, err
+	}
+	return claim.Result{}, errCrashed
 }
 
 // ageClaim moves a claim's creation back on the database's clock.
 func (e *env) ageClaim(key string, age time.Duration) {
 	e.tb.Helper()
-	e.exec("UPDATE billonce_claims SET created_at = now() - $2 * interval '1 microsecond', lease_until = now() - interval '1 second' WHERE key = $1",
+	e.exec(`UPDATE billonce_claims SET created_at = now() - $2 * interval '1 microsecond', first_sent_at = now() - $2 * interval '1 microsecond',
+		lease_until = now() - interval '1 second' WHERE key = $1`,
 		key, age.Microseconds())
 }
 

@@ -12,20 +12,22 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
-// reconcile settles a pending claim older than the window margin (I5).
-// Stripe may have forgotten the key, so sending it again could make a second
-// charge if the first one exists. Stripe's search by metadata decides:
+// reconcile settles a pending claim whose key's deadline has passed (I5):
+// Stripe may have forgotten the key, so sending it again could make a
+// second charge if the first one exists. Stripe's search by metadata, over
+// every object type a key can have gone to, decides:
 //
-//   - one object found: its outcome is recorded; nothing is sent;
-//   - none found: no charge exists for the key (the claim is older than the
-//     window margin, far longer than search takes to index a charge, and any
-//     more recent send with this key is still remembered by Stripe and would
-//     be replayed), so the key is sent again;
-//   - search failed or found several objects: *NeedsReconciliationError;
+//   - one payment found: its outcome is recorded; nothing is sent;
+//   - none found: no payment exists for the key (the deadline lies far
+//     beyond the time search takes to index a payment, and any more recent
+//     send of the key would still be remembered by Stripe and replayed), so
+//     the claim's window is reopened, for this Biller's endpoint and
+//     credential, and the key is sent again;
+//   - search failed or found several payments: *NeedsReconciliationError;
 //     nothing is sent.
 func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
-	b.log.LogAttrs(ctx, slogWarn, "billonce: pending claim past the window margin; searching Stripe before sending",
-		attrs(j, "age", c.Age.Round(time.Minute))...)
+	b.log.LogAttrs(ctx, slogWarn, "billonce: the key's deadline has passed; searching Stripe before sending",
+		attrs(j, "age", c.Age.Round(time.Minute), "endpoint", c.Endpoint)...)
 	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]created, error) {
 		return b.search(ctx, key)
 	})
@@ -37,7 +39,7 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 	case err != nil:
 		return needs("Stripe search failed: " + err.Error())
 	case len(found) > 1:
-		return needs(fmt.Sprintf("Stripe search found %d objects for one key", len(found)))
+		return needs(fmt.Sprintf("Stripe search found %d payments for one key", len(found)))
 	case len(found) == 1:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: reconciled a pending claim from Stripe search", attrs(j, "stripe_id", found[0].id)...)
 		r, err := b.record(ctx, j, found[0])
@@ -46,33 +48,61 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 		}
 		return r, err
 	}
-	b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe has no charge for the pending claim; sending its key again", attrs(j)...)
+	if err := b.cfg.Claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
+		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: reopening the key's window: %w", j.customer, j.period, err)
+	}
+	b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe has no payment for the pending claim; sending its key again", attrs(j)...)
+	j.reopened = true
 	return b.send(ctx, j, c)
 }
 
-// search finds the objects whose metadata carries key.
+// elsewhere settles a resumed claim whose key went to another endpoint or
+// was sent with another credential (I11). Within the key's window this
+// Biller cannot tell what Stripe did with it (another key space may hold a
+// payment that search has not indexed yet), so it sends nothing and says
+// where the key went; past the window, search settles it as for any claim.
+func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+	if c.SentAge >= b.cfg.WindowMargin {
+		return b.reconcile(ctx, j, c)
+	}
+	err := &IdentityError{Customer: j.customer, Period: j.period, Key: j.key.String(),
+		Endpoint: c.Endpoint, Credential: c.Credential, WantEndpoint: b.endpoint, WantCredential: b.credential,
+		SearchIn: b.cfg.WindowMargin - c.SentAge}
+	b.release(context.WithoutCancel(ctx), j, err)
+	return Receipt{}, err
+}
+
+// search finds the payments whose metadata carries key, among charges and
+// payment intents alike: a claim's key may have gone to either API. A
+// charge that belongs to a payment intent found too is the same payment.
 func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error) {
+	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, key.String())
+	var out []created
 	if err := b.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, key.String())
-	var out []created
-	if b.cfg.API == PaymentIntents {
-		params := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}}
-		it := b.intents.Search(params)
-		for it.Next() {
-			pi := it.PaymentIntent()
-			out = append(out, created{id: pi.ID, status: string(pi.Status)})
-		}
-		return out, it.Err()
+	intents := map[string]bool{}
+	pis := b.intents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
+	for pis.Next() {
+		pi := pis.PaymentIntent()
+		intents[pi.ID] = true
+		out = append(out, created{id: pi.ID, status: string(pi.Status)})
 	}
-	params := &stripe.ChargeSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}}
-	it := b.charges.Search(params)
-	for it.Next() {
-		ch := it.Charge()
+	if err := pis.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.limiter.Wait(ctx); err != nil {
+		return nil, err
+	}
+	chs := b.charges.Search(&stripe.ChargeSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
+	for chs.Next() {
+		ch := chs.Charge()
+		if ch.PaymentIntent != nil && intents[ch.PaymentIntent.ID] {
+			continue
+		}
 		out = append(out, created{id: ch.ID, status: string(ch.Status)})
 	}
-	return out, it.Err()
+	return out, chs.Err()
 }
 
 // Reconcile settles the claims that runners left pending and no longer hold
@@ -81,11 +111,22 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 // Stripe first. Run does the same for the customers it is given; Reconcile
 // catches those no run will visit again. Claims are settled one at a time;
 // of opts only Progress is used.
+//
+// Reconcile settles only the claims of its own Config.Scope, and claims of
+// unknown scope (made before scopes were recorded) whose key this Biller
+// derives: another product's claims on the same table are left to that
+// product's Biller.
 func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, error) {
 	start := time.Now()
-	stale, err := b.cfg.Claims.Stale(ctx)
+	listed, err := b.cfg.Claims.Stale(ctx, b.cfg.Scope)
 	if err != nil {
 		return Summary{}, fmt.Errorf("billing: listing pending claims: %w", err)
+	}
+	var stale []claim.Claim
+	for _, c := range listed {
+		if c.Attempt = b.attemptOf(c); c.Attempt > 0 {
+			stale = append(stale, c)
+		}
 	}
 	r := &runner{b: b, o: &RunOptions{}, start: start}
 	if opts != nil {
@@ -103,7 +144,7 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 			r.settled(job{customer: c.Customer, period: c.Period}, Receipt{}, err)
 			continue
 		}
-		res, err := b.cfg.Claims.Claim(ctx, j.request())
+		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
 		if err != nil {
 			r.settled(j, Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", j.customer, j.period, err))
 			continue
@@ -140,6 +181,23 @@ func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 	if p, err = checkPrice(p, b.cfg.API); err != nil {
 		return job{}, err
 	}
-	// The re-bill attempt number is not on the claim; the key carries it.
-	return job{customer: c.Customer, period: c.Period, price: p, key: key, owner: b.newOwner()}, nil
+	return job{customer: c.Customer, period: c.Period, price: p, key: key, attempt: c.Attempt, owner: b.newOwner()}, nil
+}
+
+// attemptOf returns the billing attempt c's key stands for if this Biller
+// derives that key, 0 if it does not. Claims made before scopes and
+// attempts were recorded are recognised by deriving their key again.
+func (b *Biller) attemptOf(c claim.Claim) int {
+	if c.Scope != "" {
+		if c.Scope != b.cfg.Scope {
+			return 0
+		}
+		return max(c.Attempt, 1)
+	}
+	for a := 1; a <= maxRebillWalk; a++ {
+		if k, err := b.keyFor(c.Customer, c.Period, a); err == nil && k.String() == c.Key {
+			return a
+		}
+	}
+	return 0
 }

@@ -233,7 +233,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		}
 		reqs := make([]claim.Request, len(batch))
 		for i, j := range batch {
-			reqs[i] = j.request()
+			reqs[i] = r.b.request(j)
 		}
 		results, err := r.b.cfg.Claims.ClaimBatch(ctx, reqs)
 		if len(results) != len(batch) {

@@ -435,7 +435,7 @@ func billonce25h(ctx context.Context, e *env) error {
 	// 25 hours pass: on Stripe's clock, and on the database's, which dates
 	// the claim.
 	e.stripe.Advance(day)
-	if _, err := e.pool.Exec(ctx, "UPDATE "+e.schema+"."+claim.DefaultTable+" SET created_at = created_at - make_interval(secs => $1)", day.Seconds()); err != nil {
+	if _, err := e.pool.Exec(ctx, "UPDATE "+e.schema+"."+claim.DefaultTable+" SET created_at = created_at - make_interval(secs => $1), first_sent_at = first_sent_at - make_interval(secs => $1)", day.Seconds()); err != nil {
 		return err
 	}
 	if b, err = e.biller(ctx, "cron-day-2", nil); err != nil {

@@ -249,12 +249,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return rep.fail(exitInput, "error", err, "")
 	}
 
-	key, stripeURL := o.stripeKey, o.stripeURL
+	key, stripeURL, credential := o.stripeKey, o.stripeURL, ""
 	var fake *billingtest.Server
 	if o.vault() {
 		// The transport sends every request to the proxy with the vault
 		// key; the proxy adds the Stripe secret.
 		key, stripeURL = o.vaultKey, ""
+		// The vault key changes every run; the Stripe key behind the proxy
+		// does not. Claims name that key by the proxy that holds it.
+		credential = "spend-cap proxy " + o.vaultProxyURL
 		defer o.proxyClient.CloseIdleConnections()
 	} else if o.demo() {
 		declines := map[string]string{}
@@ -270,6 +273,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	biller, err := billing.New(billing.Config{
 		SecretKey:  key,
+		Credential: credential,
 		StripeURL:  stripeURL,
 		HTTPClient: o.proxyClient,
 		Claims:     store,

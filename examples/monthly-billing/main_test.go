@@ -327,7 +327,9 @@ func TestStripeKeyIsNeverPrinted(t *testing.T) {
 
 	// The vault key, from the environment and from the flag.
 	t.Setenv("VAULT_KEY", vaultSecret)
-	vault := []string{"-database-url", db, "-vault-proxy-url", proxy.URL, "-customers", "5", "-period", period}
+	// Another period: the claims the direct runs left pending were sent with
+	// the Stripe key, and a Biller behind the proxy would not resend them.
+	vault := []string{"-database-url", db, "-vault-proxy-url", proxy.URL, "-customers", "5", "-period", "2026-10"}
 	check(vault, exitInput, "behind the proxy this process needs no Stripe secret")
 	t.Setenv("STRIPE_SECRET_KEY", "")
 	revoked := []string{"no longer accepts the vault key", "vault key ****"}
