@@ -41,10 +41,24 @@
 //     unknown: the claim stays pending and Charge returns an
 //     [*UnknownOutcomeError]. The next Charge or Run resumes it with the same
 //     key, and Stripe replays the charge if it was made.
-//   - A pending claim older than Config.WindowMargin (23 hours) may have
-//     outlived Stripe's 24-hour memory of its key, so it is looked up with
-//     Stripe's search on metadata before anything is sent; if search cannot
-//     settle it, Charge returns [*NeedsReconciliationError] and sends nothing.
+//   - A key has a deadline: Config.WindowMargin (23 hours) after it was
+//     first sent, on the database clock. Stripe remembers keys for at least
+//     24 hours, and a key it has forgotten makes a new charge. So before
+//     every HTTP attempt (each retry, each customer leaving a Run's queue)
+//     the claim store confirms the deadline has not passed. Once it has,
+//     the key's payment is looked up with Stripe's search on metadata,
+//     among charges and payment intents alike, and nothing is sent: a
+//     payment found is recorded; none found starts the key's window again
+//     and sends it; if search cannot settle it, Charge returns
+//     [*NeedsReconciliationError].
+//   - A claim remembers where its key went: the API (endpoint) and a
+//     fingerprint of the credential that sent it (never the credential).
+//     A Biller configured otherwise (the other API, a rotated secret key)
+//     never resends such a claim blind: before the key's deadline it
+//     returns [*IdentityError] and sends nothing; after it, search settles
+//     the claim as above. Finish claims with the configuration that made
+//     them, or let their deadline pass. Behind a spend-cap proxy, name the
+//     Stripe key with Config.Credential.
 //   - A spend-cap, revoked-key or permission answer ([ErrSpendCapReached],
 //     [ErrVaultKeyRevoked], [ErrEndpointNotAllowed], [ErrStripeAuth]) is
 //     never retried and stops a Run.
@@ -61,7 +75,24 @@
 // reports progress, and returns a [Summary]. Several Runs of one period at
 // once (three replicas of a cron job) charge nobody twice; pass a
 // [lock.Guard] in [RunOptions] so that only one of them does the work.
-// [Biller.Reconcile] settles claims that crashed runners left pending.
+// [Biller.Reconcile] settles claims that crashed runners left pending, of
+// its own Config.Scope only: several products can share one claim table.
+//
+// # Invariants
+//
+// Whatever the configuration, the retries and the replicas:
+//
+//   - Claim before send: a claim is committed on its own, visible to every
+//     replica, before the first byte goes to Stripe ([claim.NewPostgres]
+//     takes a pool, never a caller's transaction).
+//   - The deadline: no HTTP attempt carries a key once WindowMargin has
+//     passed, on the database clock, since the key was first sent, unless
+//     a search made after that point found no payment for it.
+//   - Claim identity: a claim is resent only with its own key, amount and
+//     currency, to the endpoint and with the credential it was first sent
+//     with, unless search has settled it.
+//   - Owners are unique per Biller, whatever Config.Owner says: two
+//     replicas never take each other's live claims for their own.
 //
 // # Charges or PaymentIntents
 //

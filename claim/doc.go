@@ -22,9 +22,10 @@
 //	if err := store.Migrate(ctx); err != nil { ... }
 //
 // [Config] names the table and schema and sets the lease; its zero value
-// is usable. [NewPostgres] accepts a *pgxpool.Pool, a *pgx.Conn or your own
-// pgx.Tx (see [DB]): a claim made in your transaction commits or rolls back
-// with it.
+// is usable. [NewPostgres] takes a *pgxpool.Pool and nothing else: every
+// claim commits on its own, before anything is sent, so that every replica
+// sees it and no rollback of a caller's transaction can erase a claim whose
+// charge exists.
 //
 // # States
 //
@@ -78,12 +79,29 @@
 //     once, so the next run resumes it with the same key.
 //   - [Postgres.Renew] extends the lease during a long call; [ErrLeaseLost]
 //     means another runner has taken over and this one must stop.
+//   - [Postgres.CheckSend] comes before every send (see below).
+//
+// # Where the key went, and its window
+//
+// A [Request] may say where its key goes: the Scope that derived it, the
+// billing Attempt, the Endpoint that receives it and a fingerprint of the
+// Credential that sends it. They are recorded when the claim is made and a
+// resume never changes them, so a caller configured otherwise can tell
+// that it must not resend the key blind.
+//
+// The claim also starts the key's window (Claim.FirstSentAt, Claim.SentAge):
+// the earliest time the key may have reached Stripe, which forgets keys
+// after 24 hours. [Postgres.CheckSend], called before every send, refuses
+// with [ErrWindowClosed] once the caller's window has passed on the
+// database clock, and with [ErrLeaseLost] once another runner holds the
+// claim. A caller that then finds, by searching Stripe, that no payment
+// exists for the key calls [Postgres.Reopen], which starts a new window.
 //
 // # Reconciling
 //
-// [Postgres.Pending] lists pending claims older than an age (claims near
-// the end of the idempotency window), [Postgres.Stale] those whose lease
-// has run out.
+// [Postgres.Stale] lists pending claims whose lease has run out, of one
+// scope (and of unknown scope, for claims made before scopes were
+// recorded).
 //
 // # Bad input
 //
