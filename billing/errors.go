@@ -148,8 +148,10 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // endpoint (the other API) or with another credential (a rotated or
 // different secret key) than this Biller's (invariant I11). Stripe may keep
 // idempotency keys per endpoint and per API key, so sending the key from
-// here could be refused as reused or, worse, charge a second time. Nothing
-// was sent and the claim stays pending.
+// here could be refused as reused or, worse, charge a second time. Stripe's
+// search found no payment for the key, which before the key's deadline
+// proves nothing (search may not have indexed it yet). Nothing was sent and
+// the claim stays pending.
 //
 // Finish the claim with a Biller configured as the one that made it, or
 // let SearchIn pass: after the key's deadline any Biller of the same scope

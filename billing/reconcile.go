@@ -26,8 +26,15 @@ import (
 //   - search failed or found several payments: *NeedsReconciliationError;
 //     nothing is sent.
 func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
-	b.log.LogAttrs(ctx, slogWarn, "billonce: the key's deadline has passed; searching Stripe before sending",
-		attrs(j, "age", c.Age.Round(time.Minute), "endpoint", c.Endpoint)...)
+	return b.searchThen(ctx, j, c, nil)
+}
+
+// searchThen searches Stripe for the payment of c's key and records it if
+// there is exactly one. When there is none, it reopens the key's window and
+// sends, or, if refuse is not nil, returns refuse() and sends nothing.
+func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse func() error) (Receipt, error) {
+	b.log.LogAttrs(ctx, slogWarn, "billonce: searching Stripe for the key's payment before sending",
+		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute), "endpoint", c.Endpoint)...)
 	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]created, error) {
 		return b.search(ctx, key)
 	})
@@ -36,6 +43,10 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 		return Receipt{}, &NeedsReconciliationError{Customer: j.customer, Period: j.period, Key: j.key.String(), Age: c.Age, Reason: reason}
 	}
 	switch {
+	case err != nil && refuse != nil:
+		err := refuse()
+		b.release(context.WithoutCancel(ctx), j, err)
+		return Receipt{}, err
 	case err != nil:
 		return needs("Stripe search failed: " + err.Error())
 	case len(found) > 1:
@@ -47,6 +58,10 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 			r.How = Reconciled
 		}
 		return r, err
+	case refuse != nil:
+		err := refuse()
+		b.release(context.WithoutCancel(ctx), j, err)
+		return Receipt{}, err
 	}
 	if err := b.cfg.Claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
 		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: reopening the key's window: %w", j.customer, j.period, err)
@@ -57,19 +72,22 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 }
 
 // elsewhere settles a resumed claim whose key went to another endpoint or
-// was sent with another credential (I11). Within the key's window this
-// Biller cannot tell what Stripe did with it (another key space may hold a
-// payment that search has not indexed yet), so it sends nothing and says
-// where the key went; past the window, search settles it as for any claim.
+// was sent with another credential (I11): Stripe may keep its keys per
+// endpoint and per API key, so the key cannot simply be sent from here.
+// Search, over every object type, settles it if it finds the payment.
+// Finding none proves nothing before the key's deadline (another key space
+// may hold a payment that search has not indexed yet), so then nothing is
+// sent and *IdentityError says where the key went; past the deadline a
+// miss is trusted as for any claim.
 func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	if c.SentAge >= b.cfg.WindowMargin {
 		return b.reconcile(ctx, j, c)
 	}
-	err := &IdentityError{Customer: j.customer, Period: j.period, Key: j.key.String(),
-		Endpoint: c.Endpoint, Credential: c.Credential, WantEndpoint: b.endpoint, WantCredential: b.credential,
-		SearchIn: b.cfg.WindowMargin - c.SentAge}
-	b.release(context.WithoutCancel(ctx), j, err)
-	return Receipt{}, err
+	return b.searchThen(ctx, j, c, func() error {
+		return &IdentityError{Customer: j.customer, Period: j.period, Key: j.key.String(),
+			Endpoint: c.Endpoint, Credential: c.Credential, WantEndpoint: b.endpoint, WantCredential: b.credential,
+			SearchIn: b.cfg.WindowMargin - c.SentAge}
+	})
 }
 
 // search finds the payments whose metadata carries key, among charges and

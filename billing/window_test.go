@@ -136,12 +136,19 @@ func TestClaimRemembersEndpointAcrossAPISwitch(t *testing.T) {
 	}
 }
 
-// I11: within the window, a Biller on the other API must neither send
-// (Stripe would refuse the key as reused) nor fail the claim: it reports
-// where the key went and leaves the claim for the Biller that made it.
+// I11: within the window, a Biller on the other API that finds no payment
+// for the key must neither send (Stripe would refuse the key as reused, or
+// a payment not yet searchable would be made twice) nor fail the claim: it
+// reports where the key went and leaves the claim for the Biller that made
+// it.
 func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
 	e := newEnv(t, oneAttempt)
-	e.lostAnswer(e.b, "cus_1")
+	// The first send fails before Stripe stores anything.
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	var unknown *billing.UnknownOutcomeError
+	if _, err := e.b.Charge(context.Background(), "cus_1", period); !errors.As(err, &unknown) {
+		t.Fatalf("first Charge = %v, want *UnknownOutcomeError", err)
+	}
 	e.advance(time.Hour)
 
 	pi := e.biller(func(c *billing.Config) { c.API = billing.PaymentIntents })
@@ -159,34 +166,52 @@ func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
 	if c := e.claimOf("cus_1"); c.State != claim.StatePending {
 		t.Errorf("claim is %s, want pending", c.State)
 	}
-	// The Biller that made the claim finishes it: Stripe replays.
+	// The Biller that made the claim finishes it.
 	r, err := e.b.Charge(context.Background(), "cus_1", period)
-	if err != nil || r.How != billing.Replayed || e.count("cus_1") != 1 {
+	if err != nil || e.count("cus_1") != 1 {
 		t.Errorf("Charge by the original Biller = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
 }
 
 // I11: idempotency keys may be scoped per API key. A rotated secret key
-// resuming a claim within the window must not send it under the new key.
+// resuming a claim within the window must not send it under the new key;
+// search finds the first charge.
 func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	e.lostAnswer(e.b, "cus_1")
 	e.advance(time.Hour)
 
 	rotated := e.biller(func(c *billing.Config) { c.SecretKey = "sk_test_rotatedKey000000000000000000000000000abcd" })
-	_, err := rotated.Charge(context.Background(), "cus_1", period)
+	r, err := rotated.Charge(context.Background(), "cus_1", period)
 	if n := e.count("cus_1"); n != 1 {
 		t.Fatalf("cus_1 charged %d times after a key rotation, want 1 (%v)", n, err)
 	}
-	var moved *billing.IdentityError
-	if !errors.As(err, &moved) {
-		t.Errorf("Charge after rotation within the window = %v, want *IdentityError", err)
+	if err != nil || r.How != billing.Reconciled {
+		t.Errorf("Charge after rotation = %+v, %v; want the first charge, reconciled", r, err)
 	}
-	// Past the window, the rotated Biller settles it by search.
+}
+
+// I11 with no payment to find: within the window the rotated Biller sends
+// nothing; past the deadline a search miss is trusted, the window is
+// reopened for the new credential and the customer is billed once.
+func TestRotatedCredentialWithNoPayment(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.Charge(context.Background(), "cus_1", period); err == nil {
+		t.Fatal("first Charge succeeded despite the fault")
+	}
+	rotated := e.biller(func(c *billing.Config) { c.SecretKey = "sk_test_rotatedKey000000000000000000000000000abcd" })
+	var moved *billing.IdentityError
+	if _, err := rotated.Charge(context.Background(), "cus_1", period); !errors.As(err, &moved) || moved.SearchIn <= 0 {
+		t.Fatalf("Charge after rotation within the window = %v, want *IdentityError", err)
+	}
 	e.advance(23 * time.Hour)
 	r, err := rotated.Charge(context.Background(), "cus_1", period)
-	if err != nil || r.How != billing.Reconciled || e.count("cus_1") != 1 {
-		t.Errorf("Charge past the window = %+v, %v; %d charges, want 1 reconciled", r, err, e.count("cus_1"))
+	if err != nil || r.How != billing.Created || e.count("cus_1") != 1 {
+		t.Errorf("Charge past the deadline = %+v, %v; %d charges, want 1 created", r, err, e.count("cus_1"))
+	}
+	if c := e.claimOf("cus_1"); c.ReconciledAt.IsZero() || c.SentAge > time.Hour {
+		t.Errorf("claim %+v; want its window reopened by the search", c)
 	}
 }
 
