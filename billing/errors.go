@@ -143,3 +143,8 @@ func (e *RecordError) Error() string {
 }
 
 func (e *RecordError) Unwrap() error { return e.Err }
+
+// ErrStripeRequest: Stripe refused the request itself, in a way no
+// customer's request could get past. Declared ahead of its use, so that the
+// test showing the defect compiles; nothing returns it yet.
+var ErrStripeRequest = errors.New("billing: Stripe refused the request")
