@@ -97,7 +97,9 @@ type Config struct {
 	// DefaultStripeURL; tests point it at billingtest.Server.URL.
 	StripeURL string
 	// HTTPClient sends the requests. Its Transport is kept (wrapped with
-	// idemkey.Transport, so no write leaves without its key); its Timeout is
+	// idemkey.Transport, so no write leaves without its key, and an error
+	// answer that is not Stripe's, such as a web server's HTML 404, is put
+	// in Stripe's error shape so it is judged by its status); its Timeout is
 	// replaced by the per-attempt timeout of Retry. Defaults to a client on
 	// a clone of http.DefaultTransport that keeps 64 idle connections per
 	// host instead of 2, so a Run's workers reuse their connections.
@@ -313,7 +315,7 @@ func New(cfg Config) (*Biller, error) {
 		base = t
 	}
 	// Every write leaves with the key from its context, or not at all (I2).
-	hc.Transport = &idemkey.Transport{Base: base}
+	hc.Transport = &idemkey.Transport{Base: stripeShaped{base}}
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:        stripe.String(cfg.StripeURL),
 		HTTPClient: hc,

@@ -28,7 +28,7 @@ import (
 // stays pending and is resumed safely later), [*KeyReuseError],
 // [*NeedsReconciliationError], [*RecordError], and the run-stopping
 // [ErrSpendCapReached], [ErrVaultKeyRevoked], [ErrEndpointNotAllowed],
-// [ErrStripeAuth].
+// [ErrStripeAuth], [ErrStripeRequest].
 func (b *Biller) Charge(ctx context.Context, customer, period string) (Receipt, error) {
 	return b.bill(ctx, customer, period, nil, 1)
 }
@@ -349,10 +349,11 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	key := j.key.String()
 	var se *stripe.Error
 	isStripe := errors.As(err, &se)
-	auth := isStripe && (se.HTTPStatusCode == 401 || se.HTTPStatusCode == 403)
-	if isStripe && !outcomeUnknown(err) && !auth && se.Type != stripe.ErrorTypeIdempotency {
-		// A definitive refusal: a decline (402) or a request Stripe will
-		// never accept as it is (400, 404). Terminal for this key (I6).
+	refusal := isStripe && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency
+	if refusal && refusedByCustomer(se) {
+		// A definitive refusal about this customer alone: a decline, no
+		// such customer or payment method. Terminal for this key (I6).
+		// Any other refusal stops the run below (see Classify).
 		reason := string(se.Code)
 		if se.DeclineCode != "" {
 			reason += " (" + string(se.DeclineCode) + ")"
@@ -377,8 +378,8 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		return &KeyReuseError{Customer: j.customer, Period: j.period, Key: key, Err: err}
 	case stopsRun(err):
 		return err
-	case auth:
-		return fmt.Errorf("%w (HTTP %d %s): check the key and its permissions: %s", ErrStripeAuth, se.HTTPStatusCode, se.Type, se.Msg)
+	case refusal:
+		return refused(se)
 	case ctx.Err() != nil:
 		return fmt.Errorf("billing: customer %s, period %s: stopped; the claim stays pending and the next run resumes it with the same key: %w", j.customer, j.period, err)
 	}

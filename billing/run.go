@@ -116,9 +116,10 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
 // A decline or a bad item does not stop the run; it is counted and listed in
 // Summary.Failures. Run stops early, returning an error that wraps the
 // cause, on an answer that will not get better (ErrSpendCapReached,
-// ErrVaultKeyRevoked, ErrEndpointNotAllowed, ErrStripeAuth), when ctx is done,
-// or when items yields an error. Customers claimed but not yet sent are left
-// pending, to be resumed with the same keys by the next run.
+// ErrVaultKeyRevoked, ErrEndpointNotAllowed, ErrStripeAuth,
+// ErrStripeRequest), when ctx is done, or when items yields an error.
+// Customers claimed but not yet sent are left pending, to be resumed with
+// the same keys by the next run.
 func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
