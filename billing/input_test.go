@@ -3,13 +3,17 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/lock"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -160,5 +164,94 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if _, err := billing.New(cfg); err != nil {
 			t.Errorf("RateLimit %v: %v", rl, err)
 		}
+	}
+}
+
+// noPanic runs f and turns a panic into an error, so that one odd input
+// does not hide the others.
+func noPanic(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return f()
+}
+
+// Values no one means, but a typo, an unchecked error or an overflow can
+// produce, are refused by every public entry point with an error wrapping
+// ErrInvalidInput, never a panic or an absurd run: nothing is sent, nothing
+// is claimed.
+func TestOddInputsRefusedWithoutPanic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := billing.Customers("cus_odd_1", "cus_odd_2")
+	run := func(o billing.RunOptions) func() error {
+		return func() error { _, err := e.b.Run(ctx, period, ids, &o); return err }
+	}
+	// newThenCharge builds a Biller from the env's config changed by mod and,
+	// if New takes it, charges one customer with it.
+	newThenCharge := func(mod func(*billing.Config)) func() error {
+		return func() error {
+			cfg := billing.Config{SecretKey: secretKey, StripeURL: e.srv.URL, Claims: e.store, Price: flatPrice(amount),
+				HTTPClient: &http.Client{Transport: testTransport}, Retry: fastRetry()}
+			mod(&cfg)
+			b, err := billing.New(cfg)
+			if err != nil {
+				return err
+			}
+			_, err = b.Charge(ctx, "cus_odd_new", period)
+			return err
+		}
+	}
+	var nilAdvisory *lock.Advisory // what `guard, _ := lock.NewAdvisory(nil, ...)` leaves
+	var nilLease *lock.Lease
+	advisory, err := lock.NewAdvisory(e.pool, lock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"Run BatchSize math.MaxInt", run(billing.RunOptions{BatchSize: math.MaxInt})},
+		{"Run BatchSize 1<<40", run(billing.RunOptions{BatchSize: 1 << 40})},
+		{"Run Concurrency 1<<40", run(billing.RunOptions{Concurrency: 1 << 40})},
+		{"Run Concurrency math.MaxInt", run(billing.RunOptions{Concurrency: math.MaxInt})},
+		{"Run Lock a nil *lock.Advisory", run(billing.RunOptions{Lock: nilAdvisory})},
+		{"Run Lock a nil *lock.Lease", run(billing.RunOptions{Lock: nilLease})},
+		{"Run LockName too long for the lock", run(billing.RunOptions{Lock: advisory, LockName: strings.Repeat("n", 300)})},
+		{"New RateLimit 1e300", newThenCharge(func(c *billing.Config) { c.RateLimit = 1e300 })},
+		{"New RateLimit math.MaxFloat64", newThenCharge(func(c *billing.Config) { c.RateLimit = math.MaxFloat64 })},
+		{"New Claims a nil *claim.Postgres", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Postgres)(nil) })},
+		{"New Claims a nil *claim.Memory", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Memory)(nil) })},
+		{"New HTTPClient with a nil *http.Transport", newThenCharge(func(c *billing.Config) {
+			c.HTTPClient = &http.Client{Transport: (*http.Transport)(nil)}
+		})},
+		{"New Logger without a handler", newThenCharge(func(c *billing.Config) { c.Logger = &slog.Logger{} })},
+		{"NewVaultTransport Base a nil *http.Transport", func() error {
+			_, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001",
+				Base: (*http.Transport)(nil)})
+			return err
+		}},
+		{"ProxyClient on a client with a nil *http.Transport", func() error {
+			_, err := billing.ProxyClient("https://proxy.example.com", "vault_key_0001", &http.Client{Transport: (*http.Transport)(nil)})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := noPanic(c.call)
+			if !errors.Is(err, billing.ErrInvalidInput) {
+				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			}
+		})
+	}
+	if n := len(e.srv.Log()); n != 0 {
+		t.Errorf("%d requests reached Stripe; odd input must be refused first", n)
+	}
+	if n := e.claimRows(); n != 0 {
+		t.Errorf("%d claim rows written for odd input", n)
 	}
 }
