@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -50,6 +51,17 @@ const (
 	// per second, leaving room for the rest of the account's traffic.
 	DefaultRateLimit = 80
 )
+
+// MaxAttempt is the largest attempt number [Biller.Rebill] accepts. Re-bills
+// are decided by a person or a dunning process, a few per period; a larger
+// number is a typo or an overflow.
+const MaxAttempt = 10_000
+
+// MaxRateLimit is the largest Config.RateLimit accepted, in requests per
+// second: a hundred times Stripe's default live-mode limit, beyond any limit
+// an account is granted. A larger value is a typo or an overflow, not a
+// plan (for no limit at all, use a negative RateLimit).
+const MaxRateLimit = 10_000
 
 // Metadata keys that every charge carries, so a charge can always be found
 // again by key, customer and period (Stripe search: metadata['billonce_key']:'…').
@@ -120,7 +132,8 @@ type Config struct {
 
 	// RateLimit caps the Biller's requests to Stripe per second, retries and
 	// searches included, across all its calls. Defaults to
-	// DefaultRateLimit; a negative value means no limit.
+	// DefaultRateLimit; a negative value means no limit; at most
+	// MaxRateLimit.
 	RateLimit float64
 
 	// Retry is the policy around each Stripe call. Its Classify defaults to
@@ -137,7 +150,8 @@ type Config struct {
 	// Owner names this runner on its claims (each claim adds a sequence
 	// number). Defaults to host-pid-random; at most 200 bytes.
 	Owner string
-	// Logger receives retries, takeovers and reconciliations. Nil discards.
+	// Logger receives retries, takeovers and reconciliations. Nil discards;
+	// a Logger without a handler (&slog.Logger{}) is refused.
 	Logger *slog.Logger
 	// Observe, when set, is called after each attempt to create a charge at
 	// Stripe (EventStripeCall) and once per outcome of a charge that got as
@@ -241,8 +255,14 @@ func New(cfg Config) (*Biller, error) {
 	if strings.ContainsFunc(cfg.SecretKey, unicode.IsSpace) {
 		return nil, invalid("Config.SecretKey contains white space: check how it is loaded")
 	}
-	if cfg.Claims == nil {
-		return nil, invalid("Config.Claims is nil: use claim.NewPostgres with your pool (claim.NewMemory in unit tests)")
+	if isNil(cfg.Claims) {
+		return nil, invalid("Config.Claims is nil (%T): use claim.NewPostgres with your pool (claim.NewMemory in unit tests), and check its error", cfg.Claims)
+	}
+	if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && isNil(cfg.HTTPClient.Transport) {
+		return nil, invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
+	}
+	if cfg.Logger != nil && cfg.Logger.Handler() == nil {
+		return nil, invalid("Config.Logger has no handler: build it with slog.New, or leave Logger nil to discard")
 	}
 	switch cfg.API {
 	case "":
@@ -275,8 +295,8 @@ func New(cfg Config) (*Biller, error) {
 	if err := cfg.Retry.Validate(); err != nil {
 		return nil, invalid("Config.Retry: %v", err)
 	}
-	if math.IsNaN(cfg.RateLimit) || math.IsInf(cfg.RateLimit, 1) {
-		return nil, invalid("Config.RateLimit %v: use requests per second, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, DefaultRateLimit)
+	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit > MaxRateLimit {
+		return nil, invalid("Config.RateLimit %v: use requests per second up to %d, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, MaxRateLimit, DefaultRateLimit)
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
@@ -336,6 +356,21 @@ func (b Biller) String() string {
 
 // GoString is String, so that %#v does not print the secret key either.
 func (b Biller) GoString() string { return b.String() }
+
+// isNil reports whether v is nil, or an interface holding a nil pointer,
+// map, slice, func or channel: what an ignored constructor error leaves
+// behind (guard, _ := lock.NewAdvisory(...)). Such a value passes a plain
+// v == nil check and panics at first use.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
 
 func defaultOwner() string {
 	host, _ := os.Hostname()

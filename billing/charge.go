@@ -44,10 +44,11 @@ func (b *Biller) ChargeAmount(ctx context.Context, customer, period string, p Pr
 // decline), as attempt number attempt (2 for the first re-bill). Each attempt
 // has its own key, so this is the one way to charge a customer twice for one
 // period, and it never happens on its own: a person or a dunning process
-// decides it. p may be nil to use Config.Price.
+// decides it. p may be nil to use Config.Price. attempt is at most
+// MaxAttempt.
 func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, p *Price) (Receipt, error) {
-	if attempt < 2 {
-		return Receipt{}, invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge)", attempt)
+	if attempt < 2 || attempt > MaxAttempt {
+		return Receipt{}, invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to MaxAttempt (%d)", attempt, MaxAttempt)
 	}
 	return b.bill(ctx, customer, period, p, attempt)
 }

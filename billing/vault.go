@@ -114,6 +114,9 @@ func NewVaultTransport(cfg VaultConfig) (*VaultTransport, error) {
 		return nil, err
 	}
 	base := cfg.Base
+	if base != nil && isNil(base) {
+		return nil, invalid("VaultConfig.Base (ProxyClient: base.Transport) is a nil %T: pass a transport, or leave it nil for http.DefaultTransport", base)
+	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
