@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -106,7 +107,10 @@ type Config struct {
 	// errors.
 	SecretKey string
 	// StripeURL is the base URL of the Stripe API. Defaults to
-	// DefaultStripeURL; tests point it at billingtest.Server.URL.
+	// DefaultStripeURL; tests point it at billingtest.Server.URL. It is
+	// scheme (https, or http for a local fake), host and an optional path:
+	// no user info, query or fragment (the key goes in SecretKey), and it
+	// is printed without them.
 	StripeURL string
 	// HTTPClient sends the requests. Its Transport is kept (wrapped with
 	// idemkey.Transport, so no write leaves without its key, and an error
@@ -277,6 +281,9 @@ func New(cfg Config) (*Biller, error) {
 	if cfg.StripeURL == "" {
 		cfg.StripeURL = DefaultStripeURL
 	}
+	if err := checkStripeURL(cfg.StripeURL); err != nil {
+		return nil, err
+	}
 	if cfg.WindowMargin == 0 {
 		cfg.WindowMargin = DefaultWindowMargin
 	}
@@ -349,13 +356,40 @@ func New(cfg Config) (*Biller, error) {
 	return b, nil
 }
 
-// String describes the Biller without its secret key.
+// String describes the Biller without its secret key, and with the Stripe
+// URL redacted (I9).
 func (b Biller) String() string {
-	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, b.cfg.StripeURL, b.cfg.Owner)
+	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, idemkey.RedactRawURL(b.cfg.StripeURL), b.cfg.Owner)
 }
 
 // GoString is String, so that %#v does not print the secret key either.
 func (b Biller) GoString() string { return b.String() }
+
+// LogValue implements [slog.LogValuer]: what String shows, for every
+// handler (a JSON handler would print the struct otherwise).
+func (b Biller) LogValue() slog.Value { return slog.StringValue(b.String()) }
+
+// checkStripeURL refuses a Config.StripeURL that cannot work or carries a
+// credential, naming it redacted: url.Parse's error and the raw string
+// would both quote the user info.
+func checkStripeURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return invalid("Config.StripeURL %q (redacted) is not a URL; give scheme, host and an optional path, such as %s", idemkey.RedactRawURL(raw), DefaultStripeURL)
+	}
+	safe := idemkey.RedactURL(u)
+	switch {
+	case u.User != nil:
+		return invalid("Config.StripeURL %q carries user info; the key goes in Config.SecretKey, never in the URL", safe)
+	case u.Scheme != "https" && u.Scheme != "http":
+		return invalid("Config.StripeURL %q: the scheme must be https (or http for a local fake)", safe)
+	case u.Host == "" || u.Hostname() == "":
+		return invalid("Config.StripeURL %q has no host", safe)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return invalid("Config.StripeURL %q has a query or fragment; stripe-go appends each request's path to it, so give only scheme, host and an optional path", safe)
+	}
+	return nil
+}
 
 // isNil reports whether v is nil, or an interface holding a nil pointer,
 // map, slice, func or channel: what an ignored constructor error leaves

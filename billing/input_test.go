@@ -143,6 +143,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"Owner with a space", func(c *billing.Config) { c.Owner = "pod 1" }, "Owner"},
 		{"RateLimit NaN", func(c *billing.Config) { c.RateLimit = math.NaN() }, "RateLimit"},
 		{"RateLimit infinite", func(c *billing.Config) { c.RateLimit = math.Inf(1) }, "RateLimit"},
+		{"StripeURL without a scheme", func(c *billing.Config) { c.StripeURL = "api.stripe.com" }, "scheme"},
+		{"StripeURL ftp", func(c *billing.Config) { c.StripeURL = "ftp://api.stripe.com" }, "scheme"},
+		{"StripeURL without a host", func(c *billing.Config) { c.StripeURL = "https:///v1" }, "no host"},
+		{"StripeURL with a query", func(c *billing.Config) { c.StripeURL = "https://api.stripe.com/?x=1" }, "query"},
+		{"StripeURL with user info", func(c *billing.Config) { c.StripeURL = "https://sk_live_x@api.stripe.com" }, "SecretKey"},
+		{"StripeURL unparseable", func(c *billing.Config) { c.StripeURL = "https://api.stripe.com:port" }, "https://api.stripe.com:port"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
