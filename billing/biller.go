@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -59,6 +61,17 @@ const (
 	// leave less than this before Stripe's 24-hour key window ends.
 	ClockAllowance = 5 * time.Minute
 )
+
+// MaxAttempt is the largest attempt number [Biller.Rebill] accepts. Re-bills
+// are decided by a person or a dunning process, a few per period; a larger
+// number is a typo or an overflow.
+const MaxAttempt = 10_000
+
+// MaxRateLimit is the largest Config.RateLimit accepted, in requests per
+// second: a hundred times Stripe's default live-mode limit, beyond any limit
+// an account is granted. A larger value is a typo or an overflow, not a
+// plan (for no limit at all, use a negative RateLimit).
+const MaxRateLimit = 10_000
 
 // Metadata keys that every charge carries, so a charge can always be found
 // again by key, customer and period (Stripe search: metadata['billonce_key']:'…').
@@ -113,10 +126,15 @@ type Config struct {
 	// and change it when that key is rotated.
 	Credential string
 	// StripeURL is the base URL of the Stripe API. Defaults to
-	// DefaultStripeURL; tests point it at billingtest.Server.URL.
+	// DefaultStripeURL; tests point it at billingtest.Server.URL. It is
+	// scheme (https, or http for a local fake), host and an optional path:
+	// no user info, query or fragment (the key goes in SecretKey), and it
+	// is printed without them.
 	StripeURL string
 	// HTTPClient sends the requests. Its Transport is kept (wrapped with
-	// idemkey.Transport, so no write leaves without its key); its Timeout is
+	// idemkey.Transport, so no write leaves without its key, and an error
+	// answer that is not Stripe's, such as a web server's HTML 404, is put
+	// in Stripe's error shape so it is judged by its status); its Timeout is
 	// replaced by the per-attempt timeout of Retry. Defaults to a client on
 	// a clone of http.DefaultTransport that keeps 64 idle connections per
 	// host instead of 2, so a Run's workers reuse their connections.
@@ -137,7 +155,8 @@ type Config struct {
 
 	// RateLimit caps the Biller's requests to Stripe per second, retries and
 	// searches included, across all its calls. Defaults to
-	// DefaultRateLimit; a negative value means no limit.
+	// DefaultRateLimit; a negative value means no limit; at most
+	// MaxRateLimit.
 	RateLimit float64
 
 	// Retry is the policy around each Stripe call. Its Classify defaults to
@@ -162,7 +181,8 @@ type Config struct {
 	// share a configured Owner still see each other's claims as in
 	// progress. Defaults to host-pid; at most 200 bytes.
 	Owner string
-	// Logger receives retries, takeovers and reconciliations. Nil discards.
+	// Logger receives retries, takeovers and reconciliations. Nil discards;
+	// a Logger without a handler (&slog.Logger{}) is refused.
 	Logger *slog.Logger
 	// Observe, when set, is called after each attempt to create a charge at
 	// Stripe (EventStripeCall) and once per outcome of a charge that got as
@@ -273,8 +293,14 @@ func New(cfg Config) (*Biller, error) {
 	if strings.ContainsFunc(cfg.SecretKey, unicode.IsSpace) {
 		return nil, invalid("Config.SecretKey contains white space: check how it is loaded")
 	}
-	if cfg.Claims == nil {
-		return nil, invalid("Config.Claims is nil: use claim.NewPostgres with your pool (claim.NewMemory in unit tests)")
+	if isNil(cfg.Claims) {
+		return nil, invalid("Config.Claims is nil (%T): use claim.NewPostgres with your pool (claim.NewMemory in unit tests), and check its error", cfg.Claims)
+	}
+	if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && isNil(cfg.HTTPClient.Transport) {
+		return nil, invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
+	}
+	if cfg.Logger != nil && cfg.Logger.Handler() == nil {
+		return nil, invalid("Config.Logger has no handler: build it with slog.New, or leave Logger nil to discard")
 	}
 	switch cfg.API {
 	case "":
@@ -288,6 +314,9 @@ func New(cfg Config) (*Biller, error) {
 	}
 	if cfg.StripeURL == "" {
 		cfg.StripeURL = DefaultStripeURL
+	}
+	if err := checkStripeURL(cfg.StripeURL); err != nil {
+		return nil, err
 	}
 	if cfg.WindowMargin == 0 {
 		cfg.WindowMargin = DefaultWindowMargin
@@ -310,8 +339,8 @@ func New(cfg Config) (*Biller, error) {
 	if err := cfg.Retry.Validate(); err != nil {
 		return nil, invalid("Config.Retry: %v", err)
 	}
-	if math.IsNaN(cfg.RateLimit) || math.IsInf(cfg.RateLimit, 1) {
-		return nil, invalid("Config.RateLimit %v: use requests per second, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, DefaultRateLimit)
+	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit > MaxRateLimit {
+		return nil, invalid("Config.RateLimit %v: use requests per second up to %d, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, MaxRateLimit, DefaultRateLimit)
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = defaultOwner()
@@ -360,7 +389,7 @@ func New(cfg Config) (*Biller, error) {
 		base = t
 	}
 	// Every write leaves with the key from its context, or not at all (I2).
-	hc.Transport = &idemkey.Transport{Base: base}
+	hc.Transport = &idemkey.Transport{Base: stripeShaped{base}}
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:        stripe.String(cfg.StripeURL),
 		HTTPClient: hc,
@@ -381,13 +410,55 @@ func fingerprint(secret string) string {
 	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
-// String describes the Biller without its secret key.
+// String describes the Biller without its secret key, and with the Stripe
+// URL redacted (I9).
 func (b Biller) String() string {
-	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, b.cfg.StripeURL, b.cfg.Owner)
+	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, idemkey.RedactRawURL(b.cfg.StripeURL), b.cfg.Owner)
 }
 
 // GoString is String, so that %#v does not print the secret key either.
 func (b Biller) GoString() string { return b.String() }
+
+// LogValue implements [slog.LogValuer]: what String shows, for every
+// handler (a JSON handler would print the struct otherwise).
+func (b Biller) LogValue() slog.Value { return slog.StringValue(b.String()) }
+
+// checkStripeURL refuses a Config.StripeURL that cannot work or carries a
+// credential, naming it redacted: url.Parse's error and the raw string
+// would both quote the user info.
+func checkStripeURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return invalid("Config.StripeURL %q (redacted) is not a URL; give scheme, host and an optional path, such as %s", idemkey.RedactRawURL(raw), DefaultStripeURL)
+	}
+	safe := idemkey.RedactURL(u)
+	switch {
+	case u.User != nil:
+		return invalid("Config.StripeURL %q carries user info; the key goes in Config.SecretKey, never in the URL", safe)
+	case u.Scheme != "https" && u.Scheme != "http":
+		return invalid("Config.StripeURL %q: the scheme must be https (or http for a local fake)", safe)
+	case u.Host == "" || u.Hostname() == "":
+		return invalid("Config.StripeURL %q has no host", safe)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return invalid("Config.StripeURL %q has a query or fragment; stripe-go appends each request's path to it, so give only scheme, host and an optional path", safe)
+	}
+	return nil
+}
+
+// isNil reports whether v is nil, or an interface holding a nil pointer,
+// map, slice, func or channel: what an ignored constructor error leaves
+// behind (guard, _ := lock.NewAdvisory(...)). Such a value passes a plain
+// v == nil check and panics at first use.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
 
 func defaultOwner() string {
 	host, _ := os.Hostname()

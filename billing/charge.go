@@ -28,7 +28,7 @@ import (
 // stays pending and is resumed safely later), [*KeyReuseError],
 // [*NeedsReconciliationError], [*RecordError], and the run-stopping
 // [ErrSpendCapReached], [ErrVaultKeyRevoked], [ErrEndpointNotAllowed],
-// [ErrStripeAuth].
+// [ErrStripeAuth], [ErrStripeRequest].
 func (b *Biller) Charge(ctx context.Context, customer, period string) (Receipt, error) {
 	return b.bill(ctx, customer, period, nil, 1)
 }
@@ -44,10 +44,11 @@ func (b *Biller) ChargeAmount(ctx context.Context, customer, period string, p Pr
 // decline), as attempt number attempt (2 for the first re-bill). Each attempt
 // has its own key, so this is the one way to charge a customer twice for one
 // period, and it never happens on its own: a person or a dunning process
-// decides it. p may be nil to use Config.Price.
+// decides it. p may be nil to use Config.Price. attempt is at most
+// MaxAttempt.
 func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, p *Price) (Receipt, error) {
-	if attempt < 2 {
-		return Receipt{}, invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge)", attempt)
+	if attempt < 2 || attempt > MaxAttempt {
+		return Receipt{}, invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to MaxAttempt (%d)", attempt, MaxAttempt)
 	}
 	return b.bill(ctx, customer, period, p, attempt)
 }
@@ -373,10 +374,11 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	key := j.key.String()
 	var se *stripe.Error
 	isStripe := errors.As(err, &se)
-	auth := isStripe && (se.HTTPStatusCode == 401 || se.HTTPStatusCode == 403)
-	if isStripe && !outcomeUnknown(err) && !auth && se.Type != stripe.ErrorTypeIdempotency {
-		// A definitive refusal: a decline (402) or a request Stripe will
-		// never accept as it is (400, 404). Terminal for this key (I6).
+	refusal := isStripe && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency
+	if refusal && refusedByCustomer(se) {
+		// A definitive refusal about this customer alone: a decline, no
+		// such customer or payment method. Terminal for this key (I6).
+		// Any other refusal stops the run below (see Classify).
 		reason := string(se.Code)
 		if se.DeclineCode != "" {
 			reason += " (" + string(se.DeclineCode) + ")"
@@ -401,8 +403,8 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		return &KeyReuseError{Customer: j.customer, Period: j.period, Key: key, Err: err}
 	case stopsRun(err):
 		return err
-	case auth:
-		return fmt.Errorf("%w (HTTP %d %s): check the key and its permissions: %s", ErrStripeAuth, se.HTTPStatusCode, se.Type, se.Msg)
+	case refusal:
+		return refused(se)
 	case ctx.Err() != nil:
 		return fmt.Errorf("billing: customer %s, period %s: stopped; the claim stays pending and the next run resumes it with the same key: %w", j.customer, j.period, err)
 	}

@@ -1,8 +1,14 @@
 package billing
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -41,6 +47,56 @@ const (
 //	other 4xx                                stop
 //	spend cap, vault key revoked, endpoint   stop (and a Run stops: see ErrSpendCapReached)
 //	anything else                            retry.DefaultClassify
+//
+// A Biller's client puts an error answer that is not Stripe's (no Stripe
+// Request-Id, a body that is not a Stripe error, such as a web server's or a
+// load balancer's own page) in Stripe's error shape with its status, so the
+// status decides as above: a 502 page is retried, a 404 page stops.
+//
+// # What a Biller makes of a refusal
+//
+// A 4xx that Classify stops on either concerns one customer, or the request
+// itself. Only the first kind is recorded on the claim as failed, which is
+// terminal for the key (billing the customer again is a [Biller.Rebill]);
+// the second kind would refuse every customer alike, so it stops the run and
+// leaves the claims pending, to be sent with the same keys once the
+// configuration is fixed (Stripe stores nothing for a request it refuses
+// before executing it). When in doubt a refusal is of the second kind:
+// stopping decides nothing that cannot be undone.
+//
+//	refusal (Stripe's code, https://docs.stripe.com/error-codes)       claim    run    error
+//	type card_error, any status (declines: card_declined,              failed   goes   *FailedError
+//	  insufficient_funds, expired_card, authentication_required, ...)
+//	resource_missing with param customer, source or payment_method    failed   goes   *FailedError
+//	  (no such customer or payment method); missing (no such source
+//	  on the customer)
+//	the customer's payment method or bank account: account_closed,    failed   goes   *FailedError
+//	  bank_account_declined, bank_account_restricted,
+//	  bank_account_unusable, bank_account_unverified,
+//	  billing_invalid_mandate, charge_exceeds_source_limit,
+//	  debit_not_authorized, invalid_source_usage,
+//	  payment_intent_authentication_failure,
+//	  payment_intent_incompatible_payment_method,
+//	  payment_intent_mandate_invalid,
+//	  payment_intent_payment_attempt_failed,
+//	  payment_method_bank_account_blocked,
+//	  payment_method_currency_mismatch,
+//	  payment_method_customer_decline, payment_method_provider_decline,
+//	  payment_method_unexpected_state, refer_to_customer, and the card
+//	  codes (card_declined, expired_card, incorrect_cvc, ...) whatever
+//	  the type
+//	the customer's price, recorded on the claim and never sent with    failed   goes   *FailedError
+//	  another amount (I4): amount_too_small, amount_too_large
+//	400 idempotency_error                                              pending  goes   *KeyReuseError
+//	401, 403 (api_key_expired, a wrong or revoked key, a restricted    pending  stops  ErrStripeAuth
+//	  key without permission)
+//	any other 4xx: a wrong URL (404 without a code),                   pending  stops  ErrStripeRequest
+//	  parameter_unknown, parameter_missing, parameter_invalid_*,
+//	  resource_missing of another parameter or none, livemode_mismatch,
+//	  testmode_charges_only, secret_key_required, an API version
+//	  Stripe refuses, a currency the account cannot charge, a code
+//	  not listed here, and any error answer that is not Stripe's (a
+//	  proxy's or a web server's own page, without Stripe's Request-Id)
 func Classify(err error) retry.Decision {
 	if err == nil || stopsRun(err) {
 		return retry.Stop()
@@ -74,4 +130,146 @@ func Classify(err error) retry.Decision {
 		return retry.After(wait)
 	}
 	return retry.Stop()
+}
+
+// refusedByCustomer reports whether Stripe's refusal se concerns only the
+// customer of the request: their card, payment method, bank account or
+// price. The claim is then failed, which is terminal for its key (I6). Any
+// other refusal stops the run instead, with the claims left pending: see
+// the table in Classify's documentation.
+func refusedByCustomer(se *stripe.Error) bool {
+	if se.Type == stripe.ErrorTypeCard || customerCodes[se.Code] {
+		return true
+	}
+	return se.Code == stripe.ErrorCodeResourceMissing && customerParams[se.Param]
+}
+
+// customerCodes are Stripe's codes for a refusal caused by the customer's
+// own card, payment method, bank account or mandate, or by the amount of
+// their price. https://docs.stripe.com/error-codes
+var customerCodes = map[stripe.ErrorCode]bool{
+	stripe.ErrorCodeMissing:                                true, // no such source on the customer
+	stripe.ErrorCodeAccountClosed:                          true, // the customer's bank account
+	stripe.ErrorCodeAuthenticationRequired:                 true,
+	stripe.ErrorCodeBankAccountDeclined:                    true,
+	stripe.ErrorCodeBankAccountRestricted:                  true,
+	stripe.ErrorCodeBankAccountUnusable:                    true,
+	stripe.ErrorCodeBankAccountUnverified:                  true,
+	stripe.ErrorCodeBillingInvalidMandate:                  true,
+	stripe.ErrorCodeCardDeclineRateLimitExceeded:           true,
+	stripe.ErrorCodeCardDeclined:                           true,
+	stripe.ErrorCodeChargeExceedsSourceLimit:               true,
+	stripe.ErrorCodeDebitNotAuthorized:                     true,
+	stripe.ErrorCodeExpiredCard:                            true,
+	stripe.ErrorCodeIncorrectCVC:                           true,
+	stripe.ErrorCodeIncorrectNumber:                        true,
+	stripe.ErrorCodeIncorrectZip:                           true,
+	stripe.ErrorCodeInsufficientFunds:                      true,
+	stripe.ErrorCodeInvalidCVC:                             true,
+	stripe.ErrorCodeInvalidExpiryMonth:                     true,
+	stripe.ErrorCodeInvalidExpiryYear:                      true,
+	stripe.ErrorCodeInvalidNumber:                          true,
+	stripe.ErrorCodeInvalidSourceUsage:                     true,
+	stripe.ErrorCodePaymentIntentAuthenticationFailure:     true,
+	stripe.ErrorCodePaymentIntentIncompatiblePaymentMethod: true,
+	stripe.ErrorCodePaymentIntentMandateInvalid:            true,
+	stripe.ErrorCodePaymentIntentPaymentAttemptFailed:      true,
+	stripe.ErrorCodePaymentMethodBankAccountBlocked:        true,
+	stripe.ErrorCodePaymentMethodCurrencyMismatch:          true,
+	stripe.ErrorCodePaymentMethodCustomerDecline:           true,
+	stripe.ErrorCodePaymentMethodProviderDecline:           true,
+	stripe.ErrorCodePaymentMethodUnexpectedState:           true,
+	stripe.ErrorCodeReferToCustomer:                        true,
+	// The amount is the customer's price, recorded on the claim: the key
+	// is never sent with another (I4), so it can never succeed.
+	stripe.ErrorCodeAmountTooSmall: true,
+	stripe.ErrorCodeAmountTooLarge: true,
+}
+
+// customerParams are the parameters whose resource_missing names the
+// customer's own object: no such customer, source or payment method.
+var customerParams = map[string]bool{"customer": true, "source": true, "payment_method": true}
+
+// refusedRequest is the run-stopping error for a refusal of the request
+// itself: errors.Is matches kind ([ErrStripeAuth] or [ErrStripeRequest]),
+// errors.As finds Stripe's *stripe.Error.
+type refusedRequest struct {
+	kind error
+	se   *stripe.Error
+}
+
+func refused(se *stripe.Error) error {
+	if se.HTTPStatusCode == http.StatusUnauthorized || se.HTTPStatusCode == http.StatusForbidden {
+		return &refusedRequest{kind: ErrStripeAuth, se: se}
+	}
+	return &refusedRequest{kind: ErrStripeRequest, se: se}
+}
+
+func (e *refusedRequest) Error() string {
+	what := string(e.se.Type)
+	if e.se.Code != "" {
+		what += " " + string(e.se.Code)
+	}
+	if e.se.Param != "" {
+		what += ", param " + e.se.Param
+	}
+	fix := "check the key and its permissions"
+	if e.kind == ErrStripeRequest {
+		fix = "no customer can be billed this way; check Config.StripeURL, the key's mode and the API version; the claims stay pending and are sent with their keys once it is fixed"
+	}
+	return fmt.Sprintf("%v (HTTP %d %s): %s: %s", e.kind, e.se.HTTPStatusCode, what, fix, e.se.Msg)
+}
+
+func (e *refusedRequest) Unwrap() []error { return []error{e.kind, e.se} }
+
+// stripeShaped is an [http.RoundTripper] that turns an error answer which
+// is not Stripe's (no Request-Id starting "req_", and a body that is not a
+// Stripe error object: a web server's HTML 404 at a wrong Config.StripeURL,
+// a load balancer's 502 page) into Stripe's error shape with the same
+// status. stripe-go then returns a *stripe.Error judged by its status like
+// any other: a 5xx is retried with the same key, a 4xx stops the run with
+// [ErrStripeRequest] (it cannot be a customer's refusal). Without it
+// stripe-go fails to decode the body and the answer looks like a network
+// error of unknown outcome. Stripe's own answers, and a proxy's refusals in
+// Stripe's shape, pass untouched.
+type stripeShaped struct{ base http.RoundTripper }
+
+func (t stripeShaped) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.StatusCode < 400 || strings.HasPrefix(resp.Header.Get("Request-Id"), "req_") {
+		return resp, err
+	}
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody+1))
+	if err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	var shape struct {
+		Error *struct {
+			Type string `json:"type"`
+		} `json:"error"`
+	}
+	if len(buf) > maxRefusalBody || (json.Unmarshal(buf, &shape) == nil && shape.Error != nil && shape.Error.Type != "") {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+		return resp, nil
+	}
+	resp.Body.Close()
+	typ := "invalid_request_error"
+	if resp.StatusCode >= 500 {
+		typ = "api_error"
+	}
+	msg := fmt.Sprintf("the answer from %s is not Stripe's: HTTP %d %s", req.URL.Host, resp.StatusCode, http.StatusText(resp.StatusCode))
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		msg += " (" + ct + ")"
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "message": msg}})
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header = resp.Header.Clone()
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp.Header.Set("Content-Type", "application/json")
+	return resp, nil
 }

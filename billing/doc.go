@@ -62,6 +62,13 @@
 //   - A spend-cap, revoked-key or permission answer ([ErrSpendCapReached],
 //     [ErrVaultKeyRevoked], [ErrEndpointNotAllowed], [ErrStripeAuth]) is
 //     never retried and stops a Run.
+//   - So does a refusal that no customer's request could get past
+//     ([ErrStripeRequest]): a wrong Config.StripeURL, an unknown parameter,
+//     a key in the wrong mode, an API version Stripe does not take, a
+//     proxy's own 404. The claims stay pending; once the configuration is
+//     fixed the next Run sends them with the same keys. Only a refusal about
+//     the customer's own card, payment method, bank account or price fails
+//     the claim. [Classify] has the table.
 //   - Bad input wraps [ErrInvalidInput] and is reported before anything is
 //     written or sent.
 //

@@ -30,19 +30,31 @@ var (
 	// ErrVaultKeyRevoked: a spend-cap proxy no longer accepts the vault key
 	// (revoked, expired, or its kill switch is on).
 	ErrVaultKeyRevoked = errors.New("billing: vault key revoked")
-	// ErrStripeAuth: Stripe answered 401 or 403 (a revoked or wrong secret
-	// key, or a restricted key without permission for the call).
+	// ErrStripeAuth: Stripe answered 401 or 403 (a revoked, expired or wrong
+	// secret key, or a restricted key without permission for the call).
+	// errors.As finds Stripe's *stripe.Error in the chain.
 	ErrStripeAuth = errors.New("billing: Stripe refused the API key")
+	// ErrStripeRequest: Stripe (or whatever answers at Config.StripeURL)
+	// refused the request itself, in a way that no customer's request
+	// could get past: a wrong URL (404 without a resource), an unknown or
+	// invalid parameter, a key in the wrong mode (livemode_mismatch,
+	// testmode_charges_only), an API version it does not take, a proxy's
+	// or a web server's own 4xx, or any 4xx refusal not known to concern
+	// one customer. Stripe stores nothing for such a request, so the same
+	// key is sent again once the configuration is fixed. errors.As finds
+	// the *stripe.Error in the chain. See [Classify] for the table.
+	ErrStripeRequest = errors.New("billing: Stripe refused the request")
 )
 
 // stopsRun reports whether err is an answer that must stop a billing run.
 func stopsRun(err error) bool {
 	return errors.Is(err, ErrSpendCapReached) || errors.Is(err, ErrEndpointNotAllowed) ||
-		errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrStripeAuth)
+		errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrStripeAuth) || errors.Is(err, ErrStripeRequest)
 }
 
 // FailedError reports a charge that failed definitively: a decline, or
-// another answer that sending again with the same key cannot change. The
+// another refusal about the customer's own account, payment method or price
+// that sending again with the same key cannot change (see [Classify]). The
 // claim is recorded as failed; billing the customer again for the period is
 // a decision for a person, made with [Biller.Rebill].
 type FailedError struct {

@@ -3,13 +3,17 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/lock"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -139,6 +143,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"Owner with a space", func(c *billing.Config) { c.Owner = "pod 1" }, "Owner"},
 		{"RateLimit NaN", func(c *billing.Config) { c.RateLimit = math.NaN() }, "RateLimit"},
 		{"RateLimit infinite", func(c *billing.Config) { c.RateLimit = math.Inf(1) }, "RateLimit"},
+		{"StripeURL without a scheme", func(c *billing.Config) { c.StripeURL = "api.stripe.com" }, "scheme"},
+		{"StripeURL ftp", func(c *billing.Config) { c.StripeURL = "ftp://api.stripe.com" }, "scheme"},
+		{"StripeURL without a host", func(c *billing.Config) { c.StripeURL = "https:///v1" }, "no host"},
+		{"StripeURL with a query", func(c *billing.Config) { c.StripeURL = "https://api.stripe.com/?x=1" }, "query"},
+		{"StripeURL with user info", func(c *billing.Config) { c.StripeURL = "https://sk_live_x@api.stripe.com" }, "SecretKey"},
+		{"StripeURL unparseable", func(c *billing.Config) { c.StripeURL = "https://api.stripe.com:port" }, "https://api.stripe.com:port"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -154,11 +164,117 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			}
 		})
 	}
-	for _, rl := range []float64{-1, 0, 0.5, 80, 1000} {
+	for _, rl := range []float64{math.Inf(-1), -1, 0, 0.5, 80, 1000, billing.MaxRateLimit} {
 		cfg := ok()
 		cfg.RateLimit = rl
 		if _, err := billing.New(cfg); err != nil {
 			t.Errorf("RateLimit %v: %v", rl, err)
 		}
 	}
+}
+
+// noPanic runs f and turns a panic into an error, so that one odd input
+// does not hide the others.
+func noPanic(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return f()
+}
+
+// Values no one means, but a typo, an unchecked error or an overflow can
+// produce, are refused by every public entry point with an error wrapping
+// ErrInvalidInput, never a panic or an absurd run: nothing is sent, nothing
+// is claimed.
+func TestOddInputsRefusedWithoutPanic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := billing.Customers("cus_odd_1", "cus_odd_2")
+	run := func(o billing.RunOptions) func() error {
+		return func() error { _, err := e.b.Run(ctx, period, ids, &o); return err }
+	}
+	// newThenCharge builds a Biller from the env's config changed by mod and,
+	// if New takes it, charges one customer with it.
+	newThenCharge := func(mod func(*billing.Config)) func() error {
+		return func() error {
+			cfg := billing.Config{SecretKey: secretKey, StripeURL: e.srv.URL, Claims: e.store, Price: flatPrice(amount),
+				HTTPClient: &http.Client{Transport: testTransport}, Retry: fastRetry()}
+			mod(&cfg)
+			b, err := billing.New(cfg)
+			if err != nil {
+				return err
+			}
+			_, err = b.Charge(ctx, "cus_odd_new", period)
+			return err
+		}
+	}
+	var nilAdvisory *lock.Advisory // what `guard, _ := lock.NewAdvisory(nil, ...)` leaves
+	var nilLease *lock.Lease
+	advisory, err := lock.NewAdvisory(e.pool, lock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"Run BatchSize math.MaxInt", run(billing.RunOptions{BatchSize: math.MaxInt})},
+		{"Run BatchSize 1<<40", run(billing.RunOptions{BatchSize: 1 << 40})},
+		{"Run Concurrency 1<<40", run(billing.RunOptions{Concurrency: 1 << 40})},
+		{"Run Concurrency math.MaxInt", run(billing.RunOptions{Concurrency: math.MaxInt})},
+		{"Run Concurrency MaxConcurrency+1", run(billing.RunOptions{Concurrency: billing.MaxConcurrency + 1})},
+		{"Run BatchSize MaxBatchSize+1", run(billing.RunOptions{BatchSize: billing.MaxBatchSize + 1})},
+		{"Run Lock a nil *lock.Advisory", run(billing.RunOptions{Lock: nilAdvisory})},
+		{"Run Lock a nil *lock.Lease", run(billing.RunOptions{Lock: nilLease})},
+		{"Run LockName too long for the lock", run(billing.RunOptions{Lock: advisory, LockName: strings.Repeat("n", 300)})},
+		{"New RateLimit 1e300", newThenCharge(func(c *billing.Config) { c.RateLimit = 1e300 })},
+		{"New RateLimit math.MaxFloat64", newThenCharge(func(c *billing.Config) { c.RateLimit = math.MaxFloat64 })},
+		{"New RateLimit above MaxRateLimit", newThenCharge(func(c *billing.Config) { c.RateLimit = billing.MaxRateLimit + 0.5 })},
+		{"New Claims a nil *claim.Postgres", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Postgres)(nil) })},
+		{"New Claims a nil *claim.Memory", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Memory)(nil) })},
+		{"New HTTPClient with a nil *http.Transport", newThenCharge(func(c *billing.Config) {
+			c.HTTPClient = &http.Client{Transport: (*http.Transport)(nil)}
+		})},
+		{"New Logger without a handler", newThenCharge(func(c *billing.Config) { c.Logger = &slog.Logger{} })},
+		{"Rebill attempt math.MaxInt", func() error {
+			_, err := e.b.Rebill(ctx, "cus_odd_rebill", period, math.MaxInt, nil)
+			return err
+		}},
+		{"NewVaultTransport Base a nil *http.Transport", func() error {
+			_, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001",
+				Base: (*http.Transport)(nil)})
+			return err
+		}},
+		{"ProxyClient on a client with a nil *http.Transport", func() error {
+			_, err := billing.ProxyClient("https://proxy.example.com", "vault_key_0001", &http.Client{Transport: (*http.Transport)(nil)})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := noPanic(c.call)
+			if !errors.Is(err, billing.ErrInvalidInput) {
+				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			}
+		})
+	}
+	if n := len(e.srv.Log()); n != 0 {
+		t.Errorf("%d requests reached Stripe; odd input must be refused first", n)
+	}
+	if n := e.claimRows(); n != 0 {
+		t.Errorf("%d claim rows written for odd input", n)
+	}
+
+	// The bounds themselves are accepted.
+	sum, err := e.b.Run(ctx, period, ids, &billing.RunOptions{Concurrency: billing.MaxConcurrency, BatchSize: billing.MaxBatchSize})
+	if err != nil || sum.Created != 2 {
+		t.Fatalf("Run at the bounds: %+v, %v", sum.Progress, err)
+	}
+	if err := newThenCharge(func(c *billing.Config) { c.RateLimit = billing.MaxRateLimit })(); err != nil {
+		t.Fatalf("Charge with RateLimit MaxRateLimit: %v", err)
+	}
+	wantAllOnceOf(t, e, []string{"cus_odd_1", "cus_odd_2", "cus_odd_new"})
 }

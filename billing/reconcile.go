@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -41,6 +42,15 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 	needs := func(reason string) (Receipt, error) {
 		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
 		return Receipt{}, &NeedsReconciliationError{Customer: j.customer, Period: j.period, Key: j.key.String(), Age: c.Age, Reason: reason}
+	}
+	var se *stripe.Error
+	if err != nil && errors.As(err, &se) && !outcomeUnknown(err) && se.HTTPStatusCode != 402 {
+		// Stripe refused the search itself (a wrong URL or key, a
+		// restricted key without search): no claim can be settled this
+		// way, so the run stops.
+		err = refused(se)
+		b.release(context.WithoutCancel(ctx), j, err)
+		return Receipt{}, err
 	}
 	switch {
 	case err != nil && refuse != nil:

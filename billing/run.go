@@ -18,6 +18,23 @@ const (
 	DefaultBatchSize   = 100
 )
 
+// Upper bounds for [RunOptions]. Run refuses larger values with
+// [ErrInvalidInput]: they are typos or overflows, not plans, and Run would
+// allocate for them before billing anyone.
+const (
+	// MaxConcurrency bounds RunOptions.Concurrency. Stripe accepts 100
+	// requests per second in live mode by default (the Biller's RateLimit
+	// is below that); with an answer taking a second or two, a few hundred
+	// workers already wait on the rate limiter, each holding a claimed
+	// customer whose lease runs meanwhile.
+	MaxConcurrency = 1000
+	// MaxBatchSize bounds RunOptions.BatchSize. A batch's claims are
+	// committed before the first of them is sent and wait in memory; a
+	// runner killed mid-batch leaves the unsent ones to their leases.
+	// Database round trips are amortised long before this size.
+	MaxBatchSize = 10_000
+)
+
 // ErrRunHeldElsewhere is returned by Run when RunOptions.Lock is set and
 // another runner holds the lock for the period. Nothing was claimed or sent.
 var ErrRunHeldElsewhere = errors.New("billing: another runner holds the lock for this billing run")
@@ -43,10 +60,10 @@ func Customers(ids ...string) iter.Seq2[Item, error] {
 // RunOptions tunes a [Biller.Run]. A nil *RunOptions takes every default.
 type RunOptions struct {
 	// Concurrency is how many customers are charged at once. Defaults to
-	// DefaultConcurrency.
+	// DefaultConcurrency; at most MaxConcurrency.
 	Concurrency int
 	// BatchSize is how many customers are claimed per database round trip.
-	// Defaults to DefaultBatchSize.
+	// Defaults to DefaultBatchSize; at most MaxBatchSize.
 	BatchSize int
 	// Total, if known, is reported in Progress.Total.
 	Total int
@@ -56,9 +73,11 @@ type RunOptions struct {
 	// Lock, when set, makes the run take the lock named LockName first; if
 	// another runner holds it, Run returns ErrRunHeldElsewhere. Claims keep
 	// the run correct without it; the lock keeps replicas from doing the
-	// same work.
+	// same work. A nil *lock.Advisory or *lock.Lease (an ignored
+	// constructor error) is refused, not taken for "no lock".
 	Lock lock.Guard
-	// LockName defaults to "billonce-run:<scope>:<period>".
+	// LockName defaults to "billonce-run:<scope>:<period>"; the lock's own
+	// rules apply (at most lock.MaxNameLen bytes of UTF-8).
 	LockName string
 }
 
@@ -116,9 +135,10 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
 // A decline or a bad item does not stop the run; it is counted and listed in
 // Summary.Failures. Run stops early, returning an error that wraps the
 // cause, on an answer that will not get better (ErrSpendCapReached,
-// ErrVaultKeyRevoked, ErrEndpointNotAllowed, ErrStripeAuth), when ctx is done,
-// or when items yields an error. Customers claimed but not yet sent are left
-// pending, to be resumed with the same keys by the next run.
+// ErrVaultKeyRevoked, ErrEndpointNotAllowed, ErrStripeAuth,
+// ErrStripeRequest), when ctx is done, or when items yields an error.
+// Customers claimed but not yet sent are left pending, to be resumed with
+// the same keys by the next run.
 func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
@@ -132,6 +152,15 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	}
 	if o.Concurrency < 0 || o.BatchSize < 0 || o.Total < 0 {
 		return Summary{Period: period}, invalid("RunOptions: Concurrency, BatchSize and Total must not be negative")
+	}
+	if o.Concurrency > MaxConcurrency {
+		return Summary{Period: period}, invalid("RunOptions.Concurrency %d is above MaxConcurrency (%d)", o.Concurrency, MaxConcurrency)
+	}
+	if o.BatchSize > MaxBatchSize {
+		return Summary{Period: period}, invalid("RunOptions.BatchSize %d is above MaxBatchSize (%d)", o.BatchSize, MaxBatchSize)
+	}
+	if o.Lock != nil && isNil(o.Lock) {
+		return Summary{Period: period}, invalid("RunOptions.Lock is a nil %T: check the error of the constructor (lock.NewAdvisory), or leave Lock nil to run without a lock", o.Lock)
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
@@ -153,6 +182,10 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 		sum, runErr = b.run(ctx, period, items, &o)
 		return runErr
 	})
+	if err != nil && runErr == nil && !ran && (errors.Is(err, lock.ErrInvalidName) || errors.Is(err, lock.ErrInvalidConfig)) {
+		// The lock refused its name or configuration: nothing ran.
+		return Summary{Period: period}, invalid("run lock %q: %w", clip(o.LockName), err)
+	}
 	if err != nil && runErr == nil {
 		// The lock itself failed or was lost.
 		return sum, fmt.Errorf("billing: run lock %q: %w", o.LockName, err)

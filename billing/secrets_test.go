@@ -3,8 +3,10 @@ package billing_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/retry"
 )
 
 // syncBuffer is a bytes.Buffer safe for the Run's concurrent log writes.
@@ -94,5 +97,86 @@ func TestSecretKeyNeverLeaks(t *testing.T) {
 	}
 	if len(texts) < 20 {
 		t.Fatalf("only %d texts checked; the scenario did not produce its errors", len(texts))
+	}
+}
+
+// I9 for URLs: a password or key in a Stripe or proxy URL (user info, query)
+// never shows in an error, in the Biller's or the transport's String,
+// GoString and %v/%+v/%#v, or in a log line, whether the URL parses or not.
+// Such URLs are refused at construction, with the URL redacted.
+func TestURLCredentialsNeverLeak(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	secrets := []string{"s3cr3t", "sk_live_x"}
+	urls := []string{
+		"https://user:s3cr3tpass@api.example.com/?key=sk_live_x",          // parses
+		"https://user:s3cr3tpass@api.example.com:bad/?key=sk_live_x",      // bad port
+		"http://user:s3cr3tpass@api exa mple.com/?key=sk_live_x",          // space in host
+		"https://user:s3cr3t/pass@api.example.com/?key=sk_live_x",         // '/' in the password
+		"https://user:s3cr3t?pass@api.example.com/v1?key=sk_live_x#frag",  // '?' in the password
+		"https://user:s3cr3tpass@api.example.com/%zz?key=sk_live_x",       // bad escape
+		"https://user:s3cr3tpass@[::1/?key=sk_live_x",                     // bad IPv6 literal
+		"user:s3cr3tpass@api.example.com/?key=sk_live_x",                  // no scheme
+		"https://api.example.com/?key=sk_live_x&s3cr3t=1",                 // query only
+		"https://api.example.com/\x00?key=sk_live_x&s3cr3t=1",             // control character
+		"https://api.example.com/stripe?key=sk_live_x\nuser:s3cr3t@evil/", // newline
+	}
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	jsonLogger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var texts []string
+	keep := func(v any) {
+		texts = append(texts, fmt.Sprint(v), fmt.Sprintf("%v", v), fmt.Sprintf("%+v", v), fmt.Sprintf("%#v", v), fmt.Sprintf("%s", v), fmt.Sprintf("%q", v))
+		logger.Info("value", "v", v)
+		jsonLogger.Info("value", "v", v)
+	}
+	for _, u := range urls {
+		b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: u, Claims: e.store, Price: flatPrice(amount),
+			Logger: logger, RateLimit: -1, HTTPClient: &http.Client{Transport: testTransport}, Retry: retry.Policy{MaxAttempts: 1}})
+		if !errors.Is(err, billing.ErrInvalidInput) {
+			t.Errorf("New with StripeURL %q: %v; want ErrInvalidInput", u, err)
+		}
+		if err != nil {
+			keep(err)
+		}
+		if b != nil {
+			keep(b)
+			keep(*b)
+			_, err := b.Charge(ctx, "cus_url", period)
+			if err != nil {
+				keep(err)
+			}
+		}
+		for _, call := range []func() (any, error){
+			func() (any, error) {
+				return billing.NewVaultTransport(billing.VaultConfig{ProxyURL: u, VaultKey: "vault_key_0001"})
+			},
+			func() (any, error) {
+				return billing.NewVaultTransport(billing.VaultConfig{ProxyURL: u, VaultKey: "vault_key_0001", AllowInsecure: true})
+			},
+			func() (any, error) { return billing.ProxyClient(u, "vault_key_0001", nil) },
+		} {
+			v, err := call()
+			if !errors.Is(err, billing.ErrInvalidInput) {
+				t.Errorf("proxy URL %q: %v; want ErrInvalidInput", u, err)
+			}
+			if err != nil {
+				keep(err)
+			} else {
+				keep(v)
+			}
+		}
+	}
+	texts = append(texts, logs.String())
+	for _, s := range texts {
+		for _, secret := range secrets {
+			if strings.Contains(s, secret) {
+				t.Errorf("%q leaked into: %s", secret, s)
+			}
+		}
+	}
+	if len(texts) < 100 {
+		t.Fatalf("only %d texts checked", len(texts))
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/billonce/billonce/idemkey"
 )
 
 // maxVaultKeyLen bounds a vault key; real ones are well under it.
@@ -114,6 +116,9 @@ func NewVaultTransport(cfg VaultConfig) (*VaultTransport, error) {
 		return nil, err
 	}
 	base := cfg.Base
+	if base != nil && isNil(base) {
+		return nil, invalid("VaultConfig.Base (ProxyClient: base.Transport) is a nil %T: pass a transport, or leave it nil for http.DefaultTransport", base)
+	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -157,12 +162,13 @@ func checkProxyURL(raw string, allowInsecure bool) (*url.URL, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, invalid("VaultConfig.ProxyURL %q is not a URL: %v", raw, err)
+		// Neither raw nor err may be printed: both quote the user info.
+		return nil, invalid("VaultConfig.ProxyURL %q (redacted) is not a URL; give scheme, host and an optional path", idemkey.RedactRawURL(raw))
 	}
 	if u.User != nil {
 		return nil, invalid("VaultConfig.ProxyURL carries user info; put credentials in VaultKey, not in the URL")
 	}
-	safe := (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+	safe := idemkey.RedactURL(u)
 	switch {
 	case u.Scheme != "https" && u.Scheme != "http":
 		return nil, invalid("VaultConfig.ProxyURL %q: the scheme must be https (or http on loopback)", safe)
@@ -191,7 +197,7 @@ func (t *VaultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Response != nil {
 		vaultCloseBody(req)
 		return nil, fmt.Errorf("billing: refusing to follow a redirect to %s: the vault key is sent only to the spend-cap proxy at %s, and Stripe's API does not redirect",
-			vaultSafeURL(req.URL), vaultSafeURL(&t.proxy))
+			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.proxy))
 	}
 	r2 := req.Clone(req.Context())
 	u := &url.URL{
@@ -245,7 +251,7 @@ func (t *VaultTransport) inspect(req *http.Request, resp *http.Response) (*http.
 	resp.Body.Close()
 	msg = t.scrub(msg)
 
-	pe := &ProxyError{Status: resp.StatusCode, Message: msg, Method: req.Method, URL: vaultSafeURL(req.URL)}
+	pe := &ProxyError{Status: resp.StatusCode, Message: msg, Method: req.Method, URL: idemkey.RedactURL(req.URL)}
 	switch resp.StatusCode {
 	case http.StatusPaymentRequired, http.StatusPreconditionFailed, http.StatusTooManyRequests:
 		pe.kind = ErrSpendCapReached
@@ -282,7 +288,7 @@ func (t *VaultTransport) scrub(s string) string {
 
 // String describes the transport with the vault key redacted.
 func (t VaultTransport) String() string {
-	return fmt.Sprintf("billing.VaultTransport{proxy: %s, key: %s}", vaultSafeURL(&t.proxy), redactVaultKey(t.key))
+	return fmt.Sprintf("billing.VaultTransport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key))
 }
 
 // GoString is String, so %#v redacts too.
@@ -290,7 +296,7 @@ func (t VaultTransport) GoString() string { return t.String() }
 
 // LogValue implements [slog.LogValuer] with the vault key redacted.
 func (t VaultTransport) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("proxy", vaultSafeURL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))
+	return slog.GroupValue(slog.String("proxy", idemkey.RedactURL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))
 }
 
 // ProxyError is a refusal by a spend-cap proxy: the request did not reach
@@ -335,13 +341,6 @@ func redactVaultKey(k string) string {
 		return "[redacted]"
 	}
 	return "[redacted …" + k[len(k)-4:] + "]"
-}
-
-func vaultSafeURL(u *url.URL) string {
-	if u == nil {
-		return ""
-	}
-	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()
 }
 
 func vaultCloseBody(req *http.Request) {

@@ -275,3 +275,30 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A search that Stripe refuses for every request (here a restricted key
+// without search permission) stops a Reconcile instead of reporting every
+// claim as needing reconciliation; the claims stay pending.
+func TestRefusedSearchStopsReconcile(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	for _, c := range []string{"cus_1", "cus_2"} {
+		e.lostAnswer(e.b, c)
+	}
+	e.advance(25 * time.Hour)
+	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if strings.HasSuffix(r.Path, "/search") {
+			return billingtest.Fault{Kind: billingtest.FaultRefuse, Status: 403,
+				Refusal: billingtest.Refusal{Message: "This API key does not have the rak_charge_read permission"}}
+		}
+		return billingtest.Fault{}
+	})
+	sum, err := e.b.Reconcile(context.Background(), nil)
+	if !errors.Is(err, billing.ErrStripeAuth) || sum.Done != 1 {
+		t.Errorf("Reconcile = %+v, %v; want it stopped by ErrStripeAuth after the first claim", sum.Progress, err)
+	}
+	for _, c := range []string{"cus_1", "cus_2"} {
+		if cl := e.claimOf(c); cl.State != claim.StatePending || e.count(c) != 1 {
+			t.Errorf("%s: claim %s, %d charges; want pending and 1", c, cl.State, e.count(c))
+		}
+	}
+}

@@ -86,6 +86,9 @@ func NewAdvisory(pool *pgxpool.Pool, cfg Config) (*Advisory, error) {
 
 // Do implements [Guard]. A panic in fn releases the lock and propagates.
 func (a *Advisory) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	if a == nil {
+		return false, errNilGuard("*lock.Advisory")
+	}
 	return do(ctx, a, a.logger, name, fn)
 }
 
@@ -95,11 +98,17 @@ func (a *Advisory) Do(ctx context.Context, name string, fn func(ctx context.Cont
 // outcome, and recovers a panic into an error log so that the scheduler
 // keeps running.
 func (a *Advisory) Func(ctx context.Context, name string, fn func(ctx context.Context) error) func() {
+	if a == nil {
+		return nilGuardJob("*lock.Advisory", name)
+	}
 	return jobFunc(ctx, a, a.logger, name, fn)
 }
 
 // Acquire implements [Guard].
 func (a *Advisory) Acquire(ctx context.Context, name string) (*Held, error) {
+	if a == nil {
+		return nil, errNilGuard("*lock.Advisory")
+	}
 	if err := checkName("name", name, false); err != nil {
 		return nil, err
 	}
@@ -186,7 +195,7 @@ func closeConn(conn *pgx.Conn) {
 // back; there is no unlock. Use it for short critical sections that already
 // run in a transaction; it also works through PgBouncer in transaction mode.
 func TryXact(ctx context.Context, tx pgx.Tx, namespace, name string) (bool, error) {
-	if tx == nil {
+	if isNil(tx) {
 		return false, fmt.Errorf("%w: nil transaction; begin one and pass it, the lock lives until it ends", ErrInvalidConfig)
 	}
 	if err := checkName("namespace", namespace, true); err != nil {

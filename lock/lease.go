@@ -79,7 +79,7 @@ var _ Guard = (*Lease)(nil)
 
 // NewLease returns a Lease on db. Call [Lease.Migrate] once before use.
 func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
-	if db == nil {
+	if isNil(db) {
 		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalidConfig)
 	}
 	if err := checkName("namespace", cfg.Namespace, true); err != nil {
@@ -110,6 +110,9 @@ func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
 
 // Migrate creates [LeaseTable] if it does not exist.
 func (l *Lease) Migrate(ctx context.Context) error {
+	if l == nil {
+		return errNilGuard("*lock.Lease")
+	}
 	_, err := l.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+LeaseTable+` (
 		namespace  text        NOT NULL,
 		name       text        NOT NULL,
@@ -125,18 +128,27 @@ func (l *Lease) Migrate(ctx context.Context) error {
 
 // Do implements [Guard]. A panic in fn releases the lease and propagates.
 func (l *Lease) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	if l == nil {
+		return false, errNilGuard("*lock.Lease")
+	}
 	return do(ctx, l, l.logger, name, fn)
 }
 
 // Func wraps fn as a func() job for robfig/cron-style schedulers, as
 // [Advisory.Func] does.
 func (l *Lease) Func(ctx context.Context, name string, fn func(ctx context.Context) error) func() {
+	if l == nil {
+		return nilGuardJob("*lock.Lease", name)
+	}
 	return jobFunc(ctx, l, l.logger, name, fn)
 }
 
 // Acquire implements [Guard]. It takes the lease if no row exists for name
 // or the row's lock_until has passed on the database clock.
 func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
+	if l == nil {
+		return nil, errNilGuard("*lock.Lease")
+	}
 	if err := checkName("name", name, false); err != nil {
 		return nil, err
 	}

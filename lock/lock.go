@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -82,6 +83,32 @@ func checkName(what, s string, mayBeEmpty bool) error {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidName, what)
 	}
 	return nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer (or
+// map, slice, func, channel): what an ignored constructor error leaves
+// behind. Such a value passes v == nil and panics at first use.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// errNilGuard is what the methods of a nil *Advisory or *Lease return.
+func errNilGuard(what string) error {
+	return fmt.Errorf("%w: a nil %s; check the error its constructor returned", ErrInvalidConfig, what)
+}
+
+// nilGuardJob is the job Func returns on a nil guard: it cannot return the
+// error, so it logs it to slog.Default each time the scheduler runs it.
+func nilGuardJob(what, name string) func() {
+	err := errNilGuard(what)
+	return func() { slog.Default().Error("scheduled job not run", "name", name, "err", err) }
 }
 
 func loggerOrDiscard(l *slog.Logger) *slog.Logger {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
@@ -102,6 +105,53 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := gocronlock.New(nil).Lock(ctx, "job"); !errors.Is(err, lock.ErrInvalidConfig) {
 		t.Errorf("gocronlock with nil guard: error = %v; want ErrInvalidConfig", err)
+	}
+}
+
+// A nil *Advisory or *Lease (what `guard, _ := lock.NewAdvisory(nil, ...)`
+// leaves behind), a nil pool behind the DB interface or a nil transaction
+// behind pgx.Tx is refused with ErrInvalidConfig, never a panic.
+func TestNilGuardsRefused(t *testing.T) {
+	ctx := context.Background()
+	job := func(context.Context) error { t.Error("job ran"); return nil }
+	noPanic := func(f func() error) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panicked: %v", p)
+			}
+		}()
+		return f()
+	}
+	var (
+		adv   *lock.Advisory
+		lease *lock.Lease
+	)
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"nil *Advisory Do", func() error { _, err := adv.Do(ctx, "job", job); return err }},
+		{"nil *Advisory Acquire", func() error { _, err := adv.Acquire(ctx, "job"); return err }},
+		{"nil *Lease Do", func() error { _, err := lease.Do(ctx, "job", job); return err }},
+		{"nil *Lease Acquire", func() error { _, err := lease.Acquire(ctx, "job"); return err }},
+		{"nil *Lease Migrate", func() error { return lease.Migrate(ctx) }},
+		{"Guard holding a nil *Advisory", func() error { var g lock.Guard = adv; _, err := g.Do(ctx, "job", job); return err }},
+		{"gocronlock on a nil *Advisory", func() error { _, err := gocronlock.New(adv).Lock(ctx, "job"); return err }},
+		{"NewLease on a nil *pgxpool.Pool", func() error { _, err := lock.NewLease((*pgxpool.Pool)(nil), lock.LeaseConfig{}); return err }},
+		{"TryXact on a nil *pgxpool.Tx", func() error { _, err := lock.TryXact(ctx, (*pgxpool.Tx)(nil), "", "job"); return err }},
+	} {
+		if err := noPanic(tc.call); !errors.Is(err, lock.ErrInvalidConfig) {
+			t.Errorf("%s: %v; want ErrInvalidConfig", tc.name, err)
+		}
+	}
+	// Func cannot return an error: its job logs one and runs nothing.
+	for _, f := range []func() func(){
+		func() func() { return adv.Func(ctx, "job", job) },
+		func() func() { return lease.Func(ctx, "job", job) },
+	} {
+		if err := noPanic(func() error { f()(); return nil }); err != nil {
+			t.Errorf("Func on a nil guard: %v", err)
+		}
 	}
 }
 

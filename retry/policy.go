@@ -53,7 +53,8 @@ type Policy struct {
 	// InitialInterval is the backoff before the second attempt. The
 	// interval grows by 1.5 per attempt, and each wait is drawn at random
 	// within ±50% of it so that many callers do not retry in step.
-	// Defaults to DefaultInitialInterval.
+	// Defaults to DefaultInitialInterval. Like MaxInterval and
+	// AttemptTimeout, it must be shorter than KeyWindow.
 	InitialInterval time.Duration
 
 	// MaxInterval caps each backoff wait, jitter included. A wait asked
@@ -109,6 +110,12 @@ func (p Policy) withDefaults() (Policy, error) {
 	} {
 		if f.d < 0 {
 			return p, fmt.Errorf("%w: %s is %v; use a positive duration, or 0 for the default", ErrInvalidPolicy, f.name, f.d)
+		}
+		if f.d >= KeyWindow && f.name != "MaxElapsed" {
+			// No wait or attempt may outlast the budget, which is below
+			// the window; and backoff's jitter overflows on intervals of
+			// decades, into waits of 0.
+			return p, fmt.Errorf("%w: %s is %v, not shorter than the %v idempotency key window; use a duration well below MaxElapsed", ErrInvalidPolicy, f.name, f.d, KeyWindow)
 		}
 	}
 	if p.MaxAttempts < 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,6 +373,12 @@ func TestInvalidPolicyRejected(t *testing.T) {
 		{retry.Policy{MaxElapsed: 48 * time.Hour}, "MaxElapsed"},
 		{retry.Policy{InitialInterval: time.Minute}, "InitialInterval"}, // above the default MaxInterval
 		{retry.Policy{InitialInterval: 2 * time.Second, MaxInterval: time.Second}, "InitialInterval"},
+		// Past the key window no wait or attempt can be meant, and backoff's
+		// jitter overflows on such intervals into waits of 0: a hot loop.
+		{retry.Policy{InitialInterval: math.MaxInt64, MaxInterval: math.MaxInt64}, "InitialInterval"},
+		{retry.Policy{MaxInterval: math.MaxInt64}, "MaxInterval"},
+		{retry.Policy{MaxInterval: retry.KeyWindow}, "MaxInterval"},
+		{retry.Policy{AttemptTimeout: math.MaxInt64}, "AttemptTimeout"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%+v", tt.p), func(t *testing.T) {

@@ -60,8 +60,10 @@
 // A [Fault] says what happens to one request; see [FaultKind] for the list:
 // commit then drop the connection ([FaultDrop], [FaultCut]), commit then
 // answer late ([FaultSlow]), 500 before or after commit, 409 in flight, 429
-// lock_timeout or rate_limit, and declines (402 card_error with a
-// decline_code, stored like any result). Faults are chosen, in this order, by
+// lock_timeout or rate_limit, declines (402 card_error with a
+// decline_code, stored like any result), and any other Stripe refusal you
+// describe ([FaultRefuse] with a [Refusal]: an unknown parameter, an expired
+// key, livemode_mismatch, a missing customer), stored nowhere. Faults are chosen, in this order, by
 //
 //   - [Server.FailNext]: a queue of faults for requests that match a [Match];
 //   - Config.Script or [Server.SetScript]: a func([Request]) [Fault];

@@ -59,12 +59,20 @@ const (
 	// FaultDecline declines the payment: the object is created in a failed
 	// state, not counted as paid, and the 402 card_error is stored for replay.
 	FaultDecline FaultKind = "decline"
+
+	// FaultRefuse answers Fault.Status with Fault.Refusal as Stripe's error
+	// object, before the idempotency layer: nothing is executed or stored,
+	// as Stripe stores nothing for a request it rejects before executing
+	// it. Use it for refusals the fake never gives by itself: an unknown
+	// parameter, an expired key, a key in the wrong mode, a missing
+	// customer or payment method.
+	FaultRefuse FaultKind = "refuse"
 )
 
 // faultKinds lists every kind in a fixed order, so seeded draws are stable.
 var faultKinds = []FaultKind{
 	FaultDrop, FaultCut, FaultSlow, FaultErrorBefore, FaultErrorAfter,
-	FaultInFlight, FaultLockTimeout, FaultRateLimit, FaultDecline,
+	FaultInFlight, FaultLockTimeout, FaultRateLimit, FaultDecline, FaultRefuse,
 }
 
 func (k FaultKind) valid() bool {
@@ -95,6 +103,31 @@ type Fault struct {
 	// DeclineCode is the decline_code of FaultDecline. Defaults to
 	// DefaultDeclineCode.
 	DeclineCode string
+
+	// Status is the HTTP status of FaultRefuse. Defaults to 400.
+	Status int
+
+	// Refusal is the error object FaultRefuse answers with.
+	Refusal Refusal
+}
+
+// Refusal is a Stripe error object, for [FaultRefuse]. Type defaults to
+// "invalid_request_error" and Message to a sentence naming Code.
+type Refusal struct {
+	Type        string
+	Code        string
+	DeclineCode string
+	Param       string
+	Message     string
+}
+
+func (r Refusal) apiErr() apiErr {
+	e := apiErr{Type: orDefault(r.Type, "invalid_request_error"), Code: r.Code, DeclineCode: r.DeclineCode,
+		Param: r.Param, Message: r.Message}
+	if e.Message == "" {
+		e.Message = fmt.Sprintf("Request refused (%s, injected by billingtest).", orDefault(r.Code, e.Type))
+	}
+	return e
 }
 
 // Request describes an incoming API request to a fault script.

@@ -178,6 +178,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case FaultInFlight:
 		s.finish(w, &e, inUse(key), fault)
 		return
+	case FaultRefuse:
+		status := fault.Status
+		if status == 0 {
+			status = http.StatusBadRequest
+		}
+		s.finish(w, &e, errResult(status, fault.Refusal.apiErr()), fault)
+		return
 	case FaultErrorBefore:
 		res := errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request (injected before execution; nothing was stored)."})
 		res.shouldRetry = "true"

@@ -507,6 +507,41 @@ func TestRateLimiterAnswers429AndStoresNothing(t *testing.T) {
 	}
 }
 
+// FaultRefuse answers the Stripe error it is given and stores nothing: the
+// same key executes once the refusal is gone.
+func TestRefuseAnswersTheGivenErrorAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	api := newAPI(t, srv, testKey, nil)
+	srv.FailNext(billingtest.Match{Customer: "cus_1"},
+		billingtest.Fault{Kind: billingtest.FaultRefuse, Refusal: billingtest.Refusal{Code: "parameter_unknown", Param: "colour"}},
+		billingtest.Fault{Kind: billingtest.FaultRefuse, Status: 404, Refusal: billingtest.Refusal{Code: "resource_missing", Param: "customer", Message: "No such customer: 'cus_1'"}},
+		billingtest.Fault{Kind: billingtest.FaultRefuse, Status: 402, Refusal: billingtest.Refusal{Type: "card_error", Code: "card_declined", DeclineCode: "do_not_honor"}})
+	for _, want := range []struct {
+		status            int
+		typ               stripe.ErrorType
+		code, param, decl string
+	}{
+		{400, stripe.ErrorTypeInvalidRequest, "parameter_unknown", "colour", ""},
+		{404, stripe.ErrorTypeInvalidRequest, "resource_missing", "customer", ""},
+		{402, stripe.ErrorTypeCard, "card_declined", "", "do_not_honor"},
+	} {
+		_, err := api.Charges.New(chargeParams("cus_1", "2026-09", "k1"))
+		se := stripeErr(t, err)
+		if se.HTTPStatusCode != want.status || se.Type != want.typ || string(se.Code) != want.code ||
+			se.Param != want.param || string(se.DeclineCode) != want.decl || se.Msg == "" || se.RequestID == "" {
+			t.Fatalf("refusal %+v; want %+v", se, want)
+		}
+	}
+	ch, err := api.Charges.New(chargeParams("cus_1", "2026-09", "k1"))
+	if err != nil || ch.LastResponse.Header.Get("Idempotent-Replayed") != "" || srv.Count("cus_1") != 1 {
+		t.Fatalf("same key after the refusals: %v; want a fresh charge", err)
+	}
+	if st := srv.Stats(); st.Faults[billingtest.FaultRefuse] != 3 || st.Created != 1 {
+		t.Fatalf("stats %+v; want 3 refusals and 1 payment", st)
+	}
+}
+
 func TestAuthAndKeyScoping(t *testing.T) {
 	t.Parallel()
 	other := "sk_test_other_key_000000000000005678"

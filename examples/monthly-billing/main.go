@@ -33,6 +33,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
 )
@@ -160,7 +161,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.stripeURL != "" {
 		u, err := url.Parse(o.stripeURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return o, fmt.Errorf("-stripe-url %q: want an absolute http or https URL such as https://api.stripe.com", o.stripeURL)
+			// Redacted: the flag may carry a password or key (I9).
+			return o, fmt.Errorf("-stripe-url %q: want an absolute http or https URL such as https://api.stripe.com", idemkey.RedactRawURL(o.stripeURL))
 		}
 	}
 	if o.vault() {

@@ -177,6 +177,10 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		return exitIncomplete, "stopped", []string{"Stripe refused the key the spend-cap proxy sent for this vault key: fix the Stripe secret the proxy holds, then run again; " + resume}
 	case errors.Is(runErr, billing.ErrStripeAuth):
 		return exitIncomplete, "stopped", []string{"Stripe refused the key: check -stripe-key (or STRIPE_SECRET_KEY) and its permissions, then run again; " + resume}
+	case errors.Is(runErr, billing.ErrStripeRequest) && r.o.vault():
+		return exitIncomplete, "stopped", []string{"Stripe (or the spend-cap proxy) refused the request itself, for any customer: check -vault-proxy-url, and the mode and API version of the Stripe secret the proxy holds, then run again; " + resume}
+	case errors.Is(runErr, billing.ErrStripeRequest):
+		return exitIncomplete, "stopped", []string{"Stripe refused the request itself, for any customer: check -stripe-url, the key's mode (test or live) and the API version, then run again; " + resume}
 	case errors.Is(runErr, billing.ErrSpendCapReached):
 		return exitIncomplete, "stopped", []string{"the spend cap of the vault key is reached, so the proxy sent nothing more to Stripe. " +
 			"Check that the amounts charged so far are what you expect; then raise the cap (or issue a new vault key) and run the same command again; " + resume}

@@ -1,8 +1,11 @@
 // Package gocronlock lets gocron v2 schedulers on several replicas run each
 // job once at a time, using a [lock.Guard] ([lock.Advisory] or [lock.Lease]).
 //
-//	guard, _ := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
-//	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(gocronlock.New(guard)))
+//	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
+//	if err != nil {
+//		return err
+//	}
+//	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(gocronlock.New(guard)))
 //
 // gocron passes the job's name as the lock name, so give every job a
 // stable, distinct name with gocron.WithName.
