@@ -195,8 +195,8 @@ func shape(desc string) string {
 }
 
 // A table created by a released v1 billonce is upgraded in place: its rows
-// are intact, it ends up as a new one would, and a second Migrate changes
-// nothing.
+// are intact, the new columns hold their "unknown" values, each key's window
+// starts when its claim was made, and a second Migrate changes nothing.
 func TestMigrateUpgradesV1TableInPlace(t *testing.T) {
 	for _, cfg := range migrateConfigs {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
@@ -209,6 +209,11 @@ func TestMigrateUpgradesV1TableInPlace(t *testing.T) {
 			s := migrate(t, pool, cfg)
 			if after := rows(t, pool, cfg, v1Columns); !slices.Equal(after, before) {
 				t.Errorf("rows changed by the upgrade:\nbefore %q\nafter  %q", before, after)
+			}
+			got := rows(t, pool, cfg, "key, scope, attempt, endpoint, credential, first_sent_at = created_at, reconciled_at IS NULL")
+			want := []string{`(k_fail,"",0,"","",t,t)`, `(k_ok,"",0,"","",t,t)`, `(k_pending,"",0,"","",t,t)`}
+			if !slices.Equal(got, want) {
+				t.Errorf("new columns = %q, want %q", got, want)
 			}
 			if got, want := record(t, pool, cfg), wantRecord(t); !slices.Equal(got, want) {
 				t.Errorf("record = %q, want %q", got, want)
@@ -258,6 +263,16 @@ func TestMigrateEmptyDatabaseAndTwice(t *testing.T) {
 			once := describe(t, pool, cfg)
 			for _, want := range []string{
 				"column key text NOT NULL\n",
+				"column scope text NOT NULL DEFAULT ''::text\n",
+				"column attempt integer NOT NULL DEFAULT 0\n",
+				"column endpoint text NOT NULL DEFAULT ''::text\n",
+				"column credential text NOT NULL DEFAULT ''::text\n",
+				"column first_sent_at timestamp with time zone NOT NULL DEFAULT now()\n",
+				"column reconciled_at timestamp with time zone\n",
+				"constraint scope_length CHECK ((length(scope) <= 255))\n",
+				"constraint attempt_not_negative CHECK ((attempt >= 0))\n",
+				"constraint endpoint_length CHECK ((length(endpoint) <= 255))\n",
+				"constraint credential_length CHECK ((length(credential) <= 255))\n",
 				"USING btree (customer, period) WHERE (state <> 'failed'::text)\n",
 				"USING btree (created_at) WHERE (state = 'pending'::text)\n",
 				"column version integer NOT NULL\n",
