@@ -14,12 +14,31 @@
 // is an explicit new claim under a new key, and the failed row stays as the
 // record of the first attempt.
 //
-// Create the table with [Postgres.Migrate] at start-up (safe from many
-// replicas at once), or put [SchemaSQL] in your own migrations:
+// A row also records where its key went: the scope that made the claim, the
+// re-bill attempt, the endpoint and a non-secret fingerprint of the
+// credential that sends the key, when the key's current window opened
+// (first_sent_at) and when a reconciliation last found no payment for it.
+// Rows made before migration 2 added these hold empty strings and 0
+// (unknown), and a window that opened when the claim was made.
+//
+// # Migrations
+//
+// The table's schema is a series of numbered migrations built into the
+// package ([Migrations] lists them). Run [Postgres.Migrate] at start-up: it
+// applies, in one transaction, those the table has not had, and lists them
+// in a record table named after the claim table (billonce_claims_migrations
+// by default). It is safe from every replica at once, and upgrades a table
+// made by an earlier billonce in place. A binary older than the table
+// refuses to touch it ([ErrNewerSchema]).
 //
 //	store, err := claim.NewPostgres(pool, claim.Config{})
 //	if err != nil { ... }
 //	if err := store.Migrate(ctx); err != nil { ... }
+//
+// Teams that migrate with their own tool (goose, golang-migrate, atlas) copy
+// each [Migration]'s SQL into a migration of theirs, once, in order. Every
+// migration is idempotent, so calling Migrate as well is harmless: it
+// records what the tool applied.
 //
 // [Config] names the table and schema and sets the lease; its zero value
 // is usable. [NewPostgres] takes a *pgxpool.Pool and nothing else: every
@@ -34,7 +53,10 @@
 //	                      │  Fail(reason)
 //	                      ├─────────────────────────► failed      (terminal for this key)
 //	                      │  lease expired (crash) or Release
-//	                      └──► pending, resumed by the next Claim with the SAME key
+//	                      ├──► pending, resumed by the next Claim with the SAME key
+//	                      │  CheckSend: ErrWindowClosed (the key's window is over)
+//	                      └──► pending; search Stripe for the key's payment:
+//	                           found → Succeed; none → Reopen (a new window), send
 //
 // # Claiming
 //

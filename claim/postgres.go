@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -55,26 +54,6 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-//go:embed schema.sql
-var schemaTemplate string
-
-// SchemaSQL returns the SQL that creates the claim table and its indexes for
-// cfg, for teams that apply migrations with their own tool (goose,
-// golang-migrate, atlas). It is idempotent. [Postgres.Migrate] runs the same
-// SQL.
-func SchemaSQL(cfg Config) (string, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return "", err
-	}
-	n := namesFor(cfg)
-	sql := n.replacer.Replace(schemaTemplate)
-	if cfg.Schema != "" {
-		sql = "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{cfg.Schema}.Sanitize() + ";\n\n" + sql
-	}
-	return sql, nil
-}
-
 type names struct {
 	table    string // quoted, possibly schema-qualified
 	replacer *strings.Replacer
@@ -101,14 +80,13 @@ type Postgres struct {
 	db        *pgxpool.Pool
 	cfg       Config
 	names     names
-	schema    string
 	lockKey   int64
 	claimSQL  string
-	selectSQL string // column list, FROM the table, for Get/Pending/Stale
+	selectSQL string // column list, FROM the table, for Get and Stale
 }
 
 // NewPostgres returns a claim store on pool. It checks cfg but does not touch
-// the database; call [Postgres.Migrate] (or apply [SchemaSQL]) first.
+// the database; call [Postgres.Migrate] (or apply [Migrations]) first.
 //
 // The store takes a pool, not a connection or a transaction, because a
 // claim must be committed, and visible to every replica, before anything
@@ -125,7 +103,6 @@ func NewPostgres(pool *pgxpool.Pool, cfg Config) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	schema, _ := SchemaSQL(cfg)
 	n := namesFor(cfg)
 	h := fnv.New64a()
 	h.Write([]byte("billonce/claim/migrate " + n.table))
@@ -133,32 +110,10 @@ func NewPostgres(pool *pgxpool.Pool, cfg Config) (*Postgres, error) {
 		db:        pool,
 		cfg:       cfg,
 		names:     n,
-		schema:    schema,
 		lockKey:   int64(h.Sum64()),
 		claimSQL:  n.replacer.Replace(strings.ReplaceAll(claimTemplate, "{{cols_x}}", colsOf("x"))),
 		selectSQL: "SELECT " + colsOf("t") + " FROM " + n.table + " t",
 	}, nil
-}
-
-// Migrate creates the claim table and its indexes if they do not exist. It
-// is idempotent and safe to run from many replicas at once: a transaction
-// advisory lock serialises it.
-func (p *Postgres) Migrate(ctx context.Context) error {
-	tx, err := p.db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("claim: migrate: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", p.lockKey); err != nil {
-		return fmt.Errorf("claim: migrate: taking the migration lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, p.schema); err != nil {
-		return fmt.Errorf("claim: migrate: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("claim: migrate: %w", err)
-	}
-	return nil
 }
 
 // colsOf lists, for alias x, the columns every query that returns claims

@@ -230,7 +230,8 @@ func TestClaimBatchTenThousand(t *testing.T) {
 	}
 }
 
-// Migrate from eight connections at once, then twice more: no error, one table.
+// Migrate from eight connections at once, then twice more: no error, one
+// claim table and its migrations record.
 func TestMigrateConcurrentlyAndTwice(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
@@ -280,37 +281,8 @@ func TestMigrateConcurrentlyAndTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(tables, " "); got != "billing.Claims_v2 public.billonce_claims" {
+	if got := strings.Join(tables, " "); got != "billing.Claims_v2 billing.Claims_v2_migrations public.billonce_claims public.billonce_claims_migrations" {
 		t.Errorf("tables = %s", got)
-	}
-}
-
-// SchemaSQL is what Migrate applies, for teams with their own migration tool.
-func TestSchemaSQLForMigrationTools(t *testing.T) {
-	ctx := context.Background()
-	cfg := claim.Config{Schema: "ops", Table: "charges_claimed"}
-	sql, err := claim.SchemaSQL(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`CREATE SCHEMA IF NOT EXISTS "ops"`, `CREATE TABLE IF NOT EXISTS "ops"."charges_claimed"`, `"charges_claimed_live"`} {
-		if !strings.Contains(sql, want) {
-			t.Errorf("SchemaSQL lacks %s:\n%s", want, sql)
-		}
-	}
-	pool := pgtest.Pool(t)
-	for range 2 {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, err := claim.NewPostgres(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
-	if _, err := claim.SchemaSQL(claim.Config{Table: "x y"}); !errors.Is(err, claim.ErrInvalid) {
-		t.Errorf("SchemaSQL with a bad table = %v, want ErrInvalid", err)
 	}
 }
 

@@ -24,14 +24,3 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{live_index}} ON {{table}} (customer, period)
 
 -- Reconciliation lists pending claims by age.
 CREATE INDEX IF NOT EXISTS {{pending_index}} ON {{table}} (created_at) WHERE state = 'pending';
-
--- Where the key went, and the start of its current window.
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS scope text NOT NULL DEFAULT '';
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 0;
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS endpoint text NOT NULL DEFAULT '';
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS credential text NOT NULL DEFAULT '';
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS first_sent_at timestamptz;
-UPDATE {{table}} SET first_sent_at = created_at WHERE first_sent_at IS NULL;
-ALTER TABLE {{table}} ALTER COLUMN first_sent_at SET DEFAULT now();
-ALTER TABLE {{table}} ALTER COLUMN first_sent_at SET NOT NULL;
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS reconciled_at timestamptz;

@@ -1,0 +1,29 @@
+package claim_test
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/billonce/billonce/claim"
+)
+
+// A team that applies migrations with goose writes each of billonce's into
+// a migration file of its own, once, and adds the new ones a billonce
+// upgrade brings. Calling Migrate afterwards is safe: it records them and
+// changes nothing else.
+func ExampleMigrations() {
+	ms, err := claim.Migrations(claim.Config{Schema: "billing"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, m := range ms {
+		file := fmt.Sprintf("%05d_billonce_claims_%s.sql", m.Version, m.Name)
+		// os.WriteFile(filepath.Join("db/migrations", file), []byte("-- +goose Up\n"+m.SQL), 0o644)
+		first, _, _ := strings.Cut(m.SQL, "\n")
+		fmt.Printf("%s: %s\n", file, first)
+	}
+	// Output:
+	// 00001_billonce_claims_create.sql: CREATE SCHEMA IF NOT EXISTS "billing";
+	// 00002_billonce_claims_identity.sql: -- What a claim knows about where its key went (invariant I11) and the
+}
