@@ -478,7 +478,6 @@ func TestFirstMigrationIsTheV1Table(t *testing.T) {
 	}
 }
 
-
 // Once the table is up to date, Migrate only reads the record: the
 // application's role, which may not create anything, can call it at
 // start-up after the owner of the tables has migrated them.
