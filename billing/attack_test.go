@@ -210,4 +210,3 @@ func TestAttackFormatVerbsLeakSecrets(t *testing.T) {
 		}
 	}
 }
-
