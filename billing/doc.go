@@ -54,11 +54,13 @@
 //   - A claim remembers where its key went: the API (endpoint) and a
 //     fingerprint of the credential that sent it (never the credential).
 //     A Biller configured otherwise (the other API, a rotated secret key)
-//     never resends such a claim blind: before the key's deadline it
-//     returns [*IdentityError] and sends nothing; after it, search settles
-//     the claim as above. Finish claims with the configuration that made
-//     them, or let their deadline pass. Behind a spend-cap proxy, name the
-//     Stripe key with Config.Credential.
+//     never resends such a claim blind. It searches Stripe first: a payment
+//     found is recorded. If none is found, it returns [*IdentityError] and
+//     sends nothing until the key's whole 24-hour window has passed (an
+//     attempt of the old configuration may still land until then), after
+//     which a miss reopens the window for the new configuration. Finish
+//     claims with the configuration that made them, or accept that wait.
+//     Behind a spend-cap proxy, name the Stripe key with Config.Credential.
 //   - A spend-cap, revoked-key or permission answer ([ErrSpendCapReached],
 //     [ErrVaultKeyRevoked], [ErrEndpointNotAllowed], [ErrStripeAuth]) is
 //     never retried and stops a Run.
@@ -83,7 +85,9 @@
 // once (three replicas of a cron job) charge nobody twice; pass a
 // [lock.Guard] in [RunOptions] so that only one of them does the work.
 // [Biller.Reconcile] settles claims that crashed runners left pending, of
-// its own Config.Scope only: several products can share one claim table.
+// its own Config.Scope only. A claim table holds one live claim per
+// customer and period, whatever the scope: products that bill the same
+// customers for the same periods use a claim table each.
 //
 // # Invariants
 //

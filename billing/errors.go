@@ -166,7 +166,7 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // the claim stays pending.
 //
 // Finish the claim with a Biller configured as the one that made it, or
-// let SearchIn pass: after the key's deadline any Biller of the same scope
+// let SearchIn pass: after the key's 24-hour window any Biller of the same scope
 // settles it by searching Stripe for its payment first, and sends it again
 // only if none exists. Endpoint and Credential are empty for claims made
 // before they were recorded.
@@ -176,7 +176,7 @@ type IdentityError struct {
 	Endpoint, Credential string
 	// Where this Biller would send it.
 	WantEndpoint, WantCredential string
-	// SearchIn is how long until the key's deadline.
+	// SearchIn is how long until the key's 24-hour window has passed.
 	SearchIn time.Duration
 }
 

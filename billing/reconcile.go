@@ -87,16 +87,24 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 // Search, over every object type, settles it if it finds the payment.
 // Finding none proves nothing before the key's deadline (another key space
 // may hold a payment that search has not indexed yet), so then nothing is
-// sent and *IdentityError says where the key went; past the deadline a
-// miss is trusted as for any claim.
+// sent and *IdentityError says where the key went; once the key's whole
+// window has passed a miss is trusted, the window reopened and the key sent.
+//
+// The deadline for a miss is the whole key window, not WindowMargin: the
+// Biller that sent the key may have started an attempt just before its own
+// deadline, and that attempt may reach Stripe up to an attempt timeout
+// later, in a key space where this Biller's resend would not be replayed.
+// New keeps every Biller's deadline plus attempt timeout at least
+// ClockAllowance short of the key window, so a search made after the
+// window sees every send of the key.
 func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
-	if c.SentAge >= b.cfg.WindowMargin {
+	if c.SentAge >= retry.KeyWindow {
 		return b.reconcile(ctx, j, c)
 	}
 	return b.searchThen(ctx, j, c, func() error {
 		return &IdentityError{Customer: j.customer, Period: j.period, Key: j.key.String(),
 			Endpoint: c.Endpoint, Credential: c.Credential, WantEndpoint: b.endpoint, WantCredential: b.credential,
-			SearchIn: b.cfg.WindowMargin - c.SentAge}
+			SearchIn: retry.KeyWindow - c.SentAge}
 	})
 }
 

@@ -294,6 +294,16 @@ func (t VaultTransport) String() string {
 // GoString is String, so %#v redacts too.
 func (t VaultTransport) GoString() string { return t.String() }
 
+// Format prints String for every verb, so that no verb (%d, %t, %o, …)
+// falls back to printing the fields, secrets included.
+func (t VaultTransport) Format(f fmt.State, verb rune) {
+	if verb == 'q' {
+		fmt.Fprintf(f, "%q", t.String())
+		return
+	}
+	io.WriteString(f, t.String())
+}
+
 // LogValue implements [slog.LogValuer] with the vault key redacted.
 func (t VaultTransport) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("proxy", idemkey.RedactURL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))

@@ -191,8 +191,8 @@ func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
 	}
 }
 
-// I11 with no payment to find: within the window the rotated Biller sends
-// nothing; past the deadline a search miss is trusted, the window is
+// I11 with no payment to find: within the key's 24-hour window the rotated
+// Biller sends nothing; after it a search miss is trusted, the window is
 // reopened for the new credential and the customer is billed once.
 func TestRotatedCredentialWithNoPayment(t *testing.T) {
 	e := newEnv(t, oneAttempt)
@@ -205,7 +205,7 @@ func TestRotatedCredentialWithNoPayment(t *testing.T) {
 	if _, err := rotated.Charge(context.Background(), "cus_1", period); !errors.As(err, &moved) || moved.SearchIn <= 0 {
 		t.Fatalf("Charge after rotation within the window = %v, want *IdentityError", err)
 	}
-	e.advance(23 * time.Hour)
+	e.advance(24 * time.Hour)
 	r, err := rotated.Charge(context.Background(), "cus_1", period)
 	if err != nil || r.How != billing.Created || e.count("cus_1") != 1 {
 		t.Errorf("Charge past the deadline = %+v, %v; %d charges, want 1 created", r, err, e.count("cus_1"))

@@ -551,3 +551,19 @@ func race(t *testing.T, n int, f func(i int) (claim.Result, error)) map[claim.Ou
 	wg.Wait()
 	return counts
 }
+
+// One live claim per customer and period, whatever the scope: a Biller
+// whose scope was renamed while claims were live cannot bill their
+// customers again. Products that bill the same customers for the same
+// periods use a claim table each.
+func TestLiveClaimAcrossScopes(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		a, b := req("cus_1", "ka", "x"), req("cus_1", "kb", "x")
+		a.Scope, b.Scope = "subscription", "renamed"
+		mustClaim(t, h.store, a, claim.Won)
+		var mm *claim.MismatchError
+		if _, err := h.store.Claim(context.Background(), b); !errors.As(err, &mm) || mm.Field != "key" {
+			t.Errorf("a live claim under another scope = %v, want *MismatchError on key", err)
+		}
+	})
+}
