@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -61,6 +62,7 @@ type job struct {
 	attempt          int
 	owner            string // this attempt's name on the claim
 	reopened         bool   // a search found no payment and reopened the key's window
+	won              bool   // this call made the claim: no earlier send of its key exists
 }
 
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
@@ -182,6 +184,7 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 	case claim.Mismatch:
 		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: %w", j.customer, j.period, &claim.MismatchError{Existing: c})
 	case claim.Won:
+		j.won = true
 	default:
 		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
 	}
@@ -236,11 +239,15 @@ type created struct {
 // search instead.
 func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	stop := b.renewWhileSending(ctx, j, c)
-	attempt := 0 // retry.Do runs attempts one after the other
+	attempt := 0        // retry.Do runs attempts one after the other
+	mayHaveRun := false // whether any attempt may have executed at Stripe
 	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (created, error) {
 		attempt++
-		return b.create(ctx, j, key, attempt)
+		out, sent, err := b.create(ctx, j, key, attempt)
+		mayHaveRun = mayHaveRun || sent && !refusedBeforeExecution(err)
+		return out, err
 	})
+	j.won = j.won && !mayHaveRun
 	stop()
 	switch {
 	case err == nil:
@@ -290,14 +297,16 @@ func outcomeUnknown(err error) bool {
 
 // create makes one HTTP attempt. It never makes a key: it sends the one it
 // is given, in the header and in the metadata (I2).
-func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (created, error) {
+//
+// sent reports whether the request was made.
+func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (_ created, sent bool, _ error) {
 	if err := b.limiter.Wait(ctx); err != nil {
-		return created{}, err
+		return created{}, false, err
 	}
 	// The last check before the key leaves: the deadline, on the database
 	// clock, after any wait (I5).
 	if err := b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin); err != nil {
-		return created{}, err
+		return created{}, false, err
 	}
 	ctx = idemkey.WithKey(ctx, key)
 	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
@@ -334,7 +343,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		}
 	}
 	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Attempt: attempt, Duration: time.Since(start), Err: err})
-	return out, err
+	return out, true, err
 }
 
 func replayed(r *stripe.APIResponse) bool {
@@ -396,7 +405,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 
 	// Anything else leaves the claim pending with its key, for a person or
 	// the next run.
-	b.release(bg, j, err)
+	b.giveUp(bg, j, err)
 	switch {
 	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
 		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
@@ -412,6 +421,47 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	// exist.
 	b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
 	return &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: key, Err: err}
+}
+
+// giveUp hands the claim on after a send that did not settle it: a claim
+// this call made and whose key never executed at Stripe is abandoned, so
+// the next run claims afresh, with its own endpoint and credential (after
+// a rotated key, say); any other claim is released.
+func (b *Biller) giveUp(ctx context.Context, j job, cause error) {
+	if !j.won {
+		b.release(ctx, j, cause)
+		return
+	}
+	if err := b.cfg.Claims.Abandon(ctx, j.key.String(), j.owner); err != nil {
+		b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent claim; it is resumed once its lease expires", attrs(j, "error", err)...)
+	}
+}
+
+// refusedBeforeExecution reports whether err is an answer given before
+// Stripe executed the request, so that nothing is stored under its key: a
+// spend-cap proxy's refusal, an authentication failure, a rate limit, or a
+// refusal of the request itself (Stripe saves no result for a request that
+// fails validation).
+func refusedBeforeExecution(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrSpendCapReached) || errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrEndpointNotAllowed) {
+		return true
+	}
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch c := se.HTTPStatusCode; {
+	case c == http.StatusUnauthorized, c == http.StatusForbidden:
+		return true
+	case c == http.StatusTooManyRequests:
+		return se.Code != stripe.ErrorCodeLockTimeout
+	case c >= 400 && c < 500 && c != http.StatusConflict && c != http.StatusPaymentRequired:
+		return se.Type != stripe.ErrorTypeCard && se.Type != stripe.ErrorTypeIdempotency && !refusedByCustomer(se)
+	}
+	return false
 }
 
 // release leaves the claim pending with its key, expiring the lease so the

@@ -58,10 +58,11 @@ const (
 // A 4xx that Classify stops on either concerns one customer, or the request
 // itself. Only the first kind is recorded on the claim as failed, which is
 // terminal for the key (billing the customer again is a [Biller.Rebill]);
-// the second kind would refuse every customer alike, so it stops the run and
-// leaves the claims pending, to be sent with the same keys once the
-// configuration is fixed (Stripe stores nothing for a request it refuses
-// before executing it). When in doubt a refusal is of the second kind:
+// the second kind would refuse every customer alike, so it stops the run
+// and decides nothing: Stripe stores nothing for a request it refuses before
+// executing it, so a claim the call made and never got executed is
+// abandoned, to be claimed afresh once the configuration is fixed, and any
+// other stays pending. When in doubt a refusal is of the second kind:
 // stopping decides nothing that cannot be undone.
 //
 //	refusal (Stripe's code, https://docs.stripe.com/error-codes)       claim    run    error
@@ -215,7 +216,7 @@ func (e *refusedRequest) Error() string {
 	}
 	fix := "check the key and its permissions"
 	if e.kind == ErrStripeRequest {
-		fix = "no customer can be billed this way; check Config.StripeURL, the key's mode and the API version; the claims stay pending and are sent with their keys once it is fixed"
+		fix = "no customer can be billed this way; check Config.StripeURL, the key's mode and the API version; nothing is decided for any customer, and the next run bills them once it is fixed"
 	}
 	return fmt.Sprintf("%v (HTTP %d %s): %s: %s", e.kind, e.se.HTTPStatusCode, what, fix, e.se.Msg)
 }

@@ -67,8 +67,11 @@
 //   - So does a refusal that no customer's request could get past
 //     ([ErrStripeRequest]): a wrong Config.StripeURL, an unknown parameter,
 //     a key in the wrong mode, an API version Stripe does not take, a
-//     proxy's own 404. The claims stay pending; once the configuration is
-//     fixed the next Run sends them with the same keys. Only a refusal about
+//     proxy's own 404. Nothing is decided for any customer: claims this
+//     call made whose key never executed at Stripe are abandoned, so the
+//     next Run claims them afresh with the fixed configuration (a new
+//     secret key after a 401, say); other claims stay pending and are sent
+//     with the same keys. Only a refusal about
 //     the customer's own card, payment method, bank account or price fails
 //     the claim. [Classify] has the table.
 //   - Bad input wraps [ErrInvalidInput] and is reported before anything is

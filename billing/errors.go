@@ -17,9 +17,11 @@ func invalid(format string, args ...any) error {
 }
 
 // Answers that stop a whole billing run (invariant I8). They are never
-// retried; a [Biller.Run] that meets one sends nothing more and leaves the
-// claims it has not sent pending, to be resumed with the same keys once the
-// cause is fixed.
+// retried; a [Biller.Run] that meets one sends nothing more. Claims it made
+// whose key never executed at Stripe (not sent, or refused before
+// execution) are abandoned, so the run after the fix claims them afresh
+// with its own configuration; the others stay pending, to be resumed with
+// the same keys.
 var (
 	// ErrSpendCapReached: a spend-cap proxy refused the request because the
 	// cap of its vault key is spent.

@@ -137,8 +137,9 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
 // cause, on an answer that will not get better (ErrSpendCapReached,
 // ErrVaultKeyRevoked, ErrEndpointNotAllowed, ErrStripeAuth,
 // ErrStripeRequest), when ctx is done, or when items yields an error.
-// Customers claimed but not yet sent are left pending, to be resumed with
-// the same keys by the next run.
+// Customers this run claimed but never got executed at Stripe are
+// abandoned, to be claimed afresh by the next run; claims it resumed stay
+// pending, to be resumed with the same keys.
 func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
@@ -230,7 +231,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 			defer wg.Done()
 			for t := range tasks {
 				if ctx.Err() != nil {
-					r.unsent(ctx, t.j)
+					r.unsent(ctx, t)
 					continue
 				}
 				rc, err := b.settle(ctx, t.j, t.res)
@@ -285,7 +286,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 				select {
 				case tasks <- task{j, res}:
 				case <-ctx.Done():
-					r.unsent(ctx, j)
+					r.unsent(ctx, task{j, res})
 				}
 			default:
 				rc, err := r.b.settle(ctx, j, res)
@@ -337,9 +338,11 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 
 // unsent leaves a claimed customer that the stopped run never sent to the
 // next run: the claim stays pending with its key and its lease ends now.
-func (r *runner) unsent(ctx context.Context, j job) {
+func (r *runner) unsent(ctx context.Context, t task) {
+	j := t.j
+	j.won = t.res.Outcome == claim.Won
 	cause := fmt.Errorf("run stopped before sending; nothing was sent: %w", context.Cause(ctx))
-	r.b.release(context.WithoutCancel(ctx), j, cause)
+	r.b.giveUp(context.WithoutCancel(ctx), j, cause)
 	err := &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: j.key.String(), Err: cause}
 	r.b.outcome(j, time.Now(), Receipt{}, err)
 	r.settled(j, Receipt{}, err)

@@ -51,6 +51,13 @@ type Store interface {
 	// stays pending, lastErr is recorded and the lease expires at once, so
 	// the next Claim resumes it with the same key.
 	Release(ctx context.Context, key, owner, lastErr string) error
+	// Abandon deletes owner's pending claim whose key never executed at
+	// Stripe: it was never sent, or every request carrying it was refused
+	// before execution (an authentication failure, a rate limit, a refusal
+	// of the request itself), so Stripe stored nothing under it. The next
+	// Claim starts afresh. Never abandon a claim whose key may have run.
+	// It returns [ErrLeaseLost] if owner no longer holds the claim.
+	Abandon(ctx context.Context, key, owner string) error
 	// Get returns the claim for key, or [ErrNotFound].
 	Get(ctx context.Context, key string) (Claim, error)
 	// Stale lists pending claims whose lease has expired, oldest first: of

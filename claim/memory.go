@@ -163,6 +163,25 @@ func (m *Memory) Release(ctx context.Context, key, owner, lastErr string) error 
 	})
 }
 
+// Abandon deletes owner's pending claim on key. See [Store].
+func (m *Memory) Abandon(ctx context.Context, key, owner string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.byKey[key]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %q", ErrNotFound, key)
+	case c.State != StatePending || c.Owner != owner:
+		return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+	}
+	delete(m.byKey, key)
+	delete(m.live, [2]string{c.Customer, c.Period})
+	return nil
+}
+
 // Succeed records that key was charged as stripeID. See [Store].
 func (m *Memory) Succeed(ctx context.Context, key, stripeID string) error {
 	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {

@@ -440,6 +440,22 @@ func (p *Postgres) Release(ctx context.Context, key, owner, lastErr string) erro
 	return p.lost(ctx, key, owner)
 }
 
+// Abandon deletes owner's pending claim on key, whose key never executed
+// at Stripe. See [Store].
+func (p *Postgres) Abandon(ctx context.Context, key, owner string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "DELETE FROM "+p.names.table+" WHERE key = $1 AND owner = $2 AND state = 'pending'", key, owner)
+	if err != nil {
+		return fmt.Errorf("claim: abandoning %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return p.lost(ctx, key, owner)
+}
+
 // Succeed records that key was charged as stripeID. It does not check the
 // lease: an answer from Stripe is the truth whoever receives it. See [Store].
 func (p *Postgres) Succeed(ctx context.Context, key, stripeID string) error {

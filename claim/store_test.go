@@ -567,3 +567,32 @@ func TestLiveClaimAcrossScopes(t *testing.T) {
 		}
 	})
 }
+
+// Abandon deletes a pending claim its owner never sent; only the owner can,
+// and only while pending. The next Claim starts afresh.
+func TestAbandon(t *testing.T) {
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
+		if err := h.store.Abandon(ctx, "k1", "b"); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("Abandon by another owner = %v, want ErrLeaseLost", err)
+		}
+		if err := h.store.Abandon(ctx, "k1", "a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.store.Get(ctx, "k1"); !errors.Is(err, claim.ErrNotFound) {
+			t.Errorf("Get after Abandon = %v, want ErrNotFound", err)
+		}
+		r := req("cus_1", "k1", "b")
+		r.Credential = "fp2"
+		if got := mustClaim(t, h.store, r, claim.Won).Claim; got.Credential != "fp2" {
+			t.Errorf("claim after Abandon = %+v", got)
+		}
+		if err := h.store.Succeed(ctx, "k1", "ch_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.store.Abandon(ctx, "k1", "b"); !errors.Is(err, claim.ErrLeaseLost) {
+			t.Errorf("Abandon of a succeeded claim = %v, want ErrLeaseLost", err)
+		}
+	})
+}
