@@ -832,7 +832,7 @@ func (w *simWorld) arm(f simFaults) {
 			// finds the clock moved.
 			what := r.Method + " " + r.Path
 			if r.IdempotencyKey != "" {
-				what += " " + w.keyLabel(r.IdempotencyKey) + fmt.Sprintf(" attempt %d", r.Attempt)
+				what += " " + w.keyLabel(r.IdempotencyKey) + fmt.Sprintf(", request %d with this key", r.Attempt)
 			}
 			w.quiet(1) // this request only
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
