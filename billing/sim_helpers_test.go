@@ -117,16 +117,19 @@ func simShiftSQL(ctx context.Context, pool *pgxpool.Pool, table string) ([]strin
 // move moves virtual time forward by d on both clocks: the claim table's
 // ages (every timestamp moves back, the database's now() stays) and the
 // fake Stripe's clock. The database moves first, so that in between billonce
-// sees claims older, never younger, than Stripe sees their keys.
+// sees claims older, never younger, than Stripe sees their keys. The columns
+// are read again after every start of a runner, which may migrate.
 func (w *simWorld) move(ctx context.Context, d time.Duration, why string) {
 	w.clock.Lock()
 	defer w.clock.Unlock()
-	stmts, err := simShiftSQL(ctx, w.pool, w.table)
-	if err != nil {
-		w.harnessf("moving time: %v", err)
-		return
+	if w.shift == nil {
+		var err error
+		if w.shift, err = simShiftSQL(ctx, w.pool, w.table); err != nil {
+			w.harnessf("moving time: %v", err)
+			return
+		}
 	}
-	for _, s := range stmts {
+	for _, s := range w.shift {
 		if _, err := w.pool.Exec(ctx, s, d.Microseconds()); err != nil {
 			w.harnessf("moving time: %v", err)
 			return
@@ -223,7 +226,8 @@ type simWorld struct {
 	doubles   map[[2]string]bool // customers and periods already seen paid twice
 	cleanRuns int
 
-	clock    sync.Mutex   // serialises moves of time
+	clock    sync.Mutex   // serialises moves of time and guards shift
+	shift    []string     // the statements that move the claim table's time
 	jumped   atomic.Bool  // the round's clock jump has happened
 	inflight atomic.Int64 // exchanges with the fake under way
 
@@ -318,6 +322,9 @@ func (w *simWorld) boot(r *simRunner, cfg simConfig) error {
 		return err
 	}
 	r.cfg, r.proc, r.b = cfg, p, b
+	w.clock.Lock()
+	w.shift = nil
+	w.clock.Unlock()
 	return nil
 }
 

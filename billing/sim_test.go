@@ -34,7 +34,7 @@ import (
 // decline or a deliberate stop, and every payment and every succeeded claim
 // accounted for.
 //
-// BILLONCE_SIM_SEEDS=N runs seeds 1 to N (200 by default);
+// BILLONCE_SIM_SEEDS=N runs seeds 1 to N (200 by default, 50 with -short);
 // BILLONCE_SIM_SEED=K runs seed K alone and prints its whole trace. A seed
 // makes the same choices on every run; goroutines that act at once may
 // interleave differently, so a replay that passes may need -count=10.
@@ -66,6 +66,9 @@ func simSeeds(t *testing.T) (seeds []uint64, single bool) {
 		return []uint64{k}, true
 	}
 	n := 200
+	if testing.Short() {
+		n = 50
+	}
 	if v := os.Getenv("BILLONCE_SIM_SEEDS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
@@ -86,7 +89,7 @@ func simPool(t *testing.T) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 16
+	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
