@@ -614,18 +614,32 @@ func (s *simStore) Get(ctx context.Context, key string) (claim.Claim, error) {
 	return s.inner.Get(ctx, key)
 }
 
-func (s *simStore) Pending(ctx context.Context, olderThan time.Duration) ([]claim.Claim, error) {
+func (s *simStore) Stale(ctx context.Context, scope string) ([]claim.Claim, error) {
 	if err := s.alive(); err != nil {
 		return nil, err
 	}
-	return s.inner.Pending(ctx, olderThan)
+	return s.inner.Stale(ctx, scope)
 }
 
-func (s *simStore) Stale(ctx context.Context) ([]claim.Claim, error) {
+func (s *simStore) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
 	if err := s.alive(); err != nil {
-		return nil, err
+		return err
 	}
-	return s.inner.Stale(ctx)
+	return s.inner.CheckSend(ctx, key, owner, window)
+}
+
+func (s *simStore) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.inner.Reopen(ctx, key, owner, endpoint, credential)
+}
+
+func (s *simStore) Abandon(ctx context.Context, key, owner string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.inner.Abandon(ctx, key, owner)
 }
 
 // simTransport is a runner's HTTP transport: it fails once the runner is

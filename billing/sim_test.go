@@ -709,10 +709,12 @@ func (g *simGen) api() billing.API {
 }
 
 func (g *simGen) margin() time.Duration {
+	// 23h50m is near the largest margin New accepts: the key window less
+	// ClockAllowance less the attempt timeout.
 	if g.rng.IntN(100) < 60 {
 		return 0 // the default
 	}
-	return []time.Duration{20 * time.Hour, 22 * time.Hour, 23*time.Hour + 30*time.Minute, 23*time.Hour + 55*time.Minute}[g.rng.IntN(4)]
+	return []time.Duration{20 * time.Hour, 22 * time.Hour, 23*time.Hour + 30*time.Minute, 23*time.Hour + 50*time.Minute}[g.rng.IntN(4)]
 }
 
 func (g *simGen) retry() simRetry {
