@@ -442,7 +442,8 @@ func TestVaultTransportRewritesRequests(t *testing.T) {
 	if got, want := sent.URL.String(), "https://proxy.example.com/stripe/v1/charges/search?query=metadata%5B%27k%27%5D%3A%27v%27"; got != want {
 		t.Errorf("sent to %s; want %s", got, want)
 	}
-	if got := fmt.Sprint(sent.Header.Values("Authorization"), sent.Header["authorization"]); got != "[Bearer "+vaultKey+"] []" {
+	lower := "authorization" // set above as a raw, non-canonical key
+	if got := fmt.Sprint(sent.Header.Values("Authorization"), sent.Header[lower]); got != "[Bearer "+vaultKey+"] []" {
 		t.Errorf("Authorization sent = %s; want only the vault key", got)
 	}
 	if sent.Header.Get("Idempotency-Key") != "k1" {
