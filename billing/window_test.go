@@ -302,3 +302,29 @@ func TestRefusedSearchStopsReconcile(t *testing.T) {
 		}
 	}
 }
+
+// New refuses a deadline whose arithmetic cannot hold: the last attempt may
+// start just before WindowMargin and reach Stripe an attempt timeout later,
+// with clocks ClockAllowance apart, all within Stripe's 24 hours; and a
+// search trusted before MinWindowMargin might not have indexed a payment.
+func TestNewRefusesImpossibleWindowArithmetic(t *testing.T) {
+	e := newEnv(t)
+	for name, set := range map[string]func(*billing.Config){
+		"margin + attempt + allowance > 24h": func(c *billing.Config) {
+			c.WindowMargin = 23*time.Hour + 50*time.Minute
+			c.Retry.AttemptTimeout = 10 * time.Minute
+		},
+		"margin below MinWindowMargin": func(c *billing.Config) { c.WindowMargin = 30 * time.Minute },
+	} {
+		cfg := billing.Config{SecretKey: secretKey, StripeURL: e.srv.URL, Claims: e.store, Price: flatPrice(amount), Retry: fastRetry()}
+		set(&cfg)
+		if _, err := billing.New(cfg); !errors.Is(err, billing.ErrInvalidInput) || !strings.Contains(err.Error(), "WindowMargin") {
+			t.Errorf("%s: New = %v, want ErrInvalidInput naming WindowMargin", name, err)
+		}
+	}
+	cfg := billing.Config{SecretKey: secretKey, StripeURL: e.srv.URL, Claims: e.store, Price: flatPrice(amount), Retry: fastRetry(),
+		WindowMargin: 23*time.Hour + 50*time.Minute}
+	if _, err := billing.New(cfg); err != nil {
+		t.Errorf("New with a margin that fits = %v", err)
+	}
+}
