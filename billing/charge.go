@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -243,8 +245,13 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	mayHaveRun := false // whether any attempt may have executed at Stripe
 	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (created, error) {
 		attempt++
-		out, sent, err := b.create(ctx, j, key, attempt)
-		mayHaveRun = mayHaveRun || sent && !refusedBeforeExecution(err)
+		out, writes, err := b.create(ctx, j, key, attempt)
+		// One write refused before execution ran nothing. Several writes
+		// in one attempt (net/http resends a request with an
+		// Idempotency-Key by itself when a reused connection closes, and
+		// a caller's transport may retry) leave the earlier ones unknown;
+		// so does a transport whose writes cannot be seen (-1).
+		mayHaveRun = mayHaveRun || writes != 0 && (writes != 1 || !refusedBeforeExecution(err))
 		return out, err
 	})
 	j.won = j.won && !mayHaveRun
@@ -298,16 +305,20 @@ func outcomeUnknown(err error) bool {
 // create makes one HTTP attempt. It never makes a key: it sends the one it
 // is given, in the header and in the metadata (I2).
 //
-// sent reports whether the request was made.
-func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (_ created, sent bool, _ error) {
+// writes counts the requests written to the network: 0 when nothing was
+// sent, -1 when the call was made through a transport that reports no
+// writes (one not built on net/http).
+func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (_ created, writes int, _ error) {
 	if err := b.limiter.Wait(ctx); err != nil {
-		return created{}, false, err
+		return created{}, 0, err
 	}
 	// The last check before the key leaves: the deadline, on the database
 	// clock, after any wait (I5).
 	if err := b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin); err != nil {
-		return created{}, false, err
+		return created{}, 0, err
 	}
+	var wrote atomic.Int32
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Add(1) }})
 	ctx = idemkey.WithKey(ctx, key)
 	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
 	start := time.Now()
@@ -343,7 +354,10 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		}
 	}
 	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Attempt: attempt, Duration: time.Since(start), Err: err})
-	return out, true, err
+	if n := int(wrote.Load()); n > 0 {
+		return out, n, err
+	}
+	return out, -1, err
 }
 
 func replayed(r *stripe.APIResponse) bool {
