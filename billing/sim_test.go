@@ -772,15 +772,15 @@ func (w *simWorld) play(ctx context.Context) {
 		w.quiet(0)
 		w.disarm()
 		if rd.faults.jumps() && !w.jumped.Load() {
-			// The step sent too few requests to meet the jump: the time
-			// passes after it, so that a seed always spans the same time.
+			// The step never reached the jump (too few requests or
+			// claims): the time passes after it, so that a seed always
+			// spans the same virtual time.
 			w.move(ctx, rd.faults.jumpBy, "after the step")
 		}
 		for j, r := range results {
 			w.logf("  %c) → %s", 'a'+j, r)
 		}
 		w.notePayments(fmt.Sprintf("round %d", i+1))
-
 	}
 }
 
