@@ -108,12 +108,20 @@ func (m *Memory) Renew(ctx context.Context, key, owner string) error {
 		return err
 	}
 	return m.update(key, func(c *Claim, now time.Time) error {
-		if c.State != StatePending || c.Owner != owner {
-			return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+		if err := held(c, owner); err != nil {
+			return err
 		}
 		c.LeaseUntil = now.Add(m.lease)
 		return nil
 	})
+}
+
+// held returns ErrLeaseLost unless owner holds the pending claim c.
+func held(c *Claim, owner string) error {
+	if c.State != StatePending || c.Owner != owner {
+		return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, c.Key, c.State, c.Owner, owner)
+	}
+	return nil
 }
 
 // CheckSend reports whether owner may send key now. See [Store].
@@ -127,8 +135,8 @@ func (m *Memory) CheckSend(ctx context.Context, key, owner string, window time.D
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: %q", ErrNotFound, key)
-	case c.State != StatePending || c.Owner != owner:
-		return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+	case held(c, owner) != nil:
+		return held(c, owner)
 	case time.Since(c.FirstSentAt) >= window:
 		return windowClosed(key, time.Since(c.FirstSentAt), window)
 	}
@@ -141,8 +149,8 @@ func (m *Memory) Reopen(ctx context.Context, key, owner, endpoint, credential st
 		return err
 	}
 	return m.update(key, func(c *Claim, now time.Time) error {
-		if c.State != StatePending || c.Owner != owner {
-			return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+		if err := held(c, owner); err != nil {
+			return err
 		}
 		c.FirstSentAt, c.ReconciledAt, c.Endpoint, c.Credential = now, now, endpoint, credential
 		return nil
@@ -155,8 +163,8 @@ func (m *Memory) Release(ctx context.Context, key, owner, lastErr string) error 
 		return err
 	}
 	return m.update(key, func(c *Claim, now time.Time) error {
-		if c.State != StatePending || c.Owner != owner {
-			return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+		if err := held(c, owner); err != nil {
+			return err
 		}
 		c.Owner, c.LeaseUntil, c.LastError = "", now, lastErr
 		return nil
@@ -174,8 +182,8 @@ func (m *Memory) Abandon(ctx context.Context, key, owner string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: %q", ErrNotFound, key)
-	case c.State != StatePending || c.Owner != owner:
-		return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+	case held(c, owner) != nil:
+		return held(c, owner)
 	}
 	delete(m.byKey, key)
 	delete(m.live, [2]string{c.Customer, c.Period})
