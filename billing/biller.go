@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"reflect"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/nilness"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -296,10 +296,10 @@ func New(cfg Config) (*Biller, error) {
 	if strings.ContainsFunc(cfg.SecretKey, unicode.IsSpace) {
 		return nil, invalid("Config.SecretKey contains white space: check how it is loaded")
 	}
-	if isNil(cfg.Claims) {
+	if nilness.Is(cfg.Claims) {
 		return nil, invalid("Config.Claims is nil (%T): use claim.NewPostgres with your pool (claim.NewMemory in unit tests), and check its error", cfg.Claims)
 	}
-	if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && isNil(cfg.HTTPClient.Transport) {
+	if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && nilness.Is(cfg.HTTPClient.Transport) {
 		return nil, invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
 	}
 	if cfg.Logger != nil && cfg.Logger.Handler() == nil {
@@ -456,21 +456,6 @@ func checkStripeURL(raw string) error {
 		return invalid("Config.StripeURL %q has a query or fragment; stripe-go appends each request's path to it, so give only scheme, host and an optional path", safe)
 	}
 	return nil
-}
-
-// isNil reports whether v is nil, or an interface holding a nil pointer,
-// map, slice, func or channel: what an ignored constructor error leaves
-// behind (guard, _ := lock.NewAdvisory(...)). Such a value passes a plain
-// v == nil check and panics at first use.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
 }
 
 func defaultOwner() string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/nilness"
 	"github.com/billonce/billonce/lock"
 )
 
@@ -160,7 +161,7 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	if o.BatchSize > MaxBatchSize {
 		return Summary{Period: period}, invalid("RunOptions.BatchSize %d is above MaxBatchSize (%d)", o.BatchSize, MaxBatchSize)
 	}
-	if o.Lock != nil && isNil(o.Lock) {
+	if o.Lock != nil && nilness.Is(o.Lock) {
 		return Summary{Period: period}, invalid("RunOptions.Lock is a nil %T: check the error of the constructor (lock.NewAdvisory), or leave Lock nil to run without a lock", o.Lock)
 	}
 	if o.Concurrency == 0 {

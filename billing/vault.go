@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/nilness"
 )
 
 // maxVaultKeyLen bounds a vault key; real ones are well under it.
@@ -116,7 +117,7 @@ func NewVaultTransport(cfg VaultConfig) (*VaultTransport, error) {
 		return nil, err
 	}
 	base := cfg.Base
-	if base != nil && isNil(base) {
+	if base != nil && nilness.Is(base) {
 		return nil, invalid("VaultConfig.Base (ProxyClient: base.Transport) is a nil %T: pass a transport, or leave it nil for http.DefaultTransport", base)
 	}
 	if base == nil {

@@ -124,6 +124,15 @@ func held(c *Claim, owner string) error {
 	return nil
 }
 
+// heldLocked returns key's claim if owner holds it pending; m.mu is held.
+func (m *Memory) heldLocked(key, owner string) (*Claim, error) {
+	c, ok := m.byKey[key]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	return c, held(c, owner)
+}
+
 // CheckSend reports whether owner may send key now. See [Store].
 func (m *Memory) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateWindow(window)); err != nil {
@@ -131,14 +140,12 @@ func (m *Memory) CheckSend(ctx context.Context, key, owner string, window time.D
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c, ok := m.byKey[key]
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: %q", ErrNotFound, key)
-	case held(c, owner) != nil:
-		return held(c, owner)
-	case time.Since(c.FirstSentAt) >= window:
-		return windowClosed(key, time.Since(c.FirstSentAt), window)
+	c, err := m.heldLocked(key, owner)
+	if err != nil {
+		return err
+	}
+	if sent := time.Since(c.FirstSentAt); sent >= window {
+		return windowClosed(key, sent, window)
 	}
 	return nil
 }
@@ -178,12 +185,9 @@ func (m *Memory) Abandon(ctx context.Context, key, owner string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c, ok := m.byKey[key]
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: %q", ErrNotFound, key)
-	case held(c, owner) != nil:
-		return held(c, owner)
+	c, err := m.heldLocked(key, owner)
+	if err != nil {
+		return err
 	}
 	delete(m.byKey, key)
 	delete(m.live, [2]string{c.Customer, c.Period})

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billonce/billonce/internal/nilness"
 )
 
 // DefaultCheckInterval is how often a held advisory lock is confirmed when
@@ -195,7 +197,7 @@ func closeConn(conn *pgx.Conn) {
 // back; there is no unlock. Use it for short critical sections that already
 // run in a transaction; it also works through PgBouncer in transaction mode.
 func TryXact(ctx context.Context, tx pgx.Tx, namespace, name string) (bool, error) {
-	if isNil(tx) {
+	if nilness.Is(tx) {
 		return false, fmt.Errorf("%w: nil transaction; begin one and pass it, the lock lives until it ends", ErrInvalidConfig)
 	}
 	if err := checkName("namespace", namespace, true); err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/billonce/billonce/internal/nilness"
 )
 
 // DefaultLeaseTTL is how long a lease lasts without renewal when
@@ -79,7 +81,7 @@ var _ Guard = (*Lease)(nil)
 
 // NewLease returns a Lease on db. Call [Lease.Migrate] once before use.
 func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
-	if isNil(db) {
+	if nilness.Is(db) {
 		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalidConfig)
 	}
 	if err := checkName("namespace", cfg.Namespace, true); err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -83,20 +82,6 @@ func checkName(what, s string, mayBeEmpty bool) error {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidName, what)
 	}
 	return nil
-}
-
-// isNil reports whether v is nil or an interface holding a nil pointer (or
-// map, slice, func, channel): what an ignored constructor error leaves
-// behind. Such a value passes v == nil and panics at first use.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // errNilGuard is what the methods of a nil *Advisory or *Lease return.
