@@ -89,41 +89,6 @@ func posts(e *env, from int) int {
 	return n
 }
 
-// Control for TestAttackExpiredLeaseSendRacesRotatedTakeover: the same race
-// with B on the SAME key holds: B's reopened send and A's late request
-// carry one idempotency key in one key space, so Stripe replays.
-func TestAttackHeldLateSendRacesSameKeyTakeover(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	e.crashedClaim("cus_1", amount)
-	e.advance(22*time.Hour + 55*time.Minute)
-	late := newLateTransport(e.key("cus_1"))
-	var once sync.Once
-	a := e.biller(func(c *billing.Config) {
-		c.HTTPClient = &http.Client{Transport: late}
-		c.Retry.AttemptTimeout = 30 * time.Second
-		c.Retry.MaxAttempts = 1
-		c.Observe = func(ev billing.Event) {
-			if ev.Kind == billing.EventStripeCall && ev.Customer == "cus_0" {
-				once.Do(func() { e.advance(4*time.Minute + 50*time.Second) })
-			}
-		}
-	})
-	runDone := make(chan error, 1)
-	go func() {
-		_, err := a.Run(ctx, period, billing.Customers("cus_0", "cus_1"), &billing.RunOptions{Concurrency: 1})
-		runDone <- err
-	}()
-	<-late.held
-	e.advance(20 * time.Second)
-	r, err := e.biller().Charge(ctx, "cus_1", period)
-	close(late.release)
-	<-runDone
-	if n := e.count("cus_1"); n != 1 {
-		t.Fatalf("cus_1 charged %d times, want 1 (B = %+v, %v)", n, r, err)
-	}
-}
-
 // A runner paused between retries (here: rate-limited, 25 hours pass)
 // while another runner takes its claim over, reconciles and charges: when
 // it wakes, its next attempt is refused by CheckSend (lease lost).
