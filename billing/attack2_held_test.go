@@ -1,6 +1,7 @@
 package billing_test
 
-// Adversarial review, round 2: attacks that held on the code under review.
+// Attacks on abandoning unsent claims and on the 24-hour rule for claims
+// sent elsewhere, each counting payments at the fake Stripe.
 
 import (
 	"context"

@@ -1,7 +1,7 @@
 package billing_test
 
-// Adversarial review, round 2: each test here proves a defect and FAILS on
-// the code under review. The oracle is the fake Stripe's ledger.
+// Attacks that once charged twice through a deleted claim. The oracle is
+// the fake Stripe's ledger.
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func dropThenRefuse(key string, refusal billingtest.Fault) func(billingtest.Requ
 	}
 }
 
-// FINDING A (double charge through Abandon).
+// A double charge through Abandon, now guarded.
 //
 // send decides "nothing executed" from the errors stripe-go returns, one
 // per b.create call. But one b.create can be several HTTP requests:
@@ -78,7 +78,7 @@ func TestAttack2TransparentResendHidesExecutedAttempt(t *testing.T) {
 	}
 }
 
-// FINDING A, without any reconfiguration: the same deleted claim, and the
+// The same, without any reconfiguration: the same deleted claim, and the
 // next day's run with the same Biller. Stripe has forgotten the key, and no
 // claim remembers it was ever sent.
 func TestAttack2TransparentResendThenNextDay(t *testing.T) {

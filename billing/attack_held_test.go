@@ -1,6 +1,7 @@
 package billing_test
 
-// Adversarial review: attacks that HELD. Each is a regression test counting
+// Attacks on the exactly-once guarantee across time and configuration. Each
+// is a regression test counting
 // payments at the fake Stripe; each runs in well under a second.
 
 import (

@@ -1,7 +1,7 @@
 package billing_test
 
-// Adversarial review: each test here proves a defect and FAILS on the code
-// under review. The oracle is always the fake Stripe's ledger
+// Attacks that once broke the exactly-once guarantee or leaked a secret,
+// kept as regression tests. The oracle is always the fake Stripe's ledger
 // (Server.CountPeriod / Payments) or the text a secret could leak into,
 // never billonce's own bookkeeping.
 
@@ -51,7 +51,7 @@ func (t *lateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// FINDING 1 (double charge, I5 + I11).
+// A double charge across a key rotation (I5 + I11), now guarded.
 //
 // Scenario: replica A (old Stripe key) runs a Run; cus_1's claim was made
 // 22h55m ago and is resumed in A's claim batch. cus_1 waits in A's queue
@@ -158,7 +158,7 @@ func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
 	}
 }
 
-// FINDING 3 (customers delayed ~23 h with an error; contradicts the
+// Customers once delayed ~23 h with an error (this contradicted the
 // documented recovery of ErrStripeAuth).
 //
 // Scenario: the Stripe key has expired. A Run claims its first batch, the
@@ -196,7 +196,7 @@ func TestAttackFixedKeyAfter401StaysUnbilled(t *testing.T) {
 	}
 }
 
-// FINDING 4 (secret leak, I9).
+// A secret leak through format verbs (I9), now guarded.
 //
 // Scenario: a Biller (or a VaultTransport) printed with a formatting verb
 // other than v/s/q/x/X, e.g. a mistaken log.Printf("%d billers: %v", b).
