@@ -62,9 +62,11 @@ type job struct {
 	price            Price
 	key              idemkey.Key
 	attempt          int
-	owner            string // this attempt's name on the claim
-	reopened         bool   // a search found no payment and reopened the key's window
-	won              bool   // this call made the claim: no earlier send of its key exists
+	owner            string    // this attempt's name on the claim
+	reopened         bool      // a search found no payment and reopened the key's window
+	won              bool      // this call made the claim: no earlier send of its key exists
+	rec              *recorder // in a Run over a batching store: checks and records in shared round trips
+	start            time.Time // when settling began, for Config.Observe
 }
 
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
@@ -151,10 +153,14 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 }
 
 // settle acts on a claim result and reports the outcome to Config.Observe.
+// With a recorder, a success is settled by the recorder once written, and
+// settle returns errRecording.
 func (b *Biller) settle(ctx context.Context, j job, res claim.Result) (Receipt, error) {
-	start := time.Now()
+	j.start = time.Now()
 	r, err := b.settleClaim(ctx, j, res)
-	b.outcome(j, start, r, err)
+	if err != errRecording {
+		b.outcome(j, j.start, r, err)
+	}
 	return r, err
 }
 
@@ -257,6 +263,9 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	j.won = j.won && !mayHaveRun
 	stop()
 	switch {
+	case err == nil && j.rec != nil && succeeded(out):
+		j.rec.succeeded(j, out)
+		return Receipt{}, errRecording
 	case err == nil:
 		return b.record(ctx, j, out)
 	case errors.Is(err, claim.ErrWindowClosed):
@@ -314,7 +323,13 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	}
 	// The last check before the key leaves: the deadline, on the database
 	// clock, after any wait (I5).
-	if err := b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin); err != nil {
+	var err error
+	if j.rec != nil {
+		err = j.rec.check(ctx, key.String(), j.owner)
+	} else {
+		err = b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin)
+	}
+	if err != nil {
 		return created{}, 0, err
 	}
 	var wrote atomic.Int32
@@ -322,10 +337,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	ctx = idemkey.WithKey(ctx, key)
 	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
 	start := time.Now()
-	var (
-		out created
-		err error
-	)
+	var out created
 	switch b.cfg.API {
 	case PaymentIntents:
 		params := &stripe.PaymentIntentParams{
@@ -364,14 +376,20 @@ func replayed(r *stripe.APIResponse) bool {
 	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
 }
 
-// record writes a definitive Stripe answer to the claim.
-func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
+// succeeded reports whether Stripe's answer is a money movement:
+// Charges: succeeded or pending (funds on the way); PaymentIntents:
+// succeeded or processing. Either way it must never be created again.
+func succeeded(out created) bool {
 	switch out.status {
 	case "succeeded", "pending", "processing", "":
-		// Charges: succeeded or pending (funds on the way). PaymentIntents:
-		// succeeded or processing. Either way the money movement exists and
-		// must never be created again.
-	default:
+		return true
+	}
+	return false
+}
+
+// record writes a definitive Stripe answer to the claim.
+func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
+	if !succeeded(out) {
 		reason := "Stripe object " + out.id + " has status " + out.status
 		if err := b.cfg.Claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
 			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
@@ -379,7 +397,12 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Code: out.status, Reason: reason}
 	}
 	// Record even if the caller gave up meanwhile: the charge exists.
-	if err := b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id); err != nil {
+	return b.recorded(ctx, j, out, b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id))
+}
+
+// recorded is the receipt of a success whose recording returned err.
+func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (Receipt, error) {
+	if err != nil {
 		return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
 	}
 	how := Created

@@ -225,6 +225,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 	// ahead of sending, the fewer a killed runner leaves for its lease to
 	// release.
 	tasks := make(chan task, o.Concurrency)
+	rec := r.newRecorder()
 	var wg sync.WaitGroup
 	for range o.Concurrency {
 		wg.Add(1)
@@ -235,8 +236,11 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 					r.unsent(ctx, t)
 					continue
 				}
+				t.j.rec = rec
 				rc, err := b.settle(ctx, t.j, t.res)
-				r.settled(t.j, rc, err)
+				if err != errRecording { // else the recorder settles it
+					r.settled(t.j, rc, err)
+				}
 			}
 		}()
 	}
@@ -244,6 +248,9 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 	srcErr := r.feed(ctx, period, items, tasks)
 	close(tasks)
 	wg.Wait()
+	if rec != nil {
+		rec.close()
+	}
 
 	r.sum.Elapsed = time.Since(r.start)
 	switch {

@@ -642,6 +642,22 @@ func (s *simStore) Abandon(ctx context.Context, key, owner string) error {
 	return s.inner.Abandon(ctx, key, owner)
 }
 
+// CheckSendSucceed lets runs check and record in shared round trips, as
+// they do over claim.Postgres; a dead runner's round trip fails whole.
+func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claim.SendCheck, done []claim.Success) (checkErrs, doneErrs []error) {
+	if err := s.alive(); err != nil {
+		checkErrs, doneErrs = make([]error, len(checks)), make([]error, len(done))
+		for i := range checkErrs {
+			checkErrs[i] = err
+		}
+		for i := range doneErrs {
+			doneErrs[i] = err
+		}
+		return checkErrs, doneErrs
+	}
+	return s.inner.(*claim.Postgres).CheckSendSucceed(ctx, window, checks, done)
+}
+
 // simTransport is a runner's HTTP transport: it fails once the runner is
 // dead and kills the runner at the crash points around Stripe's answer.
 type simTransport struct {
