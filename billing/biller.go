@@ -276,6 +276,9 @@ type Biller struct {
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
+	// searches paces search requests on their own (see searchRateLimit);
+	// they take a token of limiter too.
+	searches *rate.Limiter
 	// instance is random per Biller, so that two replicas configured with
 	// the same Owner are still two owners; seq numbers its claims. See
 	// newOwner.
@@ -354,12 +357,16 @@ func New(cfg Config) (*Biller, error) {
 	if len(cfg.Owner) > maxOwnerLen {
 		return nil, invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
 	}
-	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0), seq: new(atomic.Uint64)}
+	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0),
+		searches: rate.NewLimiter(rate.Inf, 0), seq: new(atomic.Uint64)}
 	switch {
 	case cfg.RateLimit == 0:
 		b.limiter = rate.NewLimiter(DefaultRateLimit, DefaultRateLimit/4)
 	case cfg.RateLimit > 0:
 		b.limiter = rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, int(cfg.RateLimit/4)))
+	}
+	if cfg.RateLimit >= 0 {
+		b.searches = rate.NewLimiter(searchRateLimit, 1)
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
