@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -509,30 +510,40 @@ func (b *Biller) release(ctx context.Context, j job, cause error) {
 	}
 }
 
-// renewWhileSending keeps the claim's lease alive during long retries.
+// renewWhileSending keeps the claim's lease alive during long retries. It
+// runs on a timer, not a goroutine of its own: most sends end long before
+// the first renewal is due. No Renew runs after stop returns.
 func (b *Biller) renewWhileSending(ctx context.Context, j job, c claim.Claim) (stop func()) {
 	lease := c.LeaseUntil.Sub(c.UpdatedAt)
 	if lease <= 0 {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := b.cfg.Claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
-					b.log.LogAttrs(ctx, slogWarn, "billonce: renewing the claim's lease failed", attrs(j, "error", err)...)
-				}
-			}
+	var (
+		mu      sync.Mutex // held while renewing
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(lease/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { cancel(); <-done }
+		if err := b.cfg.Claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
+			b.log.LogAttrs(ctx, slogWarn, "billonce: renewing the claim's lease failed", attrs(j, "error", err)...)
+		}
+		t.Reset(lease / 3)
+	})
+	return func() {
+		cancel() // ends a Renew under way
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // policyFor is the retry policy for one charge: every retry is logged with

@@ -265,28 +265,40 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 	return r.sum, nil
 }
 
+// claimed is one batch's claim, made in the background.
+type claimed struct {
+	batch   []job
+	results []claim.Result
+	err     error
+	done    chan struct{}
+}
+
 // feed reads items, claims them in batches and queues what must be sent.
+// The next batch is claimed while the previous one is handed out, so that
+// workers do not wait for the round trip; one claim is under way at a
+// time.
 func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
 	batch := make([]job, 0, r.o.BatchSize)
 	inBatch := make(map[string]bool, r.o.BatchSize) // a batch claims each customer once
-	flush := func() error {
-		if len(batch) == 0 {
+	var inflight *claimed
+	// handOut waits for the claim under way and queues its customers.
+	handOut := func() error {
+		c := inflight
+		if c == nil {
 			return nil
 		}
-		reqs := make([]claim.Request, len(batch))
-		for i, j := range batch {
-			reqs[i] = r.b.request(j)
-		}
-		results, err := r.b.cfg.Claims.ClaimBatch(ctx, reqs)
-		if len(results) != len(batch) {
+		inflight = nil
+		<-c.done
+		if len(c.results) != len(c.batch) {
+			err := c.err
 			if err == nil {
-				err = fmt.Errorf("%d results for %d requests", len(results), len(batch))
+				err = fmt.Errorf("%d results for %d requests", len(c.results), len(c.batch))
 			}
-			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(batch), period, err)
+			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(c.batch), period, err)
 		}
-		// err joins the mismatches, which the results carry one by one.
-		for i, res := range results {
-			j := batch[i]
+		// c.err joins the mismatches, which the results carry one by one.
+		for i, res := range c.results {
+			j := c.batch[i]
 			switch res.Outcome {
 			case claim.Mismatch:
 				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, res.Conflict))
@@ -301,16 +313,44 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 				r.settled(j, rc, err)
 			}
 		}
-		batch = batch[:0]
-		clear(inBatch)
 		return nil
+	}
+	// flush claims the batch once the claim under way is done, then
+	// hands that one out while this one is claimed.
+	flush := func() error {
+		if len(batch) == 0 {
+			return handOut()
+		}
+		prev := inflight
+		if prev != nil {
+			<-prev.done
+		}
+		c := &claimed{batch: batch, done: make(chan struct{})}
+		reqs := make([]claim.Request, len(batch))
+		for i, j := range batch {
+			reqs[i] = r.b.request(j)
+		}
+		go func() {
+			defer close(c.done)
+			c.results, c.err = r.b.cfg.Claims.ClaimBatch(ctx, reqs)
+		}()
+		batch = make([]job, 0, r.o.BatchSize)
+		clear(inBatch)
+		inflight = prev
+		err := handOut()
+		inflight = c
+		return err
+	}
+	// finish hands out everything claimed, even after an error.
+	finish := func(err error) error {
+		return errors.Join(err, flush(), handOut())
 	}
 	for it, err := range items {
 		if ctx.Err() != nil {
 			break
 		}
 		if err != nil {
-			if ferr := flush(); ferr != nil {
+			if ferr := finish(nil); ferr != nil {
 				return ferr
 			}
 			return fmt.Errorf("billing: reading customers for %s: %w", period, err)
@@ -328,11 +368,11 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		inBatch[j.customer] = true
 		if len(batch) == cap(batch) {
 			if err := flush(); err != nil {
-				return err
+				return finish(err)
 			}
 		}
 	}
-	if err := flush(); err != nil {
+	if err := finish(nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
