@@ -68,6 +68,8 @@ type job struct {
 	won              bool      // this call made the claim: no earlier send of its key exists
 	rec              *recorder // in a Run over a batching store: checks and records in shared round trips
 	start            time.Time // when settling began, for Config.Observe
+	claimedAt        time.Time // local time just before the claim statement left, in a Run
+	firstSendBy      time.Time // see firstSendSafe
 }
 
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
@@ -247,6 +249,7 @@ type created struct {
 // deadline has not passed (I5); once it has, the claim is reconciled by
 // search instead.
 func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+	j.firstSendBy = b.firstSendSafe(j, c)
 	stop := b.renewWhileSending(ctx, j, c)
 	attempt := 0        // retry.Do runs attempts one after the other
 	mayHaveRun := false // whether any attempt may have executed at Stripe
@@ -298,6 +301,47 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	return Receipt{}, b.failure(ctx, j, err)
 }
 
+// firstSendSafe returns the local time before which the first attempt of
+// a claim a Run has just won may be sent without asking the store again,
+// or the zero time if it must ask.
+//
+// The claim statement read the database clock after claimedAt: it made
+// the row, so no request carried the key before, and leased it to this
+// attempt for the lease c records. Until half that lease has passed on the
+// local clock, no other runner can have taken the claim over (a takeover
+// needs the lease to have ended on the database clock), so nothing else
+// sends the key and this send is its first: the window, which starts at
+// the claim, cannot be over. The time left in the window at the claim,
+// less an attempt's longest duration, bounds it too, so a check reused
+// here is always one that a fresh CheckSend would pass, with an attempt's
+// whole duration to spare. Retries ask the store, as every send of a
+// resumed claim does.
+func (b *Biller) firstSendSafe(j job, c claim.Claim) time.Time {
+	if !j.won || j.rec == nil || j.claimedAt.IsZero() {
+		return time.Time{}
+	}
+	attempt := b.policy.AttemptTimeout
+	if attempt <= 0 {
+		attempt = retry.DefaultAttemptTimeout
+	}
+	within := min(c.LeaseUntil.Sub(c.UpdatedAt)/2, b.cfg.WindowMargin-c.SentAge-attempt)
+	if within <= 0 {
+		return time.Time{}
+	}
+	return j.claimedAt.Add(within)
+}
+
+// beforeOnBothClocks reports whether now is before t on the monotonic clock
+// and on the wall clock: the monotonic clock stops while the machine
+// sleeps, the wall clock does not.
+func beforeOnBothClocks(t time.Time) bool {
+	if t.IsZero() {
+		return false
+	}
+	now := time.Now()
+	return now.Before(t) && now.Round(0).Before(t.Round(0))
+}
+
 // outcomeUnknown reports whether err leaves open whether Stripe charged:
 // anything but a definitive 4xx refusal or a run-stopping answer.
 func outcomeUnknown(err error) bool {
@@ -325,9 +369,16 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	// The last check before the key leaves: the deadline, on the database
 	// clock, after any wait (I5).
 	var err error
-	if j.rec != nil {
+	switch {
+	case attempt == 1 && beforeOnBothClocks(j.firstSendBy):
+		// The claim's own statement made this check (see firstSendSafe).
+		// A stopped run sends nothing more, as the store would have
+		// refused: a request cancelled before it is written may look
+		// sent to the count below.
+		err = ctx.Err()
+	case j.rec != nil:
 		err = j.rec.check(ctx, key.String(), j.owner)
-	} else {
+	default:
 		err = b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin)
 	}
 	if err != nil {

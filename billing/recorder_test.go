@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/pgtest"
 )
@@ -171,4 +172,42 @@ func TestHelperRecordCrash(t *testing.T) {
 	}
 	b.Run(ctx, period, billing.Customers(customers(n)...), &billing.RunOptions{Concurrency: 4, BatchSize: 10})
 	t.Fatal("the run ended; it should have been killed")
+}
+
+// A Run sends the first attempt of a claim it has just won without asking
+// the store again only while half the claim's lease is left. A customer
+// that waited longer in the run is checked: if another runner took its
+// claim over meanwhile, this run does not send the key at all.
+func TestRunChecksClaimsThatWaited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	short, err := claim.NewPostgres(e.pool, claim.Config{Lease: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// cus_00000 takes a second to answer; cus_00001 waits for the one
+	// worker meanwhile, and another runner resumes its claim.
+	e.srv.FailNext(billingtest.Match{Customer: "cus_00000"}, billingtest.Fault{Kind: billingtest.FaultSlow, Delay: time.Second})
+	first := e.biller(func(c *billing.Config) { c.Claims = short })
+	done := make(chan billing.Summary, 1)
+	go func() {
+		sum, _ := first.Run(context.Background(), period, billing.Customers("cus_00000", "cus_00001"), &billing.RunOptions{Concurrency: 1})
+		done <- sum
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if _, err := e.biller(func(c *billing.Config) { c.Claims = short }).Charge(context.Background(), "cus_00001", period); err != nil {
+		t.Fatal(err)
+	}
+	sum := <-done
+	t.Logf("first run: %+v %v", sum.Progress, sum.Failures)
+	sends := 0
+	for _, en := range e.srv.Log() {
+		if en.Customer == "cus_00001" && en.Method == "POST" {
+			sends++
+		}
+	}
+	if sends != 1 {
+		t.Errorf("cus_00001's key was sent %d times; want once, by the runner that took it over", sends)
+	}
+	wantAllOnce(t, e.srv, []string{"cus_00000", "cus_00001"})
 }

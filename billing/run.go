@@ -270,6 +270,7 @@ type claimed struct {
 	batch   []job
 	results []claim.Result
 	err     error
+	at      time.Time // just before the claim statement left
 	done    chan struct{}
 }
 
@@ -303,6 +304,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			case claim.Mismatch:
 				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, res.Conflict))
 			case claim.Won, claim.Resumed:
+				j.claimedAt = c.at
 				select {
 				case tasks <- task{j, res}:
 				case <-ctx.Done():
@@ -321,6 +323,12 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		if len(batch) == 0 {
 			return handOut()
 		}
+		if ctx.Err() != nil {
+			// Stopped: claim nothing more.
+			batch = batch[:0]
+			clear(inBatch)
+			return handOut()
+		}
 		prev := inflight
 		if prev != nil {
 			<-prev.done
@@ -332,7 +340,11 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		}
 		go func() {
 			defer close(c.done)
-			c.results, c.err = r.b.cfg.Claims.ClaimBatch(ctx, reqs)
+			c.at = time.Now()
+			// A claim under way when the run stops finishes, so that its
+			// customers are handed back (abandoned or released) rather
+			// than left to their leases.
+			c.results, c.err = r.b.cfg.Claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
 		}()
 		batch = make([]job, 0, r.o.BatchSize)
 		clear(inBatch)
