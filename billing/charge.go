@@ -246,8 +246,9 @@ type created struct {
 
 // send calls Stripe under retry with the claim's key and records the
 // outcome. Before every attempt the claim store confirms that the key's
-// deadline has not passed (I5); once it has, the claim is reconciled by
-// search instead.
+// deadline has not passed (I5), but for a fresh claim's first attempt in a
+// Run (see firstSendSafe); once it has, the claim is reconciled by search
+// instead.
 func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	j.firstSendBy = b.firstSendSafe(j, c)
 	stop := b.renewWhileSending(ctx, j, c)

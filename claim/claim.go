@@ -26,7 +26,10 @@ type Store interface {
 	// with their *MismatchError in Result.Conflict, also joined into the
 	// returned error; the other results are still valid.
 	ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error)
-	// CheckSend is asked before every send of key: it returns nil if owner
+	// CheckSend is asked before every send of key (a caller may skip it
+	// only for the first send of a claim it has just won, while the lease
+	// is certainly still its own: no request can have carried the key
+	// yet): it returns nil if owner
 	// still holds the pending claim and less than window has passed, on the
 	// store's clock, since the key's window started (Claim.FirstSentAt). It
 	// returns [ErrLeaseLost] if owner no longer holds the claim, and

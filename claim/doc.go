@@ -102,6 +102,9 @@
 //   - [Postgres.Renew] extends the lease during a long call; [ErrLeaseLost]
 //     means another runner has taken over and this one must stop.
 //   - [Postgres.CheckSend] comes before every send (see below).
+//   - [Postgres.CheckSendSucceed] answers many CheckSend questions and
+//     records many successes in one round trip, for a runner with many
+//     charges in flight; each answer is the one the single call gives.
 //
 // # Where the key went, and its window
 //
