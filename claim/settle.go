@@ -92,8 +92,8 @@ type Applied struct {
 	Outcome ApplyOutcome
 	// Claim is the claim after the update.
 	Claim Claim
-	// Before is the claim's state before the update.
-	Before State
+	// Before is the claim as it was before the update.
+	Before Claim
 	// Reason says why an update changed nothing, or what it changed.
 	Reason string
 }
@@ -242,7 +242,7 @@ func (p *Postgres) Apply(ctx context.Context, u Update) (Applied, error) {
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				return Applied{}, err
 			}
-			return Applied{Outcome: Duplicate, Claim: c, Before: c.State, Reason: "event applied before: " + result}, nil
+			return Applied{Outcome: Duplicate, Claim: c, Before: c, Reason: "event applied before: " + result}, nil
 		}
 	}
 	c, err := scanClaim(tx.QueryRow(ctx, p.selectSQL+" WHERE key = $1 FOR UPDATE", u.Key))
@@ -258,7 +258,7 @@ func (p *Postgres) Apply(ctx context.Context, u Update) (Applied, error) {
 
 // finishApply writes ch to the claim and the event's result, and commits.
 func (p *Postgres) finishApply(ctx context.Context, tx pgx.Tx, u Update, c Claim, ch change) (Applied, error) {
-	out := Applied{Outcome: ch.outcome, Claim: c, Before: c.State, Reason: ch.reason}
+	out := Applied{Outcome: ch.outcome, Claim: c, Before: c, Reason: ch.reason}
 	if ch.outcome == Changed {
 		n := ch.next
 		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, stripe_id = $3, failure_code = $4, last_error = $5,
@@ -321,13 +321,13 @@ func (m *Memory) Apply(ctx context.Context, u Update) (Applied, error) {
 		if ok {
 			snap = m.snapshot(c, now)
 		}
-		return Applied{Outcome: Duplicate, Claim: snap, Before: snap.State, Reason: "event applied before: " + result}, nil
+		return Applied{Outcome: Duplicate, Claim: snap, Before: snap, Reason: "event applied before: " + result}, nil
 	}
 	if !ok {
 		return Applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
 	}
 	ch := decide(*c, u)
-	out := Applied{Outcome: ch.outcome, Before: c.State, Reason: ch.reason}
+	out := Applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
 	if ch.outcome == Changed {
 		n := ch.next
 		if ch.processing && n.ProcessingAt.IsZero() {

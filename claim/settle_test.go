@@ -54,7 +54,7 @@ func TestProcessingSettles(t *testing.T) {
 			t.Fatal("a second key for a processing period was accepted")
 		}
 		a := mustApply(t, s, upd("evt_1", claim.StateSucceeded, 1), claim.Changed)
-		if a.Before != claim.StateProcessing || a.Claim.State != claim.StateSucceeded || a.Claim.SettledAt.IsZero() {
+		if a.Before.State != claim.StateProcessing || a.Claim.State != claim.StateSucceeded || a.Claim.SettledAt.IsZero() {
 			t.Fatalf("applied = %+v", a)
 		}
 		mustClaim(t, s, req("cus_1", "k1", "b"), claim.Succeeded)
