@@ -41,6 +41,24 @@ type WebhookConfig struct {
 	MaxBody int64
 }
 
+// String describes the configuration without its secret (I9).
+func (c WebhookConfig) String() string {
+	secret := "(none)"
+	if c.Secret != "" {
+		secret = "****"
+	}
+	return fmt.Sprintf("billing.WebhookConfig{Secret: %s, Tolerance: %v, MaxBody: %d}", secret, c.Tolerance, c.MaxBody)
+}
+
+// GoString is String, so that %#v does not print the secret either.
+func (c WebhookConfig) GoString() string { return c.String() }
+
+// Format prints String for every verb, so that no verb prints the secret.
+func (c WebhookConfig) Format(f fmt.State, verb rune) { io.WriteString(f, c.String()) }
+
+// LogValue implements [slog.LogValuer]: what String shows.
+func (c WebhookConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // The events the handler applies; every other type is acknowledged and
 // ignored.
 var webhookTypes = map[string]bool{
@@ -108,6 +126,11 @@ func (b *Biller) Webhook(cfg WebhookConfig) (http.Handler, error) {
 type webhookHandler struct {
 	b   *Biller
 	cfg WebhookConfig
+}
+
+// Format prints the handler without its secret, whatever the verb.
+func (h *webhookHandler) Format(f fmt.State, verb rune) {
+	fmt.Fprintf(f, "billing webhook handler for %v, %v", h.b, h.cfg)
 }
 
 // answer writes a short plain-text answer. Nothing from the request is

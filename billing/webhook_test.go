@@ -598,3 +598,23 @@ func newPool(t *testing.T, p *pgxpool.Pool) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// The signing secret is never printed, whatever the verb or the logger.
+func TestWebhookSecretNeverPrinted(t *testing.T) {
+	e := newEnv(t)
+	cfg := billing.WebhookConfig{Secret: whsec}
+	h, err := e.b.Webhook(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("webhook", "config", cfg, "handler", h)
+	out := fmt.Sprintf("%v %+v %#v %s %q %d %x", cfg, cfg, cfg, cfg, cfg, cfg, cfg) +
+		fmt.Sprintf("%v %+v %#v %s %x", h, h, h, h, h) + logs.String()
+	if strings.Contains(out, whsec) || strings.Contains(out, fmt.Sprintf("%x", whsec)) {
+		t.Errorf("the secret is printed:\n%s", out)
+	}
+	if !strings.Contains(out, "Secret: ****") {
+		t.Errorf("no redacted secret in:\n%s", out)
+	}
+}
