@@ -41,7 +41,8 @@ func ExampleBiller_Webhook() {
 	defer endpoint.Close()
 
 	customers := billing.Customers("cus_card", "cus_bank")
-	sum, _ := biller.Run(ctx, "2026-09", customers, nil)
+	one := &billing.RunOptions{Concurrency: 1} // one at a time, so that the ids printed below are the same each run
+	sum, _ := biller.Run(ctx, "2026-09", customers, one)
 	fmt.Printf("run: created %d, processing %d, complete %v\n", sum.Created, sum.Processing, sum.Complete())
 
 	srv.Advance(72 * time.Hour)
@@ -49,7 +50,7 @@ func ExampleBiller_Webhook() {
 	rep := sender.Send(ctx, srv.Events())
 	fmt.Printf("webhook: %d events in %d deliveries\n", rep.Events, rep.Deliveries)
 
-	sum, _ = biller.Run(ctx, "2026-09", customers, nil)
+	sum, _ = biller.Run(ctx, "2026-09", customers, one)
 	fmt.Printf("next run: already billed %d, failed after settlement %d\n", sum.AlreadyDone, sum.FailedAfterProcessing)
 	fmt.Println(sum.Failures[0])
 	fmt.Println("payments at Stripe:", len(srv.Payments()))
