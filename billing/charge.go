@@ -182,6 +182,10 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 	switch res.Outcome {
 	case claim.Succeeded:
 		return b.receipt(j, c.StripeID, AlreadyRecorded), nil
+	case claim.Processing:
+		r := b.receipt(j, c.StripeID, AlreadyRecorded)
+		r.Processing = true
+		return r, nil
 	case claim.Failed:
 		return b.afterFailure(ctx, j, c)
 	case claim.InProgress:
@@ -220,13 +224,16 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 			}
 			later := j
 			later.key, later.attempt, later.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
-			if c.State == claim.StateSucceeded {
-				return b.receipt(later, c.StripeID, AlreadyRecorded), nil
+			if c.State == claim.StateSucceeded || c.State == claim.StateProcessing {
+				r := b.receipt(later, c.StripeID, AlreadyRecorded)
+				r.Processing = c.State == claim.StateProcessing
+				return r, nil
 			}
 			last, failed = later, c
 		}
 	}
-	return Receipt{}, &FailedError{Customer: last.customer, Period: last.period, Key: last.key.String(), Attempt: last.attempt, Reason: failed.LastError}
+	return Receipt{}, &FailedError{Customer: last.customer, Period: last.period, Key: last.key.String(), Attempt: last.attempt,
+		Code: failed.FailureCode, Reason: failed.LastError, AfterProcessing: !failed.ProcessingAt.IsZero()}
 }
 
 // maxRebillWalk bounds how many later attempts afterFailure looks at.
@@ -268,7 +275,7 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	j.won = j.won && !mayHaveRun
 	stop()
 	switch {
-	case err == nil && j.rec != nil && succeeded(out):
+	case err == nil && j.rec != nil && succeeded(out) && !processing(out):
 		j.rec.succeeded(j, out)
 		return Receipt{}, errRecording
 	case err == nil:
@@ -450,20 +457,36 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Code: out.status, Reason: reason}
 	}
 	// Record even if the caller gave up meanwhile: the charge exists.
+	if processing(out) {
+		if err := b.recordProcessing(ctx, j, out); err != nil {
+			return Receipt{}, err
+		}
+		return b.recorded(ctx, j, out, nil)
+	}
 	return b.recorded(ctx, j, out, b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id))
+}
+
+// processing reports whether Stripe's answer is a payment that has not
+// settled yet: a pending charge or a processing PaymentIntent.
+func processing(out created) bool {
+	return out.status == "pending" || out.status == "processing"
 }
 
 // recorded is the receipt of a success whose recording returned err.
 func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (Receipt, error) {
 	if err != nil {
-		return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+		if err := b.settledByEvent(context.WithoutCancel(ctx), j, out, err); err != nil {
+			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+		}
 	}
 	how := Created
 	if out.replayed {
 		how = Replayed
 		b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe replayed an earlier charge for the key", attrs(j, "stripe_id", out.id)...)
 	}
-	return b.receipt(j, out.id, how), nil
+	r := b.receipt(j, out.id, how)
+	r.Processing = processing(out)
+	return r, nil
 }
 
 // failure records what a failed send means for the claim, and returns the

@@ -203,6 +203,11 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 		rc, err := b.settle(ctx, j, res)
 		r.settled(j, rc, err)
 	}
+	if ctx.Err() == nil && r.stopErr == nil {
+		if err := b.settleProcessing(ctx, r); err != nil && ctx.Err() == nil {
+			return r.sum, err
+		}
+	}
 	sum := r.sum
 	sum.Elapsed = time.Since(start)
 	if r.stopErr != nil {

@@ -95,6 +95,13 @@ type Progress struct {
 	AlreadyDone int
 	// Failed: declined or refused definitively; see Summary.Failures.
 	Failed int
+	// Processing: the payment exists and has not settled (a bank debit);
+	// never sent again, its outcome arrives by webhook or Reconcile.
+	Processing int
+	// FailedAfterProcessing: the payment was processing and failed when it
+	// settled (FailedError.AfterProcessing), apart from card declines
+	// (Failed). Never billed again without a Rebill.
+	FailedAfterProcessing int
 	// Pending: outcome unknown or claimed by another runner; the next run
 	// settles them with the same keys.
 	Pending int
@@ -116,8 +123,9 @@ type Summary struct {
 const maxFailures = 1000
 
 // Complete reports whether every customer of the run is billed or was
-// already billed.
-func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
+// already billed. A processing payment counts as billed: nothing more is
+// sent for it, whatever its outcome.
+func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone+s.Processing }
 
 // Run bills every customer from items for period, each exactly once. The
 // iterator is read as the run goes (it never has to fit in memory); customers
@@ -419,12 +427,16 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 		mismatch *claim.MismatchError
 	)
 	switch {
+	case err == nil && rc.Processing:
+		s.Processing++
 	case err == nil && (rc.How == Created || rc.How == Replayed):
 		s.Created++
 	case err == nil:
 		s.AlreadyDone++
 	case errors.Is(err, ErrInvalidInput), errors.As(err, &mismatch):
 		s.Invalid++
+	case errors.As(err, &failed) && failed.AfterProcessing:
+		s.FailedAfterProcessing++
 	case errors.As(err, &failed):
 		s.Failed++
 	default:

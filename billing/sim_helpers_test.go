@@ -1080,3 +1080,24 @@ func simIf(ok bool, s string) string {
 	}
 	return ""
 }
+
+func (s *simStore) Process(ctx context.Context, key, stripeID string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.inner.Process(ctx, key, stripeID)
+}
+
+func (s *simStore) Apply(ctx context.Context, u claim.Update) (claim.Applied, error) {
+	if err := s.alive(); err != nil {
+		return claim.Applied{}, err
+	}
+	return s.inner.Apply(ctx, u)
+}
+
+func (s *simStore) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]claim.Claim, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.inner.Unsettled(ctx, scope, olderThan)
+}
