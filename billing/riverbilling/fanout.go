@@ -121,8 +121,8 @@ func FanOut(ctx context.Context, ins Inserter, db Beginner, period string, items
 		}
 		res.Customers++
 		switch {
-		case it.Customer == "":
-			res.invalid("item %d has no customer ID", res.Customers)
+		case billing.CheckCustomer(it.Customer) != nil:
+			res.invalid("item %d: %v", res.Customers, billing.CheckCustomer(it.Customer))
 			continue
 		case it.Price != nil:
 			res.invalid("customer %s: an item with its own Price cannot be fanned out: jobs carry identity only; price it with the Biller's Config.Price", it.Customer)
