@@ -2,6 +2,7 @@ package riverbilling
 
 import (
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // Job kinds, as stored in River's job table.
@@ -23,8 +24,12 @@ const DefaultQueue = "billonce"
 // the same key.
 //
 // Jobs are unique by these arguments while a job for them is pending,
-// scheduled, available, running, retryable or completed; see [FanOut] for
-// what happens once River has cleaned completed jobs away.
+// scheduled, available, running, retryable, completed or cancelled (a
+// decline is final); a discarded job does not block a new one. See
+// [FanOut] for what happens once River has cleaned jobs away.
+//
+// Leave Attempt 0 for the first charge: 1 bills the same (same key, same
+// claim) but is another job to River's uniqueness.
 type ChargeArgs struct {
 	Customer string `json:"customer"`
 	Period   string `json:"period"`
@@ -43,9 +48,12 @@ func (ChargeArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       DefaultQueue,
 		MaxAttempts: DefaultMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueStates},
 	}
 }
+
+// uniqueStates are River's default unique states and cancelled.
+var uniqueStates = append(rivertype.UniqueOptsByStateDefault(), rivertype.JobStateCancelled)
 
 // FanOutArgs asks for one charge job per customer of Period to be inserted
 // (see [FanOutWorker]).

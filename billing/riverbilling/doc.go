@@ -51,6 +51,11 @@
 // permission or configuration answer cancels the job and pauses the
 // queue. [Worker] has the details.
 //
+// A job may run again long after it first ran: a retry, a rescue, a job
+// inserted again by a fan-out once River cleaned the first one away. Every
+// run derives the same key and meets the same claim, so it replays,
+// waits, finds or searches; it never sends a second charge.
+//
 // # Watching a period
 //
 // [State] counts a period's jobs by River state and its claims by state,

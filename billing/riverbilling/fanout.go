@@ -19,9 +19,11 @@ import (
 // Defaults for [FanOutConfig].
 const (
 	DefaultFanOutBatch = 1000
-	// DefaultFanOutTimeout bounds one run of a fan-out job: a million
-	// customers in batches of a thousand is a thousand short transactions.
-	DefaultFanOutTimeout = 30 * time.Minute
+	// DefaultFanOutTimeout bounds one run of a fan-out job. It is also how
+	// long River's rescuer leaves the job of a killed machine alone before
+	// retrying it. A run cut short loses nothing: its batches are
+	// committed, and the retry skips them as duplicates and goes on.
+	DefaultFanOutTimeout = 5 * time.Minute
 	// MaxFanOutBatch bounds FanOutConfig.BatchSize: one InsertMany of this
 	// many jobs is one transaction and one statement.
 	MaxFanOutBatch = 10_000
@@ -64,17 +66,17 @@ type FanOutResult struct {
 // [billing.Biller.Run] takes; it is read as the fan-out goes, so no more
 // than a batch of customers is ever held in memory.
 //
-// Jobs are unique by their arguments, so a second fan-out of the same
-// period inserts nothing new while the first one's jobs are in River's
-// table: each is counted in Duplicates. Once River has cleaned a completed
-// job away (CompletedJobRetentionPeriod, 24 h by default) a fan-out inserts
-// it again, and cancelled or discarded jobs are always inserted again. That
-// costs one claim lookup, not a charge: the new job finds the customer's
-// claim succeeded (the job completes without calling Stripe), failed (the
-// decline, cancelled again), or pending (resumed with the same key, or
-// settled by search past the key's deadline). Fanning out again is how
-// jobs cancelled by a stop answer, or discarded after their retries, are
-// brought back once the cause is fixed.
+// Jobs are unique by their arguments (see [ChargeArgs]), so a second
+// fan-out of the same period inserts nothing new while the first one's jobs
+// are in River's table, declined ones included: each is counted in
+// Duplicates. Jobs discarded after their last retry are inserted again:
+// their claims are pending, and the new job resumes them with the same key
+// (or settles them by search past the key's deadline). So are jobs River
+// has cleaned away (CompletedJobRetentionPeriod and
+// CancelledJobRetentionPeriod, 24 h by default), which costs one claim
+// lookup, not a charge: the new job finds the customer's claim succeeded
+// (and completes without calling Stripe) or failed (and is cancelled
+// again).
 //
 // Items with a Price are refused (counted in Invalid): a job carries
 // identity only, and the Biller's Config.Price prices it when it runs. An
@@ -184,7 +186,8 @@ type FanOutConfig struct {
 	// BatchSize is how many jobs one transaction inserts. Defaults to
 	// DefaultFanOutBatch; at most MaxFanOutBatch.
 	BatchSize int
-	// Timeout bounds one run. Defaults to DefaultFanOutTimeout.
+	// Timeout bounds one run, and is how long a fan-out job of a killed
+	// machine waits for River's rescuer. Defaults to DefaultFanOutTimeout.
 	Timeout time.Duration
 	// Logger receives each fan-out's figures. Nil discards.
 	Logger *slog.Logger

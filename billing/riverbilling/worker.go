@@ -84,7 +84,8 @@ type WorkerConfig struct {
 //     the request itself: the job is cancelled, the error is logged, and
 //     the job's queue is paused, since every other job would meet the same
 //     answer. Fix the cause, resume the queue (river.Client.QueueResume),
-//     and fan out the period again to re-insert the cancelled jobs.
+//     and retry the cancelled jobs (River UI, or river.Client.JobRetry), or
+//     finish the period with [billing.Biller.Run]: it shares the claims.
 //
 // A job may run more than once, even twice at the same time: River delivers
 // at least once. The Biller's claims make every run after the first find
@@ -175,7 +176,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 			if perr := c.QueuePause(context.WithoutCancel(ctx), job.Queue, nil); perr != nil {
 				w.log.Error("billonce: pausing the queue failed", "queue", job.Queue, "err", perr)
 			} else {
-				w.log.Error("billonce: queue paused; fix the cause, resume it, and fan out the period again", "queue", job.Queue)
+				w.log.Error("billonce: queue paused; fix the cause, resume the queue and retry the cancelled jobs", "queue", job.Queue)
 			}
 		}
 	}

@@ -169,9 +169,14 @@ func TestDeclineCancelsWithoutRetry(t *testing.T) {
 	if len(res.Job.Errors) != 1 || !strings.Contains(res.Job.Errors[0].Error, "insufficient_funds") {
 		t.Errorf("job errors = %+v, want the decline's reason", res.Job.Errors)
 	}
-	// A job for the customer inserted again (a second fan-out: cancelled
-	// jobs do not block it) is cancelled again from the claim, without a
-	// request to Stripe.
+	// While the cancelled job is kept, a second one is a duplicate.
+	dup, err := c.Insert(context.Background(), riverbilling.ChargeArgs{Customer: "cus_d", Period: period}, nil)
+	if err != nil || !dup.UniqueSkippedAsDuplicate {
+		t.Errorf("insert again = %+v, %v; want skipped as a duplicate", dup, err)
+	}
+	// Once River has cleaned it away, a job inserted again is cancelled
+	// from the claim, without a request to Stripe.
+	e.exec(`DELETE FROM river_job WHERE id = $1`, job.ID)
 	res = e.workJob(w, e.insert(c, riverbilling.ChargeArgs{Customer: "cus_d", Period: period}))
 	if res.EventKind != river.EventKindJobCancelled {
 		t.Errorf("second run: %s, want cancelled", res.EventKind)
@@ -210,5 +215,60 @@ func TestAuthRefusalCancelsAndPausesQueue(t *testing.T) {
 	}
 	if len(e.srv.Payments()) != 0 {
 		t.Errorf("%d payments, want 0", len(e.srv.Payments()))
+	}
+	// The reason is in the jobs' errors, and the secret key is not.
+	var errs string
+	if err := e.pool.QueryRow(context.Background(), `SELECT string_agg(errors::text, ' ') FROM river_job WHERE state = 'cancelled'`).Scan(&errs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errs, "API key") || strings.Contains(errs, secretKey) || strings.Contains(errs, secretKey[8:]) {
+		t.Errorf("cancelled jobs' errors = %.300s; want the refusal, without the secret key", errs)
+	}
+}
+
+// The first charge spelled two ways (Attempt 0 and 1) is two jobs to
+// River's uniqueness but one key and one claim: one charge.
+func TestFirstChargeUnderTwoSpellings(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	w := e.worker(e.biller())
+	c := e.client(e.riverConfig(e.biller(), nil))
+	for _, a := range []int{0, 1} {
+		res := e.workJob(w, e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period, Attempt: a}))
+		if res.EventKind != river.EventKindJobCompleted {
+			t.Errorf("attempt %d: %s, want completed", a, res.EventKind)
+		}
+	}
+	if n, r := e.count("cus_1"), e.creates("cus_1"); n != 1 || r != 1 {
+		t.Errorf("cus_1: %d charges, %d create requests; want 1 and 1", n, r)
+	}
+}
+
+// A job retried after the price changed (a deploy between two runs of one
+// job) is cancelled as a mismatch with its claim, not charged again at
+// the new price.
+func TestRetryAfterPriceChangeIsRefused(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	c := e.client(e.riverConfig(e.biller(), nil))
+	job := e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period})
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.searchDown()
+	res := e.workJob(e.worker(e.biller(oneAttempt)), job)
+	e.srv.SetScript(nil)
+	if res.EventKind != river.EventKindJobFailed {
+		t.Fatalf("first run: %s, want failed, to be retried", res.EventKind)
+	}
+	e.advance(5 * time.Minute) // the first run's lease is over
+
+	repriced := e.biller(func(c *billing.Config) {
+		c.Price = func(context.Context, string, string) (billing.Price, error) {
+			return billing.Price{Amount: 9900, Currency: "usd"}, nil
+		}
+	})
+	res = e.workJob(e.worker(repriced), res.Job)
+	if res.EventKind != river.EventKindJobCancelled {
+		t.Errorf("retry at a new price: %s, want cancelled", res.EventKind)
+	}
+	if n := e.count("cus_1"); n != 1 {
+		t.Errorf("cus_1 charged %d times, want 1", n)
 	}
 }

@@ -132,7 +132,11 @@ func workerMain(raw string) int {
 			return customers(cfg.Customers)
 		},
 		BatchSize: 500,
-		Logger:    logger,
+		// A fan-out cut short by the timeout is retried and goes on where
+		// it stopped; a short timeout gets a killed leader's fan-out
+		// rescued quickly.
+		Timeout: cfg.JobTimeout,
+		Logger:  logger,
 	})
 	if err != nil {
 		return fail("fan-out worker", err)
