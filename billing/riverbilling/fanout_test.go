@@ -102,3 +102,36 @@ func TestFanOutInput(t *testing.T) {
 		}
 	}
 }
+
+// A job discarded after its last retry leaves its claim pending; a fan-out
+// inserts a new job for it (discarded jobs do not block), which resumes the
+// claim with the same key: Stripe replays the first charge.
+func TestFanOutReinsertsDiscardedJob(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	c := e.client(e.riverConfig(e.biller(), nil))
+	res, err := c.Insert(context.Background(), riverbilling.ChargeArgs{Customer: "cus_1", Period: period}, &river.InsertOpts{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.searchDown()
+	wr := e.workJob(e.worker(e.biller(oneAttempt)), res.Job)
+	e.srv.SetScript(nil)
+	if wr.Job.State != rivertype.JobStateDiscarded {
+		t.Fatalf("after its only attempt the job is %s, want discarded", wr.Job.State)
+	}
+	if st := e.state(); st.Claims["pending"] != 1 {
+		t.Fatalf("state = %v, want the claim pending", st)
+	}
+	e.advance(5 * time.Minute) // the first run's lease is over
+
+	fo, err := riverbilling.FanOut(context.Background(), c, e.pool, period, billing.Customers("cus_1"), 0)
+	if err != nil || fo.Inserted != 1 {
+		t.Fatalf("fan-out = %+v, %v; want the discarded job inserted again", fo, err)
+	}
+	e.start(c)
+	st := e.waitFinished(2)
+	if n := e.count("cus_1"); n != 1 || st.Claims["succeeded"] != 1 {
+		t.Errorf("cus_1 charged %d times, state %v; want 1 charge, the claim succeeded", n, st)
+	}
+}

@@ -161,7 +161,7 @@ func (c *Config) check() error {
 		// wait out another runner's lease.
 		return fmt.Errorf("job timeout %v must cover the Biller's retries (10s) and a lease (%v)", c.JobTimeout, c.Lease)
 	case c.RescueAfter <= c.JobTimeout:
-		return fmt.Errorf("River's RescueStuckJobsAfter %v must be above the job timeout %v", c.RescueAfter, c.JobTimeout)
+		return fmt.Errorf("rescue-after %v (River's RescueStuckJobsAfter) must be above the job timeout %v", c.RescueAfter, c.JobTimeout)
 	case c.DeclineFraction < 0 || c.DeclineFraction > 1:
 		return fmt.Errorf("decline fraction %v must be between 0 and 1", c.DeclineFraction)
 	case c.Period == runPeriod || c.Period == riverPeriod:
