@@ -159,8 +159,17 @@ func workerMain(raw string) int {
 	if err != nil {
 		return fail("river client", err)
 	}
-	if err := client.Start(ctx); err != nil {
-		return fail("starting river", err)
+	// PostgreSQL may be restarting: try for a while, as a supervisor
+	// restarting the process would.
+	for try := 1; ; try++ {
+		err := client.Start(ctx)
+		if err == nil {
+			break
+		}
+		if try == 20 || ctx.Err() != nil {
+			return fail("starting river", err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
