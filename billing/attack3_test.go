@@ -1,0 +1,216 @@
+package billing_test
+
+// Attacks on payments that settle later, webhooks, the batching recorder
+// and re-bills. The oracle is the fake Stripe's ledger.
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+)
+
+// chargeEvent builds a signable event about a charge, as Stripe would send it.
+func chargeEvent(t *testing.T, id, typ, chargeID, status, key, customer string, created time.Time) billingtest.Event {
+	t.Helper()
+	obj := map[string]any{"id": chargeID, "object": "charge", "amount": amount, "amount_refunded": 0, "status": status,
+		"currency": "usd", "customer": customer, "created": created.Unix(), "failure_code": "insufficient_funds",
+		"metadata": map[string]string{billing.MetaKey: key, billing.MetaCustomer: customer, billing.MetaPeriod: period}}
+	body, err := json.Marshal(map[string]any{"id": id, "object": "event", "api_version": billingtest.APIVersion,
+		"created": created.Unix(), "type": typ, "livemode": false, "pending_webhooks": 1,
+		"data": map[string]any{"object": obj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return billingtest.Event{ID: id, Type: typ, ObjectID: chargeID, Created: created, Body: body}
+}
+
+func (h *hookEnv) deliverAll() {
+	h.tb.Helper()
+	for _, ev := range h.srv.Events() {
+		h.deliver(ev)
+	}
+}
+
+// A charge.failed delivered after charge.succeeded for the same payment
+// (out of order, or a forged-but-signed replay) must not reopen the period.
+func TestAttack3FailedAfterSucceeded(t *testing.T) {
+	h := newHookEnv(t, billing.Charges, nil)
+	ctx := context.Background()
+	r, err := h.b.Charge(ctx, "cus_a", period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.deliverAll()
+	h.deliver(chargeEvent(t, "evt_attack3_failed", "charge.failed", r.StripeID, "failed", h.key("cus_a"), "cus_a", time.Now().Add(time.Minute)))
+	if c := h.claimOf("cus_a"); c.State != claim.StateSucceeded {
+		t.Fatalf("claim is %s after a late charge.failed", c.State)
+	}
+	if _, err := h.b.Run(ctx, period, billing.Customers("cus_a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	r2, err2 := h.b.Rebill(ctx, "cus_a", period, 2, nil)
+	if n := h.count("cus_a"); n != 1 {
+		t.Fatalf("cus_a charged %d times; Rebill = %+v, %v", n, r2, err2)
+	}
+}
+
+// A full refund, its events delivered, then Charge, Run and Reconcile
+// again: a refund is never a reason to bill again.
+func TestAttack3RefundThenRunAgain(t *testing.T) {
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		t.Run(string(api), func(t *testing.T) {
+			h := newHookEnv(t, api, nil)
+			ctx := context.Background()
+			r, err := h.b.Charge(ctx, "cus_r", period)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.srv.Refund(r.StripeID, amount); err != nil {
+				t.Fatal(err)
+			}
+			h.deliverAll()
+			if _, err := h.b.Run(ctx, period, billing.Customers("cus_r"), nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.b.Reconcile(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.b.Charge(ctx, "cus_r", period); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(h.srv.Payments()); n != 1 {
+				t.Fatalf("%d payments at Stripe after a refund and runs, want 1", n)
+			}
+		})
+	}
+}
+
+// Attempt 1 is processing; a dunning process calls Rebill(2) at once and
+// again after the payment settles. Nothing but attempt 1 may be charged.
+func TestAttack3RebillWhileProcessing(t *testing.T) {
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		t.Run(string(api), func(t *testing.T) {
+			h := newHookEnv(t, api, map[string]billingtest.Async{"cus_p": {After: time.Hour}})
+			ctx := context.Background()
+			r, err := h.b.Charge(ctx, "cus_p", period)
+			if err != nil || !r.Processing {
+				t.Fatalf("Charge = %+v, %v; want processing", r, err)
+			}
+			r2, err2 := h.b.Rebill(ctx, "cus_p", period, 2, nil)
+			if n := len(h.srv.Payments()); n != 1 {
+				t.Fatalf("%d payments after Rebill(2) while attempt 1 processes: %+v, %v", n, r2, err2)
+			}
+			h.srv.Advance(2 * time.Hour)
+			h.deliverAll()
+			r3, err3 := h.b.Rebill(ctx, "cus_p", period, 2, nil)
+			if _, err := h.b.Run(ctx, period, billing.Customers("cus_p"), nil); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(h.srv.Payments()); n != 1 || h.count("cus_p") != 1 {
+				t.Fatalf("%d payments (%d counted) after settling; Rebill = %+v, %v", n, h.count("cus_p"), r3, err3)
+			}
+		})
+	}
+}
+
+// Attempt 1 fails after processing; attempt 2 is created and succeeds; then
+// attempt 1's events arrive late (redelivered, and a forged success for a
+// new id). The period is billed once and stays so.
+func TestAttack3LateEventsForAttempt1(t *testing.T) {
+	h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_l": {After: time.Hour, FailureCode: "account_closed"}})
+	ctx := context.Background()
+	r1, err := h.b.Charge(ctx, "cus_l", period)
+	if err != nil || !r1.Processing {
+		t.Fatalf("Charge = %+v, %v", r1, err)
+	}
+	h.srv.Advance(2 * time.Hour)
+	events := h.srv.Events()
+	for _, ev := range events {
+		h.deliver(ev)
+	}
+	if c := h.claimOf("cus_l"); c.State != claim.StateFailed {
+		t.Fatalf("attempt 1 is %s, want failed", c.State)
+	}
+	h.srv.SettleLater("cus_l", billingtest.Async{})
+	if _, err := h.b.Rebill(ctx, "cus_l", period, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.Advance(time.Minute)
+	for _, ev := range h.srv.Events()[len(events):] {
+		h.deliver(ev)
+	}
+	if c2 := h.claimOf2("cus_l", 2); c2.State != claim.StateSucceeded {
+		t.Fatalf("attempt 2 is %s, want succeeded", c2.State)
+	}
+	// Redeliver attempt 1's events in reverse, then a success about it.
+	for i := len(events) - 1; i >= 0; i-- {
+		h.post(events[i].Body, billingtest.Sign(events[i].Body, whsec, time.Now()))
+	}
+	h.deliver(chargeEvent(t, "evt_attack3_late", "charge.succeeded", r1.StripeID, "succeeded", h.key("cus_l"), "cus_l", time.Now()))
+	if _, err := h.b.Run(ctx, period, billing.Customers("cus_l"), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err3 := h.b.Rebill(ctx, "cus_l", period, 3, nil)
+	if n := h.count("cus_l"); n != 1 {
+		t.Fatalf("cus_l charged %d times; Rebill(3) = %v", n, err3)
+	}
+}
+
+func (h *hookEnv) claimOf2(customer string, attempt int) claim.Claim {
+	h.tb.Helper()
+	k, err := h.b.Key(customer, period, attempt)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	c, err := h.store.Get(context.Background(), k.String())
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return c
+}
+
+// A Run dies between Stripe's answer (a bank debit, pending) and its
+// write; the payment settles, its webhook events arrive while the claim is
+// still pending, 25 hours pass on both clocks, and runs come back.
+func TestAttack3CrashAfterAnswerWebhookThen25h(t *testing.T) {
+	for _, fail := range []string{"", "insufficient_funds"} {
+		t.Run("failure="+fail, func(t *testing.T) {
+			h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_c": {After: time.Hour, FailureCode: fail}})
+			ctx := context.Background()
+			key := h.crashedClaim("cus_c", amount)
+			h.chargeDirect("cus_c", key, amount)
+			h.srv.Advance(25 * time.Hour)
+			// Concurrent deliveries of every event, twice each.
+			evs := h.srv.Events()
+			done := make(chan struct{})
+			for i := 0; i < 2; i++ {
+				for _, ev := range evs {
+					go func() {
+						defer func() { done <- struct{}{} }()
+						h.post(ev.Body, billingtest.Sign(ev.Body, whsec, time.Now()))
+					}()
+				}
+			}
+			for i := 0; i < 2*len(evs); i++ {
+				<-done
+			}
+			h.ageClaim(key, 25*time.Hour)
+			sum, err := h.b.Run(ctx, period, billing.Customers("cus_c"), nil)
+			if _, err := h.b.Reconcile(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := 1
+			if fail != "" {
+				want = 0
+			}
+			if n, p := h.count("cus_c"), len(h.srv.Payments()); n != want || p != 1 {
+				t.Fatalf("cus_c: %d payments, %d counted, want 1 and %d; Run = %+v, %v; claim %+v", p, n, want, sum, err, h.claimOf("cus_c"))
+			}
+		})
+	}
+}
