@@ -214,3 +214,42 @@ func TestAttack3CrashAfterAnswerWebhookThen25h(t *testing.T) {
 		})
 	}
 }
+// firstSendSafe trusts the claim's own lease for a Run's first send of a
+// claim it has just won. A database clock that jumps forward (here: by
+// more than the lease and a day, as a restored or re-synced database
+// server's would) ends the lease early on the database's clock: another
+// replica, with a rotated API key, takes the claim over, finds the key's
+// window long past, searches (nothing: the Run has not sent yet), reopens
+// and charges. The Run then sends its own first request without asking
+// the store, in its own key space at Stripe: a second charge. Without the
+// shortcut, its CheckSend would have found the claim taken and sent
+// nothing.
+func TestAttack3FirstSendSafeDBClockJump(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rotated := e.biller(func(c *billing.Config) { c.SecretKey = rotatedKey })
+	var once bool
+	var bErr error
+	a := e.biller(func(c *billing.Config) {
+		c.Observe = func(ev billing.Event) {
+			if ev.Kind != billing.EventStripeCall || ev.Customer != "cus_1" || once {
+				return
+			}
+			once = true
+			// The database's clock jumps 25 hours: cus_2's lease and
+			// window are over as the database sees them.
+			e.exec(`UPDATE billonce_claims SET lease_until = now() - interval '1 second',
+				first_sent_at = first_sent_at - interval '25 hours', created_at = created_at - interval '25 hours'
+				WHERE key = $1`, e.key("cus_2"))
+			_, bErr = rotated.Charge(ctx, "cus_2", period)
+		}
+	})
+	sum, err := a.Run(ctx, period, billing.Customers("cus_1", "cus_2"), &billing.RunOptions{Concurrency: 1, BatchSize: 2})
+	if !once {
+		t.Fatal("setup: the intrusion never ran")
+	}
+	if n := e.count("cus_2"); n != 1 {
+		t.Fatalf("cus_2 charged %d times; the rotated replica's Charge = %v; Run = %+v, %v", n, bErr, sum, err)
+	}
+}
+
