@@ -214,6 +214,7 @@ func TestAttack3CrashAfterAnswerWebhookThen25h(t *testing.T) {
 		})
 	}
 }
+
 // firstSendSafe trusts the claim's own lease for a Run's first send of a
 // claim it has just won. A database clock that jumps forward (here: by
 // more than the lease and a day, as a restored or re-synced database
@@ -252,4 +253,3 @@ func TestAttack3FirstSendSafeDBClockJump(t *testing.T) {
 		t.Fatalf("cus_2 charged %d times; the rotated replica's Charge = %v; Run = %+v, %v", n, bErr, sum, err)
 	}
 }
-
