@@ -226,9 +226,21 @@ func TestAttack3CrashAfterAnswerWebhookThen25h(t *testing.T) {
 // shortcut, its CheckSend would have found the claim taken and sent
 // nothing.
 func TestAttack3FirstSendSafeDBClockJump(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*billing.Config)
+	}{
+		{"rotated key", func(c *billing.Config) { c.SecretKey = rotatedKey }},
+		{"payment intents", func(c *billing.Config) { c.API = billing.PaymentIntents }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { firstSendSafeDBClockJump(t, tc.change) })
+	}
+}
+
+func firstSendSafeDBClockJump(t *testing.T, change func(*billing.Config)) {
 	e := newEnv(t)
 	ctx := context.Background()
-	rotated := e.biller(func(c *billing.Config) { c.SecretKey = rotatedKey })
+	rotated := e.biller(change)
 	var once bool
 	var bErr error
 	a := e.biller(func(c *billing.Config) {
