@@ -6,6 +6,7 @@ package billing_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,4 +265,94 @@ func firstSendSafeDBClockJump(t *testing.T, change func(*billing.Config)) {
 	if n := e.count("cus_2"); n != 1 {
 		t.Fatalf("cus_2 charged %d times; the rotated replica's Charge = %v; Run = %+v, %v", n, bErr, sum, err)
 	}
+}
+
+// Every event of one payment (processing, settled, a partial refund, a
+// dispute) delivered to several replicas at once, three times each and in
+// both orders: the claim ends succeeded with the refund and the dispute,
+// and later runs bill nothing.
+func TestAttack3ConcurrentEventsOneObject(t *testing.T) {
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		t.Run(string(api), func(t *testing.T) {
+			h := newHookEnv(t, api, map[string]billingtest.Async{"cus_e": {After: time.Hour}})
+			ctx := context.Background()
+			r, err := h.b.Charge(ctx, "cus_e", period)
+			if err != nil || !r.Processing {
+				t.Fatalf("Charge = %+v, %v", r, err)
+			}
+			h.srv.Advance(2 * time.Hour)
+			if err := h.srv.Refund(r.StripeID, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.srv.Dispute(r.StripeID, "fraudulent"); err != nil {
+				t.Fatal(err)
+			}
+			evs := h.srv.Events()
+			done := make(chan int)
+			n := 0
+			for round := 0; round < 3; round++ {
+				for i := range evs {
+					ev := evs[i]
+					if round == 1 {
+						ev = evs[len(evs)-1-i]
+					}
+					n++
+					go func() {
+						status, _ := h.post(ev.Body, billingtest.Sign(ev.Body, whsec, time.Now()))
+						done <- status
+					}()
+				}
+			}
+			for i := 0; i < n; i++ {
+				if s := <-done; s != 200 {
+					t.Errorf("a delivery was answered %d", s)
+				}
+			}
+			c := h.claimOf("cus_e")
+			if c.State != claim.StateSucceeded || c.Refunded != 1000 || c.Dispute == "" {
+				t.Fatalf("claim after the events: state %s, refunded %d, dispute %q", c.State, c.Refunded, c.Dispute)
+			}
+			if _, err := h.b.Run(ctx, period, billing.Customers("cus_e"), nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.b.Reconcile(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if p := len(h.srv.Payments()); p != 1 || h.count("cus_e") != 1 {
+				t.Fatalf("%d payments, %d counted; want 1", p, h.count("cus_e"))
+			}
+			if rows := h.eventRows(); rows != len(evs) {
+				t.Fatalf("%d event rows for %d events", rows, len(evs))
+			}
+		})
+	}
+}
+
+// The webhook secret and the Stripe key appear in no error, answer or log
+// line, whatever is wrong: a secret with white space, a delivery signed
+// with another secret, a dispute whose payment cannot be read.
+func TestAttack3WebhookSecretsNeverShown(t *testing.T) {
+	h := newHookEnv(t, billing.Charges, nil)
+	bad := "whsec_" + "leakme0123456789 x"
+	_, err := h.b.Webhook(billing.WebhookConfig{Secret: bad, Tolerance: -1})
+	if err == nil || strings.Contains(err.Error(), "leakme") {
+		t.Fatalf("Webhook with a bad secret: %v", err)
+	}
+	r, err := h.b.Charge(context.Background(), "cus_s", period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := chargeEvent(t, "evt_attack3_secret", "charge.succeeded", r.StripeID, "succeeded", h.key("cus_s"), "cus_s", time.Now())
+	_, body1 := h.post(ev.Body, billingtest.Sign(ev.Body, "whsec_other0123456789", time.Now()))
+	// A dispute about a payment the fake does not know: reading it fails.
+	disp := []byte(`{"id":"evt_attack3_disp","object":"event","api_version":"` + billingtest.APIVersion + `","created":1,"type":"charge.dispute.created","data":{"object":{"id":"dp_x","object":"dispute","charge":"ch_nosuch","reason":"fraudulent"}}}`)
+	_, body2 := h.post(disp, billingtest.Sign(disp, whsec, time.Now()))
+	for _, s := range []string{body1, body2, h.logs.String()} {
+		for _, secret := range []string{whsec, secretKey, "whsec_other", secretKey[len(secretKey)-8:]} {
+			if strings.Contains(s, secret) {
+				t.Fatalf("%q shows a secret: %s", secret, s)
+			}
+		}
+	}
+	t.Logf("answers: %q, %q", body1, body2)
 }
