@@ -208,7 +208,7 @@ const (
 type origin struct {
 	kind originKind
 	pos  token.Pos
-	desc string    // what it is, for messages
+	desc string     // what it is, for messages
 	v    *types.Var // for oCounter, oRangeVar, oParam, oPkgVar
 	sel  *ast.SelectorExpr
 	loop ast.Node // for oRangeVar
@@ -336,24 +336,24 @@ var sourceFuncs = map[string]map[string]bool{
 	"time":        {"Now": true, "Since": true},
 	"github.com/google/uuid": {"New": true, "NewString": true, "NewRandom": true, "NewUUID": true,
 		"NewV6": true, "NewV7": true, "NewRandomFromReader": true, "Must": true},
-	"github.com/segmentio/ksuid":       {"New": true, "NewRandom": true},
-	"github.com/rs/xid":                {"New": true},
-	"github.com/lithammer/shortuuid":   {"New": true},
-	"github.com/matoous/go-nanoid":     {"New": true, "Generate": true, "Must": true},
-	"github.com/matoous/go-nanoid/v2":  {"New": true, "Generate": true, "Must": true},
-	"github.com/jaevor/go-nanoid":      {"Standard": true},
-	"github.com/hashicorp/go-uuid":     {"GenerateUUID": true},
-	"github.com/pborman/uuid":          {"New": true, "NewRandom": true, "NewUUID": true},
-	"github.com/twinj/uuid":            {"NewV4": true, "NewV1": true},
-	"github.com/oklog/ulid":            {"Make": true, "New": true, "MustNew": true},
-	"github.com/oklog/ulid/v2":         {"Make": true, "New": true, "MustNew": true},
-	"github.com/teris-io/shortid":      {"Generate": true, "MustGenerate": true},
-	"github.com/gofrs/uuid":            {"NewV1": true, "NewV4": true, "NewV6": true, "NewV7": true, "Must": true},
-	"github.com/gofrs/uuid/v5":         {"NewV1": true, "NewV4": true, "NewV6": true, "NewV7": true, "Must": true},
-	"github.com/satori/go.uuid":        {"NewV1": true, "NewV4": true, "Must": true},
-	"github.com/bwmarrin/snowflake":    {"Generate": true},
-	"github.com/sony/sonyflake":        {"NextID": true},
-	"github.com/sony/sonyflake/v2":     {"NextID": true},
+	"github.com/segmentio/ksuid":                 {"New": true, "NewRandom": true},
+	"github.com/rs/xid":                          {"New": true},
+	"github.com/lithammer/shortuuid":             {"New": true},
+	"github.com/matoous/go-nanoid":               {"New": true, "Generate": true, "Must": true},
+	"github.com/matoous/go-nanoid/v2":            {"New": true, "Generate": true, "Must": true},
+	"github.com/jaevor/go-nanoid":                {"Standard": true},
+	"github.com/hashicorp/go-uuid":               {"GenerateUUID": true},
+	"github.com/pborman/uuid":                    {"New": true, "NewRandom": true, "NewUUID": true},
+	"github.com/twinj/uuid":                      {"NewV4": true, "NewV1": true},
+	"github.com/oklog/ulid":                      {"Make": true, "New": true, "MustNew": true},
+	"github.com/oklog/ulid/v2":                   {"Make": true, "New": true, "MustNew": true},
+	"github.com/teris-io/shortid":                {"Generate": true, "MustGenerate": true},
+	"github.com/gofrs/uuid":                      {"NewV1": true, "NewV4": true, "NewV6": true, "NewV7": true, "Must": true},
+	"github.com/gofrs/uuid/v5":                   {"NewV1": true, "NewV4": true, "NewV6": true, "NewV7": true, "Must": true},
+	"github.com/satori/go.uuid":                  {"NewV1": true, "NewV4": true, "Must": true},
+	"github.com/bwmarrin/snowflake":              {"Generate": true},
+	"github.com/sony/sonyflake":                  {"NextID": true},
+	"github.com/sony/sonyflake/v2":               {"NextID": true},
 	"go.mongodb.org/mongo-driver/bson/primitive": {"NewObjectID": true},
 }
 

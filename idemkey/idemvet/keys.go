@@ -307,7 +307,7 @@ func (c *checker) freshReturn(fd *ast.FuncDecl) string {
 type boundary struct {
 	node      ast.Node
 	from, to  token.Pos
-	what      string            // "the function passed to backoff.Retry", ...
+	what      string              // "the function passed to backoff.Retry", ...
 	attemptNo map[*types.Var]bool // parameters carrying the attempt number
 	loop      bool
 }

@@ -33,7 +33,7 @@ type Charge struct{ ID string }
 type PaymentIntent struct{ ID string }
 
 func String(s string) *string { return &s }
-func Int64(n int64) *int64     { return &n }
+func Int64(n int64) *int64    { return &n }
 
 type Error struct{ HTTPStatusCode int }
 
