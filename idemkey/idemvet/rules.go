@@ -260,6 +260,36 @@ func isContext(t types.Type) bool {
 
 var writeMethod = regexp.MustCompile(`^(New|Create|Confirm|Pay|Capture|Increment.*)$`)
 
+// moneyPkgs are the stripe-go resources whose duplicate moves or bills
+// money: a second charge, invoice, subscription, usage record, refund,
+// transfer or payout. A duplicate token, customer, webhook endpoint or
+// checkout session is clutter, not a double charge; -allwrites reports
+// writes of every resource.
+var moneyPkgs = map[string]bool{
+	"charge": true, "paymentintent": true, "invoice": true, "invoiceitem": true,
+	"subscription": true, "subscriptionitem": true, "subscriptionschedule": true,
+	"usagerecord": true, "meterevent": true, "refund": true, "creditnote": true,
+	"transfer": true, "transferreversal": true, "payout": true, "topup": true,
+	"customerbalancetransaction": true, "feerefund": true,
+	"outboundpayment": true, "outboundtransfer": true, "inboundtransfer": true,
+}
+
+var allWrites bool
+
+func init() {
+	Analyzer.Flags.BoolVar(&allWrites, "allwrites", false,
+		"report keyless writes of every stripe-go resource, not only those that move or bill money")
+}
+
+// reportableWrite reports whether a write in this stripe-go package is
+// checked for a key.
+func reportableWrite(path string) bool {
+	if strings.Contains(path, "/testhelpers") {
+		return false // test-mode helpers: no money moves
+	}
+	return allWrites || moneyPkgs[path[strings.LastIndex(path, "/")+1:]]
+}
+
 func (c *checker) checkWrites(fd *ast.FuncDecl) {
 	info := c.pass.TypesInfo
 	ast.Inspect(fd.Body, func(n ast.Node) bool {
@@ -268,7 +298,7 @@ func (c *checker) checkWrites(fd *ast.FuncDecl) {
 			return true
 		}
 		fn, ok := typeutilCallee(info, call).(*types.Func)
-		if !ok || fn.Pkg() == nil || !stripeAny.MatchString(fn.Pkg().Path()) || stripeRoot.MatchString(fn.Pkg().Path()) || !writeMethod.MatchString(fn.Name()) {
+		if !ok || fn.Pkg() == nil || !stripeAny.MatchString(fn.Pkg().Path()) || stripeRoot.MatchString(fn.Pkg().Path()) || !writeMethod.MatchString(fn.Name()) || !reportableWrite(fn.Pkg().Path()) {
 			return true
 		}
 		sig := fn.Type().(*types.Signature)

@@ -3,7 +3,9 @@ package nokey
 import (
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/charge"
+	"github.com/stripe/stripe-go/v79/customer"
 	"github.com/stripe/stripe-go/v79/paymentintent"
+	"github.com/stripe/stripe-go/v79/testhelpers/testclock"
 )
 
 var charges charge.Client
@@ -99,4 +101,10 @@ func reads(id string) {
 	charges.Get(id, nil)
 	paymentintent.Get(id, nil)
 	charges.Update(id, &stripe.ChargeParams{})
+}
+
+// Resources whose duplicate bills nothing: reported only with -allwrites.
+func noMoney(email string) {
+	customer.New(&customer.CustomerParams{Email: stripe.String(email)})
+	testclock.New(&testclock.TestClockParams{})
 }
