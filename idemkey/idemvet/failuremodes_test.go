@@ -20,7 +20,14 @@ import (
 // rows 1 to 7, each once, under the function that shows the row, and
 // nothing else. Row 8 (a stable key resent after Stripe forgot it, 25 hours
 // later) is correct code on any given day: no static rule can tell.
+//
+// It loads the example and all its dependencies (stripe-go, pgx) from
+// source: seconds, but minutes under the race detector, so a -race build
+// skips it and .ci/run runs it without -race.
 func TestFailureModes(t *testing.T) {
+	if raceDetector {
+		t.Skip("type-checks every dependency from source: run without -race")
+	}
 	const path = "github.com/billonce/billonce/examples/failure-modes"
 	want := map[string]string{ // function -> category
 		"naiveRetriedClosure":     "retrykey", // 1: the retried closure makes the key
