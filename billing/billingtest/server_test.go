@@ -428,6 +428,7 @@ func TestPaymentIntentStates(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, billingtest.Config{})
 	api := newAPI(t, srv, testKey, nil)
+	//idemvet:ignore the fake is tested with keyless writes, as stripe-go sends them when the caller sets no key
 	unconfirmed, err := api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(900), Currency: stripe.String("eur"),
 		Customer: stripe.String("cus_1"), PaymentMethod: stripe.String("pm_1")})
 	if err != nil || unconfirmed.Status != stripe.PaymentIntentStatusRequiresConfirmation {
@@ -440,6 +441,7 @@ func TestPaymentIntentStates(t *testing.T) {
 	if srv.Count("cus_1") != 0 {
 		t.Fatal("an unconfirmed payment intent counted as paid")
 	}
+	//idemvet:ignore the fake is tested with keyless writes, as stripe-go sends them when the caller sets no key
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(900), Currency: stripe.String("eur"),
 		Customer: stripe.String("cus_1"), Confirm: stripe.Bool(true)})
 	if se := stripeErr(t, err); se.HTTPStatusCode != 400 || se.Param != "payment_method" {
@@ -472,6 +474,7 @@ func TestDeclines(t *testing.T) {
 	srv.Decline("cus_pi", "expired_card")
 	pi := &stripe.PaymentIntentParams{Amount: stripe.Int64(900), Currency: stripe.String("usd"), Customer: stripe.String("cus_pi"),
 		PaymentMethod: stripe.String("pm_1"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true)}
+	//idemvet:ignore the fake is tested with keyless writes, as stripe-go sends them when the caller sets no key
 	_, err := api.PaymentIntents.New(pi)
 	se := stripeErr(t, err)
 	if se.HTTPStatusCode != 402 || se.DeclineCode != "expired_card" || se.PaymentIntent == nil ||
@@ -479,6 +482,7 @@ func TestDeclines(t *testing.T) {
 		t.Fatalf("intent decline: %+v", se)
 	}
 	srv.Honor("cus_pi")
+	//idemvet:ignore the fake is tested with keyless writes, as stripe-go sends them when the caller sets no key
 	if _, err := api.PaymentIntents.New(pi); err != nil {
 		t.Fatalf("after Honor: %v", err)
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package idemvet_test
+
+const raceDetector = false

@@ -1,0 +1,514 @@
+package idemvet
+
+import (
+	"fmt"
+	"go/ast"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"regexp"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/ast/astutil"
+)
+
+// Report categories, one per rule.
+const (
+	RetryKey   = "retrykey"
+	FreshKey   = "freshkey"
+	FixedKey   = "fixedkey"
+	NoKey      = "nokey"
+	PoolLock   = "poollock"
+	XactLock   = "xactlock"
+	ignoreHead = "//idemvet:ignore"
+)
+
+func (c *checker) readIgnores(f *ast.File) {
+	for _, cg := range f.Comments {
+		for _, cm := range cg.List {
+			if !strings.HasPrefix(cm.Text, ignoreHead) {
+				continue
+			}
+			p := c.pass.Fset.Position(cm.Pos())
+			if c.ignores[p.Filename] == nil {
+				c.ignores[p.Filename] = map[int]string{}
+			}
+			c.ignores[p.Filename][p.Line] = strings.TrimSpace(strings.TrimPrefix(cm.Text, ignoreHead))
+		}
+	}
+}
+
+func (c *checker) report(pos token.Pos, category, format string, args ...any) {
+	if c.reported[pos] {
+		return
+	}
+	c.reported[pos] = true
+	msg := fmt.Sprintf(format, args...)
+	p := c.pass.Fset.Position(pos)
+	for _, line := range []int{p.Line, p.Line - 1} {
+		if reason, ok := c.ignores[p.Filename][line]; ok {
+			if reason != "" {
+				return
+			}
+			msg += " (the //idemvet:ignore next to it is not honoured without a reason after it)"
+		}
+	}
+	c.pass.Report(analysis.Diagnostic{Pos: pos, Category: category, Message: msg})
+}
+
+// ---- keys ----
+
+func (c *checker) checkKeys(f *ast.File, fd *ast.FuncDecl) {
+	for _, s := range c.sinks(fd) {
+		var origins []origin
+		c.trace(s.key, func(o origin) { origins = append(origins, o) })
+		bs := c.boundaries(f, s.node.Pos())
+		if c.checkRetryKey(s, origins, bs) || c.checkFreshKey(f, s, origins, bs) {
+			continue
+		}
+		c.checkFixedKey(f, fd, s, origins)
+	}
+}
+
+func (c *checker) checkRetryKey(s sink, origins []origin, bs []boundary) bool {
+	for _, b := range bs {
+		for _, o := range origins {
+			in := b.from <= o.pos && o.pos < b.to
+			var why string
+			switch {
+			case o.kind == oSource && in:
+				why = "it is made by " + o.desc + " inside it"
+			case o.kind == oCounter && in:
+				why = "it includes " + o.desc + ", which changes on every pass"
+			case o.kind == oRangeVar && o.loop == b.node:
+				why = "it includes the loop variable " + o.desc + ", a new value on every attempt"
+			case o.kind == oParam && b.attemptNo[o.v]:
+				why = "it includes the attempt number " + o.desc
+			default:
+				continue
+			}
+			c.report(s.node.Pos(), RetryKey,
+				"idempotency key changes between attempts: %s, and %s; when Stripe commits an attempt whose response is lost, the next attempt carries a new key and charges again. "+
+					"Make the key once per operation from what identifies it (customer, period: idemkey.For) before the retry starts, and send that same key on every attempt",
+				b.what, why)
+			return true
+		}
+	}
+	return false
+}
+
+// checkFreshKey reports a key made from a random source or the clock for
+// one call, with no retry in sight that reuses it: it is worth no more than
+// the random key stripe-go adds by itself.
+func (c *checker) checkFreshKey(f *ast.File, s sink, origins []origin, bs []boundary) bool {
+	if len(bs) > 0 {
+		return false
+	}
+	path, _ := astutil.PathEnclosingInterval(f, s.node.Pos(), s.node.Pos())
+	for _, o := range origins {
+		if o.kind != oSource {
+			continue
+		}
+		shared := false
+		for _, n := range path {
+			switch n.(type) {
+			case *ast.ForStmt, *ast.RangeStmt, *ast.FuncLit:
+				if !within(n, o.pos) {
+					shared = true // the key is made once and used on several passes or calls
+				}
+			}
+		}
+		if shared {
+			continue
+		}
+		c.report(s.node.Pos(), FreshKey,
+			"idempotency key made by %s for this one request: a retry of the code around it, a restart or the next run makes another key, and Stripe charges again (it is no safer than sending no key). "+
+				"Derive the key from what identifies the operation (customer, period: idemkey.For) so every attempt, replica and rerun sends the same one",
+			o.desc)
+		return true
+	}
+	return false
+}
+
+// expand replaces each field read by the origins of its base, keeping the
+// field read itself.
+func (c *checker) expand(origins []origin) []origin {
+	var out []origin
+	for _, o := range origins {
+		out = append(out, o)
+		if o.kind == oField {
+			c.trace(o.sel.X, func(b origin) {
+				if b.kind == oField {
+					b.kind = oField // nested field: its base is traced below
+				}
+				out = append(out, b)
+			})
+		}
+	}
+	return out
+}
+
+func (c *checker) checkFixedKey(f *ast.File, fd *ast.FuncDecl, s sink, origins []origin) {
+	// A field read's base counts: a key field of a value built before the
+	// loop is fixed for the loop, whatever the value was built from.
+	all := c.expand(origins)
+	var reqOrigins []origin
+	for _, r := range s.request {
+		c.trace(r, func(o origin) { reqOrigins = append(reqOrigins, o) })
+	}
+	reqOrigins = c.expand(reqOrigins)
+
+	// A range loop over a collection: the key must change with the element.
+	path, _ := astutil.PathEnclosingInterval(f, s.node.Pos(), s.node.Pos())
+	for _, n := range path {
+		rs, ok := n.(*ast.RangeStmt)
+		if !ok {
+			continue
+		}
+		if t, ok := c.pass.TypesInfo.TypeOf(rs.X).Underlying().(*types.Basic); ok && t.Info()&types.IsInteger != 0 {
+			continue
+		}
+		inLoop := func(o origin) bool {
+			return (o.kind == oRangeVar && o.loop == rs) || (o.pos >= rs.Body.Pos() && o.pos < rs.Body.End())
+		}
+		invariant := true
+		for _, o := range all {
+			if inLoop(o) && o.kind != oField || o.kind == oSource && inLoop(o) {
+				invariant = false
+			}
+		}
+		varies := false
+		for _, o := range reqOrigins {
+			if o.kind == oRangeVar && o.loop == rs {
+				varies = true
+			}
+		}
+		if tv, ok := c.pass.TypesInfo.Types[s.key]; ok && tv.Value != nil {
+			break // a literal key ("k"): a fixture, each pass usually aimed at its own server
+		}
+		if invariant && varies {
+			c.report(s.node.Pos(), FixedKey,
+				"the same idempotency key %s is sent for every element of the range loop at line %d while the rest of the request changes: Stripe runs the first request only and answers every later one with its result or an idempotency_error, so only the first is charged. "+
+					"Make the key inside the loop from what identifies each operation (customer, period: idemkey.For)",
+				keyText(s.key), c.pass.Fset.Position(rs.Pos()).Line)
+			return
+		}
+		break
+	}
+
+	// A key read from the receiver or a package variable, in a function
+	// whose parameters say which operation it is.
+	for _, o := range origins {
+		if o.kind == oSource || o.kind == oCounter {
+			return // the key itself changes per call: not fixed
+		}
+	}
+	var recv *types.Var
+	if fd.Recv != nil && len(fd.Recv.List) > 0 && len(fd.Recv.List[0].Names) > 0 {
+		recv, _ = c.pass.TypesInfo.Defs[fd.Recv.List[0].Names[0]].(*types.Var)
+	}
+	fromRecv, fromPkg := false, false
+	for _, o := range all {
+		switch {
+		case o.kind == oField, o.kind == oSource:
+		case o.kind == oPkgVar:
+			fromPkg = true
+		case o.kind == oParam && recv != nil && o.v == recv:
+			fromRecv = true
+		default:
+			return // depends on something that may change per call
+		}
+	}
+	if !fromRecv && !fromPkg {
+		return
+	}
+	var varying *types.Var
+	for _, o := range reqOrigins {
+		if o.kind == oParam && o.v != recv && !isContext(o.v.Type()) && c.params[o.v] == fd {
+			varying = o.v
+			break
+		}
+	}
+	if varying == nil {
+		return
+	}
+	where := "a package variable, set once per process"
+	if fromRecv {
+		where = "a field of " + recv.Name() + ", set once when it was built"
+	}
+	c.report(s.node.Pos(), FixedKey,
+		"idempotency key %s is %s, so every call of %s sends the same key whatever %s it is given: Stripe runs the first request only and answers every later one with its result or an idempotency_error. "+
+			"Make the key per operation from its identity (%s, period: idemkey.For)",
+		keyText(s.key), where, fd.Name.Name, varying.Name(), varying.Name())
+}
+
+func keyText(e ast.Expr) string {
+	if call, ok := e.(*ast.CallExpr); ok && len(call.Args) == 1 {
+		if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "String" {
+			e = call.Args[0] // stripe.String(k)
+		}
+	}
+	return types.ExprString(e)
+}
+
+func isContext(t types.Type) bool {
+	return types.TypeString(t, nil) == "context.Context"
+}
+
+// ---- stripe-go writes without a key ----
+
+var writeMethod = regexp.MustCompile(`^(New|Create|Confirm|Pay|Capture|Increment.*)$`)
+
+// moneyPkgs are the stripe-go resources whose duplicate moves or bills
+// money: a second charge, invoice, subscription, usage record, refund,
+// transfer or payout. A duplicate token, customer, webhook endpoint or
+// checkout session is clutter, not a double charge; -allwrites reports
+// writes of every resource.
+var moneyPkgs = map[string]bool{
+	"charge": true, "paymentintent": true, "invoice": true, "invoiceitem": true,
+	"subscription": true, "subscriptionitem": true, "subscriptionschedule": true,
+	"usagerecord": true, "meterevent": true, "refund": true, "creditnote": true,
+	"transfer": true, "transferreversal": true, "payout": true, "topup": true,
+	"customerbalancetransaction": true, "feerefund": true,
+	"outboundpayment": true, "outboundtransfer": true, "inboundtransfer": true,
+}
+
+var allWrites bool
+
+func init() {
+	Analyzer.Flags.BoolVar(&allWrites, "allwrites", false,
+		"report keyless writes of every stripe-go resource, not only those that move or bill money")
+}
+
+// reportableWrite reports whether a write in this stripe-go package is
+// checked for a key.
+func reportableWrite(path string) bool {
+	if strings.Contains(path, "/testhelpers") {
+		return false // test-mode helpers: no money moves
+	}
+	return allWrites || moneyPkgs[path[strings.LastIndex(path, "/")+1:]]
+}
+
+func (c *checker) checkWrites(fd *ast.FuncDecl) {
+	info := c.pass.TypesInfo
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		fn, ok := typeutilCallee(info, call).(*types.Func)
+		if !ok || fn.Pkg() == nil || !stripeAny.MatchString(fn.Pkg().Path()) || stripeRoot.MatchString(fn.Pkg().Path()) || !writeMethod.MatchString(fn.Name()) || !reportableWrite(fn.Pkg().Path()) {
+			return true
+		}
+		sig := fn.Type().(*types.Signature)
+		for i, a := range call.Args {
+			if i >= sig.Params().Len() {
+				break
+			}
+			t := sig.Params().At(i).Type()
+			if obj, _, _ := types.LookupFieldOrMethod(t, true, nil, "IdempotencyKey"); obj == nil {
+				continue
+			}
+			if c.lacksKey(fd, a) {
+				c.report(call.Pos(), NoKey,
+					"%s sends a Stripe write without an idempotency key: stripe-go then makes a random key for this call only, so any retry around it (a job rerun, a queue redelivery, a retry loop, a restart) makes a second %s. "+
+						"Set params.IdempotencyKey from what identifies the operation (customer, period: idemkey.For)",
+					types.ExprString(call.Fun), objectOf(fn))
+			}
+		}
+		return true
+	})
+}
+
+func objectOf(fn *types.Func) string {
+	p := fn.Pkg().Path()
+	return p[strings.LastIndex(p, "/")+1:] + " object"
+}
+
+// lacksKey reports whether the params a are sure to carry no key: nil, a
+// literal without one, or a local variable built from such a literal that
+// never gets a key and is never handed to other code.
+func (c *checker) lacksKey(fd *ast.FuncDecl, a ast.Expr) bool {
+	a = ast.Unparen(a)
+	if isNil(a) {
+		return true
+	}
+	if u, ok := a.(*ast.UnaryExpr); ok && u.Op == token.AND {
+		a = u.X
+	}
+	switch a := a.(type) {
+	case *ast.CompositeLit:
+		return !litHasKey(a)
+	case *ast.Ident:
+		v := c.localVar(a)
+		if v == nil {
+			return false
+		}
+		if _, isParam := c.params[v]; isParam || len(c.defs[v]) == 0 {
+			return false
+		}
+		for _, d := range c.defs[v] {
+			rhs := ast.Unparen(d.rhs)
+			if u, ok := rhs.(*ast.UnaryExpr); ok && u.Op == token.AND {
+				rhs = u.X
+			}
+			lit, ok := rhs.(*ast.CompositeLit)
+			if !ok || litHasKey(lit) {
+				return false
+			}
+		}
+		return !c.mayGetKey(fd, v)
+	}
+	return false
+}
+
+func litHasKey(lit *ast.CompositeLit) bool {
+	found := false
+	ast.Inspect(lit, func(n ast.Node) bool {
+		if kv, ok := n.(*ast.KeyValueExpr); ok {
+			if id, ok := kv.Key.(*ast.Ident); ok && id.Name == "IdempotencyKey" {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+// mayGetKey reports whether v's key may be set in fd or v leaves fd's
+// sight: any use other than reading or writing a field, calling a stripe-go
+// method with it, or a stripe-go write.
+func (c *checker) mayGetKey(fd *ast.FuncDecl, v *types.Var) bool {
+	info := c.pass.TypesInfo
+	may := false
+	var stack []ast.Node
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if n == nil {
+			stack = stack[:len(stack)-1]
+			return false
+		}
+		stack = append(stack, n)
+		id, ok := n.(*ast.Ident)
+		if !ok || info.Uses[id] != v {
+			return true
+		}
+		parent := stack[len(stack)-2]
+		switch p := parent.(type) {
+		case *ast.SelectorExpr:
+			if p.Sel.Name == "IdempotencyKey" || p.Sel.Name == "SetIdempotencyKey" || p.Sel.Name == "Params" {
+				// p.Params.IdempotencyKey, p.Params = ...: look at the next selector.
+				if p.Sel.Name != "Params" {
+					may = true
+				} else if len(stack) >= 3 {
+					if gp, ok := stack[len(stack)-3].(*ast.SelectorExpr); !ok || gp.Sel.Name == "IdempotencyKey" || gp.Sel.Name == "SetIdempotencyKey" {
+						may = true
+					}
+				}
+			}
+		case *ast.CallExpr:
+			fn, ok := typeutilCallee(info, p).(*types.Func)
+			if !ok || fn.Pkg() == nil || !stripeAny.MatchString(fn.Pkg().Path()) {
+				may = true
+			}
+		case *ast.AssignStmt:
+			for _, r := range p.Rhs {
+				if r == id {
+					may = true // copied elsewhere
+				}
+			}
+		default:
+			may = true
+		}
+		return true
+	})
+	return may
+}
+
+// ---- advisory locks through a pool ----
+
+var (
+	sessionLock = regexp.MustCompile(`(?i)pg_(try_)?advisory_lock(_shared)?\s*\(`)
+	unlock      = regexp.MustCompile(`(?i)pg_advisory_unlock(_shared|_all)?\s*\(`)
+	xactLock    = regexp.MustCompile(`(?i)pg_(try_)?advisory_xact_lock(_shared)?\s*\(`)
+	pgxpoolPath = regexp.MustCompile(`^github\.com/jackc/pgx(/v[0-9]+)?/pgxpool$`)
+)
+
+// poolType returns a name for t if it is a connection pool: statements
+// sent through it may each run on a different session.
+func poolType(t types.Type) string {
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, ok := t.(*types.Named)
+	if !ok || n.Obj().Pkg() == nil {
+		return ""
+	}
+	path, name := n.Obj().Pkg().Path(), n.Obj().Name()
+	switch {
+	case pgxpoolPath.MatchString(path) && name == "Pool":
+		return "*pgxpool.Pool"
+	case path == "database/sql" && name == "DB":
+		return "*sql.DB"
+	case path == "github.com/jmoiron/sqlx" && name == "DB":
+		return "*sqlx.DB"
+	}
+	return ""
+}
+
+func (c *checker) checkLocks(fd *ast.FuncDecl) {
+	info := c.pass.TypesInfo
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		pool := poolType(info.TypeOf(sel.X))
+		if pool == "" {
+			return true
+		}
+		sql := ""
+		for _, a := range call.Args {
+			if s, ok := c.constString(a); ok {
+				sql = s
+				break
+			}
+		}
+		switch {
+		case unlock.MatchString(sql) && sessionLock.MatchString(sql):
+			// Locked and unlocked by one statement: one session, balanced.
+		case unlock.MatchString(sql):
+			c.report(call.Pos(), PoolLock,
+				"pg_advisory_unlock sent through a %s runs on whichever pooled session is free, usually not the one holding the lock: it returns false, the lock stays held by a connection idling in the pool, and no other replica can take it. "+
+					"Take and release the lock on one pinned connection (pool.Acquire / db.Conn) and unlock through that connection before releasing it",
+				pool)
+		case sessionLock.MatchString(sql):
+			c.report(call.Pos(), PoolLock,
+				"session advisory lock taken through a %s: the lock belongs to whichever pooled session ran the statement, and that connection goes back to the pool still holding it, so the unlock (through the pool) usually lands on another session and does nothing, and other code reusing the connection silently holds the lock too. "+
+					"Pin one connection (pool.Acquire / db.Conn), lock and unlock on it, and release it after the unlock",
+				pool)
+		case xactLock.MatchString(sql):
+			c.report(call.Pos(), XactLock,
+				"transaction advisory lock taken through a %s outside a transaction: the statement is its own transaction, so the lock is released as soon as it returns and protects nothing after it. "+
+					"Begin a transaction, take the lock with tx, and do the guarded work in that transaction",
+				pool)
+		}
+		return true
+	})
+}
+
+func (c *checker) constString(e ast.Expr) (string, bool) {
+	if tv, ok := c.pass.TypesInfo.Types[e]; ok && tv.Value != nil && tv.Value.Kind() == constant.String {
+		return constant.StringVal(tv.Value), true
+	}
+	if id, ok := ast.Unparen(e).(*ast.Ident); ok {
+		if v := c.localVar(id); v != nil && len(c.defs[v]) == 1 && c.defs[v][0].rhs != nil {
+			return c.constString(c.defs[v][0].rhs)
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,9 @@
+package uuid
+
+type UUID [16]byte
+
+func New() UUID                   { return UUID{} }
+func NewString() string           { return "" }
+func NewRandom() (UUID, error)    { return UUID{}, nil }
+func Must(u UUID, err error) UUID { return u }
+func (u UUID) String() string     { return "" }

@@ -1,0 +1,110 @@
+package nokey
+
+import (
+	stripe "github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/charge"
+	"github.com/stripe/stripe-go/v79/customer"
+	"github.com/stripe/stripe-go/v79/paymentintent"
+	"github.com/stripe/stripe-go/v79/testhelpers/testclock"
+)
+
+var charges charge.Client
+
+// ---- reported ----
+
+func literal(customer string) error {
+	_, err := charges.New(&stripe.ChargeParams{Customer: stripe.String(customer)}) // want `charges.New sends a Stripe write without an idempotency key: stripe-go then makes a random key for this call only, so any retry around it .* makes a second charge object`
+	return err
+}
+
+func variable(customer string) error {
+	p := &stripe.PaymentIntentParams{Customer: stripe.String(customer)}
+	p.Amount = stripe.Int64(100)
+	p.AddMetadata("customer", customer)
+	_, err := paymentintent.New(p) // want `paymentintent.New sends a Stripe write without an idempotency key`
+	return err
+}
+
+func confirm(id string) error {
+	_, err := paymentintent.Confirm(id, &stripe.PaymentIntentConfirmParams{}) // want `paymentintent.Confirm sends a Stripe write without an idempotency key`
+	return err
+}
+
+func capture(id string) error {
+	_, err := charges.Capture(id, nil) // want `charges.Capture sends a Stripe write without an idempotency key`
+	return err
+}
+
+func packageLevel(customer string) error {
+	_, err := charge.New(&stripe.ChargeParams{Customer: stripe.String(customer)}) // want `charge.New sends a Stripe write`
+	return err
+}
+
+// ---- not reported ----
+
+func withKey(customer, period string) error {
+	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
+	p.IdempotencyKey = stripe.String("charge:" + customer + ":" + period)
+	_, err := charges.New(p)
+	return err
+}
+
+func withSetter(customer, period string) error {
+	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
+	p.SetIdempotencyKey("charge:" + customer + ":" + period)
+	_, err := charges.New(p)
+	return err
+}
+
+func withEmbedded(customer, period string) error {
+	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
+	p.Params.IdempotencyKey = stripe.String("charge:" + customer + ":" + period)
+	_, err := charges.New(p)
+	return err
+}
+
+func inLiteral(customer, period string) error {
+	_, err := charges.New(&stripe.ChargeParams{
+		Params:   stripe.Params{IdempotencyKey: stripe.String("charge:" + customer + ":" + period)},
+		Customer: stripe.String(customer),
+	})
+	return err
+}
+
+// The params come from the caller, or go through code that may set a key.
+func fromCaller(p *stripe.ChargeParams) error {
+	_, err := charges.New(p)
+	return err
+}
+
+func setKey(p *stripe.ChargeParams) {}
+
+func handedOver(customer string) error {
+	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
+	setKey(p)
+	_, err := charges.New(p)
+	return err
+}
+
+func fromHelper(customer string) error {
+	_, err := charges.New(build(customer))
+	return err
+}
+
+func build(customer string) *stripe.ChargeParams {
+	return &stripe.ChargeParams{Customer: stripe.String(customer)}
+}
+
+// Reads and updates: a repeated read changes nothing and a repeated update
+// sets the same values again.
+func reads(id string) {
+	charges.Get(id, nil)
+	paymentintent.Get(id, nil)
+	charges.Update(id, &stripe.ChargeParams{})
+}
+
+// Resources whose duplicate bills nothing: reported only with -allwrites.
+func noMoney(email string) {
+	customer.New(&customer.CustomerParams{Email: stripe.String(email)})
+	testclock.New(&testclock.TestClockParams{})
+}
