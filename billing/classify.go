@@ -87,7 +87,7 @@ const (
 //	  codes (card_declined, expired_card, incorrect_cvc, ...) whatever
 //	  the type
 //	the customer's price, recorded on the claim and never sent with    failed   goes   *FailedError
-//	  another amount (I4): amount_too_small, amount_too_large
+//	  another amount: amount_too_small, amount_too_large
 //	400 idempotency_error                                              pending  goes   *KeyReuseError
 //	401, 403 (api_key_expired, a wrong or revoked key, a restricted    pending  stops  ErrStripeAuth
 //	  key without permission)
@@ -135,7 +135,7 @@ func Classify(err error) retry.Decision {
 
 // refusedByCustomer reports whether Stripe's refusal se concerns only the
 // customer of the request: their card, payment method, bank account or
-// price. The claim is then failed, which is terminal for its key (I6). Any
+// price. The claim is then failed, which is terminal for its key. Any
 // other refusal stops the run instead, with the claims left pending: see
 // the table in Classify's documentation.
 func refusedByCustomer(se *stripe.Error) bool {
@@ -182,7 +182,7 @@ var customerCodes = map[stripe.ErrorCode]bool{
 	stripe.ErrorCodePaymentMethodUnexpectedState:           true,
 	stripe.ErrorCodeReferToCustomer:                        true,
 	// The amount is the customer's price, recorded on the claim: the key
-	// is never sent with another (I4), so it can never succeed.
+	// is never sent with another, so it can never succeed.
 	stripe.ErrorCodeAmountTooSmall: true,
 	stripe.ErrorCodeAmountTooLarge: true,
 }

@@ -165,7 +165,7 @@ func (e *env) crashedClaim(customer string, amt int64) string {
 		c.Claims = crashAfterClaim{e.store}
 		c.Price = flatPrice(amt)
 	})
-	if _, err := e.biller(opts...).Charge(context.Background(), customer, period); !errors.Is(err, errCrashed) {
+	if _, err := e.biller(opts...).Charge(context.Background(), customer, period, nil); !errors.Is(err, errCrashed) {
 		e.tb.Fatalf("crashing runner: %v", err)
 	}
 	key := e.key(customer)

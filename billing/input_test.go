@@ -18,7 +18,7 @@ import (
 )
 
 // Bad input is refused before anything is claimed or sent, with an error
-// that wraps ErrInvalidInput and names what to fix.
+// that wraps ErrInvalid and names what to fix.
 func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -27,10 +27,13 @@ func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 	ctx := context.Background()
 	usd := func(a int64) billing.Price { return billing.Price{Amount: a, Currency: "usd"} }
 	charge := func(customer, period string) func() error {
-		return func() error { _, err := e.b.Charge(ctx, customer, period); return err }
+		return func() error { _, err := e.b.Charge(ctx, customer, period, nil); return err }
 	}
 	withPrice := func(p billing.Price) func() error {
-		return func() error { _, err := e.b.ChargeAmount(ctx, "cus_ok", period, p); return err }
+		return func() error {
+			_, err := e.b.Charge(ctx, "cus_ok", period, &billing.ChargeOptions{Price: ptr(p)})
+			return err
+		}
 	}
 	cases := []struct {
 		name string
@@ -56,14 +59,14 @@ func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 		{"empty currency", withPrice(billing.Price{Amount: 100}), "ISO code"},
 		{"four-letter currency", withPrice(billing.Price{Amount: 100, Currency: "usdd"}), "ISO code"},
 		{"PaymentIntents without a payment method", func() error {
-			_, err := intents.ChargeAmount(ctx, "cus_ok", period, usd(100))
+			_, err := intents.Charge(ctx, "cus_ok", period, &billing.ChargeOptions{Price: ptr(usd(100))})
 			return err
 		}, "PaymentMethod"},
 		{"PaymentIntents with a bad payment method", func() error {
-			_, err := intents.ChargeAmount(ctx, "cus_ok", period, billing.Price{Amount: 100, Currency: "usd", PaymentMethod: "pm 1"})
+			_, err := intents.Charge(ctx, "cus_ok", period, &billing.ChargeOptions{Price: ptr(billing.Price{Amount: 100, Currency: "usd", PaymentMethod: "pm 1"})})
 			return err
 		}, "payment method"},
-		{"no price configured", func() error { _, err := noPrice.Charge(ctx, "cus_ok", period); return err }, "Config.Price"},
+		{"no price configured", func() error { _, err := noPrice.Charge(ctx, "cus_ok", period, nil); return err }, "Config.Price"},
 		{"Rebill attempt 1", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, 1, nil); return err }, "from 2"},
 		{"Rebill attempt 0", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, 0, nil); return err }, "from 2"},
 		{"Rebill attempt -1", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, -1, nil); return err }, "from 2"},
@@ -77,8 +80,8 @@ func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.call()
-			if !errors.Is(err, billing.ErrInvalidInput) {
-				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			if !errors.Is(err, billing.ErrInvalid) {
+				t.Fatalf("got %v; want an error wrapping ErrInvalid", err)
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %q does not say %q", err, c.want)
@@ -100,7 +103,7 @@ func TestPriceErrorStopsBeforeClaim(t *testing.T) {
 	e := newEnv(t, func(c *billing.Config) {
 		c.Price = func(context.Context, string, string) (billing.Price, error) { return billing.Price{}, boom }
 	})
-	if _, err := e.b.Charge(context.Background(), "cus_p", period); !errors.Is(err, boom) {
+	if _, err := e.b.Charge(context.Background(), "cus_p", period, nil); !errors.Is(err, boom) {
 		t.Fatalf("Charge: %v; want the price error", err)
 	}
 	if n, r := e.claimRows(), e.srv.Stats().Requests; n != 0 || r != 0 {
@@ -112,7 +115,7 @@ func TestPriceErrorStopsBeforeClaim(t *testing.T) {
 func TestUpperCaseCurrencyIsAccepted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r, err := e.b.ChargeAmount(context.Background(), "cus_u", period, billing.Price{Amount: 100, Currency: "EUR"})
+	r, err := e.b.Charge(context.Background(), "cus_u", period, &billing.ChargeOptions{Price: ptr(billing.Price{Amount: 100, Currency: "EUR"})})
 	if err != nil || r.Currency != "eur" {
 		t.Fatalf("ChargeAmount: %+v, %v; want eur", r, err)
 	}
@@ -156,8 +159,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			cfg := ok()
 			c.mod(&cfg)
 			b, err := billing.New(cfg)
-			if !errors.Is(err, billing.ErrInvalidInput) || b != nil {
-				t.Fatalf("New: %v, %v; want an error wrapping ErrInvalidInput", b, err)
+			if !errors.Is(err, billing.ErrInvalid) || b != nil {
+				t.Fatalf("New: %v, %v; want an error wrapping ErrInvalid", b, err)
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %q does not say %q", err, c.want)
@@ -186,7 +189,7 @@ func noPanic(f func() error) (err error) {
 
 // Values no one means, but a typo, an unchecked error or an overflow can
 // produce, are refused by every public entry point with an error wrapping
-// ErrInvalidInput, never a panic or an absurd run: nothing is sent, nothing
+// ErrInvalid, never a panic or an absurd run: nothing is sent, nothing
 // is claimed.
 func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	t.Parallel()
@@ -207,7 +210,7 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, err = b.Charge(ctx, "cus_odd_new", period)
+			_, err = b.Charge(ctx, "cus_odd_new", period, nil)
 			return err
 		}
 	}
@@ -256,8 +259,8 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := noPanic(c.call)
-			if !errors.Is(err, billing.ErrInvalidInput) {
-				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			if !errors.Is(err, billing.ErrInvalid) {
+				t.Fatalf("got %v; want an error wrapping ErrInvalid", err)
 			}
 		})
 	}
@@ -278,3 +281,5 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	}
 	wantAllOnceOf(t, e, []string{"cus_odd_1", "cus_odd_2", "cus_odd_new"})
 }
+
+func ptr[T any](v T) *T { return &v }

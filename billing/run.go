@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ const (
 )
 
 // Upper bounds for [RunOptions]. Run refuses larger values with
-// [ErrInvalidInput]: they are typos or overflows, not plans, and Run would
+// [ErrInvalid]: they are typos or overflows, not plans, and Run would
 // allocate for them before billing anyone.
 const (
 	// MaxConcurrency bounds RunOptions.Concurrency. Stripe accepts 100
@@ -36,8 +37,8 @@ const (
 	MaxBatchSize = 10_000
 )
 
-// ErrRunHeldElsewhere is returned by Run when RunOptions.Lock is set and
-// another runner holds the lock for the period. Nothing was claimed or sent.
+// ErrRunHeldElsewhere is returned by Run and Reconcile when their options
+// set a Lock and another runner holds it. Nothing was claimed or sent.
 var ErrRunHeldElsewhere = errors.New("billing: another runner holds the lock for this billing run")
 
 // Item is one customer to bill in a [Biller.Run].
@@ -88,18 +89,19 @@ type Progress struct {
 	Total int
 	// Done is the number of customers settled, the sum of the counts below.
 	Done int
-	// Created: charged by this run (including charges Stripe replayed after
-	// an earlier attempt's answer was lost).
+	// Created: charged by this run (Outcome Created or Replayed).
 	Created int
-	// AlreadyDone: charged before this run (claim store or Stripe search).
-	AlreadyDone int
-	// Failed: declined or refused definitively; see Summary.Failures.
-	Failed int
-	// Pending: outcome unknown or claimed by another runner; the next run
-	// settles them with the same keys.
+	// AlreadyBilled: charged before this run (Outcome AlreadyBilled or
+	// Reconciled).
+	AlreadyBilled int
+	// Declined: refused definitively ([ErrDeclined]); see Summary.Failures.
+	Declined int
+	// Pending: outcome unknown, claimed by another runner, or waiting for
+	// reconciliation; the next run settles them with the same keys.
 	Pending int
-	// Invalid: bad input for this customer, or input that contradicts its
-	// existing claim (a changed amount); nothing was claimed or sent.
+	// Invalid: bad input for this customer ([ErrInvalid]), or input that
+	// contradicts its existing claim (a changed amount); nothing was
+	// claimed or sent.
 	Invalid int
 }
 
@@ -117,7 +119,7 @@ const maxFailures = 1000
 
 // Complete reports whether every customer of the run is billed or was
 // already billed.
-func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
+func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled }
 
 // Run bills every customer from items for period, each exactly once. The
 // iterator is read as the run goes (it never has to fit in memory); customers
@@ -146,7 +148,7 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	if opts != nil {
 		o = *opts
 	}
-	if err := CheckPeriod(period); err != nil {
+	if err := checkPeriod(period); err != nil {
 		return Summary{Period: period}, err
 	}
 	if items == nil {
@@ -170,30 +172,40 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
 	}
-	if o.Lock == nil {
+	name := cmp.Or(o.LockName, "billonce-run:"+b.cfg.Scope+":"+period)
+	sum, err := locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
 		return b.run(ctx, period, items, &o)
+	})
+	if sum.Period == "" {
+		sum.Period = period
 	}
-	if o.LockName == "" {
-		o.LockName = "billonce-run:" + b.cfg.Scope + ":" + period
+	return sum, err
+}
+
+// locked runs fn under guard's lock name, or without a lock when guard is
+// nil. It returns [ErrRunHeldElsewhere] when another runner holds the lock.
+func locked(ctx context.Context, guard lock.Guard, name string, fn func(context.Context) (Summary, error)) (Summary, error) {
+	if guard == nil {
+		return fn(ctx)
 	}
 	var (
 		sum    Summary
 		runErr error
 	)
-	ran, err := o.Lock.Do(ctx, o.LockName, func(ctx context.Context) error {
-		sum, runErr = b.run(ctx, period, items, &o)
+	ran, err := guard.Do(ctx, name, func(ctx context.Context) error {
+		sum, runErr = fn(ctx)
 		return runErr
 	})
-	if err != nil && runErr == nil && !ran && (errors.Is(err, lock.ErrInvalidName) || errors.Is(err, lock.ErrInvalidConfig)) {
+	if err != nil && runErr == nil && !ran && errors.Is(err, lock.ErrInvalid) {
 		// The lock refused its name or configuration: nothing ran.
-		return Summary{Period: period}, invalid("run lock %q: %w", clip(o.LockName), err)
+		return Summary{}, invalid("run lock %q: %w", clip(name), err)
 	}
 	if err != nil && runErr == nil {
 		// The lock itself failed or was lost.
-		return sum, fmt.Errorf("billing: run lock %q: %w", o.LockName, err)
+		return sum, fmt.Errorf("billing: run lock %q: %w", name, err)
 	}
 	if !ran {
-		return Summary{Period: period}, ErrRunHeldElsewhere
+		return Summary{}, ErrRunHeldElsewhere
 	}
 	return sum, runErr
 }
@@ -282,7 +294,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			j := batch[i]
 			switch res.Outcome {
 			case claim.Mismatch:
-				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, res.Conflict))
+				r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
 			case claim.Won, claim.Resumed:
 				select {
 				case tasks <- task{j, res}:
@@ -310,11 +322,11 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		}
 		j, err := r.b.prepare(ctx, it.Customer, period, it.Price, 1)
 		if err != nil {
-			r.settled(job{customer: it.Customer, period: period}, Receipt{}, err)
+			r.settled(j, Receipt{}, err)
 			continue
 		}
 		if inBatch[j.customer] {
-			r.settled(j, Receipt{}, invalid("customer %s is listed more than once for %s; it is billed once", j.customer, period))
+			r.settled(j, Receipt{}, chargeErr(j, nil, "", invalid("listed more than once for %s; it is billed once", period)))
 			continue
 		}
 		batch = append(batch, j)
@@ -344,7 +356,7 @@ func (r *runner) unsent(ctx context.Context, t task) {
 	j.won = t.res.Outcome == claim.Won
 	cause := fmt.Errorf("run stopped before sending; nothing was sent: %w", context.Cause(ctx))
 	r.b.giveUp(context.WithoutCancel(ctx), j, cause)
-	err := &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: j.key.String(), Err: cause}
+	err := chargeErr(j, ErrOutcomeUnknown, "", cause)
 	r.b.outcome(j, time.Now(), Receipt{}, err)
 	r.settled(j, Receipt{}, err)
 }
@@ -355,19 +367,16 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := &r.sum
-	var (
-		failed   *FailedError
-		mismatch *claim.MismatchError
-	)
+	var mismatch *claim.MismatchError
 	switch {
-	case err == nil && (rc.How == Created || rc.How == Replayed):
+	case err == nil && (rc.Outcome == Created || rc.Outcome == Replayed):
 		s.Created++
 	case err == nil:
-		s.AlreadyDone++
-	case errors.Is(err, ErrInvalidInput), errors.As(err, &mismatch):
+		s.AlreadyBilled++
+	case errors.Is(err, ErrInvalid), errors.As(err, &mismatch):
 		s.Invalid++
-	case errors.As(err, &failed):
-		s.Failed++
+	case errors.Is(err, ErrDeclined):
+		s.Declined++
 	default:
 		s.Pending++
 	}

@@ -888,7 +888,7 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 	var errs []error
 	switch op.kind {
 	case simCharge:
-		rc, err := b.Charge(ctx, op.customer, op.period)
+		rc, err := b.Charge(ctx, op.customer, op.period, nil)
 		out, errs = simReceipt(rc, err), []error{err}
 	case simRun:
 		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
@@ -897,10 +897,10 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 		sum, err := b.Reconcile(ctx, nil)
 		out, errs = simSummary(sum, err), append(sum.Failures, err)
 	case simRebill:
-		rc, err := b.Charge(ctx, op.customer, op.period)
+		rc, err := b.Charge(ctx, op.customer, op.period, nil)
 		out, errs = "charge: "+simReceipt(rc, err), []error{err}
-		var fe *billing.FailedError
-		if errors.As(err, &fe) {
+		var fe *billing.ChargeError
+		if errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined) {
 			rc, err = b.Rebill(ctx, op.customer, op.period, fe.Attempt+1, nil)
 			out, errs = fmt.Sprintf("rebill attempt %d: %s", fe.Attempt+1, simReceipt(rc, err)), []error{err}
 		}
@@ -914,7 +914,7 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 			w.harnessf("%s: %s took longer than %v", p.name, op, simStepBudget)
 		}
 		for _, err := range errs {
-			if errors.Is(err, billing.ErrInvalidInput) {
+			if errors.Is(err, billing.ErrInvalid) {
 				w.harnessf("%s: %s: %v", p.name, op, err)
 			}
 		}

@@ -68,7 +68,7 @@ var _ Guard = (*Advisory)(nil)
 // NewAdvisory returns an Advisory that takes its connections from pool.
 func NewAdvisory(pool *pgxpool.Pool, cfg Config) (*Advisory, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool; pass the *pgxpool.Pool of the database that coordinates the replicas", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil pool; pass the *pgxpool.Pool of the database that coordinates the replicas", ErrInvalid)
 	}
 	if err := checkName("namespace", cfg.Namespace, true); err != nil {
 		return nil, err
@@ -78,10 +78,10 @@ func NewAdvisory(pool *pgxpool.Pool, cfg Config) (*Advisory, error) {
 	}
 	if cfg.CheckInterval < MinCheckInterval {
 		return nil, fmt.Errorf("%w: CheckInterval %v is below the minimum %v; use 0 for the default %v",
-			ErrInvalidConfig, cfg.CheckInterval, MinCheckInterval, DefaultCheckInterval)
+			ErrInvalid, cfg.CheckInterval, MinCheckInterval, DefaultCheckInterval)
 	}
 	if cfg.Wait < 0 {
-		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalidConfig, cfg.Wait)
+		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalid, cfg.Wait)
 	}
 	return &Advisory{pool: pool, cfg: cfg, logger: loggerOrDiscard(cfg.Logger)}, nil
 }
@@ -198,7 +198,7 @@ func closeConn(conn *pgx.Conn) {
 // run in a transaction; it also works through PgBouncer in transaction mode.
 func TryXact(ctx context.Context, tx pgx.Tx, namespace, name string) (bool, error) {
 	if nilness.Is(tx) {
-		return false, fmt.Errorf("%w: nil transaction; begin one and pass it, the lock lives until it ends", ErrInvalidConfig)
+		return false, fmt.Errorf("%w: nil transaction; begin one and pass it, the lock lives until it ends", ErrInvalid)
 	}
 	if err := checkName("namespace", namespace, true); err != nil {
 		return false, err

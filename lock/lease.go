@@ -82,7 +82,7 @@ var _ Guard = (*Lease)(nil)
 // NewLease returns a Lease on db. Call [Lease.Migrate] once before use.
 func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
 	if nilness.Is(db) {
-		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalid)
 	}
 	if err := checkName("namespace", cfg.Namespace, true); err != nil {
 		return nil, err
@@ -96,15 +96,15 @@ func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
 	switch {
 	case cfg.TTL < 2*MinCheckInterval:
 		return nil, fmt.Errorf("%w: TTL %v is too short; use at least %v, or 0 for the default %v",
-			ErrInvalidConfig, cfg.TTL, 2*MinCheckInterval, DefaultLeaseTTL)
+			ErrInvalid, cfg.TTL, 2*MinCheckInterval, DefaultLeaseTTL)
 	case cfg.RenewInterval < MinCheckInterval:
 		return nil, fmt.Errorf("%w: RenewInterval %v is below the minimum %v; use 0 for TTL/3",
-			ErrInvalidConfig, cfg.RenewInterval, MinCheckInterval)
+			ErrInvalid, cfg.RenewInterval, MinCheckInterval)
 	case 2*cfg.RenewInterval > cfg.TTL:
 		return nil, fmt.Errorf("%w: RenewInterval %v is more than half of TTL %v, so a failed renewal could go unnoticed until the lease expires; use 0 for TTL/3",
-			ErrInvalidConfig, cfg.RenewInterval, cfg.TTL)
+			ErrInvalid, cfg.RenewInterval, cfg.TTL)
 	case cfg.Wait < 0:
-		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalidConfig, cfg.Wait)
+		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalid, cfg.Wait)
 	}
 	host, _ := os.Hostname()
 	return &Lease{db: db, cfg: cfg, logger: loggerOrDiscard(cfg.Logger), owner: fmt.Sprintf("%s/%d", host, os.Getpid())}, nil

@@ -28,13 +28,10 @@ var (
 	// errors.Is(context.Cause(ctx), ErrLockLost).
 	ErrLockLost = errors.New("lock: lock lost")
 
-	// ErrInvalidName is returned for an empty, oversized or non-UTF-8 name
-	// or namespace.
-	ErrInvalidName = errors.New("lock: invalid name")
-
-	// ErrInvalidConfig is returned by the constructors for a nil database or
-	// an unusable setting.
-	ErrInvalidConfig = errors.New("lock: invalid configuration")
+	// ErrInvalid is wrapped by every error that reports bad input: an
+	// empty, oversized or non-UTF-8 name or namespace, a nil database, job
+	// or guard, an unusable setting. Nothing was locked.
+	ErrInvalid = errors.New("lock: invalid input")
 )
 
 // A Guard runs a function only while it holds a named lock. [*Advisory] and
@@ -75,18 +72,18 @@ func Key(namespace, name string) int64 {
 func checkName(what, s string, mayBeEmpty bool) error {
 	switch {
 	case s == "" && !mayBeEmpty:
-		return fmt.Errorf("%w: %s is empty; name the job, e.g. \"monthly-billing\"", ErrInvalidName, what)
+		return fmt.Errorf("%w: %s is empty; name the job, e.g. \"monthly-billing\"", ErrInvalid, what)
 	case len(s) > MaxNameLen:
-		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalidName, what, len(s), MaxNameLen)
+		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalid, what, len(s), MaxNameLen)
 	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidName, what)
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
 	}
 	return nil
 }
 
 // errNilGuard is what the methods of a nil *Advisory or *Lease return.
 func errNilGuard(what string) error {
-	return fmt.Errorf("%w: a nil %s; check the error its constructor returned", ErrInvalidConfig, what)
+	return fmt.Errorf("%w: a nil %s; check the error its constructor returned", ErrInvalid, what)
 }
 
 // nilGuardJob is the job Func returns on a nil guard: it cannot return the
@@ -201,7 +198,7 @@ func (h *Held) Unlock(ctx context.Context) error {
 // do is the shared body of Advisory.Do and Lease.Do.
 func do(ctx context.Context, g Guard, logger *slog.Logger, name string, fn func(context.Context) error) (ran bool, err error) {
 	if fn == nil {
-		return false, fmt.Errorf("%w: nil job function for %q", ErrInvalidConfig, name)
+		return false, fmt.Errorf("%w: nil job function for %q", ErrInvalid, name)
 	}
 	h, err := g.Acquire(ctx, name)
 	if errors.Is(err, ErrNotAcquired) {

@@ -65,12 +65,12 @@ func TestBadInput(t *testing.T) {
 			{"lease negative wait", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{Wait: -1}); return err }},
 		} {
 			err := tc.new()
-			if !errors.Is(err, lock.ErrInvalidConfig) {
-				t.Errorf("%s: error = %v; want ErrInvalidConfig", tc.name, err)
+			if !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("%s: error = %v; want ErrInvalid", tc.name, err)
 			}
 		}
-		if _, err := lock.NewAdvisory(pool, lock.Config{Namespace: strings.Repeat("n", lock.MaxNameLen+1)}); !errors.Is(err, lock.ErrInvalidName) {
-			t.Errorf("oversized namespace: error = %v; want ErrInvalidName", err)
+		if _, err := lock.NewAdvisory(pool, lock.Config{Namespace: strings.Repeat("n", lock.MaxNameLen+1)}); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("oversized namespace: error = %v; want ErrInvalid", err)
 		}
 	})
 
@@ -84,33 +84,33 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, g := range []lock.Guard{adv, lease} {
 		for _, name := range []string{"", strings.Repeat("x", lock.MaxNameLen+1), "bad\xffutf8"} {
-			if ran, err := g.Do(ctx, name, job); ran || !errors.Is(err, lock.ErrInvalidName) {
-				t.Errorf("%T.Do(%q) = %v, %v; want ErrInvalidName", g, name, ran, err)
+			if ran, err := g.Do(ctx, name, job); ran || !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("%T.Do(%q) = %v, %v; want ErrInvalid", g, name, ran, err)
 			}
 		}
-		if ran, err := g.Do(ctx, "job", nil); ran || !errors.Is(err, lock.ErrInvalidConfig) {
-			t.Errorf("%T.Do with nil fn = %v, %v; want ErrInvalidConfig", g, ran, err)
+		if ran, err := g.Do(ctx, "job", nil); ran || !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%T.Do with nil fn = %v, %v; want ErrInvalid", g, ran, err)
 		}
 	}
-	if _, err := lock.TryXact(ctx, nil, "", "job"); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("TryXact(nil tx) error = %v; want ErrInvalidConfig", err)
+	if _, err := lock.TryXact(ctx, nil, "", "job"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("TryXact(nil tx) error = %v; want ErrInvalid", err)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := lock.TryXact(ctx, tx, "", ""); !errors.Is(err, lock.ErrInvalidName) {
-		t.Errorf("TryXact empty name error = %v; want ErrInvalidName", err)
+	if _, err := lock.TryXact(ctx, tx, "", ""); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("TryXact empty name error = %v; want ErrInvalid", err)
 	}
-	if _, err := gocronlock.New(nil).Lock(ctx, "job"); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("gocronlock with nil guard: error = %v; want ErrInvalidConfig", err)
+	if _, err := gocronlock.New(nil).Lock(ctx, "job"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("gocronlock with nil guard: error = %v; want ErrInvalid", err)
 	}
 }
 
 // A nil *Advisory or *Lease (what `guard, _ := lock.NewAdvisory(nil, ...)`
 // leaves behind), a nil pool behind the DB interface or a nil transaction
-// behind pgx.Tx is refused with ErrInvalidConfig, never a panic.
+// behind pgx.Tx is refused with ErrInvalid, never a panic.
 func TestNilGuardsRefused(t *testing.T) {
 	ctx := context.Background()
 	job := func(context.Context) error { t.Error("job ran"); return nil }
@@ -140,8 +140,8 @@ func TestNilGuardsRefused(t *testing.T) {
 		{"NewLease on a nil *pgxpool.Pool", func() error { _, err := lock.NewLease((*pgxpool.Pool)(nil), lock.LeaseConfig{}); return err }},
 		{"TryXact on a nil *pgxpool.Tx", func() error { _, err := lock.TryXact(ctx, (*pgxpool.Tx)(nil), "", "job"); return err }},
 	} {
-		if err := noPanic(tc.call); !errors.Is(err, lock.ErrInvalidConfig) {
-			t.Errorf("%s: %v; want ErrInvalidConfig", tc.name, err)
+		if err := noPanic(tc.call); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%s: %v; want ErrInvalid", tc.name, err)
 		}
 	}
 	// Func cannot return an error: its job logs one and runs nothing.

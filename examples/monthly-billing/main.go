@@ -155,7 +155,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.lease < time.Second:
 		return o, fmt.Errorf("-lease %v: want at least 1s", o.lease)
 	}
-	if err := billing.CheckPeriod(o.period); err != nil {
+	if err := billing.ValidatePeriod(o.period); err != nil {
 		return o, fmt.Errorf("-period: %w", err)
 	}
 	if o.stripeURL != "" {

@@ -72,5 +72,5 @@ func (p *progress) counts(s billing.Progress, now time.Time) string {
 	}
 	rate := float64(s.Created) / max(now.Sub(p.start).Seconds(), 1e-3)
 	return fmt.Sprintf("%3d%% %d/%d  created %d, already billed %d, declined %d, pending %d, invalid %d  %.0f charges/s",
-		pct, s.Done, s.Total, s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid, rate)
+		pct, s.Done, s.Total, s.Created, s.AlreadyBilled, s.Declined, s.Pending, s.Invalid, rate)
 }

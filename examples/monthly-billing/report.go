@@ -68,7 +68,7 @@ func toJSON(s *billing.Summary) *runJSON {
 		return nil
 	}
 	r := &runJSON{
-		Customers: s.Done, Created: s.Created, AlreadyBilled: s.AlreadyDone, Declined: s.Failed,
+		Customers: s.Done, Created: s.Created, AlreadyBilled: s.AlreadyBilled, Declined: s.Declined,
 		Pending: s.Pending, Invalid: s.Invalid, ElapsedSeconds: s.Elapsed.Seconds(),
 		ChargesPerSecond: chargesPerSecond(*s), Complete: s.Complete(),
 	}
@@ -115,11 +115,11 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		s := r.run
 		fmt.Fprintf(w, "run: %d customers in %s (%.0f charges/s)\n", s.Done, s.Elapsed.Round(10*time.Millisecond), chargesPerSecond(*s))
 		fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  pending        %6d\n  invalid        %6d\n",
-			s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
+			s.Created, s.AlreadyBilled, s.Declined, s.Pending, s.Invalid)
 	}
 	if s := r.second; s != nil && !held {
 		fmt.Fprintf(w, "same run again: created %d, already billed %d, declined %d, pending %d in %s; %d requests to Stripe\n",
-			s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Elapsed.Round(10*time.Millisecond), r.secondRequests)
+			s.Created, s.AlreadyBilled, s.Declined, s.Pending, s.Elapsed.Round(10*time.Millisecond), r.secondRequests)
 	}
 	if l := r.ledger; l != nil {
 		verdict := "OK: nobody charged twice"
@@ -136,7 +136,7 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		for _, err := range last.Failures[:min(len(last.Failures), maxListed)] {
 			fmt.Fprintf(w, "  %v\n", err)
 		}
-		if n := max(len(last.Failures), last.Done-last.Created-last.AlreadyDone) - maxListed; n > 0 {
+		if n := max(len(last.Failures), last.Done-last.Created-last.AlreadyBilled) - maxListed; n > 0 {
 			fmt.Fprintf(w, "  ... and %d more\n", n)
 		}
 	}
@@ -204,20 +204,20 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 	}
 
 	var advice []string
-	if s.Failed > 0 {
+	if s.Declined > 0 {
 		advice = append(advice, fmt.Sprintf("%d declined: their claims are recorded as failed and later runs will not charge them again; "+
-			"see the payments in the Stripe dashboard, and bill one again only deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.Failed))
+			"see the payments in the Stripe dashboard, and bill one again only deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.Declined))
 	}
 	var held, mismatch int
 	var until time.Time
 	for _, err := range s.Failures {
-		var ip *billing.InProgressError
+		var ce *billing.ChargeError
 		var me *claim.MismatchError
 		switch {
-		case errors.As(err, &ip):
+		case errors.Is(err, billing.ErrInProgress) && errors.As(err, &ce):
 			held++
-			if ip.LeaseUntil.After(until) {
-				until = ip.LeaseUntil
+			if ce.Until.After(until) {
+				until = ce.Until
 			}
 		case errors.As(err, &me):
 			mismatch++
@@ -242,5 +242,5 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 
 func summaryLine(s billing.Summary) string {
 	return fmt.Sprintf("created %d, already billed %d, declined %d, pending %d, invalid %d",
-		s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
+		s.Created, s.AlreadyBilled, s.Declined, s.Pending, s.Invalid)
 }

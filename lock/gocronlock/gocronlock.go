@@ -40,7 +40,7 @@ func New(guard lock.Guard) *Locker { return &Locker{guard: guard} }
 // this run. The returned lock is released by gocron after the job.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if l == nil || l.guard == nil {
-		return nil, fmt.Errorf("%w: gocronlock.New was given a nil Guard", lock.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: gocronlock.New was given a nil Guard", lock.ErrInvalid)
 	}
 	h, err := l.guard.Acquire(ctx, key)
 	if err != nil {

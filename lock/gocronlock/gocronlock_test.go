@@ -51,7 +51,7 @@ func TestLocker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := gocronlock.New(nil).Lock(ctx, "report"); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("nil guard: error = %v; want ErrInvalidConfig", err)
+	if _, err := gocronlock.New(nil).Lock(ctx, "report"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("nil guard: error = %v; want ErrInvalid", err)
 	}
 }
