@@ -151,7 +151,7 @@ func TestAttackHeldLostDeclineFoundBySearch(t *testing.T) {
 	_, err := e.b.Charge(ctx, "cus_1", period, nil)
 	var failed *billing.ChargeError
 	if !(errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined)) || posts(e, before) != 0 {
-		t.Fatalf("Charge past the deadline = %v (%d POSTs), want *FailedError and nothing sent", err, posts(e, before))
+		t.Fatalf("Charge past the deadline = %v (%d POSTs), want ErrDeclined and nothing sent", err, posts(e, before))
 	}
 	if _, err := e.b.Rebill(ctx, "cus_1", period, 2, nil); err != nil {
 		t.Fatal(err)

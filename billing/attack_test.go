@@ -169,7 +169,7 @@ func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
 // before execution), so sending them is safe.
 //
 // Expected: the next Run bills everyone once. Before the fix: every claimed
-// customer gets *IdentityError and stays unbilled until 23 h after the
+// customer gets ErrSentElsewhere and stays unbilled until 23 h after the
 // claim, because the claim recorded the expired key's fingerprint although
 // no request under it ever executed.
 func TestAttackFixedKeyAfter401StaysUnbilled(t *testing.T) {

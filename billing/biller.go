@@ -176,7 +176,7 @@ type Config struct {
 	// DefaultWindowMargin.
 	WindowMargin time.Duration
 	// InProgressWait makes Charge wait up to this long for another runner's
-	// live claim to finish, instead of returning *InProgressError at once.
+	// live claim to finish, instead of returning ErrInProgress at once.
 	InProgressWait time.Duration
 
 	// Owner names this runner on its claims. Each Biller adds a random

@@ -182,7 +182,7 @@ func TestChargeDeclineIsFinalUntilRebill(t *testing.T) {
 	_, err := e.b.Charge(ctx, "cus_d", period, nil)
 	var fe *billing.ChargeError
 	if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) {
-		t.Fatalf("Charge: %v; want *FailedError", err)
+		t.Fatalf("Charge: %v; want ErrDeclined", err)
 	}
 	if fe.DeclineCode != "insufficient_funds" || fe.Code != "card_declined" || fe.Key != e.key("cus_d") || fe.Attempt != 1 {
 		t.Fatalf("FailedError %+v", fe)
@@ -241,10 +241,10 @@ func TestChargePriceChangedUnderPendingClaim(t *testing.T) {
 }
 
 // Stripe's idempotency_error (same key, other parameters) is a loud
-// *KeyReuseError, never a new charge: a claim whose amount was edited after
+// ErrKeyReused, never a new charge: a claim whose amount was edited after
 // its charge was sent reaches it. (Switching Config.API while a claim is
 // pending no longer does: the claim records its endpoint, and the Biller
-// reports an *IdentityError without sending; see window_test.go.)
+// reports an ErrSentElsewhere without sending; see window_test.go.)
 func TestChargeKeyReuse(t *testing.T) {
 	t.Parallel()
 	cases := map[string]func(e *env) *billing.Biller{
@@ -263,7 +263,7 @@ func TestChargeKeyReuse(t *testing.T) {
 			_, err := b.Charge(context.Background(), "cus_k", period, nil)
 			var kr *billing.ChargeError
 			if !(errors.As(err, &kr) && errors.Is(err, billing.ErrKeyReused)) || kr.Key != key {
-				t.Fatalf("Charge: %v; want *KeyReuseError for %s", err, key)
+				t.Fatalf("Charge: %v; want ErrKeyReused for %s", err, key)
 			}
 			if st := e.srv.Stats(); st.IdempotencyErrors != 1 || st.Created != 1 {
 				t.Fatalf("stats %+v; want one idempotency_error and only the first object", st)
@@ -292,7 +292,7 @@ func TestChargeRetriesExhaustedThenResumed(t *testing.T) {
 		var ue *billing.ChargeError
 		var ex *retry.ExhaustedError
 		if !(errors.As(err, &ue) && errors.Is(err, billing.ErrOutcomeUnknown)) || !errors.As(err, &ex) || ex.Attempts != 3 {
-			t.Fatalf("Charge: %v; want *UnknownOutcomeError after 3 attempts", err)
+			t.Fatalf("Charge: %v; want ErrOutcomeUnknown after 3 attempts", err)
 		}
 		if c := e.claimOf("cus_x"); c.State != claim.StatePending {
 			t.Fatalf("claim %+v; want pending", c)
@@ -312,7 +312,7 @@ func TestChargeRetriesExhaustedThenResumed(t *testing.T) {
 		_, err := e.b.Charge(context.Background(), "cus_y", period, nil)
 		var ue *billing.ChargeError
 		if !(errors.As(err, &ue) && errors.Is(err, billing.ErrOutcomeUnknown)) {
-			t.Fatalf("Charge: %v; want *UnknownOutcomeError", err)
+			t.Fatalf("Charge: %v; want ErrOutcomeUnknown", err)
 		}
 		if c := e.claimOf("cus_y"); c.State != claim.StatePending {
 			t.Fatalf("claim %+v; want pending", c)
@@ -405,7 +405,7 @@ func TestChargeResumeAfterKeyWindow(t *testing.T) {
 		_, err := e.b.Charge(context.Background(), "cus_f", period, nil)
 		var ne *billing.ChargeError
 		if !(errors.As(err, &ne) && errors.Is(err, billing.ErrNeedsReconciliation)) || ne.Key != key || !strings.Contains(ne.Error(), "claimed 25h") {
-			t.Fatalf("Charge: %v; want *NeedsReconciliationError", err)
+			t.Fatalf("Charge: %v; want ErrNeedsReconciliation", err)
 		}
 		wantCount(t, e, "cus_f", 1)
 		if st := e.srv.Stats(); st.Created != 1 {
@@ -429,7 +429,7 @@ func TestChargeInProgress(t *testing.T) {
 	_, err := e.b.Charge(context.Background(), "cus_i", period, nil)
 	var ip *billing.ChargeError
 	if !(errors.As(err, &ip) && errors.Is(err, billing.ErrInProgress)) || !strings.Contains(ip.Error(), "other-runner") || ip.Key != key || ip.Until.IsZero() {
-		t.Fatalf("Charge: %v; want *InProgressError naming other-runner", err)
+		t.Fatalf("Charge: %v; want ErrInProgress naming other-runner", err)
 	}
 	if n := e.srv.Stats().Requests; n != 0 {
 		t.Fatalf("%d requests; want none", n)
@@ -541,7 +541,7 @@ func TestChargePaymentIntents(t *testing.T) {
 	_, err = e.b.Charge(ctx, "cus_3", period, nil)
 	var fe *billing.ChargeError
 	if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) || fe.DeclineCode != "expired_card" {
-		t.Fatalf("Charge: %v; want *FailedError expired_card", err)
+		t.Fatalf("Charge: %v; want ErrDeclined expired_card", err)
 	}
 	wantCount(t, e, "cus_3", 0)
 

@@ -66,12 +66,12 @@ const (
 // stopping decides nothing that cannot be undone.
 //
 //	refusal (Stripe's code, https://docs.stripe.com/error-codes)       claim    run    error
-//	type card_error, any status (declines: card_declined,              failed   goes   *FailedError
+//	type card_error, any status (declines: card_declined,              failed   goes   ErrDeclined
 //	  insufficient_funds, expired_card, authentication_required, ...)
-//	resource_missing with param customer, source or payment_method    failed   goes   *FailedError
+//	resource_missing with param customer, source or payment_method    failed   goes   ErrDeclined
 //	  (no such customer or payment method); missing (no such source
 //	  on the customer)
-//	the customer's payment method or bank account: account_closed,    failed   goes   *FailedError
+//	the customer's payment method or bank account: account_closed,    failed   goes   ErrDeclined
 //	  bank_account_declined, bank_account_restricted,
 //	  bank_account_unusable, bank_account_unverified,
 //	  billing_invalid_mandate, charge_exceeds_source_limit,
@@ -86,9 +86,9 @@ const (
 //	  payment_method_unexpected_state, refer_to_customer, and the card
 //	  codes (card_declined, expired_card, incorrect_cvc, ...) whatever
 //	  the type
-//	the customer's price, recorded on the claim and never sent with    failed   goes   *FailedError
+//	the customer's price, recorded on the claim and never sent with    failed   goes   ErrDeclined
 //	  another amount: amount_too_small, amount_too_large
-//	400 idempotency_error                                              pending  goes   *KeyReuseError
+//	400 idempotency_error                                              pending  goes   ErrKeyReused
 //	401, 403 (api_key_expired, a wrong or revoked key, a restricted    pending  stops  ErrStripeAuth
 //	  key without permission)
 //	any other 4xx: a wrong URL (404 without a code),                   pending  stops  ErrStripeRequest

@@ -97,7 +97,7 @@
 // reports [Progress] (Created, AlreadyBilled, Declined, Pending, Invalid:
 // the words of [Outcome] and of the error kinds), and returns a [Summary].
 // Several Runs of one period at once (three replicas of a cron job) charge
-// nobody twice; pass a [lock.Guard] in [RunOptions] so that only one of
+// nobody twice; pass a [lock.Locker] in [RunOptions] so that only one of
 // them does the work.
 // [Biller.Reconcile] settles claims that crashed runners left pending, of
 // its own Config.Scope only. A claim table holds one live claim per

@@ -117,7 +117,7 @@ func TestUpperCaseCurrencyIsAccepted(t *testing.T) {
 	e := newEnv(t)
 	r, err := e.b.Charge(context.Background(), "cus_u", period, &billing.ChargeOptions{Price: ptr(billing.Price{Amount: 100, Currency: "EUR"})})
 	if err != nil || r.Currency != "eur" {
-		t.Fatalf("ChargeAmount: %+v, %v; want eur", r, err)
+		t.Fatalf("Charge with a price: %+v, %v; want eur", r, err)
 	}
 	if p := e.srv.Payments()[0]; p.Currency != "eur" {
 		t.Fatalf("Stripe got currency %q", p.Currency)
@@ -216,7 +216,7 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	}
 	var nilAdvisory *lock.Advisory // what `guard, _ := lock.NewAdvisory(nil, ...)` leaves
 	var nilLease *lock.Lease
-	advisory, err := lock.NewAdvisory(e.pool, lock.Config{})
+	advisory, err := lock.NewAdvisory(e.pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func TestObserveCallsAndOutcomes(t *testing.T) {
 	checkEvents(t, "decline", "cus_3", got, call(1, true), failed)
 	var fe *billing.ChargeError
 	if !(errors.As(got[1].Err, &fe) && errors.Is(got[1].Err, billing.ErrDeclined)) || got[1].Err != err {
-		t.Fatalf("decline outcome carries %v; want Charge's *FailedError", got[1].Err)
+		t.Fatalf("decline outcome carries %v; want Charge's ErrDeclined", got[1].Err)
 	}
 	e.b.Charge(ctx, "cus_3", period, nil)
 	checkEvents(t, "recorded decline", "cus_3", rec.take(), failed)

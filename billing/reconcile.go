@@ -27,7 +27,7 @@ import (
 //     send of the key would still be remembered by Stripe and replayed), so
 //     the claim's window is reopened, for this Biller's endpoint and
 //     credential, and the key is sent again;
-//   - search failed or found several payments: *NeedsReconciliationError;
+//   - search failed or found several payments: ErrNeedsReconciliation;
 //     nothing is sent.
 func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	return b.searchThen(ctx, j, c, nil)
@@ -90,7 +90,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 // Search, over every object type, settles it if it finds the payment.
 // Finding none proves nothing before the key's deadline (another key space
 // may hold a payment that search has not indexed yet), so then nothing is
-// sent and *IdentityError says where the key went; once the key's whole
+// sent and ErrSentElsewhere says where the key went; once the key's whole
 // window has passed a miss is trusted, the window reopened and the key sent.
 //
 // The deadline for a miss is the whole key window, not WindowMargin: the
@@ -153,7 +153,7 @@ type ReconcileOptions struct {
 	Progress func(Progress)
 	// Lock, when set, makes Reconcile take the lock named LockName first; if
 	// another runner holds it, Reconcile returns ErrRunHeldElsewhere.
-	Lock lock.Guard
+	Lock lock.Locker
 	// LockName defaults to "billonce-reconcile:<scope>".
 	LockName string
 }

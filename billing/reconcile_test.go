@@ -85,7 +85,7 @@ func TestReconcileAfterKeyWindow(t *testing.T) {
 	}
 }
 
-// With a lock.Guard, Reconcile is turned away while another runner holds
+// With a lock.Locker, Reconcile is turned away while another runner holds
 // its lock, before it lists or sends anything; once the lock is free it
 // settles the pending claim, and the fake counts one charge.
 func TestReconcileLockHeldElsewhere(t *testing.T) {
@@ -94,11 +94,11 @@ func TestReconcileLockHeldElsewhere(t *testing.T) {
 	ctx := context.Background()
 	e.crashedClaim("cus_r", amount)
 
-	guard, err := lock.NewAdvisory(e.pool, lock.Config{})
+	guard, err := lock.NewAdvisory(e.pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := guard.Acquire(ctx, "billonce-reconcile:"+billing.DefaultScope)
+	held, err := guard.Lock(ctx, "billonce-reconcile:"+billing.DefaultScope)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ type RunOptions struct {
 	// the run correct without it; the lock keeps replicas from doing the
 	// same work. A nil *lock.Advisory or *lock.Lease (an ignored
 	// constructor error) is refused, not taken for "no lock".
-	Lock lock.Guard
+	Lock lock.Locker
 	// LockName defaults to "billonce-run:<scope>:<period>"; the lock's own
 	// rules apply (at most lock.MaxNameLen bytes of UTF-8).
 	LockName string
@@ -184,7 +184,7 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 
 // locked runs fn under guard's lock name, or without a lock when guard is
 // nil. It returns [ErrRunHeldElsewhere] when another runner holds the lock.
-func locked(ctx context.Context, guard lock.Guard, name string, fn func(context.Context) (Summary, error)) (Summary, error) {
+func locked(ctx context.Context, guard lock.Locker, name string, fn func(context.Context) (Summary, error)) (Summary, error) {
 	if guard == nil {
 		return fn(ctx)
 	}
@@ -192,7 +192,7 @@ func locked(ctx context.Context, guard lock.Guard, name string, fn func(context.
 		sum    Summary
 		runErr error
 	)
-	ran, err := guard.Do(ctx, name, func(ctx context.Context) error {
+	ran, err := lock.Do(ctx, guard, name, func(ctx context.Context) error {
 		sum, runErr = fn(ctx)
 		return runErr
 	})

@@ -106,7 +106,7 @@ func TestRunCountsDeclinesAndContinues(t *testing.T) {
 	for _, f := range sum.Failures {
 		var fe *billing.ChargeError
 		if !(errors.As(f, &fe) && errors.Is(f, billing.ErrDeclined)) || fe.DeclineCode != "card_declined" {
-			t.Fatalf("failure %v; want *FailedError", f)
+			t.Fatalf("failure %v; want ErrDeclined", f)
 		}
 	}
 	for _, c := range ids[:4] {
@@ -355,12 +355,12 @@ func TestRunThreeProcesses(t *testing.T) {
 	wantAllOnce(t, e.srv, ids)
 }
 
-// With a lock.Guard, a second Run of the period is turned away while the
+// With a lock.Locker, a second Run of the period is turned away while the
 // first holds the lock, before it claims or sends anything.
 func TestRunLockHeldElsewhere(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	guard, err := lock.NewAdvisory(e.pool, lock.Config{})
+	guard, err := lock.NewAdvisory(e.pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	var moved *billing.ChargeError
 	for _, err := range sum.Failures {
 		if strings.Contains(err.Error(), "cus_unsent") && !(errors.As(err, &moved) && errors.Is(err, billing.ErrSentElsewhere)) {
-			t.Errorf("cus_unsent: %v; want *IdentityError (its key's endpoint is not recorded)", err)
+			t.Errorf("cus_unsent: %v; want ErrSentElsewhere (its key's endpoint is not recorded)", err)
 		}
 	}
 	if c := e.claimOf("cus_lost"); c.State != claim.StateSucceeded {

@@ -246,7 +246,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := store.Migrate(ctx); err != nil {
 		return rep.fail(exitInput, "error", fmt.Errorf("creating the claim table: %w", err), "the role needs CREATE on the database (or apply claim.Migrations yourself)")
 	}
-	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billonce"})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billonce"})
 	if err != nil {
 		return rep.fail(exitInput, "error", err, "")
 	}

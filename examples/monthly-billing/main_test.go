@@ -425,11 +425,11 @@ func TestLockHeldByAnotherRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billonce"})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billonce"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := guard.Acquire(context.Background(), "billonce-run:billonce:"+period)
+	held, err := guard.Lock(context.Background(), "billonce-run:billonce:"+period)
 	if err != nil {
 		t.Fatal(err)
 	}

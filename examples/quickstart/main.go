@@ -49,7 +49,7 @@ func main() {
 		},
 	})
 	check(err)
-	guard, err := lock.NewAdvisory(pool, lock.Config{})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
 	check(err)
 
 	sum, err := biller.Run(ctx, period, customers(), &billing.RunOptions{Lock: guard})

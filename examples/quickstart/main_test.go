@@ -92,11 +92,11 @@ func TestQuickstart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	guard, err := lock.NewAdvisory(pool, lock.Config{})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := guard.Acquire(context.Background(), "billonce-run:billonce:"+period)
+	held, err := guard.Lock(context.Background(), "billonce-run:billonce:"+period)
 	if err != nil {
 		t.Fatal(err)
 	}
