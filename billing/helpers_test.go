@@ -65,9 +65,7 @@ var testTransport = http.DefaultTransport.(*http.Transport).Clone()
 
 func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
 	tb.Helper()
-	srv := billingtest.NewServer(cfg)
-	tb.Cleanup(srv.Close)
-	return srv
+	return billingtest.Start(tb, cfg)
 }
 
 func newStore(tb testing.TB, pool *pgxpool.Pool) *claim.Postgres {

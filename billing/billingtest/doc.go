@@ -109,11 +109,10 @@
 //
 // # Another process
 //
-// A chaos run may serve the fake from its own process (Config.Addr) and
-// drive it over HTTP through two test-only endpoints that need no API key:
-// GET /_billingtest/state[?log=1] returns a [State] as JSON, and POST
-// /_billingtest/control applies a [Control] (seed, rates, rate limit,
-// declines, clock advance). Never expose them beyond loopback.
+// A chaos run may serve the fake from its own process (Config.Addr).
+// examples/fake-stripe does, and serves the ledger and the settings as JSON
+// on a second address for processes that drive it over HTTP; the package
+// itself has no endpoints beyond Stripe's.
 //
 // # What the fake does not model
 //

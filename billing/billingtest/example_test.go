@@ -47,3 +47,4 @@ func Example() {
 	// retry failed: false
 	// cus_new_key charged 2 time(s)
 }
+

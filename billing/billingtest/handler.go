@@ -83,10 +83,6 @@ func route(method, path string) (endpoint, string) {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	if strings.HasPrefix(r.URL.Path, adminPrefix) {
-		s.serveAdmin(w, r)
-		return
-	}
 	rid := fmt.Sprintf("req_%014d", s.reqSeq.Add(1))
 	h := w.Header()
 	h.Set("Request-Id", rid)

@@ -34,9 +34,7 @@ func newAPI(tb testing.TB, srv *billingtest.Server, key string, hc *http.Client)
 
 func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
 	tb.Helper()
-	srv := billingtest.NewServer(cfg)
-	tb.Cleanup(srv.Close)
-	return srv
+	return billingtest.Start(tb, cfg)
 }
 
 func chargeParams(customer, period, key string) *stripe.ChargeParams {

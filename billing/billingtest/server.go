@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,10 +77,9 @@ type Server struct {
 	periodKey string
 	ttl       time.Duration
 
-	hs        *httpServer
+	ts        *httptest.Server
 	closing   chan struct{}
 	closeOnce sync.Once
-	serveErr  chan error
 	reqSeq    atomic.Uint64
 	inflight  sync.WaitGroup // handlers, including those of hijacked connections
 
@@ -128,7 +128,6 @@ func newServer(cfg Config) (*Server, error) {
 		periodKey: orDefault(cfg.PeriodKey, DefaultPeriodKey),
 		ttl:       cfg.KeyTTL,
 		closing:   make(chan struct{}),
-		serveErr:  make(chan error, 1),
 		keys:      make(map[string]*idemEntry),
 		seqs:      make(map[string]int),
 		byID:      make(map[string]*Payment),
@@ -159,9 +158,14 @@ func newServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, DefaultAddr), err)
 	}
-	s.URL = "http://" + ln.Addr().String()
-	s.hs = newHTTPServer(http.HandlerFunc(s.serveHTTP))
-	go func() { s.serveErr <- s.hs.Serve(ln) }()
+	// httptest.Server serves and closes: Close closes idle and unused
+	// connections at once and waits for requests in progress.
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	s.ts.Listener.Close()
+	s.ts.Listener = ln
+	s.ts.Config.ReadHeaderTimeout = 10 * time.Second
+	s.ts.Start()
+	s.URL = s.ts.URL
 	return s, nil
 }
 
@@ -171,8 +175,7 @@ func newServer(cfg Config) (*Server, error) {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
-		s.hs.shutdown()
-		<-s.serveErr
+		s.ts.Close()
 		s.inflight.Wait()
 	})
 }
