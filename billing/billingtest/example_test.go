@@ -47,4 +47,3 @@ func Example() {
 	// retry failed: false
 	// cus_new_key charged 2 time(s)
 }
-
