@@ -22,7 +22,7 @@ import (
 func TestUpgradeFromVersion1(t *testing.T) {
 	ctx := context.Background()
 	e := &env{tb: t, srv: newServer(t, billingtest.Config{}), pool: pgtest.Pool(t)}
-	v1, err := os.ReadFile("../claim/testdata/v1_schema.sql")
+	v1, err := os.ReadFile("../testdata/claim_v1_schema.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
