@@ -18,13 +18,13 @@ import (
 
 // Waits asked of the retry layer for answers that say "later".
 const (
-	// InFlightWait is the least wait after 409 idempotency_key_in_use: the
+	// inFlightWait is the least wait after 409 idempotency_key_in_use: the
 	// first request with the key is still running at Stripe.
-	InFlightWait = time.Second
-	// RateLimitWait is the least wait after 429 rate_limit: Stripe's rate
+	inFlightWait = time.Second
+	// rateLimitWait is the least wait after 429 rate_limit: Stripe's rate
 	// limiter runs before its idempotency layer, so nothing was stored and
 	// only waiting helps.
-	RateLimitWait = 2 * time.Second
+	rateLimitWait = 2 * time.Second
 )
 
 // Classify decides whether a Stripe call may be retried with the same key.
@@ -39,9 +39,9 @@ const (
 //	network error, timeout, connection reset retry (outcome unknown; the key makes it safe)
 //	Stripe-Should-Retry: true / false        obeyed (except as noted below)
 //	5xx                                      retry
-//	409 idempotency_key_in_use               retry after InFlightWait
+//	409 idempotency_key_in_use               retry after at least 1s
 //	429 lock_timeout                         retry
-//	429 rate_limit                           retry after RateLimitWait
+//	429 rate_limit                           retry after at least 2s
 //	400 idempotency_error                    stop: a bug, the key was used with other parameters
 //	402 card_error                           stop: definitive
 //	other 4xx                                stop
@@ -112,9 +112,9 @@ func Classify(err error) retry.Decision {
 	wait := time.Duration(0)
 	switch {
 	case se.HTTPStatusCode == http.StatusConflict:
-		wait = InFlightWait
+		wait = inFlightWait
 	case se.HTTPStatusCode == http.StatusTooManyRequests && se.Code != stripe.ErrorCodeLockTimeout:
-		wait = RateLimitWait
+		wait = rateLimitWait
 	}
 	if se.LastResponse != nil {
 		switch se.LastResponse.Header.Get("Stripe-Should-Retry") {

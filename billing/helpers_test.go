@@ -31,8 +31,8 @@ const (
 )
 
 // fastRetry keeps retry waits tiny so that failure-mode tests run fast. The
-// 409 and 429 rate_limit waits asked for by Classify (InFlightWait,
-// RateLimitWait) still apply.
+// 409 and 429 rate_limit waits asked for by Classify (1s and 2s) still
+// apply.
 func fastRetry() retry.Policy {
 	return retry.Policy{
 		InitialInterval: time.Millisecond,
