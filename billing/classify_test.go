@@ -87,7 +87,7 @@ func TestClassify(t *testing.T) {
 			return err
 		}, after(time.Second)},
 		{"429 lock_timeout, Stripe-Should-Retry: true", func(*testing.T) error { return fault("c429l", billingtest.FaultLockTimeout) }, again},
-		{"429 rate_limit (injected)", func(*testing.T) error { return fault("c429r", billingtest.FaultRateLimit) }, after(2*time.Second)},
+		{"429 rate_limit (injected)", func(*testing.T) error { return fault("c429r", billingtest.FaultRateLimit) }, after(2 * time.Second)},
 		{"429 rate_limit (the fake's limiter)", func(t *testing.T) error {
 			limited := newServer(t, billingtest.Config{RateLimit: 0.001, RateBurst: 1})
 			lc := stripeClient(limited.URL, secretKey)
@@ -96,7 +96,7 @@ func TestClassify(t *testing.T) {
 			}
 			_, err := lc.New(chargeParams(bg, "c429", "k2", "usd", amount))
 			return err
-		}, after(2*time.Second)},
+		}, after(2 * time.Second)},
 		{"400 idempotency_error", func(t *testing.T) error {
 			if err := send(bg, "cidem", "key_cidem"); err != nil {
 				t.Fatal(err)
