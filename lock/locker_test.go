@@ -95,6 +95,24 @@ func TestDoOverYourOwnLocker(t *testing.T) {
 	}
 }
 
+// nothingLocker is a broken Locker: it returns neither a lock nor an error.
+type nothingLocker struct{}
+
+func (nothingLocker) Lock(context.Context, string) (lock.Lock, error) { return nil, nil }
+
+// Do refuses to run a job under a lock it was not given, rather than run it
+// unguarded.
+func TestDoWithoutALockFromTheLocker(t *testing.T) {
+	t.Parallel()
+	ran, err := lock.Do(context.Background(), nothingLocker{}, "job", func(context.Context) error {
+		t.Error("job ran without a lock")
+		return nil
+	})
+	if ran || err == nil {
+		t.Fatalf("Do = %v, %v; want false and an error", ran, err)
+	}
+}
+
 // Two Leases on different tables do not see each other's leases; a table
 // name that is not an identifier is refused before any SQL.
 func TestLeaseTable(t *testing.T) {
