@@ -140,7 +140,7 @@ type ChargeError struct {
 	Key string
 	// Attempt is the billing attempt: 1 for Charge, 2 and up for Rebill.
 	Attempt int
-	// Err is the kind (see the table above) wrapping the cause.
+	// Err is the kind (see the table below) wrapping the cause.
 	Err error
 
 	// Code and DeclineCode are Stripe's error code and decline code
