@@ -308,15 +308,15 @@ func TestAttackHeldMarginLoweredBetweenRuns(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.lostAnswer(e.b, "cus_1")
-	e.advance(billing.MinWindowMargin)
-	short := e.biller(func(c *billing.Config) { c.WindowMargin = billing.MinWindowMargin })
+	e.advance(time.Hour)
+	short := e.biller(func(c *billing.Config) { c.WindowMargin = time.Hour })
 	r, err := short.Charge(ctx, "cus_1", period, nil)
 	if err != nil || r.Outcome != billing.Reconciled || e.count("cus_1") != 1 {
 		t.Fatalf("Charge = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
 	// And with nothing to find: reopened, sent once.
 	e.crashedClaim("cus_2", amount)
-	e.advance(billing.MinWindowMargin)
+	e.advance(time.Hour)
 	r, err = short.Charge(ctx, "cus_2", period, nil)
 	if err != nil || r.Outcome != billing.Created || e.count("cus_2") != 1 {
 		t.Fatalf("Charge = %+v, %v; %d charges", r, err, e.count("cus_2"))

@@ -53,25 +53,25 @@ const (
 	// DefaultRateLimit is below Stripe's live-mode limit of 100 requests
 	// per second, leaving room for the rest of the account's traffic.
 	DefaultRateLimit = 80
-	// MinWindowMargin is the smallest WindowMargin accepted: a search for
+	// minWindowMargin is the smallest WindowMargin accepted: a search for
 	// a key's payment is trusted only once Stripe has had time to index it.
-	MinWindowMargin = time.Hour
-	// ClockAllowance is how far the database's clock and Stripe's may
+	minWindowMargin = time.Hour
+	// clockAllowance is how far the database's clock and Stripe's may
 	// differ. New refuses a WindowMargin and Retry.AttemptTimeout that
 	// leave less than this before Stripe's 24-hour key window ends.
-	ClockAllowance = 5 * time.Minute
+	clockAllowance = 5 * time.Minute
 )
 
-// MaxAttempt is the largest attempt number [Biller.Rebill] accepts. Re-bills
+// maxAttempt is the largest attempt number [Biller.Rebill] accepts. Re-bills
 // are decided by a person or a dunning process, a few per period; a larger
 // number is a typo or an overflow.
-const MaxAttempt = 10_000
+const maxAttempt = 10_000
 
-// MaxRateLimit is the largest Config.RateLimit accepted, in requests per
+// maxRateLimit is the largest Config.RateLimit accepted, in requests per
 // second: a hundred times Stripe's default live-mode limit, beyond any limit
 // an account is granted. A larger value is a typo or an overflow, not a
 // plan (for no limit at all, use a negative RateLimit).
-const MaxRateLimit = 10_000
+const maxRateLimit = 10_000
 
 // Metadata keys that every charge carries, so a charge can always be found
 // again by key, customer and period (Stripe search: metadata['billonce_key']:'…').
@@ -159,7 +159,7 @@ type Config struct {
 	// RateLimit caps the Biller's requests to Stripe per second, retries and
 	// searches included, across all its calls. Defaults to
 	// DefaultRateLimit; a negative value means no limit; at most
-	// MaxRateLimit.
+	// 10,000.
 	RateLimit float64
 
 	// Retry is the policy around each Stripe call. Its Classify defaults to
@@ -171,8 +171,8 @@ type Config struct {
 	// Stripe's search has shown that no payment exists for it. It is
 	// checked before every HTTP attempt, so long retries and waits in a
 	// Run's queue count. Stripe keeps keys for at least 24 hours; New
-	// requires WindowMargin + Retry.AttemptTimeout + ClockAllowance to fit
-	// in them, and at least MinWindowMargin. Defaults to
+	// requires WindowMargin + Retry.AttemptTimeout + 5 minutes (for clocks
+	// that differ) to fit in them, and at least an hour. Defaults to
 	// DefaultWindowMargin.
 	WindowMargin time.Duration
 	// InProgressWait makes Charge wait up to this long for another runner's
@@ -352,8 +352,8 @@ func (cfg Config) validate() error {
 	switch {
 	case cfg.WindowMargin < 0 || cfg.WindowMargin >= retry.KeyWindow:
 		return invalid("Config.WindowMargin %v must be positive and below Stripe's 24h key window", cfg.WindowMargin)
-	case cfg.WindowMargin < MinWindowMargin:
-		return invalid("Config.WindowMargin %v is below %v: claims would be reconciled by search before Stripe has indexed their first payment", cfg.WindowMargin, MinWindowMargin)
+	case cfg.WindowMargin < minWindowMargin:
+		return invalid("Config.WindowMargin %v is below %v: claims would be reconciled by search before Stripe has indexed their first payment", cfg.WindowMargin, minWindowMargin)
 	case cfg.InProgressWait < 0:
 		return invalid("Config.InProgressWait %v must not be negative", cfg.InProgressWait)
 	}
@@ -363,8 +363,8 @@ func (cfg Config) validate() error {
 	if err := cfg.Retry.Validate(); err != nil {
 		return invalid("Config.Retry: %v", err)
 	}
-	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit > MaxRateLimit {
-		return invalid("Config.RateLimit %v: use requests per second up to %d, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, MaxRateLimit, DefaultRateLimit)
+	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit > maxRateLimit {
+		return invalid("Config.RateLimit %v: use requests per second up to %d, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, maxRateLimit, DefaultRateLimit)
 	}
 	if err := checkID("Config.Owner", cfg.Owner); err != nil {
 		return err
@@ -373,10 +373,10 @@ func (cfg Config) validate() error {
 		return invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
 	}
 	// The last attempt may start just before the deadline and reach Stripe
-	// up to one attempt timeout later; clocks may differ by ClockAllowance.
-	if attempt := cfg.attemptTimeout(); cfg.WindowMargin+attempt+ClockAllowance > retry.KeyWindow {
+	// up to one attempt timeout later; clocks may differ by clockAllowance.
+	if attempt := cfg.attemptTimeout(); cfg.WindowMargin+attempt+clockAllowance > retry.KeyWindow {
 		return invalid("Config.WindowMargin %v plus Retry.AttemptTimeout %v plus %v for clock differences is more than Stripe's %v key window: an attempt started before the deadline could reach Stripe after it has forgotten the key; lower one of them",
-			cfg.WindowMargin, attempt, ClockAllowance, retry.KeyWindow)
+			cfg.WindowMargin, attempt, clockAllowance, retry.KeyWindow)
 	}
 	return nil
 }

@@ -51,15 +51,15 @@ func (b *Biller) Charge(ctx context.Context, customer, period string, opts *Char
 
 // Rebill bills customer for period again after a definitive failure (an
 // [ErrDeclined]), as billing attempt number attempt: 2 for the first
-// re-bill, ChargeError.Attempt+1 in general, at most MaxAttempt. Each
+// re-bill, ChargeError.Attempt+1 in general, at most 10,000. Each
 // attempt has its own key, so this is the one way to charge a customer
 // twice for one period, and it never happens on its own: a person or a
 // dunning process decides it. Rebill with the same attempt is as
 // idempotent as Charge.
 func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, opts *ChargeOptions) (Receipt, error) {
-	if attempt < 2 || attempt > MaxAttempt {
+	if attempt < 2 || attempt > maxAttempt {
 		return Receipt{}, chargeErr(job{customer: customer, period: period, attempt: attempt}, nil, "",
-			invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to MaxAttempt (%d)", attempt, MaxAttempt))
+			invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to %d", attempt, maxAttempt))
 	}
 	return b.bill(ctx, customer, period, opts.price(), attempt)
 }

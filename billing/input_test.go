@@ -167,7 +167,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			}
 		})
 	}
-	for _, rl := range []float64{math.Inf(-1), -1, 0, 0.5, 80, 1000, billing.MaxRateLimit} {
+	for _, rl := range []float64{math.Inf(-1), -1, 0, 0.5, 80, 1000, 10_000} {
 		cfg := ok()
 		cfg.RateLimit = rl
 		if _, err := billing.New(cfg); err != nil {
@@ -228,14 +228,14 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 		{"Run BatchSize 1<<40", run(billing.RunOptions{BatchSize: 1 << 40})},
 		{"Run Concurrency 1<<40", run(billing.RunOptions{Concurrency: 1 << 40})},
 		{"Run Concurrency math.MaxInt", run(billing.RunOptions{Concurrency: math.MaxInt})},
-		{"Run Concurrency MaxConcurrency+1", run(billing.RunOptions{Concurrency: billing.MaxConcurrency + 1})},
-		{"Run BatchSize MaxBatchSize+1", run(billing.RunOptions{BatchSize: billing.MaxBatchSize + 1})},
+		{"Run Concurrency MaxConcurrency+1", run(billing.RunOptions{Concurrency: 1000 + 1})},
+		{"Run BatchSize MaxBatchSize+1", run(billing.RunOptions{BatchSize: 10_000 + 1})},
 		{"Run Lock a nil *lock.Advisory", run(billing.RunOptions{Lock: nilAdvisory})},
 		{"Run Lock a nil *lock.Lease", run(billing.RunOptions{Lock: nilLease})},
 		{"Run LockName too long for the lock", run(billing.RunOptions{Lock: advisory, LockName: strings.Repeat("n", 300)})},
 		{"New RateLimit 1e300", newThenCharge(func(c *billing.Config) { c.RateLimit = 1e300 })},
 		{"New RateLimit math.MaxFloat64", newThenCharge(func(c *billing.Config) { c.RateLimit = math.MaxFloat64 })},
-		{"New RateLimit above MaxRateLimit", newThenCharge(func(c *billing.Config) { c.RateLimit = billing.MaxRateLimit + 0.5 })},
+		{"New RateLimit above MaxRateLimit", newThenCharge(func(c *billing.Config) { c.RateLimit = 10_000 + 0.5 })},
 		{"New Claims a nil *claim.Postgres", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Postgres)(nil) })},
 		{"New Claims a nil *claim.Memory", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Memory)(nil) })},
 		{"New HTTPClient with a nil *http.Transport", newThenCharge(func(c *billing.Config) {
@@ -272,11 +272,11 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	}
 
 	// The bounds themselves are accepted.
-	sum, err := e.b.Run(ctx, period, ids, &billing.RunOptions{Concurrency: billing.MaxConcurrency, BatchSize: billing.MaxBatchSize})
+	sum, err := e.b.Run(ctx, period, ids, &billing.RunOptions{Concurrency: 1000, BatchSize: 10_000})
 	if err != nil || sum.Created != 2 {
 		t.Fatalf("Run at the bounds: %+v, %v", sum.Progress, err)
 	}
-	if err := newThenCharge(func(c *billing.Config) { c.RateLimit = billing.MaxRateLimit })(); err != nil {
+	if err := newThenCharge(func(c *billing.Config) { c.RateLimit = 10_000 })(); err != nil {
 		t.Fatalf("Charge with RateLimit MaxRateLimit: %v", err)
 	}
 	wantAllOnceOf(t, e, []string{"cus_odd_1", "cus_odd_2", "cus_odd_new"})

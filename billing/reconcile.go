@@ -98,7 +98,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 // deadline, and that attempt may reach Stripe up to an attempt timeout
 // later, in a key space where this Biller's resend would not be replayed.
 // New keeps every Biller's deadline plus attempt timeout at least
-// ClockAllowance short of the key window, so a search made after the
+// clockAllowance short of the key window, so a search made after the
 // window sees every send of the key.
 func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	if c.SentAge >= retry.KeyWindow {

@@ -24,17 +24,17 @@ const (
 // [ErrInvalid]: they are typos or overflows, not plans, and Run would
 // allocate for them before billing anyone.
 const (
-	// MaxConcurrency bounds RunOptions.Concurrency. Stripe accepts 100
+	// maxConcurrency bounds RunOptions.Concurrency. Stripe accepts 100
 	// requests per second in live mode by default (the Biller's RateLimit
 	// is below that); with an answer taking a second or two, a few hundred
 	// workers already wait on the rate limiter, each holding a claimed
 	// customer whose lease runs meanwhile.
-	MaxConcurrency = 1000
-	// MaxBatchSize bounds RunOptions.BatchSize. A batch's claims are
+	maxConcurrency = 1000
+	// maxBatchSize bounds RunOptions.BatchSize. A batch's claims are
 	// committed before the first of them is sent and wait in memory; a
 	// runner killed mid-batch leaves the unsent ones to their leases.
 	// Database round trips are amortised long before this size.
-	MaxBatchSize = 10_000
+	maxBatchSize = 10_000
 )
 
 // ErrRunHeldElsewhere is returned by Run and Reconcile when their options
@@ -62,10 +62,10 @@ func Customers(ids ...string) iter.Seq2[Item, error] {
 // RunOptions tunes a [Biller.Run]. A nil *RunOptions takes every default.
 type RunOptions struct {
 	// Concurrency is how many customers are charged at once. Defaults to
-	// DefaultConcurrency; at most MaxConcurrency.
+	// DefaultConcurrency; at most 1,000.
 	Concurrency int
 	// BatchSize is how many customers are claimed per database round trip.
-	// Defaults to DefaultBatchSize; at most MaxBatchSize.
+	// Defaults to DefaultBatchSize; at most 10,000.
 	BatchSize int
 	// Total, if known, is reported in Progress.Total.
 	Total int
@@ -157,11 +157,11 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	if o.Concurrency < 0 || o.BatchSize < 0 || o.Total < 0 {
 		return Summary{Period: period}, invalid("RunOptions: Concurrency, BatchSize and Total must not be negative")
 	}
-	if o.Concurrency > MaxConcurrency {
-		return Summary{Period: period}, invalid("RunOptions.Concurrency %d is above MaxConcurrency (%d)", o.Concurrency, MaxConcurrency)
+	if o.Concurrency > maxConcurrency {
+		return Summary{Period: period}, invalid("RunOptions.Concurrency %d is above the limit of %d", o.Concurrency, maxConcurrency)
 	}
-	if o.BatchSize > MaxBatchSize {
-		return Summary{Period: period}, invalid("RunOptions.BatchSize %d is above MaxBatchSize (%d)", o.BatchSize, MaxBatchSize)
+	if o.BatchSize > maxBatchSize {
+		return Summary{Period: period}, invalid("RunOptions.BatchSize %d is above the limit of %d", o.BatchSize, maxBatchSize)
 	}
 	if o.Lock != nil && nilness.Is(o.Lock) {
 		return Summary{Period: period}, invalid("RunOptions.Lock is a nil %T: check the error of the constructor (lock.NewAdvisory), or leave Lock nil to run without a lock", o.Lock)
