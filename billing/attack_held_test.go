@@ -379,12 +379,10 @@ func TestAttackHeldStoreFailsAfterCommit(t *testing.T) {
 func TestAttackHeldConcurrentReplicasWithFaults(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if err := e.srv.SetRates(7, map[billingtest.FaultKind]float64{
+	e.srv.SetScript(faults(7, map[billingtest.FaultKind]float64{
 		billingtest.FaultCut: 0.15, billingtest.FaultErrorBefore: 0.1, billingtest.FaultErrorAfter: 0.1,
 		billingtest.FaultLockTimeout: 0.1, billingtest.FaultDrop: 0.05,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	cs := customers(20)
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -412,7 +410,7 @@ func TestAttackHeldConcurrentReplicasWithFaults(t *testing.T) {
 	if faults < 10 {
 		t.Fatalf("only %d faults injected; the scenario did not happen", faults)
 	}
-	e.srv.SetRates(0, nil)
+	e.srv.SetScript(nil)
 	e.exec("UPDATE billonce_claims SET lease_until = now() WHERE state = 'pending'")
 	sum, err := e.biller().Run(ctx, period, billing.Customers(cs...), nil)
 	for _, c := range cs {

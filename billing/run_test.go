@@ -180,7 +180,7 @@ func TestRunCancelledMidway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Some faults, so that cancellation also lands in retries.
-	e.srv.SetRates(3, map[billingtest.FaultKind]float64{billingtest.FaultCut: 0.05, billingtest.FaultErrorBefore: 0.05})
+	e.srv.SetScript(faults(3, map[billingtest.FaultKind]float64{billingtest.FaultCut: 0.05, billingtest.FaultErrorBefore: 0.05}))
 	sum, err := e.b.Run(ctx, period, billing.Customers(ids...), &billing.RunOptions{Concurrency: 4, BatchSize: 50,
 		Progress: func(p billing.Progress) {
 			if p.Done == 60 {
@@ -216,7 +216,7 @@ func TestRunCancelledMidway(t *testing.T) {
 	if charged == 0 || charged == len(ids) {
 		t.Fatalf("%d charged before the stop", charged)
 	}
-	e.srv.SetRates(0, nil)
+	e.srv.SetScript(nil)
 	other := e.biller()
 	sum, err = other.Run(context.Background(), period, billing.Customers(ids...), nil)
 	if err != nil || !sum.Complete() || sum.Done != len(ids) {
@@ -229,8 +229,8 @@ func TestRunCancelledMidway(t *testing.T) {
 // charged twice.
 func TestRunTwoConcurrentRuns(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, billingtest.Config{Seed: 11, Rates: map[billingtest.FaultKind]float64{
-		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03}})
+	e := newEnvWith(t, billingtest.Config{Script: faults(11, map[billingtest.FaultKind]float64{
+		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03})})
 	ids := customers(300)
 	runners := []*billing.Biller{e.b, e.biller()}
 	sums := make([]billing.Summary, len(runners))
@@ -304,8 +304,8 @@ func TestRunThreeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three processes")
 	}
-	e := newEnvWith(t, billingtest.Config{Seed: 5, Rates: map[billingtest.FaultKind]float64{
-		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03}})
+	e := newEnvWith(t, billingtest.Config{Script: faults(5, map[billingtest.FaultKind]float64{
+		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03})})
 	const n = 400
 	ids := customers(n)
 	dbURL := e.pool.Config().ConnString()

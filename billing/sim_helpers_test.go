@@ -742,9 +742,6 @@ func (w *simWorld) settle(ctx context.Context) {
 	plan := w.plan
 	w.logf("settle at %s with %s", simAt(w.now()), plan.final)
 	w.srv.SetScript(nil)
-	if err := w.srv.SetRates(0, nil); err != nil {
-		w.harnessf("clearing fault rates: %v", err)
-	}
 	for _, c := range plan.rebill {
 		w.srv.Honor(c)
 	}

@@ -810,7 +810,8 @@ func (w *simWorld) apply(ev simEvent) {
 
 // arm sets the fake's faults for a round.
 func (w *simWorld) arm(f simFaults) {
-	if err := w.srv.SetRates(f.seed, f.rates); err != nil {
+	random, err := billingtest.RandomFaults(f.seed, f.rates)
+	if err != nil {
 		w.harnessf("fault rates: %v", err)
 	}
 	var (
@@ -853,7 +854,7 @@ func (w *simWorld) arm(f simFaults) {
 		case f.slowEvery > 0 && n%f.slowEvery == 0:
 			return billingtest.Fault{Kind: billingtest.FaultSlow, Delay: f.slowDelay}
 		}
-		return billingtest.Fault{}
+		return random(r)
 	})
 }
 
@@ -862,9 +863,6 @@ func (w *simWorld) disarm() {
 	w.faults = simFaults{}
 	w.mu.Unlock()
 	w.srv.SetScript(nil)
-	if err := w.srv.SetRates(0, nil); err != nil {
-		w.harnessf("fault rates: %v", err)
-	}
 }
 
 // runOp runs one runner's step and describes its outcome.

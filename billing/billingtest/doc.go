@@ -66,11 +66,12 @@
 // key, livemode_mismatch, a missing customer), stored nowhere. Faults are chosen, in this order, by
 //
 //   - [Server.FailNext]: a queue of faults for requests that match a [Match];
-//   - Config.Script or [Server.SetScript]: a func([Request]) [Fault];
-//   - Config.Rates or [Server.SetRates]: seeded probabilities, drawn from a
-//     hash of the seed, the API and idempotency keys and the attempt number,
-//     so a run is repeatable however requests interleave;
-//   - [Server.Decline]: customers whose card always declines.
+//   - Config.Script or [Server.SetScript]: a func([Request]) [Fault], such as
+//     [RandomFaults], which draws seeded random faults from a hash of the
+//     seed, the API and idempotency keys and the attempt number, so a run is
+//     repeatable however requests interleave;
+//   - [Server.Decline]: customers whose card always declines (their state,
+//     not a fault of the request).
 //
 // All of them, and the rate limiter ([Server.SetRateLimit]), can be changed
 // while the server runs.

@@ -134,6 +134,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.seqs[drawID]++
 		req.Attempt = s.seqs[drawID]
 	}
+	req.drawID = &drawID
 	var fault Fault
 	for i, q := range s.queue {
 		if q.match.matches(&req) {
@@ -142,7 +143,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	script, rates := s.script, s.rates
+	script := s.script
 	declineCode, declined := s.declines[e.Customer]
 	s.mu.Unlock()
 
@@ -151,9 +152,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if !fault.Kind.valid() {
 			fault = Fault{}
 		}
-	}
-	if fault.Kind == FaultNone {
-		fault.Kind = rates.draw(drawID, req.Attempt)
 	}
 	if fault.Kind == FaultDecline {
 		declined, declineCode = true, orDefault(fault.DeclineCode, DefaultDeclineCode)

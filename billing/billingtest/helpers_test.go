@@ -60,3 +60,12 @@ func stripeErr(tb testing.TB, err error) *stripe.Error {
 	}
 	return se
 }
+
+// faults is billingtest.RandomFaults for rates known to be valid.
+func faults(seed int64, rates map[billingtest.FaultKind]float64) func(billingtest.Request) billingtest.Fault {
+	f, err := billingtest.RandomFaults(seed, rates)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}

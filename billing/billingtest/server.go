@@ -51,15 +51,10 @@ type Config struct {
 	// server's clock. Defaults to DefaultKeyTTL (24 hours, as Stripe).
 	KeyTTL time.Duration
 
-	// Seed and Rates set seeded random faults: Rates[kind] is the
-	// probability that a request gets that fault. Defaults to none.
-	Seed  int64
-	Rates map[FaultKind]float64
-
 	// Script, if set, chooses a fault for every /v1 request not already
 	// given one by [Server.FailNext]. It runs on the request's goroutine
-	// and must be safe for concurrent use. Returning a zero Fault falls
-	// through to Rates.
+	// and must be safe for concurrent use. [RandomFaults] makes one that
+	// draws seeded random faults. A zero Fault serves the request normally.
 	Script func(Request) Fault
 
 	// Declines maps customer IDs to a decline_code: every payment for those
@@ -94,7 +89,6 @@ type Server struct {
 	perPer   map[[2]string]int
 	log      []Entry
 	stats    Stats
-	rates    rateTable
 	script   func(Request) Fault
 	queue    []queued
 	declines map[string]string
@@ -113,10 +107,6 @@ func NewServer(cfg Config) *Server {
 }
 
 func newServer(cfg Config) (*Server, error) {
-	rt, err := newRateTable(cfg.Seed, cfg.Rates)
-	if err != nil {
-		return nil, err
-	}
 	b, err := newBucket(cfg.RateLimit, cfg.RateBurst)
 	if err != nil {
 		return nil, err
@@ -134,7 +124,6 @@ func newServer(cfg Config) (*Server, error) {
 		perCust:   make(map[string]int),
 		perPer:    make(map[[2]string]int),
 		stats:     Stats{Faults: make(map[FaultKind]int64)},
-		rates:     rt,
 		script:    cfg.Script,
 		declines:  make(map[string]string),
 		bucket:    b,
@@ -201,19 +190,6 @@ func (s *Server) Advance(d time.Duration) {
 	s.mu.Unlock()
 }
 
-// SetRates replaces the seeded fault probabilities. An error says which
-// rate is invalid; the old rates then stay in force.
-func (s *Server) SetRates(seed int64, rates map[FaultKind]float64) error {
-	rt, err := newRateTable(seed, rates)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.rates = rt
-	s.mu.Unlock()
-	return nil
-}
-
 // SetScript replaces Config.Script; nil removes it.
 func (s *Server) SetScript(f func(Request) Fault) {
 	s.mu.Lock()
@@ -222,7 +198,7 @@ func (s *Server) SetScript(f func(Request) Fault) {
 }
 
 // FailNext queues faults for the next requests that match m, one fault per
-// matching request, in order. Queued faults win over the script and rates.
+// matching request, in order. Queued faults win over the script.
 func (s *Server) FailNext(m Match, faults ...Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -640,7 +640,7 @@ func TestSeededRatesAreDeterministic(t *testing.T) {
 	t.Parallel()
 	rates := map[billingtest.FaultKind]float64{billingtest.FaultErrorBefore: 0.2, billingtest.FaultErrorAfter: 0.2, billingtest.FaultLockTimeout: 0.2}
 	run := func() []billingtest.FaultKind {
-		srv := newServer(t, billingtest.Config{Seed: 7, Rates: rates})
+		srv := newServer(t, billingtest.Config{Script: faults(7, rates)})
 		api := newAPI(t, srv, testKey, nil)
 		var kinds []billingtest.FaultKind
 		for i := range 40 {
@@ -665,10 +665,9 @@ func TestSeededRatesAreDeterministic(t *testing.T) {
 		t.Fatalf("%d of 40 requests faulted at a 60%% rate", faulted)
 	}
 
-	srv := newServer(t, billingtest.Config{})
 	for _, bad := range []map[billingtest.FaultKind]float64{{"explode": 0.1}, {billingtest.FaultDrop: 1.5}, {billingtest.FaultDrop: 0.6, billingtest.FaultCut: 0.6}} {
-		if err := srv.SetRates(1, bad); err == nil {
-			t.Errorf("SetRates(%v) accepted", bad)
+		if _, err := billingtest.RandomFaults(1, bad); err == nil {
+			t.Errorf("RandomFaults(%v) accepted", bad)
 		}
 	}
 }
@@ -728,10 +727,10 @@ func TestUnknownEndpoint(t *testing.T) {
 // consistent: at most one payment per key, counts equal to the ledger.
 func TestConcurrentClientsUnderFaults(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, billingtest.Config{Seed: 42, Rates: map[billingtest.FaultKind]float64{
+	srv := newServer(t, billingtest.Config{Script: faults(42, map[billingtest.FaultKind]float64{
 		billingtest.FaultCut: 0.05, billingtest.FaultErrorAfter: 0.05, billingtest.FaultErrorBefore: 0.05,
 		billingtest.FaultLockTimeout: 0.05, billingtest.FaultInFlight: 0.05, billingtest.FaultDecline: 0.05,
-	}})
+	})})
 	const clients, customers = 64, 50
 	var wg sync.WaitGroup
 	for c := range clients {

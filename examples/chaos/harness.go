@@ -221,7 +221,11 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		return fig, err
 	}
 
-	srv := billingtest.NewServer(billingtest.Config{Seed: cfg.Seed, Rates: cfg.Rates})
+	random, err := billingtest.RandomFaults(cfg.Seed, cfg.Rates)
+	if err != nil {
+		return fig, err
+	}
+	srv := billingtest.NewServer(billingtest.Config{Script: random})
 	defer srv.Close()
 	declined := map[string]bool{}
 	for i := range cfg.Customers {
@@ -400,9 +404,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 
 	// Faults off, then a clean run and a reconcile pass settle what the
 	// chaos left pending.
-	if err := srv.SetRates(cfg.Seed, nil); err != nil {
-		return fig, err
-	}
+	srv.SetScript(nil)
 	if err := finalRun(ctx, cfg, srv.URL, pool, &fig, logDir, logf); err != nil {
 		return fig, err
 	}

@@ -87,9 +87,11 @@ func (a *admin) apply(c control) error {
 		if c.Rates != nil {
 			rates = c.Rates
 		}
-		if err := a.srv.SetRates(seed, rates); err != nil {
+		random, err := billingtest.RandomFaults(seed, rates)
+		if err != nil {
 			return err
 		}
+		a.srv.SetScript(random)
 		a.seed, a.rates = seed, rates
 	}
 	if c.RateLimit != nil {

@@ -73,12 +73,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fmt.Fprintf(stderr, "fake-stripe: unexpected argument %q: every setting is a flag (see -h)\n", fs.Arg(0))
 		return 2
 	}
-	cfg := billingtest.Config{Addr: *addr, Seed: *seed, Rates: map[billingtest.FaultKind]float64{}, Declines: map[string]string{}}
+	cfg := billingtest.Config{Addr: *addr, Declines: map[string]string{}}
+	faultRates := map[billingtest.FaultKind]float64{}
 	for k, v := range rates {
 		if *v != 0 {
-			cfg.Rates[k] = *v
+			faultRates[k] = *v
 		}
 	}
+	random, err := billingtest.RandomFaults(*seed, faultRates)
+	if err != nil {
+		fmt.Fprintf(stderr, "fake-stripe: %v\n", err)
+		return 2
+	}
+	cfg.Script = random
 	for _, d := range strings.Split(*declines, ",") {
 		if d = strings.TrimSpace(d); d == "" {
 			continue
@@ -97,12 +104,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fmt.Fprintf(stderr, "fake-stripe: -admin-addr: %v\n", err)
 		return 2
 	}
-	adm := &http.Server{Handler: &admin{srv: srv, seed: cfg.Seed, rates: cfg.Rates}, ReadHeaderTimeout: 10 * time.Second}
+	adm := &http.Server{Handler: &admin{srv: srv, seed: *seed, rates: faultRates}, ReadHeaderTimeout: 10 * time.Second}
 	go adm.Serve(ln)
 	defer adm.Close()
 	fmt.Fprintf(stdout, "fake Stripe listening on %s (any API key; state: GET http://%s/state)\n", srv.URL, ln.Addr())
-	if len(cfg.Rates) > 0 {
-		fmt.Fprintf(stdout, "faults: seed %d, rates %v\n", cfg.Seed, cfg.Rates)
+	if len(faultRates) > 0 {
+		fmt.Fprintf(stdout, "faults: seed %d, rates %v\n", *seed, faultRates)
 	}
 	if ready != nil {
 		ready <- srv.URL
