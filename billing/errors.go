@@ -68,6 +68,8 @@ var (
 	// a person or a dunning process: [Biller.Rebill] with attempt
 	// ChargeError.Attempt+1. Code and DeclineCode carry Stripe's codes when
 	// the refusal came from Stripe in this call.
+	// A payment accepted as processing (a bank debit) that fails when it
+	// settles is ErrDeclined too, with ChargeError.AfterProcessing set.
 	ErrDeclined = errors.New("billing: declined")
 	// ErrOutcomeUnknown: retries ran out, or the call was stopped, before
 	// Stripe gave a definitive answer. The charge may or may not exist. The
@@ -116,6 +118,8 @@ var (
 //	errors.Is(err, …)        claim      what to do
 //	ErrInvalid               none       fix the input; nothing was written or sent
 //	ErrDeclined              failed     nothing, or Rebill with Attempt+1
+//	ErrDeclined and          failed     the same; a bank debit that failed when it
+//	  AfterProcessing                   settled, not a card decline (Code: Stripe's failure code)
 //	ErrOutcomeUnknown        pending    nothing: the next run resumes it safely
 //	ErrInProgress            held       nothing, or try again after Until
 //	ErrNeedsReconciliation   pending    look the Key up in Stripe
@@ -147,6 +151,11 @@ type ChargeError struct {
 	// ("card_declined", "insufficient_funds") with ErrDeclined, when the
 	// refusal came from Stripe in this call.
 	Code, DeclineCode string
+	// AfterProcessing is set with ErrDeclined when the payment was
+	// accepted as processing (a bank debit) and failed when it settled;
+	// Code is then Stripe's failure code. It is not a card decline, and
+	// like one it is never billed again without a Rebill.
+	AfterProcessing bool
 	// StripeID is the charge or payment intent that exists, with
 	// ErrNotRecorded.
 	StripeID string
