@@ -40,15 +40,15 @@ func TestAttack2HeldCutThenRefusals(t *testing.T) {
 				}
 				return billingtest.Fault{}
 			})
-			_, err1 := e.b.Charge(ctx, "cus_1", period)
+			_, err1 := e.b.Charge(ctx, "cus_1", period, nil)
 			e.srv.SetScript(nil)
 			if e.claimRows() != 1 {
 				t.Fatalf("claim gone after an executed attempt (%v)", err1)
 			}
 			rotated := e.biller(func(c *billing.Config) { c.SecretKey = rotatedKey })
-			_, err2 := rotated.Charge(ctx, "cus_1", period)
+			_, err2 := rotated.Charge(ctx, "cus_1", period, nil)
 			e.advance(24*time.Hour + time.Minute)
-			_, err3 := rotated.Charge(ctx, "cus_1", period)
+			_, err3 := rotated.Charge(ctx, "cus_1", period, nil)
 			if n := e.count("cus_1"); n != 1 {
 				t.Fatalf("cus_1 charged %d times, want 1 (%v; %v; %v)", n, err1, err2, err3)
 			}

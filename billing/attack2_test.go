@@ -57,11 +57,11 @@ func TestAttack2TransparentResendHidesExecutedAttempt(t *testing.T) {
 			e := newEnv(t, oneAttempt)
 			ctx := context.Background()
 			// A first charge leaves a keep-alive connection in the pool.
-			if _, err := e.b.Charge(ctx, "cus_0", period); err != nil {
+			if _, err := e.b.Charge(ctx, "cus_0", period, nil); err != nil {
 				t.Fatal(err)
 			}
 			e.srv.SetScript(dropThenRefuse(e.key("cus_1"), tc.fault))
-			_, err1 := e.b.Charge(ctx, "cus_1", period)
+			_, err1 := e.b.Charge(ctx, "cus_1", period, nil)
 			e.srv.SetScript(nil)
 			if n := e.count("cus_1"); n != 1 {
 				t.Fatalf("setup: %d charges after the dropped answer, want 1 (%v)", n, err1)
@@ -69,7 +69,7 @@ func TestAttack2TransparentResendHidesExecutedAttempt(t *testing.T) {
 			rows := e.claimRows()
 
 			rotated := e.biller(func(c *billing.Config) { c.SecretKey = rotatedKey })
-			r, err2 := rotated.Charge(ctx, "cus_1", period)
+			r, err2 := rotated.Charge(ctx, "cus_1", period, nil)
 			if n := e.count("cus_1"); n != 1 {
 				t.Fatalf("cus_1 charged %d times, want 1: first Charge = %v (claim rows after it: %d); rotated Charge = %+v, %v",
 					n, err1, rows, r, err2)
@@ -84,11 +84,11 @@ func TestAttack2TransparentResendHidesExecutedAttempt(t *testing.T) {
 func TestAttack2TransparentResendThenNextDay(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
-	if _, err := e.b.Charge(ctx, "cus_0", period); err != nil {
+	if _, err := e.b.Charge(ctx, "cus_0", period, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.srv.SetScript(dropThenRefuse(e.key("cus_1"), billingtest.Fault{Kind: billingtest.FaultRateLimit}))
-	_, err1 := e.b.Charge(ctx, "cus_1", period)
+	_, err1 := e.b.Charge(ctx, "cus_1", period, nil)
 	e.srv.SetScript(nil)
 	e.advance(25 * time.Hour)
 	sum, err2 := e.b.Run(ctx, period, billing.Customers("cus_0", "cus_1"), nil)

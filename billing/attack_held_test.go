@@ -104,11 +104,11 @@ func TestAttackHeldPausedRunnerWakesAfterTakeover(t *testing.T) {
 		c.Retry.Notify = func(retry.Event) {
 			once.Do(func() {
 				e.advance(25 * time.Hour)
-				bR, bErr = e.biller().Charge(ctx, "cus_1", period)
+				bR, bErr = e.biller().Charge(ctx, "cus_1", period, nil)
 			})
 		}
 	})
-	_, aErr := a.Charge(ctx, "cus_1", period)
+	_, aErr := a.Charge(ctx, "cus_1", period, nil)
 	if n := e.count("cus_1"); n != 1 || bErr != nil || !errors.Is(aErr, claim.ErrLeaseLost) {
 		t.Fatalf("cus_1 charged %d times; B = %+v, %v; A = %v", n, bR, bErr, aErr)
 	}
@@ -126,7 +126,7 @@ func TestAttackHeldRebillWhileAttemptOnePending(t *testing.T) {
 	if !errors.As(err, &mm) || posts(e, before) != 0 {
 		t.Fatalf("Rebill while attempt 1 is pending = %v, %d POSTs", err, posts(e, before))
 	}
-	r, err := e.b.Charge(ctx, "cus_1", period)
+	r, err := e.b.Charge(ctx, "cus_1", period, nil)
 	if err != nil || e.count("cus_1") != 1 {
 		t.Fatalf("Charge = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
@@ -141,22 +141,22 @@ func TestAttackHeldLostDeclineFoundBySearch(t *testing.T) {
 	e.srv.Decline("cus_1", "insufficient_funds")
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
 	e.srv.SetScript(searchDown)
-	if _, err := e.b.Charge(ctx, "cus_1", period); err == nil {
+	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err == nil {
 		t.Fatal("charge with a lost answer succeeded")
 	}
 	e.srv.SetScript(nil)
 	e.srv.Honor("cus_1")
 	e.advance(25 * time.Hour)
 	before := len(e.srv.Log())
-	_, err := e.b.Charge(ctx, "cus_1", period)
-	var failed *billing.FailedError
-	if !errors.As(err, &failed) || posts(e, before) != 0 {
-		t.Fatalf("Charge past the deadline = %v (%d POSTs), want *FailedError and nothing sent", err, posts(e, before))
+	_, err := e.b.Charge(ctx, "cus_1", period, nil)
+	var failed *billing.ChargeError
+	if !(errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined)) || posts(e, before) != 0 {
+		t.Fatalf("Charge past the deadline = %v (%d POSTs), want ErrDeclined and nothing sent", err, posts(e, before))
 	}
 	if _, err := e.b.Rebill(ctx, "cus_1", period, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := e.b.Charge(ctx, "cus_1", period)
+	r, err := e.b.Charge(ctx, "cus_1", period, nil)
 	if err != nil || r.Attempt != 2 || e.count("cus_1") != 1 {
 		t.Fatalf("Charge after the re-bill = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
@@ -168,9 +168,9 @@ func TestAttackHeldDeclineBehindStored500(t *testing.T) {
 	e := newEnv(t)
 	e.srv.Decline("cus_1", "")
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
-	_, err := e.b.Charge(context.Background(), "cus_1", period)
-	var failed *billing.FailedError
-	if !errors.As(err, &failed) || len(e.srv.Payments()) != 1 {
+	_, err := e.b.Charge(context.Background(), "cus_1", period, nil)
+	var failed *billing.ChargeError
+	if !(errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined)) || len(e.srv.Payments()) != 1 {
 		t.Fatalf("Charge = %v; %d payments", err, len(e.srv.Payments()))
 	}
 }
@@ -184,9 +184,9 @@ func TestAttackHeldSeveralPaymentsForOneKey(t *testing.T) {
 	e.advance(25 * time.Hour)
 	e.chargeDirect("cus_1", key, amount)
 	before := len(e.srv.Log())
-	_, err := e.b.Charge(context.Background(), "cus_1", period)
-	var needs *billing.NeedsReconciliationError
-	if !errors.As(err, &needs) || posts(e, before) != 0 || e.count("cus_1") != 2 {
+	_, err := e.b.Charge(context.Background(), "cus_1", period, nil)
+	var needs *billing.ChargeError
+	if !(errors.As(err, &needs) && errors.Is(err, billing.ErrNeedsReconciliation)) || posts(e, before) != 0 || e.count("cus_1") != 2 {
 		t.Fatalf("Charge = %v; %d POSTs, %d charges", err, posts(e, before), e.count("cus_1"))
 	}
 }
@@ -204,14 +204,14 @@ func TestAttackHeldPaymentMethodChanged(t *testing.T) {
 			return billing.Price{Amount: amount, Currency: "usd", PaymentMethod: "pm_new_card"}, nil
 		}
 	})
-	_, err := pm2.Charge(ctx, "cus_1", period)
-	var reuse *billing.KeyReuseError
-	if !errors.As(err, &reuse) || e.count("cus_1") != 1 {
+	_, err := pm2.Charge(ctx, "cus_1", period, nil)
+	var reuse *billing.ChargeError
+	if !(errors.As(err, &reuse) && errors.Is(err, billing.ErrKeyReused)) || e.count("cus_1") != 1 {
 		t.Fatalf("Charge with a new payment method = %v; %d charges", err, e.count("cus_1"))
 	}
 	e.advance(25 * time.Hour)
-	r, err := pm2.Charge(ctx, "cus_1", period)
-	if err != nil || r.How != billing.Reconciled || e.count("cus_1") != 1 {
+	r, err := pm2.Charge(ctx, "cus_1", period, nil)
+	if err != nil || r.Outcome != billing.Reconciled || e.count("cus_1") != 1 {
 		t.Fatalf("Charge past the deadline = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
 }
@@ -224,25 +224,25 @@ func TestAttackHeldAPISwitchBackAndForth(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
-	if _, err := e.b.Charge(ctx, "cus_1", period); err == nil {
+	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err == nil {
 		t.Fatal("first send succeeded")
 	}
 	e.advance(24*time.Hour + time.Minute)
 	pi := e.biller(oneAttempt, func(c *billing.Config) { c.API = billing.PaymentIntents })
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
 	e.srv.SetScript(searchDownFrom(3)) // the unknown-outcome and reconciling searches work, later ones fail
-	if _, err := pi.Charge(ctx, "cus_1", period); err == nil {
+	if _, err := pi.Charge(ctx, "cus_1", period, nil); err == nil {
 		t.Fatal("PI send with a cut answer succeeded")
 	}
 	e.advance(time.Hour)
 	before := len(e.srv.Log())
-	_, err := e.b.Charge(ctx, "cus_1", period)
-	var moved *billing.IdentityError
-	if !errors.As(err, &moved) || posts(e, before) != 0 {
+	_, err := e.b.Charge(ctx, "cus_1", period, nil)
+	var moved *billing.ChargeError
+	if !(errors.As(err, &moved) && errors.Is(err, billing.ErrSentElsewhere)) || posts(e, before) != 0 {
 		t.Fatalf("charges Biller with search down = %v, %d POSTs", err, posts(e, before))
 	}
 	e.srv.SetScript(nil)
-	r, err := e.b.Charge(ctx, "cus_1", period)
+	r, err := e.b.Charge(ctx, "cus_1", period, nil)
 	if err != nil || !strings.HasPrefix(r.StripeID, "pi_") || e.count("cus_1") != 1 {
 		t.Fatalf("charges Biller with search up = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
@@ -254,28 +254,28 @@ func TestAttackHeldCredentialRotationAndBack(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
-	if _, err := e.b.Charge(ctx, "cus_1", period); err == nil {
+	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err == nil {
 		t.Fatal("first send succeeded")
 	}
 	e.advance(24*time.Hour + time.Minute)
 	rot := e.biller(oneAttempt, func(c *billing.Config) { c.SecretKey = rotatedKey })
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
 	e.srv.SetScript(searchDownFrom(3)) // the unknown-outcome and reconciling searches work, later ones fail
-	if _, err := rot.Charge(ctx, "cus_1", period); err == nil {
+	if _, err := rot.Charge(ctx, "cus_1", period, nil); err == nil {
 		t.Fatal("rotated send with a cut answer succeeded")
 	}
 	if c := e.claimOf("cus_1"); c.ReconciledAt.IsZero() || e.count("cus_1") != 1 {
 		t.Fatalf("claim %+v, %d charges; want reopened and charged once", c, e.count("cus_1"))
 	}
 	before := len(e.srv.Log())
-	_, err := e.b.Charge(ctx, "cus_1", period)
-	var moved *billing.IdentityError
-	if !errors.As(err, &moved) || posts(e, before) != 0 {
+	_, err := e.b.Charge(ctx, "cus_1", period, nil)
+	var moved *billing.ChargeError
+	if !(errors.As(err, &moved) && errors.Is(err, billing.ErrSentElsewhere)) || posts(e, before) != 0 {
 		t.Fatalf("old key, search down = %v, %d POSTs", err, posts(e, before))
 	}
 	e.srv.SetScript(nil)
-	r, err := e.b.Charge(ctx, "cus_1", period)
-	if err != nil || r.How != billing.Reconciled || e.count("cus_1") != 1 {
+	r, err := e.b.Charge(ctx, "cus_1", period, nil)
+	if err != nil || r.Outcome != billing.Reconciled || e.count("cus_1") != 1 {
 		t.Fatalf("old key, search up = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
 }
@@ -286,17 +286,17 @@ func TestAttackHeldCredentialSetUnset(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
-	if _, err := e.b.Charge(ctx, "cus_1", period); err == nil {
+	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err == nil {
 		t.Fatal("first send succeeded")
 	}
 	named := e.biller(oneAttempt, func(c *billing.Config) { c.Credential = "acct_1/billing-key-2026" })
 	before := len(e.srv.Log())
-	_, err := named.Charge(ctx, "cus_1", period)
-	var moved *billing.IdentityError
-	if !errors.As(err, &moved) || posts(e, before) != 0 || strings.Contains(err.Error(), "billing-key-2026") {
+	_, err := named.Charge(ctx, "cus_1", period, nil)
+	var moved *billing.ChargeError
+	if !(errors.As(err, &moved) && errors.Is(err, billing.ErrSentElsewhere)) || posts(e, before) != 0 || strings.Contains(err.Error(), "billing-key-2026") {
 		t.Fatalf("Credential set = %v, %d POSTs", err, posts(e, before))
 	}
-	r, err := e.b.Charge(ctx, "cus_1", period)
+	r, err := e.b.Charge(ctx, "cus_1", period, nil)
 	if err != nil || e.count("cus_1") != 1 {
 		t.Fatalf("original = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
@@ -308,17 +308,17 @@ func TestAttackHeldMarginLoweredBetweenRuns(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.lostAnswer(e.b, "cus_1")
-	e.advance(billing.MinWindowMargin)
-	short := e.biller(func(c *billing.Config) { c.WindowMargin = billing.MinWindowMargin })
-	r, err := short.Charge(ctx, "cus_1", period)
-	if err != nil || r.How != billing.Reconciled || e.count("cus_1") != 1 {
+	e.advance(time.Hour)
+	short := e.biller(func(c *billing.Config) { c.WindowMargin = time.Hour })
+	r, err := short.Charge(ctx, "cus_1", period, nil)
+	if err != nil || r.Outcome != billing.Reconciled || e.count("cus_1") != 1 {
 		t.Fatalf("Charge = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
 	// And with nothing to find: reopened, sent once.
 	e.crashedClaim("cus_2", amount)
-	e.advance(billing.MinWindowMargin)
-	r, err = short.Charge(ctx, "cus_2", period)
-	if err != nil || r.How != billing.Created || e.count("cus_2") != 1 {
+	e.advance(time.Hour)
+	r, err = short.Charge(ctx, "cus_2", period, nil)
+	if err != nil || r.Outcome != billing.Created || e.count("cus_2") != 1 {
 		t.Fatalf("Charge = %+v, %v; %d charges", r, err, e.count("cus_2"))
 	}
 }
@@ -329,7 +329,7 @@ func TestAttackHeldScopeChangeWhilePending(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	e.lostAnswer(e.b, "cus_1")
 	before := len(e.srv.Log())
-	_, err := e.biller(func(c *billing.Config) { c.Scope = "renamed" }).Charge(context.Background(), "cus_1", period)
+	_, err := e.biller(func(c *billing.Config) { c.Scope = "renamed" }).Charge(context.Background(), "cus_1", period, nil)
 	var mm *claim.MismatchError
 	if !errors.As(err, &mm) || posts(e, before) != 0 || e.count("cus_1") != 1 {
 		t.Fatalf("Charge under a new scope = %v, %d POSTs", err, posts(e, before))
@@ -344,28 +344,28 @@ func TestAttackHeldStoreFailsAfterCommit(t *testing.T) {
 	st := &failAfter{Store: e.store, fail: map[string]bool{"Succeed": true, "Fail": true, "Reopen": true}}
 	b := e.biller(oneAttempt, func(c *billing.Config) { c.Claims = st })
 
-	var rec *billing.RecordError
-	if _, err := b.Charge(ctx, "cus_ok", period); !errors.As(err, &rec) {
+	var rec *billing.ChargeError
+	if _, err := b.Charge(ctx, "cus_ok", period, nil); !(errors.As(err, &rec) && errors.Is(err, billing.ErrNotRecorded)) {
 		t.Fatalf("Succeed failing after commit = %v", err)
 	}
-	if r, err := b.Charge(ctx, "cus_ok", period); err != nil || r.How != billing.AlreadyRecorded || e.count("cus_ok") != 1 {
+	if r, err := b.Charge(ctx, "cus_ok", period, nil); err != nil || r.Outcome != billing.AlreadyBilled || e.count("cus_ok") != 1 {
 		t.Fatalf("after = %+v, %v; %d", r, err, e.count("cus_ok"))
 	}
 
 	e.srv.Decline("cus_decl", "")
-	b.Charge(ctx, "cus_decl", period)
-	var failed *billing.FailedError
-	if _, err := b.Charge(ctx, "cus_decl", period); !errors.As(err, &failed) {
+	b.Charge(ctx, "cus_decl", period, nil)
+	var failed *billing.ChargeError
+	if _, err := b.Charge(ctx, "cus_decl", period, nil); !(errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined)) {
 		t.Fatalf("after Fail failing after commit = %v", err)
 	}
 
 	e.crashedClaim("cus_reopen", amount)
 	e.advance(24 * time.Hour)
-	if _, err := b.Charge(ctx, "cus_reopen", period); err == nil {
+	if _, err := b.Charge(ctx, "cus_reopen", period, nil); err == nil {
 		t.Fatal("Reopen failing after commit reported success")
 	}
 	e.exec("UPDATE billonce_claims SET lease_until = now() WHERE key = $1", e.key("cus_reopen"))
-	if r, err := b.Charge(ctx, "cus_reopen", period); err != nil || e.count("cus_reopen") != 1 {
+	if r, err := b.Charge(ctx, "cus_reopen", period, nil); err != nil || e.count("cus_reopen") != 1 {
 		t.Fatalf("after = %+v, %v; %d", r, err, e.count("cus_reopen"))
 	}
 	if n := len(e.srv.Payments()); n != 3 {
@@ -379,12 +379,10 @@ func TestAttackHeldStoreFailsAfterCommit(t *testing.T) {
 func TestAttackHeldConcurrentReplicasWithFaults(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if err := e.srv.SetRates(7, map[billingtest.FaultKind]float64{
+	e.srv.SetScript(faults(7, map[billingtest.FaultKind]float64{
 		billingtest.FaultCut: 0.15, billingtest.FaultErrorBefore: 0.1, billingtest.FaultErrorAfter: 0.1,
 		billingtest.FaultLockTimeout: 0.1, billingtest.FaultDrop: 0.05,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	cs := customers(20)
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -399,7 +397,7 @@ func TestAttackHeldConcurrentReplicasWithFaults(t *testing.T) {
 					return
 				}
 				for _, k := range rng.Perm(len(cs)) {
-					b.Charge(ctx, cs[k], period)
+					b.Charge(ctx, cs[k], period, nil)
 				}
 			}()
 		}
@@ -412,7 +410,7 @@ func TestAttackHeldConcurrentReplicasWithFaults(t *testing.T) {
 	if faults < 10 {
 		t.Fatalf("only %d faults injected; the scenario did not happen", faults)
 	}
-	e.srv.SetRates(0, nil)
+	e.srv.SetScript(nil)
 	e.exec("UPDATE billonce_claims SET lease_until = now() WHERE state = 'pending'")
 	sum, err := e.biller().Run(ctx, period, billing.Customers(cs...), nil)
 	for _, c := range cs {
@@ -433,9 +431,9 @@ func TestAttackHeldNoSecretInIdentityErrors(t *testing.T) {
 	e := newEnv(t, oneAttempt, func(c *billing.Config) { c.Logger = logger })
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
-	e.b.Charge(ctx, "cus_1", period)
+	e.b.Charge(ctx, "cus_1", period, nil)
 	rot := e.biller(oneAttempt, func(c *billing.Config) { c.Logger = logger; c.SecretKey = rotatedKey })
-	_, err := rot.Charge(ctx, "cus_1", period)
+	_, err := rot.Charge(ctx, "cus_1", period, nil)
 	if err == nil {
 		t.Fatal("rotated Charge succeeded within the window")
 	}

@@ -107,7 +107,7 @@ func TestAttackExpiredLeaseSendRacesRotatedTakeover(t *testing.T) {
 			// A's request is on its way; 20 seconds pass.
 			e.advance(20 * time.Second)
 			b := e.biller(func(c *billing.Config) { c.SecretKey = bKey })
-			rb, errB := b.Charge(ctx, "cus_1", period)
+			rb, errB := b.Charge(ctx, "cus_1", period, nil)
 
 			close(late.release) // A's request lands
 			<-runDone
@@ -135,11 +135,11 @@ func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
 	ctx := context.Background()
 	subs := e.biller(func(c *billing.Config) { c.Scope = "subscription" })
 	shared := e.biller(func(c *billing.Config) { c.Scope = "overage" })
-	if _, err := subs.Charge(ctx, "cus_1", period); err != nil {
+	if _, err := subs.Charge(ctx, "cus_1", period, nil); err != nil {
 		t.Fatal(err)
 	}
 	var mm *claim.MismatchError
-	if _, err := shared.Charge(ctx, "cus_1", period); !errors.As(err, &mm) || e.count("cus_1") != 1 {
+	if _, err := shared.Charge(ctx, "cus_1", period, nil); !errors.As(err, &mm) || e.count("cus_1") != 1 {
 		t.Fatalf("product B on the shared table = %v; %d payments, want a mismatch and 1", err, e.count("cus_1"))
 	}
 	own, err := claim.NewPostgres(e.pool, claim.Config{Table: "overage_claims"})
@@ -150,10 +150,10 @@ func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
 		t.Fatal(err)
 	}
 	overage := e.biller(func(c *billing.Config) { c.Scope = "overage"; c.Claims = own })
-	if r, err := overage.Charge(ctx, "cus_1", period); err != nil || r.How != billing.Created || e.count("cus_1") != 2 {
+	if r, err := overage.Charge(ctx, "cus_1", period, nil); err != nil || r.Outcome != billing.Created || e.count("cus_1") != 2 {
 		t.Fatalf("product B on its own table = %+v, %v; %d payments, want 2", r, err, e.count("cus_1"))
 	}
-	if r, err := overage.Charge(ctx, "cus_1", period); err != nil || r.How != billing.AlreadyRecorded || e.count("cus_1") != 2 {
+	if r, err := overage.Charge(ctx, "cus_1", period, nil); err != nil || r.Outcome != billing.AlreadyBilled || e.count("cus_1") != 2 {
 		t.Fatalf("product B again = %+v, %v; %d payments", r, err, e.count("cus_1"))
 	}
 }
@@ -169,7 +169,7 @@ func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
 // before execution), so sending them is safe.
 //
 // Expected: the next Run bills everyone once. Before the fix: every claimed
-// customer gets *IdentityError and stays unbilled until 23 h after the
+// customer gets ErrSentElsewhere and stays unbilled until 23 h after the
 // claim, because the claim recorded the expired key's fingerprint although
 // no request under it ever executed.
 func TestAttackFixedKeyAfter401StaysUnbilled(t *testing.T) {
@@ -188,8 +188,8 @@ func TestAttackFixedKeyAfter401StaysUnbilled(t *testing.T) {
 		}
 	}
 	if err != nil || !sum.Complete() {
-		var idErr *billing.IdentityError
-		if len(sum.Failures) > 0 && errors.As(sum.Failures[0], &idErr) {
+		var idErr *billing.ChargeError
+		if len(sum.Failures) > 0 && errors.As(sum.Failures[0], &idErr) && errors.Is(sum.Failures[0], billing.ErrSentElsewhere) {
 			t.Logf("first failure: %v", sum.Failures[0])
 		}
 		t.Errorf("Run with the fixed key = %+v, %v; want complete", sum.Progress, err)

@@ -13,7 +13,7 @@ func BenchmarkCharge(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := e.b.Charge(ctx, fmt.Sprintf("cus_%09d", i), period); err != nil {
+		if _, err := e.b.Charge(ctx, fmt.Sprintf("cus_%09d", i), period, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -28,12 +28,12 @@ func BenchmarkCharge(b *testing.B) {
 func BenchmarkChargeAlreadyRecorded(b *testing.B) {
 	e := newEnv(b)
 	ctx := context.Background()
-	if _, err := e.b.Charge(ctx, "cus_1", period); err != nil {
+	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
-		if _, err := e.b.Charge(ctx, "cus_1", period); err != nil {
+		if _, err := e.b.Charge(ctx, "cus_1", period, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -53,25 +53,25 @@ const (
 	// DefaultRateLimit is below Stripe's live-mode limit of 100 requests
 	// per second, leaving room for the rest of the account's traffic.
 	DefaultRateLimit = 80
-	// MinWindowMargin is the smallest WindowMargin accepted: a search for
+	// minWindowMargin is the smallest WindowMargin accepted: a search for
 	// a key's payment is trusted only once Stripe has had time to index it.
-	MinWindowMargin = time.Hour
-	// ClockAllowance is how far the database's clock and Stripe's may
+	minWindowMargin = time.Hour
+	// clockAllowance is how far the database's clock and Stripe's may
 	// differ. New refuses a WindowMargin and Retry.AttemptTimeout that
 	// leave less than this before Stripe's 24-hour key window ends.
-	ClockAllowance = 5 * time.Minute
+	clockAllowance = 5 * time.Minute
 )
 
-// MaxAttempt is the largest attempt number [Biller.Rebill] accepts. Re-bills
+// maxAttempt is the largest attempt number [Biller.Rebill] accepts. Re-bills
 // are decided by a person or a dunning process, a few per period; a larger
 // number is a typo or an overflow.
-const MaxAttempt = 10_000
+const maxAttempt = 10_000
 
-// MaxRateLimit is the largest Config.RateLimit accepted, in requests per
+// maxRateLimit is the largest Config.RateLimit accepted, in requests per
 // second: a hundred times Stripe's default live-mode limit, beyond any limit
 // an account is granted. A larger value is a typo or an overflow, not a
 // plan (for no limit at all, use a negative RateLimit).
-const MaxRateLimit = 10_000
+const maxRateLimit = 10_000
 
 // Metadata keys that every charge carries, so a charge can always be found
 // again by key, customer and period (Stripe search: metadata['billonce_key']:'…').
@@ -118,7 +118,7 @@ type Config struct {
 	// Credential names the Stripe API key whose idempotency keys this
 	// Biller uses, when SecretKey is not that key. Claims record a
 	// fingerprint of it (never the value), and a claim sent with another
-	// credential is not resent blind (invariant I11): Stripe may keep
+	// credential is not resent blind: Stripe may keep
 	// idempotency keys per API key. Defaults to SecretKey, which is right
 	// unless requests go through a spend-cap proxy, where SecretKey is a
 	// vault key that changes every run: then set a stable name of the
@@ -159,24 +159,24 @@ type Config struct {
 	// RateLimit caps the Biller's requests to Stripe per second, retries and
 	// searches included, across all its calls. Defaults to
 	// DefaultRateLimit; a negative value means no limit; at most
-	// MaxRateLimit.
+	// 10,000.
 	RateLimit float64
 
 	// Retry is the policy around each Stripe call. Its Classify defaults to
 	// [Classify]; the other fields take retry's defaults.
 	Retry retry.Policy
-	// WindowMargin is the deadline of a key (invariant I5): once this much
+	// WindowMargin is the deadline of a key: once this much
 	// time has passed on the database clock since the key was first sent
 	// (since its claim was made), no request carries it again until
 	// Stripe's search has shown that no payment exists for it. It is
 	// checked before every HTTP attempt, so long retries and waits in a
 	// Run's queue count. Stripe keeps keys for at least 24 hours; New
-	// requires WindowMargin + Retry.AttemptTimeout + ClockAllowance to fit
-	// in them, and at least MinWindowMargin. Defaults to
+	// requires WindowMargin + Retry.AttemptTimeout + 5 minutes (for clocks
+	// that differ) to fit in them, and at least an hour. Defaults to
 	// DefaultWindowMargin.
 	WindowMargin time.Duration
 	// InProgressWait makes Charge wait up to this long for another runner's
-	// live claim to finish, instead of returning *InProgressError at once.
+	// live claim to finish, instead of returning ErrInProgress at once.
 	InProgressWait time.Duration
 
 	// Owner names this runner on its claims. Each Biller adds a random
@@ -216,14 +216,15 @@ type Event struct {
 	// Err is the call's or the charge's error, or nil.
 	Err error
 	// Outcome is set on an EventOutcome without Err.
-	Outcome How
+	Outcome Outcome
 
 	// StripeID names the payment (EventSettled, EventRefunded,
 	// EventDisputed).
 	StripeID string
 	// State is the claim's state after an EventSettled: "processing",
-	// "succeeded" or "failed" (then Err is a *FailedError with
-	// AfterProcessing set when the payment failed after processing).
+	// "succeeded" or "failed" (then Err is a *ChargeError of kind
+	// ErrDeclined, with AfterProcessing set when the payment failed after
+	// processing).
 	State string
 	// Refunded is the amount refunded so far (EventRefunded).
 	Refunded int64
@@ -252,35 +253,37 @@ const (
 	EventDisputed
 )
 
-// How tells how a [Receipt] came about.
-type How int
+// Outcome tells how a charge came to be billed, in a [Receipt] and an
+// [Event]. [Progress] counts the same words.
+type Outcome int
 
 const (
 	// Created: this call made the charge at Stripe.
-	Created How = iota + 1
+	Created Outcome = iota + 1
 	// Replayed: Stripe already had a charge for the key (an earlier attempt
-	// made it, its answer was lost) and replayed it.
+	// made it, its answer was lost) and replayed it. Progress counts it as
+	// Created: the charge was made by this run.
 	Replayed
-	// AlreadyRecorded: the claim store already held the charge; Stripe was
+	// AlreadyBilled: the claim store already held the charge; Stripe was
 	// not called.
-	AlreadyRecorded
-	// Reconciled: a pending claim past the window margin was settled by
-	// finding its charge with Stripe's search.
+	AlreadyBilled
+	// Reconciled: a pending claim was settled by finding its charge with
+	// Stripe's search. Progress counts it as AlreadyBilled.
 	Reconciled
 )
 
-func (h How) String() string {
-	switch h {
+func (o Outcome) String() string {
+	switch o {
 	case Created:
 		return "created"
 	case Replayed:
 		return "replayed"
-	case AlreadyRecorded:
-		return "already recorded"
+	case AlreadyBilled:
+		return "already billed"
 	case Reconciled:
 		return "reconciled"
 	}
-	return fmt.Sprintf("How(%d)", int(h))
+	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
 // Receipt describes a customer's charge for a period.
@@ -292,14 +295,11 @@ type Receipt struct {
 	Currency string
 	Key      idemkey.Key
 	Attempt  int
-	How      How
+	Outcome  Outcome
 	// Processing: the payment exists but has not settled (a bank debit):
 	// its outcome arrives by webhook or Reconcile. It is never sent again.
 	Processing bool
 }
-
-// Created reports whether this call made the charge.
-func (r Receipt) Created() bool { return r.How == Created }
 
 // Biller charges customers exactly once per period. It is safe for
 // concurrent use; create one per process and share it.
@@ -317,114 +317,129 @@ type Biller struct {
 	instance string
 	seq      *atomic.Uint64
 	// endpoint and credential say where this Biller's keys go, recorded on
-	// every claim it makes (invariant I11).
+	// every claim it makes.
 	endpoint, credential string
 	charges              charge.Client
 	intents              paymentintent.Client
 }
 
-// New checks cfg and returns a Biller.
+// New checks cfg and returns a Biller. Its errors wrap [ErrInvalid] and
+// name the field to fix.
 func New(cfg Config) (*Biller, error) {
-	if cfg.SecretKey == "" {
-		return nil, invalid("Config.SecretKey is empty: set the Stripe secret key (or the vault key behind a spend-cap proxy)")
-	}
-	if strings.ContainsFunc(cfg.SecretKey, unicode.IsSpace) {
-		return nil, invalid("Config.SecretKey contains white space: check how it is loaded")
-	}
-	if nilness.Is(cfg.Claims) {
-		return nil, invalid("Config.Claims is nil (%T): use claim.NewPostgres with your pool (claim.NewMemory in unit tests), and check its error", cfg.Claims)
-	}
-	if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && nilness.Is(cfg.HTTPClient.Transport) {
-		return nil, invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
-	}
-	if cfg.Logger != nil && cfg.Logger.Handler() == nil {
-		return nil, invalid("Config.Logger has no handler: build it with slog.New, or leave Logger nil to discard")
-	}
-	switch cfg.API {
-	case "":
-		cfg.API = Charges
-	case Charges, PaymentIntents:
-	default:
-		return nil, invalid("Config.API %q: use billing.Charges or billing.PaymentIntents", cfg.API)
-	}
-	if cfg.Scope == "" {
-		cfg.Scope = DefaultScope
-	}
-	if cfg.StripeURL == "" {
-		cfg.StripeURL = DefaultStripeURL
-	}
-	if err := checkStripeURL(cfg.StripeURL); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.WindowMargin == 0 {
-		cfg.WindowMargin = DefaultWindowMargin
-	}
-	if cfg.WindowMargin < 0 || cfg.WindowMargin >= retry.KeyWindow {
-		return nil, invalid("Config.WindowMargin %v must be positive and below Stripe's 24h key window", cfg.WindowMargin)
-	}
-	if cfg.WindowMargin < MinWindowMargin {
-		return nil, invalid("Config.WindowMargin %v is below %v: claims would be reconciled by search before Stripe has indexed their first payment", cfg.WindowMargin, MinWindowMargin)
-	}
-	if cfg.SettleAfter < 0 {
-		return nil, invalid("Config.SettleAfter %v must not be negative", cfg.SettleAfter)
-	}
-	if cfg.SettleAfter == 0 {
-		cfg.SettleAfter = DefaultSettleAfter
-	}
-	if cfg.InProgressWait < 0 {
-		return nil, invalid("Config.InProgressWait %v must not be negative", cfg.InProgressWait)
-	}
-	if _, err := idemkey.For(cfg.Scope, "probe"); err != nil {
-		return nil, invalid("Config.Scope: %v", err)
-	}
-	if cfg.Retry.Classify == nil {
-		cfg.Retry.Classify = Classify
-	}
-	if err := cfg.Retry.Validate(); err != nil {
-		return nil, invalid("Config.Retry: %v", err)
-	}
-	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit > MaxRateLimit {
-		return nil, invalid("Config.RateLimit %v: use requests per second up to %d, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, MaxRateLimit, DefaultRateLimit)
-	}
-	if cfg.Owner == "" {
-		cfg.Owner = defaultOwner()
-	}
-	if err := checkID("Config.Owner", cfg.Owner); err != nil {
-		return nil, err
-	}
-	if len(cfg.Owner) > maxOwnerLen {
-		return nil, invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
-	}
-	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0),
-		searches: rate.NewLimiter(rate.Inf, 0), seq: new(atomic.Uint64)}
-	switch {
-	case cfg.RateLimit == 0:
-		b.limiter = rate.NewLimiter(DefaultRateLimit, DefaultRateLimit/4)
-	case cfg.RateLimit > 0:
-		b.limiter = rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, int(cfg.RateLimit/4)))
-	}
+	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, seq: new(atomic.Uint64)}
+	b.limiter = cfg.limiter()
+	b.searches = rate.NewLimiter(rate.Inf, 0)
 	if cfg.RateLimit >= 0 {
 		b.searches = rate.NewLimiter(searchRateLimit, 1)
 	}
 	if b.log == nil {
-		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-
-	attempt := cfg.Retry.AttemptTimeout
-	if attempt == 0 {
-		attempt = retry.DefaultAttemptTimeout
-	}
-	// The last attempt may start just before the deadline and reach Stripe
-	// up to one attempt timeout later; clocks may differ by ClockAllowance.
-	if cfg.WindowMargin+attempt+ClockAllowance > retry.KeyWindow {
-		return nil, invalid("Config.WindowMargin %v plus Retry.AttemptTimeout %v plus %v for clock differences is more than Stripe's %v key window: an attempt started before the deadline could reach Stripe after it has forgotten the key; lower one of them",
-			cfg.WindowMargin, attempt, ClockAllowance, retry.KeyWindow)
+		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.endpoint, b.credential = string(cfg.API), fingerprint(cmp.Or(cfg.Credential, cfg.SecretKey))
 	var nonce [4]byte
 	rand.Read(nonce[:])
 	b.instance = hex.EncodeToString(nonce[:])
-	hc := &http.Client{Timeout: attempt}
+	backend := cfg.backend()
+	b.charges = charge.Client{B: backend, Key: cfg.SecretKey}
+	b.intents = paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	return b, nil
+}
+
+// withDefaults returns cfg with every zero field that has a default set to
+// it. Owner's default is this host and process.
+func (cfg Config) withDefaults() Config {
+	cfg.API = cmp.Or(cfg.API, Charges)
+	cfg.Scope = cmp.Or(cfg.Scope, DefaultScope)
+	cfg.StripeURL = cmp.Or(cfg.StripeURL, DefaultStripeURL)
+	cfg.WindowMargin = cmp.Or(cfg.WindowMargin, DefaultWindowMargin)
+	cfg.SettleAfter = cmp.Or(cfg.SettleAfter, DefaultSettleAfter)
+	if cfg.Retry.Classify == nil {
+		cfg.Retry.Classify = Classify
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = defaultOwner()
+	}
+	return cfg
+}
+
+// attemptTimeout is Retry's per-attempt timeout, defaulted.
+func (cfg Config) attemptTimeout() time.Duration {
+	return cmp.Or(cfg.Retry.AttemptTimeout, retry.DefaultAttemptTimeout)
+}
+
+// validate checks a Config that has its defaults.
+func (cfg Config) validate() error {
+	switch {
+	case cfg.SecretKey == "":
+		return invalid("Config.SecretKey is empty: set the Stripe secret key (or the vault key behind a spend-cap proxy)")
+	case strings.ContainsFunc(cfg.SecretKey, unicode.IsSpace):
+		return invalid("Config.SecretKey contains white space: check how it is loaded")
+	case nilness.Is(cfg.Claims):
+		return invalid("Config.Claims is nil (%T): use claim.NewPostgres with your pool (claim.NewMemory in unit tests), and check its error", cfg.Claims)
+	case cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && nilness.Is(cfg.HTTPClient.Transport):
+		return invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
+	case cfg.Logger != nil && cfg.Logger.Handler() == nil:
+		return invalid("Config.Logger has no handler: build it with slog.New, or leave Logger nil to discard")
+	case cfg.API != Charges && cfg.API != PaymentIntents:
+		return invalid("Config.API %q: use billing.Charges or billing.PaymentIntents", cfg.API)
+	}
+	if err := checkStripeURL(cfg.StripeURL); err != nil {
+		return err
+	}
+	switch {
+	case cfg.WindowMargin < 0 || cfg.WindowMargin >= retry.KeyWindow:
+		return invalid("Config.WindowMargin %v must be positive and below Stripe's 24h key window", cfg.WindowMargin)
+	case cfg.WindowMargin < minWindowMargin:
+		return invalid("Config.WindowMargin %v is below %v: claims would be reconciled by search before Stripe has indexed their first payment", cfg.WindowMargin, minWindowMargin)
+	case cfg.SettleAfter < 0:
+		return invalid("Config.SettleAfter %v must not be negative", cfg.SettleAfter)
+	case cfg.InProgressWait < 0:
+		return invalid("Config.InProgressWait %v must not be negative", cfg.InProgressWait)
+	}
+	if _, err := idemkey.For(cfg.Scope, "probe"); err != nil {
+		return invalid("Config.Scope: %v", err)
+	}
+	if err := cfg.Retry.Validate(); err != nil {
+		return invalid("Config.Retry: %v", err)
+	}
+	if math.IsNaN(cfg.RateLimit) || cfg.RateLimit > maxRateLimit {
+		return invalid("Config.RateLimit %v: use requests per second up to %d, 0 for the default %d, or a negative value for no limit", cfg.RateLimit, maxRateLimit, DefaultRateLimit)
+	}
+	if err := checkID("Config.Owner", cfg.Owner); err != nil {
+		return err
+	}
+	if len(cfg.Owner) > maxOwnerLen {
+		return invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
+	}
+	// The last attempt may start just before the deadline and reach Stripe
+	// up to one attempt timeout later; clocks may differ by clockAllowance.
+	if attempt := cfg.attemptTimeout(); cfg.WindowMargin+attempt+clockAllowance > retry.KeyWindow {
+		return invalid("Config.WindowMargin %v plus Retry.AttemptTimeout %v plus %v for clock differences is more than Stripe's %v key window: an attempt started before the deadline could reach Stripe after it has forgotten the key; lower one of them",
+			cfg.WindowMargin, attempt, clockAllowance, retry.KeyWindow)
+	}
+	return nil
+}
+
+// limiter is the Biller's rate limiter for RateLimit.
+func (cfg Config) limiter() *rate.Limiter {
+	switch {
+	case cfg.RateLimit == 0:
+		return rate.NewLimiter(DefaultRateLimit, DefaultRateLimit/4)
+	case cfg.RateLimit > 0:
+		return rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, int(cfg.RateLimit/4)))
+	}
+	return rate.NewLimiter(rate.Inf, 0)
+}
+
+// backend is the stripe-go backend of a Biller: HTTPClient's transport
+// wrapped so that every write leaves with its key, and no retries of
+// stripe-go's own.
+func (cfg Config) backend() stripe.Backend {
+	hc := &http.Client{Timeout: cfg.attemptTimeout()}
 	var base http.RoundTripper
 	if cfg.HTTPClient != nil {
 		hc.CheckRedirect, hc.Jar, base = cfg.HTTPClient.CheckRedirect, cfg.HTTPClient.Jar, cfg.HTTPClient.Transport
@@ -436,9 +451,9 @@ func New(cfg Config) (*Biller, error) {
 		t.MaxIdleConnsPerHost = defaultIdleConns
 		base = t
 	}
-	// Every write leaves with the key from its context, or not at all (I2).
+	// Every write leaves with the key from its context, or not at all.
 	hc.Transport = &idemkey.Transport{Base: stripeShaped{base}}
-	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+	return stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:        stripe.String(cfg.StripeURL),
 		HTTPClient: hc,
 		// billonce's retry layer is the only one: stripe-go's own retries
@@ -446,9 +461,6 @@ func New(cfg Config) (*Biller, error) {
 		MaxNetworkRetries: stripe.Int64(0),
 		LeveledLogger:     quietLogger{},
 	})
-	b.charges = charge.Client{B: backend, Key: cfg.SecretKey}
-	b.intents = paymentintent.Client{B: backend, Key: cfg.SecretKey}
-	return b, nil
 }
 
 // fingerprint names a credential on claims without revealing it: the first
@@ -459,7 +471,7 @@ func fingerprint(secret string) string {
 }
 
 // String describes the Biller without its secret key, and with the Stripe
-// URL redacted (I9).
+// URL redacted.
 func (b Biller) String() string {
 	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, idemkey.RedactRawURL(b.cfg.StripeURL), b.cfg.Owner)
 }
@@ -522,9 +534,13 @@ func (quietLogger) Warnf(string, ...any)  {}
 
 var periodRE = regexp.MustCompile(`^[0-9]{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12][0-9]|3[01]))?$`)
 
-// CheckPeriod reports whether period is a billing period billonce accepts:
-// a month ("2026-09") or a day ("2026-09-15").
-func CheckPeriod(period string) error {
+// ValidatePeriod reports whether period is a billing period billonce
+// accepts: a month ("2026-09") or a day ("2026-09-15"). Charge and Run
+// check it themselves; call it to check a period given on a command line
+// before anything else.
+func ValidatePeriod(period string) error { return checkPeriod(period) }
+
+func checkPeriod(period string) error {
 	if !periodRE.MatchString(period) {
 		return invalid("period %q: use a month like 2026-09 or a day like 2026-09-15", clip(period))
 	}
@@ -536,17 +552,28 @@ func CheckPeriod(period string) error {
 	return nil
 }
 
-// CheckCustomer reports whether id is a customer ID billonce accepts: 1 to
-// 255 bytes, no white space or control characters. Use it, with
-// [CheckPeriod] and [CheckPrice], to check a whole input file before a run.
-func CheckCustomer(id string) error { return checkID("customer ID", id) }
-
-// CheckPrice reports whether p can be charged with api: a positive amount up
+// Validate reports whether p can be charged with api: a positive amount up
 // to Stripe's limit, a currency Stripe charges in (any case), and a payment
-// method when api is PaymentIntents.
-func CheckPrice(p Price, api API) error {
+// method when api is PaymentIntents. Its errors wrap [ErrInvalid].
+func (p Price) Validate(api API) error {
 	_, err := checkPrice(p, api)
 	return err
+}
+
+// Validate reports whether it can be billed with api: a customer ID of 1
+// to 255 bytes without white space or control characters, and, when it
+// carries one, a price that passes [Price.Validate]. Use it to check a
+// whole input file before a run; Run checks every item itself.
+func (it Item) Validate(api API) error {
+	if err := checkID("customer ID", it.Customer); err != nil {
+		return err
+	}
+	if it.Price != nil {
+		if err := it.Price.Validate(api); err != nil {
+			return fmt.Errorf("customer %s: %w", it.Customer, err)
+		}
+	}
+	return nil
 }
 
 func checkID(what, id string) error {

@@ -18,43 +18,51 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
+// ChargeOptions are the options of one [Biller.Charge] or [Biller.Rebill].
+// A nil *ChargeOptions takes every default.
+type ChargeOptions struct {
+	// Price, when not nil, is charged instead of Config.Price's answer.
+	// The price is part of the claim: a later call for the same customer
+	// and period with another amount is refused (a [*claim.MismatchError]
+	// in the error), never charged.
+	Price *Price
+}
+
+func (o *ChargeOptions) price() *Price {
+	if o == nil {
+		return nil
+	}
+	return o.Price
+}
+
 // Charge bills customer for period exactly once, at the price from
-// Config.Price. Call it as often as you like: once the charge exists, later
-// calls return its receipt without charging again, whichever replica makes
-// them.
+// Config.Price (or opts.Price). Call it as often as you like: once the
+// charge exists, later calls return its receipt without charging again,
+// whichever replica makes them.
 //
 // The flow: the key is derived from (scope, customer, period, attempt) before
 // anything else; a claim row is committed; only then is Stripe called, inside
 // retries that all carry that key; the outcome is recorded on the claim.
 //
-// Errors: [ErrInvalidInput] (nothing sent), [*FailedError] (declined, the
-// claim is failed), [*InProgressError], [*UnknownOutcomeError] (the claim
-// stays pending and is resumed safely later), [*KeyReuseError],
-// [*NeedsReconciliationError], [*RecordError], and the run-stopping
-// [ErrSpendCapReached], [ErrVaultKeyRevoked], [ErrEndpointNotAllowed],
-// [ErrStripeAuth], [ErrStripeRequest].
-func (b *Biller) Charge(ctx context.Context, customer, period string) (Receipt, error) {
-	return b.bill(ctx, customer, period, nil, 1)
+// Every error is a [*ChargeError]; its documentation has the table of what
+// each kind means for the claim and what to do.
+func (b *Biller) Charge(ctx context.Context, customer, period string, opts *ChargeOptions) (Receipt, error) {
+	return b.bill(ctx, customer, period, opts.price(), 1)
 }
 
-// ChargeAmount is Charge at an explicit price instead of Config.Price.
-// The price is part of the claim: a second call for the same customer and
-// period with a different amount is refused with an error, never charged.
-func (b *Biller) ChargeAmount(ctx context.Context, customer, period string, p Price) (Receipt, error) {
-	return b.bill(ctx, customer, period, &p, 1)
-}
-
-// Rebill bills customer for period again after a definitive failure (a
-// decline), as attempt number attempt (2 for the first re-bill). Each attempt
-// has its own key, so this is the one way to charge a customer twice for one
-// period, and it never happens on its own: a person or a dunning process
-// decides it. p may be nil to use Config.Price. attempt is at most
-// MaxAttempt.
-func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, p *Price) (Receipt, error) {
-	if attempt < 2 || attempt > MaxAttempt {
-		return Receipt{}, invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to MaxAttempt (%d)", attempt, MaxAttempt)
+// Rebill bills customer for period again after a definitive failure (an
+// [ErrDeclined]), as billing attempt number attempt: 2 for the first
+// re-bill, ChargeError.Attempt+1 in general, at most 10,000. Each
+// attempt has its own key, so this is the one way to charge a customer
+// twice for one period, and it never happens on its own: a person or a
+// dunning process decides it. Rebill with the same attempt is as
+// idempotent as Charge.
+func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, opts *ChargeOptions) (Receipt, error) {
+	if attempt < 2 || attempt > maxAttempt {
+		return Receipt{}, chargeErr(job{customer: customer, period: period, attempt: attempt}, nil, "",
+			invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to %d", attempt, maxAttempt))
 	}
-	return b.bill(ctx, customer, period, p, attempt)
+	return b.bill(ctx, customer, period, opts.price(), attempt)
 }
 
 // job is one customer's charge, prepared and checked.
@@ -78,48 +86,54 @@ type job struct {
 	caller context.Context
 }
 
+// prepare checks one charge and derives its key. Its errors are
+// *ChargeError.
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
+	j := job{customer: customer, period: period, attempt: attempt}
 	if err := checkID("customer ID", customer); err != nil {
-		return job{}, err
+		return j, chargeErr(j, nil, "", err)
 	}
-	if err := CheckPeriod(period); err != nil {
-		return job{}, err
+	if err := checkPeriod(period); err != nil {
+		return j, chargeErr(j, nil, "", err)
 	}
 	var price Price
 	if p != nil {
 		price = *p
 	} else {
 		if b.cfg.Price == nil {
-			return job{}, invalid("no price for customer %s: set Config.Price or pass one", customer)
+			return j, chargeErr(j, nil, "", invalid("no price: set Config.Price or pass ChargeOptions.Price"))
 		}
 		var err error
 		if price, err = b.cfg.Price(ctx, customer, period); err != nil {
-			return job{}, fmt.Errorf("billing: price for customer %s, period %s: %w", customer, period, err)
+			return j, chargeErr(j, nil, "Config.Price", err)
 		}
 	}
 	price, err := checkPrice(price, b.cfg.API)
 	if err != nil {
-		return job{}, fmt.Errorf("customer %s: %w", customer, err)
+		return j, chargeErr(j, nil, "", err)
 	}
 	key, err := b.keyFor(customer, period, attempt)
 	if err != nil {
-		return job{}, invalid("%v", err)
+		return j, chargeErr(j, nil, "", invalid("%v", err))
 	}
-	return job{customer: customer, period: period, price: price, key: key, attempt: attempt, owner: b.newOwner()}, nil
+	j.price, j.key, j.owner = price, key, b.newOwner()
+	return j, nil
 }
 
-// keyFor is the key of (scope, customer, period, attempt): invariant I1.
+// keyFor is the key of (scope, customer, period, attempt), derived once before anything can retry.
 func (b *Biller) keyFor(customer, period string, attempt int) (idemkey.Key, error) {
 	return idemkey.For(b.cfg.Scope, customer, period, strconv.Itoa(attempt))
 }
 
-// Key returns the idempotency key billonce uses for customer, period and
-// attempt (1 for Charge), for looking a charge up in Stripe.
+// Key returns the idempotency key of customer's charge for period at billing
+// attempt attempt (1 for Charge), which its Stripe object carries in the
+// metadata billonce_key: look a charge up with it before it is made, or
+// match your own records to Stripe's.
 func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) {
 	return b.keyFor(customer, period, attempt)
 }
 
-// request is the claim of j, recording where its key goes (I11).
+// request is the claim of j, recording where its key goes.
 func (b *Biller) request(j job) claim.Request {
 	return claim.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
 		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
@@ -144,11 +158,10 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	for {
 		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
 		if err != nil {
-			return Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", customer, period, err)
+			return Receipt{}, chargeErr(j, nil, "claiming", err)
 		}
 		r, err := b.settleClaim(ctx, j, res)
-		var inProgress *InProgressError
-		if !errors.As(err, &inProgress) || !time.Now().Before(deadline) {
+		if !errors.Is(err, ErrInProgress) || !time.Now().Before(deadline) {
 			b.outcome(j, start, r, err)
 			return r, err
 		}
@@ -177,25 +190,36 @@ func (b *Biller) settle(ctx context.Context, j job, res claim.Result) (Receipt, 
 func (b *Biller) outcome(j job, start time.Time, r Receipt, err error) {
 	e := Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Duration: time.Since(start), Err: err}
 	if err == nil {
-		e.Outcome = r.How
+		e.Outcome = r.Outcome
 	}
 	b.observe(e)
 }
 
 // settleClaim acts on a claim result: send, resume, reconcile, or report.
+// Its errors are *ChargeError.
 func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Receipt, error) {
+	r, err := b.settleClaim1(ctx, j, res)
+	if err == errRecording {
+		return r, err // the recorder settles it, with its own error
+	}
+	return r, asChargeError(j, err)
+}
+
+func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Receipt, error) {
 	c := res.Claim
 	switch res.Outcome {
 	case claim.Succeeded:
-		return b.receipt(j, c.StripeID, AlreadyRecorded), nil
+		return b.receipt(j, c.StripeID, AlreadyBilled), nil
 	case claim.Processing:
-		r := b.receipt(j, c.StripeID, AlreadyRecorded)
+		r := b.receipt(j, c.StripeID, AlreadyBilled)
 		r.Processing = true
 		return r, nil
 	case claim.Failed:
 		return b.afterFailure(ctx, j, c)
 	case claim.InProgress:
-		return Receipt{}, &InProgressError{Customer: j.customer, Period: j.period, Key: j.key.String(), Owner: c.Owner, LeaseUntil: c.LeaseUntil}
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("claimed by %s until %s", c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
+		e.Until = c.LeaseUntil
+		return Receipt{}, e
 	case claim.Resumed:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
 			attrs(j, "leases", c.Leases, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
@@ -203,7 +227,7 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 			return b.elsewhere(ctx, j, c)
 		}
 	case claim.Mismatch:
-		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: %w", j.customer, j.period, &claim.MismatchError{Existing: c})
+		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
 	case claim.Won:
 		j.won = true
 	default:
@@ -214,7 +238,7 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 
 // afterFailure answers for a failed attempt: a later re-bill that succeeded
 // means the period is billed, and its receipt is returned; otherwise the
-// latest failure, whose FailedError names the next attempt to re-bill with.
+// latest failure, whose *ChargeError names the next attempt to re-bill with.
 // Re-bills are few, so the walk is short.
 func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
 	last := j
@@ -231,23 +255,24 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 			later := j
 			later.key, later.attempt, later.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
 			if c.State == claim.StateSucceeded || c.State == claim.StateProcessing {
-				r := b.receipt(later, c.StripeID, AlreadyRecorded)
+				r := b.receipt(later, c.StripeID, AlreadyBilled)
 				r.Processing = c.State == claim.StateProcessing
 				return r, nil
 			}
 			last, failed = later, c
 		}
 	}
-	return Receipt{}, &FailedError{Customer: last.customer, Period: last.period, Key: last.key.String(), Attempt: last.attempt,
-		Code: failed.FailureCode, Reason: failed.LastError, AfterProcessing: !failed.ProcessingAt.IsZero()}
+	e := chargeErr(last, ErrDeclined, failed.LastError, nil)
+	e.Code, e.AfterProcessing = failed.FailureCode, !failed.ProcessingAt.IsZero()
+	return Receipt{}, e
 }
 
 // maxRebillWalk bounds how many later attempts afterFailure looks at.
 const maxRebillWalk = 100
 
-func (b *Biller) receipt(j job, id string, how How) Receipt {
+func (b *Biller) receipt(j job, id string, o Outcome) Receipt {
 	return Receipt{Customer: j.customer, Period: j.period, StripeID: id, Amount: j.price.Amount,
-		Currency: j.price.Currency, Key: j.key, Attempt: j.attempt, How: how}
+		Currency: j.price.Currency, Key: j.key, Attempt: j.attempt, Outcome: o}
 }
 
 // created is what Stripe answered to a create call.
@@ -259,8 +284,8 @@ type created struct {
 
 // send calls Stripe under retry with the claim's key and records the
 // outcome. Before every attempt the claim store confirms that the key's
-// deadline has not passed (I5), but for a fresh claim's first attempt in a
-// Run (see firstSendSafe); once it has, the claim is reconciled by search
+// deadline has not passed, but for a fresh claim's first attempt in a Run
+// (see firstSendSafe); once it has, the claim is reconciled by search
 // instead.
 func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	j.firstSendBy = b.firstSendSafe(j, c)
@@ -290,13 +315,12 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		if j.reopened {
 			// A window just reopened closed again: retries outlasted it.
 			b.release(context.WithoutCancel(ctx), j, err)
-			return Receipt{}, &NeedsReconciliationError{Customer: j.customer, Period: j.period, Key: j.key.String(), Age: c.Age,
-				Reason: "the key's window closed twice in one call; the next run searches again"}
+			return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run searches again", c.Age.Round(time.Minute)), nil)
 		}
 		return b.reconcile(ctx, j, c)
 	case errors.Is(err, claim.ErrLeaseLost):
 		// Another runner took the claim over; it sends from now on.
-		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: stopped sending: %w", j.customer, j.period, err)
+		return Receipt{}, chargeErr(j, ErrInProgress, "stopped sending", err)
 	}
 	if ctx.Err() == nil && outcomeUnknown(err) {
 		// Retries could not tell whether Stripe made the charge (or Stripe
@@ -306,7 +330,7 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		if found, serr := b.search(ctx, j.key); serr == nil && len(found) == 1 {
 			r, rerr := b.record(ctx, j, found[0])
 			if rerr == nil {
-				r.How = Reconciled
+				r.Outcome = Reconciled
 				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an unknown outcome from Stripe search", attrs(j, "stripe_id", r.StripeID)...)
 			}
 			return r, rerr
@@ -371,7 +395,7 @@ func outcomeUnknown(err error) bool {
 }
 
 // create makes one HTTP attempt. It never makes a key: it sends the one it
-// is given, in the header and in the metadata (I2).
+// is given, in the header and in the metadata.
 //
 // writes counts the requests written to the network: 0 when nothing was
 // sent, -1 when the call was made through a transport that reports no
@@ -381,7 +405,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		return created{}, 0, err
 	}
 	// The last check before the key leaves: the deadline, on the database
-	// clock, after any wait (I5).
+	// clock, after any wait.
 	var err error
 	switch {
 	case attempt == 1 && beforeOnBothClocks(j.firstSendBy):
@@ -468,9 +492,13 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 	if !succeeded(out) {
 		reason := "Stripe object " + out.id + " has status " + out.status
 		if err := b.cfg.Claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
-			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+			e := chargeErr(j, ErrNotRecorded, reason, err)
+			e.StripeID = out.id
+			return Receipt{}, e
 		}
-		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Code: out.status, Reason: reason}
+		e := chargeErr(j, ErrDeclined, reason, nil)
+		e.Code = out.status
+		return Receipt{}, e
 	}
 	// Record even if the caller gave up meanwhile: the charge exists.
 	if processing(out) {
@@ -492,7 +520,9 @@ func processing(out created) bool {
 func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (Receipt, error) {
 	if err != nil {
 		if err := b.settledByEvent(context.WithoutCancel(ctx), j, out, err); err != nil {
-			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+			e := chargeErr(j, ErrNotRecorded, "charged "+out.id, err)
+			e.StripeID = out.id
+			return Receipt{}, e
 		}
 	}
 	how := Created
@@ -515,7 +545,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	refusal := isStripe && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency
 	if refusal && refusedByCustomer(se) {
 		// A definitive refusal about this customer alone: a decline, no
-		// such customer or payment method. Terminal for this key (I6).
+		// such customer or payment method. Terminal for this key.
 		// Any other refusal stops the run below (see Classify).
 		reason := string(se.Code)
 		if se.DeclineCode != "" {
@@ -526,10 +556,11 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		}
 		reason += ": " + se.Msg
 		if ferr := b.cfg.Claims.Fail(bg, key, reason); ferr != nil {
-			return fmt.Errorf("billing: customer %s, period %s was refused by Stripe (%s) and recording it failed; the claim stays pending: %w", j.customer, j.period, reason, ferr)
+			return chargeErr(j, ErrNotRecorded, "declined ("+reason+")", ferr)
 		}
-		return &FailedError{Customer: j.customer, Period: j.period, Key: key, Attempt: j.attempt,
-			Code: string(se.Code), DeclineCode: string(se.DeclineCode), Reason: reason}
+		e := chargeErr(j, ErrDeclined, reason, nil)
+		e.Code, e.DeclineCode = string(se.Code), string(se.DeclineCode)
+		return e
 	}
 
 	// Anything else leaves the claim pending with its key, for a person or
@@ -538,18 +569,18 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	switch {
 	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
 		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
-		return &KeyReuseError{Customer: j.customer, Period: j.period, Key: key, Err: err}
+		return chargeErr(j, ErrKeyReused, "", err)
 	case stopsRun(err):
-		return err
+		return chargeErr(j, nil, "", err)
 	case refusal:
-		return refused(se)
+		return chargeErr(j, nil, "", refused(se))
 	case ctx.Err() != nil:
-		return fmt.Errorf("billing: customer %s, period %s: stopped; the claim stays pending and the next run resumes it with the same key: %w", j.customer, j.period, err)
+		return chargeErr(j, ErrOutcomeUnknown, "stopped; the claim stays pending and the next run resumes it with the same key", err)
 	}
 	// Retries ran out (or a non-retryable transport failure): the charge may
 	// exist.
 	b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
-	return &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: key, Err: err}
+	return chargeErr(j, ErrOutcomeUnknown, "", err)
 }
 
 // giveUp hands the claim on after a send that did not settle it: a claim

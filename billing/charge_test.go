@@ -3,6 +3,7 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,13 +16,13 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
-func wantHow(t *testing.T, r billing.Receipt, err error, how billing.How) {
+func wantHow(t *testing.T, r billing.Receipt, err error, how billing.Outcome) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("Charge: %v", err)
 	}
-	if r.How != how {
-		t.Fatalf("receipt How = %v, want %v", r.How, how)
+	if r.Outcome != how {
+		t.Fatalf("receipt How = %v, want %v", r.Outcome, how)
 	}
 }
 
@@ -46,13 +47,13 @@ func TestChargeCreatedOnceThenAlreadyRecorded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	r, err := e.b.Charge(ctx, "cus_a", period)
+	r, err := e.b.Charge(ctx, "cus_a", period, nil)
 	wantHow(t, r, err, billing.Created)
-	if !r.Created() || r.StripeID == "" || r.Amount != amount || r.Currency != "usd" || r.Key.String() != e.key("cus_a") || r.Attempt != 1 {
+	if r.Outcome != billing.Created || r.StripeID == "" || r.Amount != amount || r.Currency != "usd" || r.Key.String() != e.key("cus_a") || r.Attempt != 1 {
 		t.Fatalf("receipt %+v", r)
 	}
-	r2, err := e.b.Charge(ctx, "cus_a", period)
-	wantHow(t, r2, err, billing.AlreadyRecorded)
+	r2, err := e.b.Charge(ctx, "cus_a", period, nil)
+	wantHow(t, r2, err, billing.AlreadyBilled)
 	if r2.StripeID != r.StripeID {
 		t.Fatalf("second receipt names %s, first %s", r2.StripeID, r.StripeID)
 	}
@@ -76,7 +77,7 @@ func TestChargeLostResponseIsReplayed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.srv.FailNext(billingtest.Match{Customer: "cus_cut"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	r, err := e.b.Charge(context.Background(), "cus_cut", period)
+	r, err := e.b.Charge(context.Background(), "cus_cut", period, nil)
 	wantHow(t, r, err, billing.Replayed)
 	wantCount(t, e, "cus_cut", 1)
 	wantOneKey(t, e, "cus_cut", e.key("cus_cut"))
@@ -111,7 +112,7 @@ func TestChargeSlowBeyondAttemptTimeout(t *testing.T) {
 			}
 		}
 	})
-	r, err := e.b.Charge(context.Background(), "cus_slow", period)
+	r, err := e.b.Charge(context.Background(), "cus_slow", period, nil)
 	wantHow(t, r, err, billing.Replayed)
 	wantCount(t, e, "cus_slow", 1)
 	wantOneKey(t, e, "cus_slow", e.key("cus_slow"))
@@ -133,7 +134,7 @@ func TestChargeRetriesTransientAnswers(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.srv.FailNext(billingtest.Match{Customer: "cus_t"}, billingtest.Fault{Kind: kind})
-			r, err := e.b.Charge(context.Background(), "cus_t", period)
+			r, err := e.b.Charge(context.Background(), "cus_t", period, nil)
 			wantHow(t, r, err, billing.Created)
 			wantCount(t, e, "cus_t", 1)
 			wantOneKey(t, e, "cus_t", e.key("cus_t"))
@@ -150,7 +151,7 @@ func TestChargeErrorAfterCommitSettledFromSearch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.srv.FailNext(billingtest.Match{Customer: "cus_500"}, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
-	r, err := e.b.Charge(context.Background(), "cus_500", period)
+	r, err := e.b.Charge(context.Background(), "cus_500", period, nil)
 	wantHow(t, r, err, billing.Reconciled)
 	wantCount(t, e, "cus_500", 1)
 	p := e.srv.Payments()[0]
@@ -178,10 +179,10 @@ func TestChargeDeclineIsFinalUntilRebill(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.Decline("cus_d", "insufficient_funds")
-	_, err := e.b.Charge(ctx, "cus_d", period)
-	var fe *billing.FailedError
-	if !errors.As(err, &fe) {
-		t.Fatalf("Charge: %v; want *FailedError", err)
+	_, err := e.b.Charge(ctx, "cus_d", period, nil)
+	var fe *billing.ChargeError
+	if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) {
+		t.Fatalf("Charge: %v; want ErrDeclined", err)
 	}
 	if fe.DeclineCode != "insufficient_funds" || fe.Code != "card_declined" || fe.Key != e.key("cus_d") || fe.Attempt != 1 {
 		t.Fatalf("FailedError %+v", fe)
@@ -194,10 +195,10 @@ func TestChargeDeclineIsFinalUntilRebill(t *testing.T) {
 	}
 
 	// Later calls return the recorded failure without calling Stripe.
-	_, err = e.b.Charge(ctx, "cus_d", period)
-	var again *billing.FailedError
-	if !errors.As(err, &again) || again.Key != fe.Key || again.Reason != fe.Reason {
-		t.Fatalf("second Charge: %v; want the recorded *FailedError %q", err, fe.Reason)
+	_, err = e.b.Charge(ctx, "cus_d", period, nil)
+	var again *billing.ChargeError
+	if !(errors.As(err, &again) && errors.Is(err, billing.ErrDeclined)) || again.Key != fe.Key || again.Err.Error() != fe.Err.Error() {
+		t.Fatalf("second Charge: %v; want the recorded decline %q", err, fe.Err)
 	}
 	if n := e.srv.Stats().Requests; n != 1 {
 		t.Fatalf("%d requests after the second Charge; want still 1", n)
@@ -205,8 +206,8 @@ func TestChargeDeclineIsFinalUntilRebill(t *testing.T) {
 	wantCount(t, e, "cus_d", 0)
 
 	// Attempt 1 is Charge's: Rebill refuses it.
-	if _, err := e.b.Rebill(ctx, "cus_d", period, 1, nil); !errors.Is(err, billing.ErrInvalidInput) {
-		t.Fatalf("Rebill(attempt 1): %v; want ErrInvalidInput", err)
+	if _, err := e.b.Rebill(ctx, "cus_d", period, 1, nil); !errors.Is(err, billing.ErrInvalid) {
+		t.Fatalf("Rebill(attempt 1): %v; want ErrInvalid", err)
 	}
 	e.srv.Honor("cus_d")
 	r, err := e.b.Rebill(ctx, "cus_d", period, 2, nil)
@@ -216,7 +217,7 @@ func TestChargeDeclineIsFinalUntilRebill(t *testing.T) {
 	}
 	wantCount(t, e, "cus_d", 1)
 	r, err = e.b.Rebill(ctx, "cus_d", period, 2, nil)
-	wantHow(t, r, err, billing.AlreadyRecorded)
+	wantHow(t, r, err, billing.AlreadyBilled)
 	wantCount(t, e, "cus_d", 1)
 	if n := len(e.srv.Payments()); n != 2 {
 		t.Fatalf("%d payments; want the declined one and the re-bill", n)
@@ -229,7 +230,7 @@ func TestChargePriceChangedUnderPendingClaim(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *billing.Config) { c.Price = flatPrice(3000) })
 	e.crashedClaim("cus_p", amount)
-	_, err := e.b.Charge(context.Background(), "cus_p", period)
+	_, err := e.b.Charge(context.Background(), "cus_p", period, nil)
 	var me *claim.MismatchError
 	if !errors.As(err, &me) || me.Field != "amount" {
 		t.Fatalf("Charge: %v; want *claim.MismatchError on amount", err)
@@ -240,10 +241,10 @@ func TestChargePriceChangedUnderPendingClaim(t *testing.T) {
 }
 
 // Stripe's idempotency_error (same key, other parameters) is a loud
-// *KeyReuseError, never a new charge: a claim whose amount was edited after
+// ErrKeyReused, never a new charge: a claim whose amount was edited after
 // its charge was sent reaches it. (Switching Config.API while a claim is
 // pending no longer does: the claim records its endpoint, and the Biller
-// reports an *IdentityError without sending; see window_test.go.)
+// reports an ErrSentElsewhere without sending; see window_test.go.)
 func TestChargeKeyReuse(t *testing.T) {
 	t.Parallel()
 	cases := map[string]func(e *env) *billing.Biller{
@@ -259,10 +260,10 @@ func TestChargeKeyReuse(t *testing.T) {
 			key := e.crashedClaim("cus_k", amount)
 			ch := e.chargeDirect("cus_k", key, amount)
 			b := setup(e)
-			_, err := b.Charge(context.Background(), "cus_k", period)
-			var kr *billing.KeyReuseError
-			if !errors.As(err, &kr) || kr.Key != key {
-				t.Fatalf("Charge: %v; want *KeyReuseError for %s", err, key)
+			_, err := b.Charge(context.Background(), "cus_k", period, nil)
+			var kr *billing.ChargeError
+			if !(errors.As(err, &kr) && errors.Is(err, billing.ErrKeyReused)) || kr.Key != key {
+				t.Fatalf("Charge: %v; want ErrKeyReused for %s", err, key)
 			}
 			if st := e.srv.Stats(); st.IdempotencyErrors != 1 || st.Created != 1 {
 				t.Fatalf("stats %+v; want one idempotency_error and only the first object", st)
@@ -287,17 +288,17 @@ func TestChargeRetriesExhaustedThenResumed(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, few)
 		e.srv.FailNext(billingtest.Match{Customer: "cus_x"}, fivehundred, fivehundred, fivehundred)
-		_, err := e.b.Charge(context.Background(), "cus_x", period)
-		var ue *billing.UnknownOutcomeError
+		_, err := e.b.Charge(context.Background(), "cus_x", period, nil)
+		var ue *billing.ChargeError
 		var ex *retry.ExhaustedError
-		if !errors.As(err, &ue) || !errors.As(err, &ex) || ex.Attempts != 3 {
-			t.Fatalf("Charge: %v; want *UnknownOutcomeError after 3 attempts", err)
+		if !(errors.As(err, &ue) && errors.Is(err, billing.ErrOutcomeUnknown)) || !errors.As(err, &ex) || ex.Attempts != 3 {
+			t.Fatalf("Charge: %v; want ErrOutcomeUnknown after 3 attempts", err)
 		}
 		if c := e.claimOf("cus_x"); c.State != claim.StatePending {
 			t.Fatalf("claim %+v; want pending", c)
 		}
 		wantCount(t, e, "cus_x", 0)
-		r, err := e.b.Charge(context.Background(), "cus_x", period)
+		r, err := e.b.Charge(context.Background(), "cus_x", period, nil)
 		wantHow(t, r, err, billing.Created)
 		wantCount(t, e, "cus_x", 1)
 		wantOneKey(t, e, "cus_x", e.key("cus_x"))
@@ -308,16 +309,16 @@ func TestChargeRetriesExhaustedThenResumed(t *testing.T) {
 		e := newEnv(t, few)
 		e.srv.FailNext(billingtest.Match{Customer: "cus_y"}, billingtest.Fault{Kind: billingtest.FaultCut}, fivehundred, fivehundred)
 		e.srv.FailNext(billingtest.Match{Path: "/v1/charges/search"}, fivehundred)
-		_, err := e.b.Charge(context.Background(), "cus_y", period)
-		var ue *billing.UnknownOutcomeError
-		if !errors.As(err, &ue) {
-			t.Fatalf("Charge: %v; want *UnknownOutcomeError", err)
+		_, err := e.b.Charge(context.Background(), "cus_y", period, nil)
+		var ue *billing.ChargeError
+		if !(errors.As(err, &ue) && errors.Is(err, billing.ErrOutcomeUnknown)) {
+			t.Fatalf("Charge: %v; want ErrOutcomeUnknown", err)
 		}
 		if c := e.claimOf("cus_y"); c.State != claim.StatePending {
 			t.Fatalf("claim %+v; want pending", c)
 		}
 		wantCount(t, e, "cus_y", 1)
-		r, err := e.b.Charge(context.Background(), "cus_y", period)
+		r, err := e.b.Charge(context.Background(), "cus_y", period, nil)
 		wantHow(t, r, err, billing.Replayed)
 		wantCount(t, e, "cus_y", 1)
 		wantOneKey(t, e, "cus_y", e.key("cus_y"))
@@ -330,7 +331,7 @@ func TestChargeCrashAfterClaimBeforeStripe(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.crashedClaim("cus_c", amount)
-	r, err := e.b.Charge(context.Background(), "cus_c", period)
+	r, err := e.b.Charge(context.Background(), "cus_c", period, nil)
 	wantHow(t, r, err, billing.Created)
 	wantCount(t, e, "cus_c", 1)
 	if c := e.claimOf("cus_c"); c.State != claim.StateSucceeded || c.Leases != 2 {
@@ -345,7 +346,7 @@ func TestChargeCrashAfterStripeBeforeSucceed(t *testing.T) {
 	e := newEnv(t)
 	key := e.crashedClaim("cus_s", amount)
 	ch := e.chargeDirect("cus_s", key, amount)
-	r, err := e.b.Charge(context.Background(), "cus_s", period)
+	r, err := e.b.Charge(context.Background(), "cus_s", period, nil)
 	wantHow(t, r, err, billing.Replayed)
 	if r.StripeID != ch.ID {
 		t.Fatalf("receipt names %s; the crashed runner's charge is %s", r.StripeID, ch.ID)
@@ -367,7 +368,7 @@ func TestChargeResumeAfterKeyWindow(t *testing.T) {
 		ch := e.chargeDirect("cus_w", key, amount)
 		e.ageClaim(key, 25*time.Hour)
 		e.srv.Advance(25 * time.Hour)
-		r, err := e.b.Charge(context.Background(), "cus_w", period)
+		r, err := e.b.Charge(context.Background(), "cus_w", period, nil)
 		wantHow(t, r, err, billing.Reconciled)
 		if r.StripeID != ch.ID {
 			t.Fatalf("receipt names %s, want %s", r.StripeID, ch.ID)
@@ -387,7 +388,7 @@ func TestChargeResumeAfterKeyWindow(t *testing.T) {
 		key := e.crashedClaim("cus_n", amount)
 		e.ageClaim(key, 25*time.Hour)
 		e.srv.Advance(25 * time.Hour)
-		r, err := e.b.Charge(context.Background(), "cus_n", period)
+		r, err := e.b.Charge(context.Background(), "cus_n", period, nil)
 		wantHow(t, r, err, billing.Created)
 		wantCount(t, e, "cus_n", 1)
 		wantOneKey(t, e, "cus_n", key)
@@ -401,10 +402,10 @@ func TestChargeResumeAfterKeyWindow(t *testing.T) {
 		e.srv.Advance(25 * time.Hour)
 		down := billingtest.Fault{Kind: billingtest.FaultErrorBefore}
 		e.srv.FailNext(billingtest.Match{Path: "/v1/charges/search"}, down, down)
-		_, err := e.b.Charge(context.Background(), "cus_f", period)
-		var ne *billing.NeedsReconciliationError
-		if !errors.As(err, &ne) || ne.Key != key || ne.Age < 25*time.Hour {
-			t.Fatalf("Charge: %v; want *NeedsReconciliationError", err)
+		_, err := e.b.Charge(context.Background(), "cus_f", period, nil)
+		var ne *billing.ChargeError
+		if !(errors.As(err, &ne) && errors.Is(err, billing.ErrNeedsReconciliation)) || ne.Key != key || !strings.Contains(ne.Error(), "claimed 25h") {
+			t.Fatalf("Charge: %v; want ErrNeedsReconciliation", err)
 		}
 		wantCount(t, e, "cus_f", 1)
 		if st := e.srv.Stats(); st.Created != 1 {
@@ -425,10 +426,10 @@ func TestChargeInProgress(t *testing.T) {
 		Amount: amount, Currency: "usd", Owner: "other-runner"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.b.Charge(context.Background(), "cus_i", period)
-	var ip *billing.InProgressError
-	if !errors.As(err, &ip) || ip.Owner != "other-runner" || ip.Key != key || ip.LeaseUntil.IsZero() {
-		t.Fatalf("Charge: %v; want *InProgressError naming other-runner", err)
+	_, err := e.b.Charge(context.Background(), "cus_i", period, nil)
+	var ip *billing.ChargeError
+	if !(errors.As(err, &ip) && errors.Is(err, billing.ErrInProgress)) || !strings.Contains(ip.Error(), "other-runner") || ip.Key != key || ip.Until.IsZero() {
+		t.Fatalf("Charge: %v; want ErrInProgress naming other-runner", err)
 	}
 	if n := e.srv.Stats().Requests; n != 0 {
 		t.Fatalf("%d requests; want none", n)
@@ -472,7 +473,7 @@ func TestChargeInProgressWait(t *testing.T) {
 	}
 	first := make(chan result, 1)
 	go func() {
-		r, err := e.b.Charge(ctx, "cus_w", period)
+		r, err := e.b.Charge(ctx, "cus_w", period, nil)
 		first <- result{r, err}
 	}()
 	<-arrived // the first replica's request is executing at Stripe
@@ -481,7 +482,7 @@ func TestChargeInProgressWait(t *testing.T) {
 	second := e.biller(func(c *billing.Config) { c.Claims = w; c.InProgressWait = 30 * time.Second })
 	waiter := make(chan result, 1)
 	go func() {
-		r, err := second.Charge(ctx, "cus_w", period)
+		r, err := second.Charge(ctx, "cus_w", period, nil)
 		waiter <- result{r, err}
 	}()
 	if o := <-w.outcomes; o != claim.InProgress {
@@ -492,7 +493,7 @@ func TestChargeInProgressWait(t *testing.T) {
 
 	a, b := <-first, <-waiter
 	wantHow(t, a.r, a.err, billing.Created)
-	wantHow(t, b.r, b.err, billing.AlreadyRecorded)
+	wantHow(t, b.r, b.err, billing.AlreadyBilled)
 	if a.r.StripeID != b.r.StripeID {
 		t.Fatalf("receipts name %s and %s", a.r.StripeID, b.r.StripeID)
 	}
@@ -507,7 +508,7 @@ func TestChargeClaimStoreDown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.pool.Close()
-	if _, err := e.b.Charge(context.Background(), "cus_z", period); err == nil {
+	if _, err := e.b.Charge(context.Background(), "cus_z", period, nil); err == nil {
 		t.Fatal("Charge succeeded on a closed pool")
 	}
 	if n := e.srv.Stats().Requests; n != 0 {
@@ -524,7 +525,7 @@ func TestChargePaymentIntents(t *testing.T) {
 	ctx := context.Background()
 
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	r, err := e.b.Charge(ctx, "cus_1", period)
+	r, err := e.b.Charge(ctx, "cus_1", period, nil)
 	wantHow(t, r, err, billing.Replayed)
 	if p := e.srv.Payments()[0]; p.Object != "payment_intent" || p.PaymentMethod != "pm_card_visa" || r.StripeID != p.ID {
 		t.Fatalf("payment %+v, receipt %+v", p, r)
@@ -532,15 +533,15 @@ func TestChargePaymentIntents(t *testing.T) {
 	wantCount(t, e, "cus_1", 1)
 
 	e.srv.FailNext(billingtest.Match{Customer: "cus_2"}, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
-	r, err = e.b.Charge(ctx, "cus_2", period)
+	r, err = e.b.Charge(ctx, "cus_2", period, nil)
 	wantHow(t, r, err, billing.Reconciled)
 	wantCount(t, e, "cus_2", 1)
 
 	e.srv.Decline("cus_3", "expired_card")
-	_, err = e.b.Charge(ctx, "cus_3", period)
-	var fe *billing.FailedError
-	if !errors.As(err, &fe) || fe.DeclineCode != "expired_card" {
-		t.Fatalf("Charge: %v; want *FailedError expired_card", err)
+	_, err = e.b.Charge(ctx, "cus_3", period, nil)
+	var fe *billing.ChargeError
+	if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) || fe.DeclineCode != "expired_card" {
+		t.Fatalf("Charge: %v; want ErrDeclined expired_card", err)
 	}
 	wantCount(t, e, "cus_3", 0)
 
@@ -561,15 +562,15 @@ func TestChargeAfterSuccessfulRebill(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.Decline("cus_r", "")
-	if _, err := e.b.Charge(ctx, "cus_r", period); err == nil {
+	if _, err := e.b.Charge(ctx, "cus_r", period, nil); err == nil {
 		t.Fatal("the decline did not fail")
 	}
 	if _, err := e.b.Rebill(ctx, "cus_r", period, 2, nil); err == nil {
 		t.Fatal("the second decline did not fail")
 	}
-	_, err := e.b.Charge(ctx, "cus_r", period)
-	var fe *billing.FailedError
-	if !errors.As(err, &fe) || fe.Attempt != 2 {
+	_, err := e.b.Charge(ctx, "cus_r", period, nil)
+	var fe *billing.ChargeError
+	if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) || fe.Attempt != 2 {
 		t.Fatalf("Charge after two declines: %v; want the latest failure, attempt 2", err)
 	}
 	e.srv.Honor("cus_r")
@@ -577,13 +578,13 @@ func TestChargeAfterSuccessfulRebill(t *testing.T) {
 	wantHow(t, rebill, err, billing.Created)
 	requests := e.srv.Stats().Requests
 
-	r, err := e.b.Charge(ctx, "cus_r", period)
-	wantHow(t, r, err, billing.AlreadyRecorded)
+	r, err := e.b.Charge(ctx, "cus_r", period, nil)
+	wantHow(t, r, err, billing.AlreadyBilled)
 	if r.StripeID != rebill.StripeID || r.Attempt != 3 || r.Key != rebill.Key {
 		t.Fatalf("Charge after the re-bill: %+v; want the re-bill's receipt %+v", r, rebill)
 	}
 	sum, err := e.b.Run(ctx, period, billing.Customers("cus_r"), nil)
-	if err != nil || sum.AlreadyDone != 1 || !sum.Complete() {
+	if err != nil || sum.AlreadyBilled != 1 || !sum.Complete() {
 		t.Fatalf("Run after the re-bill: %+v, %v", sum.Progress, err)
 	}
 	if n := e.srv.Stats().Requests; n != requests {

@@ -18,13 +18,13 @@ import (
 
 // Waits asked of the retry layer for answers that say "later".
 const (
-	// InFlightWait is the least wait after 409 idempotency_key_in_use: the
+	// inFlightWait is the least wait after 409 idempotency_key_in_use: the
 	// first request with the key is still running at Stripe.
-	InFlightWait = time.Second
-	// RateLimitWait is the least wait after 429 rate_limit: Stripe's rate
+	inFlightWait = time.Second
+	// rateLimitWait is the least wait after 429 rate_limit: Stripe's rate
 	// limiter runs before its idempotency layer, so nothing was stored and
 	// only waiting helps.
-	RateLimitWait = 2 * time.Second
+	rateLimitWait = 2 * time.Second
 )
 
 // Classify decides whether a Stripe call may be retried with the same key.
@@ -39,9 +39,9 @@ const (
 //	network error, timeout, connection reset retry (outcome unknown; the key makes it safe)
 //	Stripe-Should-Retry: true / false        obeyed (except as noted below)
 //	5xx                                      retry
-//	409 idempotency_key_in_use               retry after InFlightWait
+//	409 idempotency_key_in_use               retry after at least 1s
 //	429 lock_timeout                         retry
-//	429 rate_limit                           retry after RateLimitWait
+//	429 rate_limit                           retry after at least 2s
 //	400 idempotency_error                    stop: a bug, the key was used with other parameters
 //	402 card_error                           stop: definitive
 //	other 4xx                                stop
@@ -66,12 +66,12 @@ const (
 // stopping decides nothing that cannot be undone.
 //
 //	refusal (Stripe's code, https://docs.stripe.com/error-codes)       claim    run    error
-//	type card_error, any status (declines: card_declined,              failed   goes   *FailedError
+//	type card_error, any status (declines: card_declined,              failed   goes   ErrDeclined
 //	  insufficient_funds, expired_card, authentication_required, ...)
-//	resource_missing with param customer, source or payment_method    failed   goes   *FailedError
+//	resource_missing with param customer, source or payment_method    failed   goes   ErrDeclined
 //	  (no such customer or payment method); missing (no such source
 //	  on the customer)
-//	the customer's payment method or bank account: account_closed,    failed   goes   *FailedError
+//	the customer's payment method or bank account: account_closed,    failed   goes   ErrDeclined
 //	  bank_account_declined, bank_account_restricted,
 //	  bank_account_unusable, bank_account_unverified,
 //	  billing_invalid_mandate, charge_exceeds_source_limit,
@@ -86,9 +86,9 @@ const (
 //	  payment_method_unexpected_state, refer_to_customer, and the card
 //	  codes (card_declined, expired_card, incorrect_cvc, ...) whatever
 //	  the type
-//	the customer's price, recorded on the claim and never sent with    failed   goes   *FailedError
-//	  another amount (I4): amount_too_small, amount_too_large
-//	400 idempotency_error                                              pending  goes   *KeyReuseError
+//	the customer's price, recorded on the claim and never sent with    failed   goes   ErrDeclined
+//	  another amount: amount_too_small, amount_too_large
+//	400 idempotency_error                                              pending  goes   ErrKeyReused
 //	401, 403 (api_key_expired, a wrong or revoked key, a restricted    pending  stops  ErrStripeAuth
 //	  key without permission)
 //	any other 4xx: a wrong URL (404 without a code),                   pending  stops  ErrStripeRequest
@@ -112,9 +112,9 @@ func Classify(err error) retry.Decision {
 	wait := time.Duration(0)
 	switch {
 	case se.HTTPStatusCode == http.StatusConflict:
-		wait = InFlightWait
+		wait = inFlightWait
 	case se.HTTPStatusCode == http.StatusTooManyRequests && se.Code != stripe.ErrorCodeLockTimeout:
-		wait = RateLimitWait
+		wait = rateLimitWait
 	}
 	if se.LastResponse != nil {
 		switch se.LastResponse.Header.Get("Stripe-Should-Retry") {
@@ -135,7 +135,7 @@ func Classify(err error) retry.Decision {
 
 // refusedByCustomer reports whether Stripe's refusal se concerns only the
 // customer of the request: their card, payment method, bank account or
-// price. The claim is then failed, which is terminal for its key (I6). Any
+// price. The claim is then failed, which is terminal for its key. Any
 // other refusal stops the run instead, with the claims left pending: see
 // the table in Classify's documentation.
 func refusedByCustomer(se *stripe.Error) bool {
@@ -182,7 +182,7 @@ var customerCodes = map[stripe.ErrorCode]bool{
 	stripe.ErrorCodePaymentMethodUnexpectedState:           true,
 	stripe.ErrorCodeReferToCustomer:                        true,
 	// The amount is the customer's price, recorded on the claim: the key
-	// is never sent with another (I4), so it can never succeed.
+	// is never sent with another, so it can never succeed.
 	stripe.ErrorCodeAmountTooSmall: true,
 	stripe.ErrorCodeAmountTooLarge: true,
 }

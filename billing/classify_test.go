@@ -65,7 +65,7 @@ func TestClassify(t *testing.T) {
 	rows := []row{
 		{"500 before commit, Stripe-Should-Retry: true", func(*testing.T) error { return fault("c500b", billingtest.FaultErrorBefore) }, again},
 		{"500 stored after commit, Stripe-Should-Retry: false", func(*testing.T) error { return fault("c500a", billingtest.FaultErrorAfter) }, stop},
-		{"409 idempotency_key_in_use (injected)", func(*testing.T) error { return fault("c409", billingtest.FaultInFlight) }, after(billing.InFlightWait)},
+		{"409 idempotency_key_in_use (injected)", func(*testing.T) error { return fault("c409", billingtest.FaultInFlight) }, after(time.Second)},
 		{"409 idempotency_key_in_use (first request executing)", func(t *testing.T) error {
 			release, arrived := make(chan struct{}), make(chan struct{})
 			srv.SetScript(func(r billingtest.Request) billingtest.Fault {
@@ -85,9 +85,9 @@ func TestClassify(t *testing.T) {
 				t.Errorf("first request: %v", ferr)
 			}
 			return err
-		}, after(billing.InFlightWait)},
+		}, after(time.Second)},
 		{"429 lock_timeout, Stripe-Should-Retry: true", func(*testing.T) error { return fault("c429l", billingtest.FaultLockTimeout) }, again},
-		{"429 rate_limit (injected)", func(*testing.T) error { return fault("c429r", billingtest.FaultRateLimit) }, after(billing.RateLimitWait)},
+		{"429 rate_limit (injected)", func(*testing.T) error { return fault("c429r", billingtest.FaultRateLimit) }, after(2 * time.Second)},
 		{"429 rate_limit (the fake's limiter)", func(t *testing.T) error {
 			limited := newServer(t, billingtest.Config{RateLimit: 0.001, RateBurst: 1})
 			lc := stripeClient(limited.URL, secretKey)
@@ -96,7 +96,7 @@ func TestClassify(t *testing.T) {
 			}
 			_, err := lc.New(chargeParams(bg, "c429", "k2", "usd", amount))
 			return err
-		}, after(billing.RateLimitWait)},
+		}, after(2 * time.Second)},
 		{"400 idempotency_error", func(t *testing.T) error {
 			if err := send(bg, "cidem", "key_cidem"); err != nil {
 				t.Fatal(err)

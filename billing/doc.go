@@ -13,34 +13,45 @@
 //
 // # Charging one customer
 //
-//	store, _ := claim.NewPostgres(pool, claim.Config{})
-//	_ = store.Migrate(ctx)
 //	biller, err := billing.New(billing.Config{
 //		SecretKey: os.Getenv("STRIPE_SECRET_KEY"),
-//		Claims:    store,
+//		Claims:    store, // claim.NewPostgres(pool, claim.Config{}), migrated
 //		Price: func(ctx context.Context, customer, period string) (billing.Price, error) {
 //			return billing.Price{Amount: 2500, Currency: "usd"}, nil
 //		},
 //	})
-//	receipt, err := biller.Charge(ctx, "cus_123", "2026-09")
+//	...
+//	receipt, err := biller.Charge(ctx, "cus_123", "2026-09", nil)
 //
 // Call Charge as often as you like, from as many replicas as you like: the
 // first call that wins the claim charges; the others get the same receipt
-// (How is AlreadyRecorded, or Replayed when Stripe answered a lost attempt
-// again) or an [*InProgressError] while the winner is still at work.
+// (Outcome AlreadyBilled, or Replayed when Stripe answered a lost attempt
+// again) or an [ErrInProgress] while the winner is still at work. Pass
+// [ChargeOptions] to charge a price of your own instead of Config.Price's.
+// The program examples/quickstart is the whole production shape in one
+// file: pool, claim table, Biller, lock, Run, exit code.
+//
+// A service that bills from many places can make one Biller the default
+// with [SetDefault] and call the package-level [Charge] anywhere.
 //
 // # What can go wrong, and what Charge returns
 //
-//   - A decline is definitive: the claim is marked failed and Charge returns
-//     a [*FailedError] with Stripe's decline code. It is never retried, and
-//     later calls return the same error. Billing again is a decision for a
-//     person: [Biller.Rebill] with attempt 2 uses a new key. Once a re-bill
-//     has succeeded, Charge and Run report the period as billed.
+// Every error of a charge is a [*ChargeError]: the customer, period, key and
+// attempt, and in Err the kind, which errors.Is tells apart. Its
+// documentation has the whole table; in short:
+//
+//   - Bad input wraps [ErrInvalid] and is reported before anything is
+//     written or sent.
+//   - A decline is definitive ([ErrDeclined]): the claim is marked failed,
+//     it is never retried, and later calls return the same error. Billing
+//     again is a decision for a person: [Biller.Rebill] with attempt 2 uses
+//     a new key. Once a re-bill has succeeded, Charge and Run report the
+//     period as billed.
 //   - Timeouts, dropped connections, 5xx, 409 and 429 answers are retried
 //     with the same key (see [Classify]). If retries run out, the outcome is
-//     unknown: the claim stays pending and Charge returns an
-//     [*UnknownOutcomeError]. The next Charge or Run resumes it with the same
-//     key, and Stripe replays the charge if it was made.
+//     unknown ([ErrOutcomeUnknown]): the claim stays pending, the next
+//     Charge or Run resumes it with the same key, and Stripe replays the
+//     charge if it was made.
 //   - A Run over [claim.Postgres] makes its workers' checks and records
 //     their charges many per database round trip: a charge is recorded
 //     a few milliseconds after Stripe answered, and counted in the Run's
@@ -58,18 +69,19 @@
 //     the key's payment is looked up with Stripe's search on metadata,
 //     among charges and payment intents alike, and nothing is sent: a
 //     payment found is recorded; none found starts the key's window again
-//     and sends it; if search cannot settle it, Charge returns
-//     [*NeedsReconciliationError].
+//     and sends it; if search cannot settle it, the error is
+//     [ErrNeedsReconciliation].
 //   - A claim remembers where its key went: the API (endpoint) and a
 //     fingerprint of the credential that sent it (never the credential).
 //     A Biller configured otherwise (the other API, a rotated secret key)
 //     never resends such a claim blind. It searches Stripe first: a payment
-//     found is recorded. If none is found, it returns [*IdentityError] and
-//     sends nothing until the key's whole 24-hour window has passed (an
-//     attempt of the old configuration may still land until then), after
-//     which a miss reopens the window for the new configuration. Finish
-//     claims with the configuration that made them, or accept that wait.
-//     Behind a spend-cap proxy, name the Stripe key with Config.Credential.
+//     found is recorded. If none is found, the error is [ErrSentElsewhere]
+//     and nothing is sent until the key's whole 24-hour window has passed
+//     (an attempt of the old configuration may still land until then),
+//     after which a miss reopens the window for the new configuration.
+//     Finish claims with the configuration that made them, or accept that
+//     wait. Behind a spend-cap proxy, name the Stripe key with
+//     Config.Credential.
 //   - A spend-cap, revoked-key or permission answer ([ErrSpendCapReached],
 //     [ErrVaultKeyRevoked], [ErrEndpointNotAllowed], [ErrStripeAuth]) is
 //     never retried and stops a Run.
@@ -80,11 +92,9 @@
 //     call made whose key never executed at Stripe are abandoned, so the
 //     next Run claims them afresh with the fixed configuration (a new
 //     secret key after a 401, say); other claims stay pending and are sent
-//     with the same keys. Only a refusal about
-//     the customer's own card, payment method, bank account or price fails
-//     the claim. [Classify] has the table.
-//   - Bad input wraps [ErrInvalidInput] and is reported before anything is
-//     written or sent.
+//     with the same keys. Only a refusal about the customer's own card,
+//     payment method, bank account or price fails the claim. [Classify]
+//     has the table.
 //
 // Every charge carries the metadata billonce_key, billonce_customer and
 // billonce_period, so it can always be found again.
@@ -93,9 +103,11 @@
 //
 // [Biller.Run] bills a whole period from an iterator of customers: claims in
 // batches, charges with bounded concurrency under the Biller's rate limit,
-// reports progress, and returns a [Summary]. Several Runs of one period at
-// once (three replicas of a cron job) charge nobody twice; pass a
-// [lock.Guard] in [RunOptions] so that only one of them does the work.
+// reports [Progress] (Created, AlreadyBilled, Declined, Pending, Invalid:
+// the words of [Outcome] and of the error kinds), and returns a [Summary].
+// Several Runs of one period at once (three replicas of a cron job) charge
+// nobody twice; pass a [lock.Locker] in [RunOptions] so that only one of
+// them does the work.
 // [Biller.Reconcile] settles claims that crashed runners left pending, of
 // its own Config.Scope only. A claim table holds one live claim per
 // customer and period, whatever the scope: products that bill the same

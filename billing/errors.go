@@ -3,21 +3,23 @@ package billing
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
-// ErrInvalidInput is wrapped by every error that reports bad input: an empty
+// ErrInvalid is wrapped by every error that reports bad input: an empty
 // or oversized customer ID, a malformed period, a zero or negative amount, an
 // unknown currency, a bad configuration. Nothing was written and nothing was
-// sent when it is returned.
-var ErrInvalidInput = errors.New("billing: invalid input")
+// sent when it is returned. Every package of billonce names its own
+// invalid-input error ErrInvalid.
+var ErrInvalid = errors.New("billing: invalid input")
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidInput}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// Answers that stop a whole billing run (invariant I8). They are never
-// retried; a [Biller.Run] that meets one sends nothing more. Claims it made
+// Answers that stop a whole billing run. They are never retried; a
+// [Biller.Run] that meets one sends nothing more. Claims it made
 // whose key never executed at Stripe (not sent, or refused before
 // execution) are abandoned, so the run after the fix claims them afresh
 // with its own configuration; the others stay pending, to be resumed with
@@ -54,144 +56,183 @@ func stopsRun(err error) bool {
 		errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrStripeAuth) || errors.Is(err, ErrStripeRequest)
 }
 
-// FailedError reports a charge that failed definitively: a decline, or
-// another refusal about the customer's own account, payment method or price
-// that sending again with the same key cannot change (see [Classify]). The
-// claim is recorded as failed; billing the customer again for the period is
-// a decision for a person, made with [Biller.Rebill].
-type FailedError struct {
-	Customer, Period string
-	Key              string
-	Attempt          int
-	// Code and DeclineCode are Stripe's error code and decline code, when the
-	// failure came from Stripe in this call ("card_declined",
-	// "insufficient_funds").
-	Code, DeclineCode string
-	// Reason is what was recorded on the claim.
-	Reason string
-	// AfterProcessing: the payment was accepted as processing (a bank
-	// debit) and failed when it settled; Code is Stripe's failure code.
-	// It is not a card decline, and like one it is never billed again
-	// without a Rebill.
-	AfterProcessing bool
-}
+// The kinds of [*ChargeError]. Test for them with errors.Is; what to do
+// about each is said here, once, rather than in every message.
+var (
+	// ErrDeclined: Stripe refused the charge for a reason about this
+	// customer alone (a decline, an expired card, no such customer or
+	// payment method, an amount Stripe will not take), and sending the same
+	// key again cannot change that. The claim is recorded as failed, and
+	// later calls for the customer and period return this error again
+	// without calling Stripe. Billing the customer again is a decision for
+	// a person or a dunning process: [Biller.Rebill] with attempt
+	// ChargeError.Attempt+1. Code and DeclineCode carry Stripe's codes when
+	// the refusal came from Stripe in this call.
+	// A payment accepted as processing (a bank debit) that fails when it
+	// settles is ErrDeclined too, with ChargeError.AfterProcessing set.
+	ErrDeclined = errors.New("billing: declined")
+	// ErrOutcomeUnknown: retries ran out, or the call was stopped, before
+	// Stripe gave a definitive answer. The charge may or may not exist. The
+	// claim stays pending with its key; the next Charge, Run or Reconcile
+	// for the customer and period resumes it with that key, which is safe:
+	// Stripe replays the charge if it was made.
+	ErrOutcomeUnknown = errors.New("billing: outcome unknown")
+	// ErrInProgress: another runner holds a live claim on the customer and
+	// period and may be charging right now. Until is when its lease ends;
+	// try again after that (or set Config.InProgressWait).
+	ErrInProgress = errors.New("billing: charge in progress elsewhere")
+	// ErrNeedsReconciliation: a pending claim is past its key's deadline and
+	// Stripe's search could not settle whether its charge exists. Sending
+	// again could charge twice, so nothing was sent. Look the key up in the
+	// Stripe dashboard (metadata billonce_key = ChargeError.Key), then
+	// record the outcome on the claim, or run Reconcile again later.
+	ErrNeedsReconciliation = errors.New("billing: needs reconciliation")
+	// ErrNotRecorded: Stripe gave a definitive answer (a charge, StripeID,
+	// or a decline) but it could not be written to the claim store. Nothing
+	// is lost: the claim stays pending with its key, and the next run gets
+	// the same answer back from Stripe (a replay) and records it.
+	ErrNotRecorded = errors.New("billing: charged but not recorded")
+	// ErrKeyReused: Stripe answered idempotency_error: the key was sent
+	// with parameters other than those it was first used with. It is a bug
+	// (the price changed under a claimed key, or keys collide), not a
+	// retryable error. Nothing was charged by this request; the claim stays
+	// pending for a person to look at.
+	ErrKeyReused = errors.New("billing: idempotency key reused with other parameters")
+	// ErrSentElsewhere: a pending claim's key was sent to the other API, or
+	// with another credential (a rotated secret key), than this Biller's.
+	// Stripe may keep idempotency keys per endpoint and per API key, so
+	// sending it from here could charge twice; Stripe's search found no
+	// payment for it, which proves nothing before the key's window has
+	// passed. Nothing was sent and the claim stays pending. Finish it with
+	// a Biller configured as the one that made it, or wait until Until:
+	// after the key's 24-hour window any Biller of the same scope settles
+	// it by searching Stripe first, and sends it only if no payment exists.
+	ErrSentElsewhere = errors.New("billing: key was sent with another endpoint or credential")
+)
 
-func (e *FailedError) Error() string {
-	next := "the next attempt number"
-	if e.Attempt > 0 {
-		next = fmt.Sprintf("attempt %d", e.Attempt+1)
-	}
-	return fmt.Sprintf("billing: charge for customer %s, period %s failed: %s; to bill again, call Rebill with %s",
-		e.Customer, e.Period, e.Reason, next)
-}
-
-// KeyReuseError reports Stripe's idempotency_error: a key was sent with
-// parameters that differ from those it was first used with. It means a bug
-// (the amount changed under a claimed key, or keys collide); nothing was
-// charged by this request, and the claim stays pending for a person to look
-// at.
-type KeyReuseError struct {
-	Customer, Period, Key string
-	Err                   error
-}
-
-func (e *KeyReuseError) Error() string {
-	return fmt.Sprintf("billing: Stripe refused key %s for customer %s, period %s: it was used before with other parameters; this is a bug, not a retryable error: %v",
-		e.Key, e.Customer, e.Period, e.Err)
-}
-
-func (e *KeyReuseError) Unwrap() error { return e.Err }
-
-// UnknownOutcomeError reports that retries ran out before Stripe gave a
-// definitive answer. The charge may or may not exist. The claim stays pending
-// with its key; the next Charge or Run for the same customer and period
-// resumes it with that key, which is safe: Stripe replays the charge if it was
-// made.
-type UnknownOutcomeError struct {
-	Customer, Period, Key string
-	Err                   error
-}
-
-func (e *UnknownOutcomeError) Error() string {
-	return fmt.Sprintf("billing: outcome unknown for customer %s, period %s (key %s); the claim stays pending and the next run resumes it safely with the same key: %v",
-		e.Customer, e.Period, e.Key, e.Err)
-}
-
-func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
-
-// InProgressError reports that another runner holds a live claim on the
-// customer and period and may be charging right now.
-type InProgressError struct {
-	Customer, Period, Key string
-	Owner                 string
-	LeaseUntil            time.Time
-}
-
-func (e *InProgressError) Error() string {
-	return fmt.Sprintf("billing: customer %s, period %s is being charged by %s (lease until %s); try again after that",
-		e.Customer, e.Period, e.Owner, e.LeaseUntil.UTC().Format(time.RFC3339))
-}
-
-// NeedsReconciliationError reports a pending claim older than the key window
-// margin for which Stripe's search could not settle whether a charge exists.
-// Sending again could charge twice, so billonce does not; look the key up in
-// the Stripe dashboard, then record the outcome.
-type NeedsReconciliationError struct {
-	Customer, Period, Key string
-	Age                   time.Duration
-	Reason                string
-}
-
-func (e *NeedsReconciliationError) Error() string {
-	return fmt.Sprintf("billing: customer %s, period %s (key %s) was claimed %s ago and its outcome is unknown: %s; check Stripe for metadata billonce_key=%s before billing again",
-		e.Customer, e.Period, e.Key, e.Age.Round(time.Minute), e.Reason, e.Key)
-}
-
-// RecordError reports that Stripe charged the customer but the outcome could
-// not be written to the claim store. The charge is not lost: the claim stays
-// pending with its key, and the next run gets the same charge back from
-// Stripe (a replay) and records it.
-type RecordError struct {
-	Customer, Period, Key, StripeID string
-	Err                             error
-}
-
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("billing: customer %s, period %s was charged (%s) but recording it failed; the next run records it from Stripe's replay: %v",
-		e.Customer, e.Period, e.StripeID, e.Err)
-}
-
-func (e *RecordError) Unwrap() error { return e.Err }
-
-// IdentityError reports a pending claim whose key was sent to another
-// endpoint (the other API) or with another credential (a rotated or
-// different secret key) than this Biller's (invariant I11). Stripe may keep
-// idempotency keys per endpoint and per API key, so sending the key from
-// here could be refused as reused or, worse, charge a second time. Stripe's
-// search found no payment for the key, which before the key's deadline
-// proves nothing (search may not have indexed it yet). Nothing was sent and
-// the claim stays pending.
+// ChargeError is the error of one customer's charge: every error that
+// [Biller.Charge] and [Biller.Rebill] return is a *ChargeError, and so is
+// every entry of Summary.Failures. Err says what happened; test it with
+// errors.Is:
 //
-// Finish the claim with a Biller configured as the one that made it, or
-// let SearchIn pass: after the key's 24-hour window any Biller of the same scope
-// settles it by searching Stripe for its payment first, and sends it again
-// only if none exists. Endpoint and Credential are empty for claims made
-// before they were recorded.
-type IdentityError struct {
-	Customer, Period, Key string
-	// Where the key went: the API and the credential's fingerprint.
-	Endpoint, Credential string
-	// Where this Biller would send it.
-	WantEndpoint, WantCredential string
-	// SearchIn is how long until the key's 24-hour window has passed.
-	SearchIn time.Duration
+//	errors.Is(err, …)        claim      what to do
+//	ErrInvalid               none       fix the input; nothing was written or sent
+//	ErrDeclined              failed     nothing, or Rebill with Attempt+1
+//	ErrDeclined and          failed     the same; a bank debit that failed when it
+//	  AfterProcessing                   settled, not a card decline (Code: Stripe's failure code)
+//	ErrOutcomeUnknown        pending    nothing: the next run resumes it safely
+//	ErrInProgress            held       nothing, or try again after Until
+//	ErrNeedsReconciliation   pending    look the Key up in Stripe
+//	ErrNotRecorded           pending    nothing: the next run records it
+//	ErrKeyReused             pending    a bug: the price changed under the key
+//	ErrSentElsewhere         pending    finish with the Biller that sent it, or wait until Until
+//	ErrStripeAuth            pending    fix the API key (the run stopped)
+//	ErrStripeRequest         pending    fix the configuration (the run stopped)
+//	ErrSpendCapReached, ErrVaultKeyRevoked, ErrEndpointNotAllowed:
+//	                         pending    see the spend-cap proxy (the run stopped)
+//
+// A price that contradicts the claim already made for the customer and
+// period is a [*claim.MismatchError] in Err (errors.As); nothing was sent.
+// Stripe's own answer, when there was one, is a *stripe.Error in Err
+// (errors.As). Claims the call made and whose key never executed at Stripe
+// are abandoned rather than left pending, so the next run claims them
+// afresh.
+type ChargeError struct {
+	Customer, Period string
+	// Key is the idempotency key of the charge (empty when the input was
+	// refused before a key was made).
+	Key string
+	// Attempt is the billing attempt: 1 for Charge, 2 and up for Rebill.
+	Attempt int
+	// Err is the kind (see the table below) wrapping the cause.
+	Err error
+
+	// Code and DeclineCode are Stripe's error code and decline code
+	// ("card_declined", "insufficient_funds") with ErrDeclined, when the
+	// refusal came from Stripe in this call.
+	Code, DeclineCode string
+	// AfterProcessing is set with ErrDeclined when the payment was
+	// accepted as processing (a bank debit) and failed when it settled;
+	// Code is then Stripe's failure code. It is not a card decline, and
+	// like one it is never billed again without a Rebill.
+	AfterProcessing bool
+	// StripeID is the charge or payment intent that exists, with
+	// ErrNotRecorded.
+	StripeID string
+	// Until is when another runner's lease ends, with ErrInProgress, and
+	// when a search may settle the claim, with ErrSentElsewhere.
+	Until time.Time
 }
 
-func (e *IdentityError) Error() string {
-	where := fmt.Sprintf("to %s with credential %s", orUnknown(e.Endpoint), orUnknown(e.Credential))
-	return fmt.Sprintf("billing: customer %s, period %s: the pending claim's key %s was sent %s, but this Biller sends to %s with credential %s; "+
-		"nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by searching Stripe first",
-		e.Customer, e.Period, e.Key, where, e.WantEndpoint, e.WantCredential, e.SearchIn.Round(time.Minute))
+func (e *ChargeError) Error() string {
+	what := "<nil>"
+	if e.Err != nil {
+		what = strings.TrimPrefix(e.Err.Error(), "billing: ")
+	}
+	if e.Key == "" {
+		return fmt.Sprintf("billing: customer %s, period %s: %s", e.Customer, e.Period, what)
+	}
+	return fmt.Sprintf("billing: customer %s, period %s (key %s, attempt %d): %s", e.Customer, e.Period, e.Key, e.Attempt, what)
+}
+
+func (e *ChargeError) Unwrap() error { return e.Err }
+
+// kindError is a ChargeError's Err: a kind sentinel, what happened, and the
+// cause. errors.Is matches the kind; errors.Is and errors.As look into the
+// cause.
+type kindError struct {
+	kind  error
+	msg   string
+	cause error
+}
+
+func (e *kindError) Error() string {
+	s := e.kind.Error()
+	if e.msg != "" {
+		s += ": " + e.msg
+	}
+	if e.cause != nil {
+		s += ": " + e.cause.Error()
+	}
+	return s
+}
+
+func (e *kindError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.cause}
+}
+
+// chargeErr is the *ChargeError of j: kind (nil for a cause that carries its
+// own kind, such as a run-stopping answer), what happened, and the cause.
+func chargeErr(j job, kind error, msg string, cause error) *ChargeError {
+	e := &ChargeError{Customer: j.customer, Period: j.period, Attempt: j.attempt}
+	if !j.key.IsZero() {
+		e.Key = j.key.String()
+	}
+	switch {
+	case kind != nil:
+		e.Err = &kindError{kind: kind, msg: msg, cause: cause}
+	case msg != "":
+		e.Err = fmt.Errorf("%s: %w", msg, cause)
+	default:
+		e.Err = cause
+	}
+	return e
+}
+
+// asChargeError returns err as the *ChargeError of j: err itself when it is
+// one already, otherwise a ChargeError wrapping it.
+func asChargeError(j job, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *ChargeError
+	if errors.As(err, &ce) {
+		return err
+	}
+	return chargeErr(j, nil, "", err)
 }
 
 func orUnknown(s string) string {

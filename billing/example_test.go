@@ -36,15 +36,15 @@ func Example() {
 
 	// Stripe commits the charge, then the connection drops.
 	srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	r, err := biller.Charge(ctx, "cus_1", "2026-09")
-	fmt.Println(r.How, r.Amount, r.Currency, err)
+	r, err := biller.Charge(ctx, "cus_1", "2026-09", nil)
+	fmt.Println(r.Outcome, r.Amount, r.Currency, err)
 
-	r, err = biller.Charge(ctx, "cus_1", "2026-09")
-	fmt.Println(r.How, err)
+	r, err = biller.Charge(ctx, "cus_1", "2026-09", nil)
+	fmt.Println(r.Outcome, err)
 	fmt.Println("charges at Stripe:", srv.CountPeriod("cus_1", "2026-09"))
 	// Output:
 	// replayed 2500 usd <nil>
-	// already recorded <nil>
+	// already billed <nil>
 	// charges at Stripe: 1
 }
 
@@ -69,19 +69,19 @@ func ExampleBiller_Run() {
 	customers := billing.Customers("cus_1", "cus_2", "cus_3", "cus_4")
 
 	sum, err := biller.Run(ctx, "2026-09", customers, nil)
-	fmt.Printf("created %d, failed %d, complete %v, err %v\n", sum.Created, sum.Failed, sum.Complete(), err)
-	var declined *billing.FailedError
-	if errors.As(sum.Failures[0], &declined) {
-		fmt.Println(declined.Customer, declined.DeclineCode)
+	fmt.Printf("created %d, declined %d, complete %v, err %v\n", sum.Created, sum.Declined, sum.Complete(), err)
+	var ce *billing.ChargeError
+	if errors.Is(sum.Failures[0], billing.ErrDeclined) && errors.As(sum.Failures[0], &ce) {
+		fmt.Println(ce.Customer, ce.DeclineCode)
 	}
 
 	sum, _ = biller.Run(ctx, "2026-09", customers, nil)
-	fmt.Printf("rerun: created %d, already done %d\n", sum.Created, sum.AlreadyDone)
+	fmt.Printf("rerun: created %d, already billed %d\n", sum.Created, sum.AlreadyBilled)
 	fmt.Println("charges at Stripe:", srv.Stats().Paid)
 	// Output:
-	// created 3, failed 1, complete false, err <nil>
+	// created 3, declined 1, complete false, err <nil>
 	// cus_3 insufficient_funds
-	// rerun: created 0, already done 3
+	// rerun: created 0, already billed 3
 	// charges at Stripe: 3
 }
 

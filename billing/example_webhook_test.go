@@ -51,13 +51,13 @@ func ExampleBiller_Webhook() {
 	fmt.Printf("webhook: %d events in %d deliveries\n", rep.Events, rep.Deliveries)
 
 	sum, _ = biller.Run(ctx, "2026-09", customers, one)
-	fmt.Printf("next run: already billed %d, failed after settlement %d\n", sum.AlreadyDone, sum.FailedAfterProcessing)
+	fmt.Printf("next run: already billed %d, failed after settlement %d\n", sum.AlreadyBilled, sum.DeclinedAfterProcessing)
 	fmt.Println(sum.Failures[0])
 	fmt.Println("payments at Stripe:", len(srv.Payments()))
 	// Output:
 	// run: created 1, processing 1, complete true
 	// webhook: 3 events in 6 deliveries
 	// next run: already billed 1, failed after settlement 1
-	// billing: charge for customer cus_bank, period 2026-09 failed: payment ch_00000000000002 failed after processing: insufficient_funds; to bill again, call Rebill with attempt 2
+	// billing: customer cus_bank, period 2026-09 (key bo1_fc6673924f7d1c693ea9cabcd9f8a5478648690a1b6e4f16d756c7dc4dc412f2, attempt 1): declined: payment ch_00000000000002 failed after processing: insufficient_funds
 	// payments at Stripe: 2
 }

@@ -37,8 +37,8 @@ const (
 )
 
 // fastRetry keeps retry waits tiny so that failure-mode tests run fast. The
-// 409 and 429 rate_limit waits asked for by Classify (InFlightWait,
-// RateLimitWait) still apply.
+// 409 and 429 rate_limit waits asked for by Classify (1s and 2s) still
+// apply.
 func fastRetry() retry.Policy {
 	return retry.Policy{
 		InitialInterval: time.Millisecond,
@@ -71,9 +71,7 @@ var testTransport = http.DefaultTransport.(*http.Transport).Clone()
 
 func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
 	tb.Helper()
-	srv := billingtest.NewServer(cfg)
-	tb.Cleanup(srv.Close)
-	return srv
+	return billingtest.Start(tb, cfg)
 }
 
 func newStore(tb testing.TB, pool *pgxpool.Pool) *claim.Postgres {
@@ -171,7 +169,7 @@ func (e *env) crashedClaim(customer string, amt int64) string {
 		c.Claims = crashAfterClaim{e.store}
 		c.Price = flatPrice(amt)
 	})
-	if _, err := e.biller(opts...).Charge(context.Background(), customer, period); !errors.Is(err, errCrashed) {
+	if _, err := e.biller(opts...).Charge(context.Background(), customer, period, nil); !errors.Is(err, errCrashed) {
 		e.tb.Fatalf("crashing runner: %v", err)
 	}
 	key := e.key(customer)
@@ -230,4 +228,13 @@ func customers(n int) []string {
 		out[i] = fmt.Sprintf("cus_%05d", i)
 	}
 	return out
+}
+
+// faults is billingtest.RandomFaults for rates known to be valid.
+func faults(seed int64, rates map[billingtest.FaultKind]float64) func(billingtest.Request) billingtest.Fault {
+	f, err := billingtest.RandomFaults(seed, rates)
+	if err != nil {
+		panic(err)
+	}
+	return f
 }

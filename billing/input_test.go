@@ -18,7 +18,7 @@ import (
 )
 
 // Bad input is refused before anything is claimed or sent, with an error
-// that wraps ErrInvalidInput and names what to fix.
+// that wraps ErrInvalid and names what to fix.
 func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -27,10 +27,13 @@ func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 	ctx := context.Background()
 	usd := func(a int64) billing.Price { return billing.Price{Amount: a, Currency: "usd"} }
 	charge := func(customer, period string) func() error {
-		return func() error { _, err := e.b.Charge(ctx, customer, period); return err }
+		return func() error { _, err := e.b.Charge(ctx, customer, period, nil); return err }
 	}
 	withPrice := func(p billing.Price) func() error {
-		return func() error { _, err := e.b.ChargeAmount(ctx, "cus_ok", period, p); return err }
+		return func() error {
+			_, err := e.b.Charge(ctx, "cus_ok", period, &billing.ChargeOptions{Price: ptr(p)})
+			return err
+		}
 	}
 	cases := []struct {
 		name string
@@ -56,14 +59,14 @@ func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 		{"empty currency", withPrice(billing.Price{Amount: 100}), "ISO code"},
 		{"four-letter currency", withPrice(billing.Price{Amount: 100, Currency: "usdd"}), "ISO code"},
 		{"PaymentIntents without a payment method", func() error {
-			_, err := intents.ChargeAmount(ctx, "cus_ok", period, usd(100))
+			_, err := intents.Charge(ctx, "cus_ok", period, &billing.ChargeOptions{Price: ptr(usd(100))})
 			return err
 		}, "PaymentMethod"},
 		{"PaymentIntents with a bad payment method", func() error {
-			_, err := intents.ChargeAmount(ctx, "cus_ok", period, billing.Price{Amount: 100, Currency: "usd", PaymentMethod: "pm 1"})
+			_, err := intents.Charge(ctx, "cus_ok", period, &billing.ChargeOptions{Price: ptr(billing.Price{Amount: 100, Currency: "usd", PaymentMethod: "pm 1"})})
 			return err
 		}, "payment method"},
-		{"no price configured", func() error { _, err := noPrice.Charge(ctx, "cus_ok", period); return err }, "Config.Price"},
+		{"no price configured", func() error { _, err := noPrice.Charge(ctx, "cus_ok", period, nil); return err }, "Config.Price"},
 		{"Rebill attempt 1", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, 1, nil); return err }, "from 2"},
 		{"Rebill attempt 0", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, 0, nil); return err }, "from 2"},
 		{"Rebill attempt -1", func() error { _, err := e.b.Rebill(ctx, "cus_ok", period, -1, nil); return err }, "from 2"},
@@ -77,8 +80,8 @@ func TestBadInputRejectedBeforeAnyRequest(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.call()
-			if !errors.Is(err, billing.ErrInvalidInput) {
-				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			if !errors.Is(err, billing.ErrInvalid) {
+				t.Fatalf("got %v; want an error wrapping ErrInvalid", err)
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %q does not say %q", err, c.want)
@@ -100,7 +103,7 @@ func TestPriceErrorStopsBeforeClaim(t *testing.T) {
 	e := newEnv(t, func(c *billing.Config) {
 		c.Price = func(context.Context, string, string) (billing.Price, error) { return billing.Price{}, boom }
 	})
-	if _, err := e.b.Charge(context.Background(), "cus_p", period); !errors.Is(err, boom) {
+	if _, err := e.b.Charge(context.Background(), "cus_p", period, nil); !errors.Is(err, boom) {
 		t.Fatalf("Charge: %v; want the price error", err)
 	}
 	if n, r := e.claimRows(), e.srv.Stats().Requests; n != 0 || r != 0 {
@@ -112,9 +115,9 @@ func TestPriceErrorStopsBeforeClaim(t *testing.T) {
 func TestUpperCaseCurrencyIsAccepted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r, err := e.b.ChargeAmount(context.Background(), "cus_u", period, billing.Price{Amount: 100, Currency: "EUR"})
+	r, err := e.b.Charge(context.Background(), "cus_u", period, &billing.ChargeOptions{Price: ptr(billing.Price{Amount: 100, Currency: "EUR"})})
 	if err != nil || r.Currency != "eur" {
-		t.Fatalf("ChargeAmount: %+v, %v; want eur", r, err)
+		t.Fatalf("Charge with a price: %+v, %v; want eur", r, err)
 	}
 	if p := e.srv.Payments()[0]; p.Currency != "eur" {
 		t.Fatalf("Stripe got currency %q", p.Currency)
@@ -156,15 +159,15 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			cfg := ok()
 			c.mod(&cfg)
 			b, err := billing.New(cfg)
-			if !errors.Is(err, billing.ErrInvalidInput) || b != nil {
-				t.Fatalf("New: %v, %v; want an error wrapping ErrInvalidInput", b, err)
+			if !errors.Is(err, billing.ErrInvalid) || b != nil {
+				t.Fatalf("New: %v, %v; want an error wrapping ErrInvalid", b, err)
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %q does not say %q", err, c.want)
 			}
 		})
 	}
-	for _, rl := range []float64{math.Inf(-1), -1, 0, 0.5, 80, 1000, billing.MaxRateLimit} {
+	for _, rl := range []float64{math.Inf(-1), -1, 0, 0.5, 80, 1000, 10_000} {
 		cfg := ok()
 		cfg.RateLimit = rl
 		if _, err := billing.New(cfg); err != nil {
@@ -186,7 +189,7 @@ func noPanic(f func() error) (err error) {
 
 // Values no one means, but a typo, an unchecked error or an overflow can
 // produce, are refused by every public entry point with an error wrapping
-// ErrInvalidInput, never a panic or an absurd run: nothing is sent, nothing
+// ErrInvalid, never a panic or an absurd run: nothing is sent, nothing
 // is claimed.
 func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	t.Parallel()
@@ -207,13 +210,13 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, err = b.Charge(ctx, "cus_odd_new", period)
+			_, err = b.Charge(ctx, "cus_odd_new", period, nil)
 			return err
 		}
 	}
 	var nilAdvisory *lock.Advisory // what `guard, _ := lock.NewAdvisory(nil, ...)` leaves
 	var nilLease *lock.Lease
-	advisory, err := lock.NewAdvisory(e.pool, lock.Config{})
+	advisory, err := lock.NewAdvisory(e.pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,14 +228,14 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 		{"Run BatchSize 1<<40", run(billing.RunOptions{BatchSize: 1 << 40})},
 		{"Run Concurrency 1<<40", run(billing.RunOptions{Concurrency: 1 << 40})},
 		{"Run Concurrency math.MaxInt", run(billing.RunOptions{Concurrency: math.MaxInt})},
-		{"Run Concurrency MaxConcurrency+1", run(billing.RunOptions{Concurrency: billing.MaxConcurrency + 1})},
-		{"Run BatchSize MaxBatchSize+1", run(billing.RunOptions{BatchSize: billing.MaxBatchSize + 1})},
+		{"Run Concurrency MaxConcurrency+1", run(billing.RunOptions{Concurrency: 1000 + 1})},
+		{"Run BatchSize MaxBatchSize+1", run(billing.RunOptions{BatchSize: 10_000 + 1})},
 		{"Run Lock a nil *lock.Advisory", run(billing.RunOptions{Lock: nilAdvisory})},
 		{"Run Lock a nil *lock.Lease", run(billing.RunOptions{Lock: nilLease})},
 		{"Run LockName too long for the lock", run(billing.RunOptions{Lock: advisory, LockName: strings.Repeat("n", 300)})},
 		{"New RateLimit 1e300", newThenCharge(func(c *billing.Config) { c.RateLimit = 1e300 })},
 		{"New RateLimit math.MaxFloat64", newThenCharge(func(c *billing.Config) { c.RateLimit = math.MaxFloat64 })},
-		{"New RateLimit above MaxRateLimit", newThenCharge(func(c *billing.Config) { c.RateLimit = billing.MaxRateLimit + 0.5 })},
+		{"New RateLimit above MaxRateLimit", newThenCharge(func(c *billing.Config) { c.RateLimit = 10_000 + 0.5 })},
 		{"New Claims a nil *claim.Postgres", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Postgres)(nil) })},
 		{"New Claims a nil *claim.Memory", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Memory)(nil) })},
 		{"New HTTPClient with a nil *http.Transport", newThenCharge(func(c *billing.Config) {
@@ -256,8 +259,8 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := noPanic(c.call)
-			if !errors.Is(err, billing.ErrInvalidInput) {
-				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			if !errors.Is(err, billing.ErrInvalid) {
+				t.Fatalf("got %v; want an error wrapping ErrInvalid", err)
 			}
 		})
 	}
@@ -269,12 +272,14 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	}
 
 	// The bounds themselves are accepted.
-	sum, err := e.b.Run(ctx, period, ids, &billing.RunOptions{Concurrency: billing.MaxConcurrency, BatchSize: billing.MaxBatchSize})
+	sum, err := e.b.Run(ctx, period, ids, &billing.RunOptions{Concurrency: 1000, BatchSize: 10_000})
 	if err != nil || sum.Created != 2 {
 		t.Fatalf("Run at the bounds: %+v, %v", sum.Progress, err)
 	}
-	if err := newThenCharge(func(c *billing.Config) { c.RateLimit = billing.MaxRateLimit })(); err != nil {
+	if err := newThenCharge(func(c *billing.Config) { c.RateLimit = 10_000 })(); err != nil {
 		t.Fatalf("Charge with RateLimit MaxRateLimit: %v", err)
 	}
 	wantAllOnceOf(t, e, []string{"cus_odd_1", "cus_odd_2", "cus_odd_new"})
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -37,7 +37,7 @@ type want struct {
 	kind    billing.EventKind
 	attempt int
 	failed  bool
-	outcome billing.How
+	outcome billing.Outcome
 }
 
 func checkEvents(t *testing.T, step, customer string, got []billing.Event, wants ...want) {
@@ -73,39 +73,39 @@ func TestObserveCallsAndOutcomes(t *testing.T) {
 	call := func(attempt int, failed bool) want {
 		return want{kind: billing.EventStripeCall, attempt: attempt, failed: failed}
 	}
-	outcome := func(how billing.How) want { return want{kind: billing.EventOutcome, outcome: how} }
+	outcome := func(how billing.Outcome) want { return want{kind: billing.EventOutcome, outcome: how} }
 	failed := want{kind: billing.EventOutcome, failed: true}
 
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	e.b.Charge(ctx, "cus_1", period)
+	e.b.Charge(ctx, "cus_1", period, nil)
 	checkEvents(t, "lost response", "cus_1", rec.take(), call(1, true), call(2, false), outcome(billing.Replayed))
 
-	e.b.Charge(ctx, "cus_1", period)
-	checkEvents(t, "already recorded", "cus_1", rec.take(), outcome(billing.AlreadyRecorded))
+	e.b.Charge(ctx, "cus_1", period, nil)
+	checkEvents(t, "already recorded", "cus_1", rec.take(), outcome(billing.AlreadyBilled))
 
 	e.srv.FailNext(billingtest.Match{Customer: "cus_2"}, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
-	e.b.Charge(ctx, "cus_2", period)
+	e.b.Charge(ctx, "cus_2", period, nil)
 	checkEvents(t, "500 after commit", "cus_2", rec.take(), call(1, true), outcome(billing.Reconciled))
 
 	e.srv.Decline("cus_3", "")
-	_, err := e.b.Charge(ctx, "cus_3", period)
+	_, err := e.b.Charge(ctx, "cus_3", period, nil)
 	got := rec.take()
 	checkEvents(t, "decline", "cus_3", got, call(1, true), failed)
-	var fe *billing.FailedError
-	if !errors.As(got[1].Err, &fe) || got[1].Err != err {
-		t.Fatalf("decline outcome carries %v; want Charge's *FailedError", got[1].Err)
+	var fe *billing.ChargeError
+	if !(errors.As(got[1].Err, &fe) && errors.Is(got[1].Err, billing.ErrDeclined)) || got[1].Err != err {
+		t.Fatalf("decline outcome carries %v; want Charge's ErrDeclined", got[1].Err)
 	}
-	e.b.Charge(ctx, "cus_3", period)
+	e.b.Charge(ctx, "cus_3", period, nil)
 	checkEvents(t, "recorded decline", "cus_3", rec.take(), failed)
 
 	if _, err := e.store.Claim(ctx, claim.Request{Customer: "cus_4", Period: period, Key: e.key("cus_4"),
 		Amount: amount, Currency: "usd", Owner: "other-runner"}); err != nil {
 		t.Fatal(err)
 	}
-	e.b.Charge(ctx, "cus_4", period)
+	e.b.Charge(ctx, "cus_4", period, nil)
 	checkEvents(t, "in progress", "cus_4", rec.take(), failed)
 
-	e.b.Charge(ctx, "", period)
+	e.b.Charge(ctx, "", period, nil)
 	if got := rec.take(); len(got) != 0 {
 		t.Fatalf("bad input produced events %+v; it never reaches a claim", got)
 	}
@@ -114,7 +114,7 @@ func TestObserveCallsAndOutcomes(t *testing.T) {
 	if _, err := e.b.Run(ctx, period, billing.Customers("cus_1", "cus_5", "cus_6"), nil); err != nil {
 		t.Fatal(err)
 	}
-	outcomes := map[string]billing.How{}
+	outcomes := map[string]billing.Outcome{}
 	for _, ev := range rec.take() {
 		if ev.Kind == billing.EventOutcome {
 			if _, dup := outcomes[ev.Customer]; dup {
@@ -123,7 +123,7 @@ func TestObserveCallsAndOutcomes(t *testing.T) {
 			outcomes[ev.Customer] = ev.Outcome
 		}
 	}
-	if outcomes["cus_1"] != billing.AlreadyRecorded || outcomes["cus_5"] != billing.Created || outcomes["cus_6"] != billing.Created {
+	if outcomes["cus_1"] != billing.AlreadyBilled || outcomes["cus_5"] != billing.Created || outcomes["cus_6"] != billing.Created {
 		t.Fatalf("Run outcomes %v", outcomes)
 	}
 }

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +11,12 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/nilness"
+	"github.com/billonce/billonce/lock"
 	"github.com/billonce/billonce/retry"
 )
 
-// reconcile settles a pending claim whose key's deadline has passed (I5):
+// reconcile settles a pending claim whose key's deadline has passed:
 // Stripe may have forgotten the key, so sending it again could make a
 // second charge if the first one exists. Stripe's search by metadata, over
 // every object type a key can have gone to, decides:
@@ -24,7 +27,7 @@ import (
 //     send of the key would still be remembered by Stripe and replayed), so
 //     the claim's window is reopened, for this Biller's endpoint and
 //     credential, and the key is sent again;
-//   - search failed or found several payments: *NeedsReconciliationError;
+//   - search failed or found several payments: ErrNeedsReconciliation;
 //     nothing is sent.
 func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	return b.searchThen(ctx, j, c, nil)
@@ -41,7 +44,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 	})
 	needs := func(reason string) (Receipt, error) {
 		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
-		return Receipt{}, &NeedsReconciliationError{Customer: j.customer, Period: j.period, Key: j.key.String(), Age: c.Age, Reason: reason}
+		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago: %s", c.Age.Round(time.Minute), reason), nil)
 	}
 	var se *stripe.Error
 	if err != nil && errors.As(err, &se) && !outcomeUnknown(err) && se.HTTPStatusCode != 402 {
@@ -65,7 +68,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 		b.log.LogAttrs(ctx, slogInfo, "billonce: reconciled a pending claim from Stripe search", attrs(j, "stripe_id", found[0].id)...)
 		r, err := b.record(ctx, j, found[0])
 		if err == nil {
-			r.How = Reconciled
+			r.Outcome = Reconciled
 		}
 		return r, err
 	case refuse != nil:
@@ -82,12 +85,12 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 }
 
 // elsewhere settles a resumed claim whose key went to another endpoint or
-// was sent with another credential (I11): Stripe may keep its keys per
+// was sent with another credential: Stripe may keep its keys per
 // endpoint and per API key, so the key cannot simply be sent from here.
 // Search, over every object type, settles it if it finds the payment.
 // Finding none proves nothing before the key's deadline (another key space
 // may hold a payment that search has not indexed yet), so then nothing is
-// sent and *IdentityError says where the key went; once the key's whole
+// sent and ErrSentElsewhere says where the key went; once the key's whole
 // window has passed a miss is trusted, the window reopened and the key sent.
 //
 // The deadline for a miss is the whole key window, not WindowMargin: the
@@ -95,16 +98,18 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 // deadline, and that attempt may reach Stripe up to an attempt timeout
 // later, in a key space where this Biller's resend would not be replayed.
 // New keeps every Biller's deadline plus attempt timeout at least
-// ClockAllowance short of the key window, so a search made after the
+// clockAllowance short of the key window, so a search made after the
 // window sees every send of the key.
 func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	if c.SentAge >= retry.KeyWindow {
 		return b.reconcile(ctx, j, c)
 	}
 	return b.searchThen(ctx, j, c, func() error {
-		return &IdentityError{Customer: j.customer, Period: j.period, Key: j.key.String(),
-			Endpoint: c.Endpoint, Credential: c.Credential, WantEndpoint: b.endpoint, WantCredential: b.credential,
-			SearchIn: retry.KeyWindow - c.SentAge}
+		searchIn := retry.KeyWindow - c.SentAge
+		e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("it was sent to %s with credential %s, this Biller sends to %s with credential %s; nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by searching Stripe first",
+			orUnknown(c.Endpoint), orUnknown(c.Credential), b.endpoint, b.credential, searchIn.Round(time.Minute)), nil)
+		e.Until = time.Now().Add(searchIn)
+		return e
 	})
 }
 
@@ -141,6 +146,18 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 	return out, chs.Err()
 }
 
+// ReconcileOptions tunes a [Biller.Reconcile]. A nil *ReconcileOptions
+// takes every default.
+type ReconcileOptions struct {
+	// Progress, when set, is called after each claim is settled.
+	Progress func(Progress)
+	// Lock, when set, makes Reconcile take the lock named LockName first; if
+	// another runner holds it, Reconcile returns ErrRunHeldElsewhere.
+	Lock lock.Locker
+	// LockName defaults to "billonce-reconcile:<scope>".
+	LockName string
+}
+
 // searchRateLimit is how many search requests per second a Biller makes
 // at most, Stripe's limit for its search API being lower than for the
 // rest: a large reconciliation then neither draws 429s nor takes more of
@@ -160,14 +177,27 @@ func (b *Biller) waitSearch(ctx context.Context) error {
 // (crashed, stopped, or gave up with an unknown outcome), across all periods:
 // each is resumed with its own key, or, past the window margin, looked up in
 // Stripe first. Run does the same for the customers it is given; Reconcile
-// catches those no run will visit again. Claims are settled one at a time;
-// of opts only Progress is used.
+// catches those no run will visit again. Claims are settled one at a time.
 //
 // Reconcile settles only the claims of its own Config.Scope, and claims of
 // unknown scope (made before scopes were recorded) whose key this Biller
 // derives: another product's claims on the same table are left to that
 // product's Biller.
-func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, error) {
+func (b *Biller) Reconcile(ctx context.Context, opts *ReconcileOptions) (Summary, error) {
+	var o ReconcileOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Lock != nil && nilness.Is(o.Lock) {
+		return Summary{}, invalid("ReconcileOptions.Lock is a nil %T: check the error of the constructor (lock.NewAdvisory), or leave Lock nil", o.Lock)
+	}
+	name := cmp.Or(o.LockName, "billonce-reconcile:"+b.cfg.Scope)
+	return locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
+		return b.reconcileAll(ctx, o.Progress)
+	})
+}
+
+func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Summary, error) {
 	start := time.Now()
 	listed, err := b.cfg.Claims.Stale(ctx, b.cfg.Scope)
 	if err != nil {
@@ -179,10 +209,7 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 			stale = append(stale, c)
 		}
 	}
-	r := &runner{b: b, o: &RunOptions{}, start: start}
-	if opts != nil {
-		r.o.Progress = opts.Progress
-	}
+	r := &runner{b: b, o: &RunOptions{Progress: progress}, start: start}
 	r.sum.Total = len(stale)
 	caller := ctx
 	ctx, r.cancel = context.WithCancel(ctx)
@@ -193,12 +220,13 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 		}
 		j, err := b.jobFromClaim(ctx, c)
 		if err != nil {
-			r.settled(job{customer: c.Customer, period: c.Period}, Receipt{}, err)
+			j := job{customer: c.Customer, period: c.Period, attempt: c.Attempt}
+			r.settled(j, Receipt{}, asChargeError(j, err))
 			continue
 		}
 		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
 		if err != nil {
-			r.settled(j, Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", j.customer, j.period, err))
+			r.settled(j, Receipt{}, chargeErr(j, nil, "claiming", err))
 			continue
 		}
 		j.caller = caller
@@ -219,7 +247,7 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 }
 
 // jobFromClaim rebuilds the charge a pending claim stands for, with the
-// claim's own key and price (I4).
+// claim's own key and price.
 func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {

@@ -2,11 +2,13 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/lock"
 )
 
 // Reconcile settles what crashed runners left pending, whether or not their
@@ -23,7 +25,7 @@ func TestReconcileSettlesCrashedClaims(t *testing.T) {
 	for _, c := range unsent {
 		e.crashedClaim(c, amount)
 	}
-	if _, err := e.b.Charge(ctx, "cus_done", period); err != nil {
+	if _, err := e.b.Charge(ctx, "cus_done", period, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Claim(ctx, claim.Request{Customer: "cus_live", Period: period, Key: e.key("cus_live"),
@@ -32,7 +34,7 @@ func TestReconcileSettlesCrashedClaims(t *testing.T) {
 	}
 
 	var progress []billing.Progress
-	sum, err := e.b.Reconcile(ctx, &billing.RunOptions{Progress: func(p billing.Progress) { progress = append(progress, p) }})
+	sum, err := e.b.Reconcile(ctx, &billing.ReconcileOptions{Progress: func(p billing.Progress) { progress = append(progress, p) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +76,43 @@ func TestReconcileAfterKeyWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.AlreadyDone != 2 || sum.Created != 2 || !sum.Complete() {
+	if sum.AlreadyBilled != 2 || sum.Created != 2 || !sum.Complete() {
 		t.Fatalf("summary %+v; want 2 reconciled from search and 2 sent", sum.Progress)
 	}
 	wantAllOnceOf(t, e, append(found, missing...))
 	if st := e.srv.Stats(); st.Created != 4 {
 		t.Fatalf("Stripe created %d objects; want the 2 from before the window and 2 new", st.Created)
 	}
+}
+
+// With a lock.Locker, Reconcile is turned away while another runner holds
+// its lock, before it lists or sends anything; once the lock is free it
+// settles the pending claim, and the fake counts one charge.
+func TestReconcileLockHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.crashedClaim("cus_r", amount)
+
+	guard, err := lock.NewAdvisory(e.pool, lock.AdvisoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := guard.Lock(ctx, "billonce-reconcile:"+billing.DefaultScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.srv.Stats().Requests
+	sum, err := e.b.Reconcile(ctx, &billing.ReconcileOptions{Lock: guard})
+	if !errors.Is(err, billing.ErrRunHeldElsewhere) || sum.Done != 0 || e.srv.Stats().Requests != before {
+		t.Fatalf("Reconcile while the lock is held: %+v, %v; want ErrRunHeldElsewhere and no request", sum.Progress, err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sum, err = e.b.Reconcile(ctx, &billing.ReconcileOptions{Lock: guard})
+	if err != nil || sum.Done != 1 || !sum.Complete() {
+		t.Fatalf("Reconcile after the lock was released: %+v, %v", sum.Progress, err)
+	}
+	wantAllOnce(t, e.srv, []string{"cus_r"})
 }

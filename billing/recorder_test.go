@@ -36,8 +36,8 @@ func TestRunCrashBeforeRecording(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		after time.Duration // time passing after the crash; 0: the lease only
-		want  billing.How   // how the next run settles a charge made before the crash
+		after time.Duration   // time passing after the crash; 0: the lease only
+		want  billing.Outcome // how the next run settles a charge made before the crash
 	}{
 		{"inside the window", 0, billing.Replayed},
 		{"after the window", 25 * time.Hour, billing.Reconciled},
@@ -69,7 +69,7 @@ func TestRunCrashBeforeRecording(t *testing.T) {
 				time.Sleep(recordCrashLease + 100*time.Millisecond) // the dead runner's leases run out
 			}
 			var mu sync.Mutex
-			hows := map[billing.How]int{}
+			hows := map[billing.Outcome]int{}
 			b := e.biller(func(c *billing.Config) {
 				c.Observe = func(ev billing.Event) {
 					if ev.Kind == billing.EventOutcome && ev.Err == nil {
@@ -195,7 +195,7 @@ func TestRunChecksClaimsThatWaited(t *testing.T) {
 		done <- sum
 	}()
 	time.Sleep(500 * time.Millisecond)
-	if _, err := e.biller(func(c *billing.Config) { c.Claims = short }).Charge(context.Background(), "cus_00001", period); err != nil {
+	if _, err := e.biller(func(c *billing.Config) { c.Claims = short }).Charge(context.Background(), "cus_00001", period, nil); err != nil {
 		t.Fatal(err)
 	}
 	sum := <-done

@@ -121,11 +121,11 @@ func TestConfigErrorStopsRunAndLeavesClaimsPending(t *testing.T) {
 			if n := requests(); n > workers {
 				t.Errorf("%d requests refused; the first refusal must stop the run (at most one per worker in flight)", n)
 			}
-			if sum.Failed != 0 || sum.Created != 0 {
+			if sum.Declined != 0 || sum.Created != 0 {
 				t.Errorf("summary %+v; want nothing failed or created", sum.Progress)
 			}
 			wantAllPending(t, e)
-			if _, err := bad.Charge(ctx, "cus_single", period); !errors.Is(err, c.want) {
+			if _, err := bad.Charge(ctx, "cus_single", period, nil); !errors.Is(err, c.want) {
 				t.Errorf("Charge: %v; want an error wrapping %v", err, c.want)
 			}
 			wantAllPending(t, e)
@@ -200,12 +200,12 @@ func TestCustomerRefusalFailsOnlyThatClaim(t *testing.T) {
 			})
 			ids := append(customers(10), "cus_bad")
 			sum, err := e.b.Run(context.Background(), period, billing.Customers(ids...), &billing.RunOptions{Concurrency: 3, BatchSize: 4})
-			if err != nil || sum.Failed != 1 || sum.Created != len(ids)-1 {
+			if err != nil || sum.Declined != 1 || sum.Created != len(ids)-1 {
 				t.Fatalf("Run: %+v, %v; want one failure and the rest billed", sum.Progress, err)
 			}
-			var fe *billing.FailedError
-			if !errors.As(sum.Failures[0], &fe) || fe.Customer != "cus_bad" || fe.Code != c.refusal.Code {
-				t.Fatalf("failure %v; want *FailedError for cus_bad with code %q", sum.Failures[0], c.refusal.Code)
+			var fe *billing.ChargeError
+			if !(errors.As(sum.Failures[0], &fe) && errors.Is(sum.Failures[0], billing.ErrDeclined)) || fe.Customer != "cus_bad" || fe.Code != c.refusal.Code {
+				t.Fatalf("failure %v; want ErrDeclined for cus_bad with code %q", sum.Failures[0], c.refusal.Code)
 			}
 			if st := e.claimOf("cus_bad").State; st != claim.StateFailed {
 				t.Fatalf("cus_bad's claim is %s; want failed", st)
@@ -223,10 +223,10 @@ func TestForeignServerErrorIsRetriedWithTheSameKey(t *testing.T) {
 	e := newEnv(t)
 	lb, n := countingServer(t, 502, "text/html", "<html><body>502 Bad Gateway</body></html>")
 	b := e.biller(func(c *billing.Config) { c.StripeURL = lb.URL; c.Retry.MaxAttempts = 3 })
-	_, err := b.Charge(context.Background(), "cus_lb", period)
-	var unknown *billing.UnknownOutcomeError
-	if !errors.As(err, &unknown) {
-		t.Fatalf("Charge: %v; want *UnknownOutcomeError", err)
+	_, err := b.Charge(context.Background(), "cus_lb", period, nil)
+	var unknown *billing.ChargeError
+	if !(errors.As(err, &unknown) && errors.Is(err, billing.ErrOutcomeUnknown)) {
+		t.Fatalf("Charge: %v; want ErrOutcomeUnknown", err)
 	}
 	if got := n.Load(); got < 3 {
 		t.Fatalf("%d requests; want the 3 attempts of the policy (and a search)", got)

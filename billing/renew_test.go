@@ -24,15 +24,15 @@ func TestChargeRenewsLeaseWhileSending(t *testing.T) {
 	slow := e.biller(func(c *billing.Config) { c.Claims = short })
 	done := make(chan error, 1)
 	go func() {
-		_, err := slow.Charge(context.Background(), "cus_slow", period)
+		_, err := slow.Charge(context.Background(), "cus_slow", period, nil)
 		done <- err
 	}()
 	for range 3 {
 		time.Sleep(500 * time.Millisecond) // more than the lease each time
-		_, err := e.biller(func(c *billing.Config) { c.Claims = short }).Charge(context.Background(), "cus_slow", period)
-		var inProgress *billing.InProgressError
-		if !errors.As(err, &inProgress) {
-			t.Fatalf("another runner during the send: %v; want InProgressError", err)
+		_, err := e.biller(func(c *billing.Config) { c.Claims = short }).Charge(context.Background(), "cus_slow", period, nil)
+		var inProgress *billing.ChargeError
+		if !errors.As(err, &inProgress) || !errors.Is(err, billing.ErrInProgress) {
+			t.Fatalf("another runner during the send: %v; want ErrInProgress", err)
 		}
 	}
 	if err := <-done; err != nil {

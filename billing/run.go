@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,24 +21,24 @@ const (
 )
 
 // Upper bounds for [RunOptions]. Run refuses larger values with
-// [ErrInvalidInput]: they are typos or overflows, not plans, and Run would
+// [ErrInvalid]: they are typos or overflows, not plans, and Run would
 // allocate for them before billing anyone.
 const (
-	// MaxConcurrency bounds RunOptions.Concurrency. Stripe accepts 100
+	// maxConcurrency bounds RunOptions.Concurrency. Stripe accepts 100
 	// requests per second in live mode by default (the Biller's RateLimit
 	// is below that); with an answer taking a second or two, a few hundred
 	// workers already wait on the rate limiter, each holding a claimed
 	// customer whose lease runs meanwhile.
-	MaxConcurrency = 1000
-	// MaxBatchSize bounds RunOptions.BatchSize. A batch's claims are
+	maxConcurrency = 1000
+	// maxBatchSize bounds RunOptions.BatchSize. A batch's claims are
 	// committed before the first of them is sent and wait in memory; a
 	// runner killed mid-batch leaves the unsent ones to their leases.
 	// Database round trips are amortised long before this size.
-	MaxBatchSize = 10_000
+	maxBatchSize = 10_000
 )
 
-// ErrRunHeldElsewhere is returned by Run when RunOptions.Lock is set and
-// another runner holds the lock for the period. Nothing was claimed or sent.
+// ErrRunHeldElsewhere is returned by Run and Reconcile when their options
+// set a Lock and another runner holds it. Nothing was claimed or sent.
 var ErrRunHeldElsewhere = errors.New("billing: another runner holds the lock for this billing run")
 
 // Item is one customer to bill in a [Biller.Run].
@@ -61,10 +62,10 @@ func Customers(ids ...string) iter.Seq2[Item, error] {
 // RunOptions tunes a [Biller.Run]. A nil *RunOptions takes every default.
 type RunOptions struct {
 	// Concurrency is how many customers are charged at once. Defaults to
-	// DefaultConcurrency; at most MaxConcurrency.
+	// DefaultConcurrency; at most 1,000.
 	Concurrency int
 	// BatchSize is how many customers are claimed per database round trip.
-	// Defaults to DefaultBatchSize; at most MaxBatchSize.
+	// Defaults to DefaultBatchSize; at most 10,000.
 	BatchSize int
 	// Total, if known, is reported in Progress.Total.
 	Total int
@@ -76,7 +77,7 @@ type RunOptions struct {
 	// the run correct without it; the lock keeps replicas from doing the
 	// same work. A nil *lock.Advisory or *lock.Lease (an ignored
 	// constructor error) is refused, not taken for "no lock".
-	Lock lock.Guard
+	Lock lock.Locker
 	// LockName defaults to "billonce-run:<scope>:<period>"; the lock's own
 	// rules apply (at most lock.MaxNameLen bytes of UTF-8).
 	LockName string
@@ -88,25 +89,26 @@ type Progress struct {
 	Total int
 	// Done is the number of customers settled, the sum of the counts below.
 	Done int
-	// Created: charged by this run (including charges Stripe replayed after
-	// an earlier attempt's answer was lost).
+	// Created: charged by this run (Outcome Created or Replayed).
 	Created int
-	// AlreadyDone: charged before this run (claim store or Stripe search).
-	AlreadyDone int
-	// Failed: declined or refused definitively; see Summary.Failures.
-	Failed int
+	// AlreadyBilled: charged before this run (Outcome AlreadyBilled or
+	// Reconciled).
+	AlreadyBilled int
+	// Declined: refused definitively ([ErrDeclined]); see Summary.Failures.
+	Declined int
 	// Processing: the payment exists and has not settled (a bank debit);
 	// never sent again, its outcome arrives by webhook or Reconcile.
 	Processing int
-	// FailedAfterProcessing: the payment was processing and failed when it
-	// settled (FailedError.AfterProcessing), apart from card declines
-	// (Failed). Never billed again without a Rebill.
-	FailedAfterProcessing int
-	// Pending: outcome unknown or claimed by another runner; the next run
-	// settles them with the same keys.
+	// DeclinedAfterProcessing: the payment was processing and failed when
+	// it settled ([ErrDeclined] with ChargeError.AfterProcessing), apart
+	// from card declines (Declined). Never billed again without a Rebill.
+	DeclinedAfterProcessing int
+	// Pending: outcome unknown, claimed by another runner, or waiting for
+	// reconciliation; the next run settles them with the same keys.
 	Pending int
-	// Invalid: bad input for this customer, or input that contradicts its
-	// existing claim (a changed amount); nothing was claimed or sent.
+	// Invalid: bad input for this customer ([ErrInvalid]), or input that
+	// contradicts its existing claim (a changed amount); nothing was
+	// claimed or sent.
 	Invalid int
 }
 
@@ -125,7 +127,7 @@ const maxFailures = 1000
 // Complete reports whether every customer of the run is billed or was
 // already billed. A processing payment counts as billed: nothing more is
 // sent for it, whatever its outcome.
-func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone+s.Processing }
+func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled+s.Processing }
 
 // Run bills every customer from items for period, each exactly once. The
 // iterator is read as the run goes (it never has to fit in memory); customers
@@ -154,7 +156,7 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	if opts != nil {
 		o = *opts
 	}
-	if err := CheckPeriod(period); err != nil {
+	if err := checkPeriod(period); err != nil {
 		return Summary{Period: period}, err
 	}
 	if items == nil {
@@ -163,11 +165,11 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	if o.Concurrency < 0 || o.BatchSize < 0 || o.Total < 0 {
 		return Summary{Period: period}, invalid("RunOptions: Concurrency, BatchSize and Total must not be negative")
 	}
-	if o.Concurrency > MaxConcurrency {
-		return Summary{Period: period}, invalid("RunOptions.Concurrency %d is above MaxConcurrency (%d)", o.Concurrency, MaxConcurrency)
+	if o.Concurrency > maxConcurrency {
+		return Summary{Period: period}, invalid("RunOptions.Concurrency %d is above the limit of %d", o.Concurrency, maxConcurrency)
 	}
-	if o.BatchSize > MaxBatchSize {
-		return Summary{Period: period}, invalid("RunOptions.BatchSize %d is above MaxBatchSize (%d)", o.BatchSize, MaxBatchSize)
+	if o.BatchSize > maxBatchSize {
+		return Summary{Period: period}, invalid("RunOptions.BatchSize %d is above the limit of %d", o.BatchSize, maxBatchSize)
 	}
 	if o.Lock != nil && nilness.Is(o.Lock) {
 		return Summary{Period: period}, invalid("RunOptions.Lock is a nil %T: check the error of the constructor (lock.NewAdvisory), or leave Lock nil to run without a lock", o.Lock)
@@ -178,30 +180,40 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
 	}
-	if o.Lock == nil {
+	name := cmp.Or(o.LockName, "billonce-run:"+b.cfg.Scope+":"+period)
+	sum, err := locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
 		return b.run(ctx, period, items, &o)
+	})
+	if sum.Period == "" {
+		sum.Period = period
 	}
-	if o.LockName == "" {
-		o.LockName = "billonce-run:" + b.cfg.Scope + ":" + period
+	return sum, err
+}
+
+// locked runs fn under guard's lock name, or without a lock when guard is
+// nil. It returns [ErrRunHeldElsewhere] when another runner holds the lock.
+func locked(ctx context.Context, guard lock.Locker, name string, fn func(context.Context) (Summary, error)) (Summary, error) {
+	if guard == nil {
+		return fn(ctx)
 	}
 	var (
 		sum    Summary
 		runErr error
 	)
-	ran, err := o.Lock.Do(ctx, o.LockName, func(ctx context.Context) error {
-		sum, runErr = b.run(ctx, period, items, &o)
+	ran, err := lock.Do(ctx, guard, name, func(ctx context.Context) error {
+		sum, runErr = fn(ctx)
 		return runErr
 	})
-	if err != nil && runErr == nil && !ran && (errors.Is(err, lock.ErrInvalidName) || errors.Is(err, lock.ErrInvalidConfig)) {
+	if err != nil && runErr == nil && !ran && errors.Is(err, lock.ErrInvalid) {
 		// The lock refused its name or configuration: nothing ran.
-		return Summary{Period: period}, invalid("run lock %q: %w", clip(o.LockName), err)
+		return Summary{}, invalid("run lock %q: %w", clip(name), err)
 	}
 	if err != nil && runErr == nil {
 		// The lock itself failed or was lost.
-		return sum, fmt.Errorf("billing: run lock %q: %w", o.LockName, err)
+		return sum, fmt.Errorf("billing: run lock %q: %w", name, err)
 	}
 	if !ran {
-		return Summary{Period: period}, ErrRunHeldElsewhere
+		return Summary{}, ErrRunHeldElsewhere
 	}
 	return sum, runErr
 }
@@ -312,7 +324,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			j := c.batch[i]
 			switch res.Outcome {
 			case claim.Mismatch:
-				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, res.Conflict))
+				r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
 			case claim.Won, claim.Resumed:
 				j.claimedAt = c.at
 				select {
@@ -380,11 +392,11 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		}
 		j, err := r.b.prepare(ctx, it.Customer, period, it.Price, 1)
 		if err != nil {
-			r.settled(job{customer: it.Customer, period: period}, Receipt{}, err)
+			r.settled(j, Receipt{}, err)
 			continue
 		}
 		if inBatch[j.customer] {
-			r.settled(j, Receipt{}, invalid("customer %s is listed more than once for %s; it is billed once", j.customer, period))
+			r.settled(j, Receipt{}, chargeErr(j, nil, "", invalid("listed more than once for %s; it is billed once", period)))
 			continue
 		}
 		batch = append(batch, j)
@@ -414,7 +426,7 @@ func (r *runner) unsent(ctx context.Context, t task) {
 	j.won = t.res.Outcome == claim.Won
 	cause := fmt.Errorf("run stopped before sending; nothing was sent: %w", context.Cause(ctx))
 	r.b.giveUp(context.WithoutCancel(ctx), j, cause)
-	err := &UnknownOutcomeError{Customer: j.customer, Period: j.period, Key: j.key.String(), Err: cause}
+	err := chargeErr(j, ErrOutcomeUnknown, "", cause)
 	r.b.outcome(j, time.Now(), Receipt{}, err)
 	r.settled(j, Receipt{}, err)
 }
@@ -426,22 +438,22 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 	defer r.mu.Unlock()
 	s := &r.sum
 	var (
-		failed   *FailedError
 		mismatch *claim.MismatchError
+		ce       *ChargeError
 	)
 	switch {
 	case err == nil && rc.Processing:
 		s.Processing++
-	case err == nil && (rc.How == Created || rc.How == Replayed):
+	case err == nil && (rc.Outcome == Created || rc.Outcome == Replayed):
 		s.Created++
 	case err == nil:
-		s.AlreadyDone++
-	case errors.Is(err, ErrInvalidInput), errors.As(err, &mismatch):
+		s.AlreadyBilled++
+	case errors.Is(err, ErrInvalid), errors.As(err, &mismatch):
 		s.Invalid++
-	case errors.As(err, &failed) && failed.AfterProcessing:
-		s.FailedAfterProcessing++
-	case errors.As(err, &failed):
-		s.Failed++
+	case errors.As(err, &ce) && errors.Is(err, ErrDeclined) && ce.AfterProcessing:
+		s.DeclinedAfterProcessing++
+	case errors.Is(err, ErrDeclined):
+		s.Declined++
 	default:
 		s.Pending++
 	}

@@ -66,7 +66,7 @@ func TestRunThousandCustomersOnceEach(t *testing.T) {
 		t.Fatalf("%d progress reports; want one per customer", len(progress))
 	}
 	for i, p := range progress {
-		if p.Done != i+1 || p.Done != p.Created+p.AlreadyDone+p.Failed+p.Pending+p.Invalid || p.Total != 1000 {
+		if p.Done != i+1 || p.Done != p.Created+p.AlreadyBilled+p.Declined+p.Pending+p.Invalid || p.Total != 1000 {
 			t.Fatalf("progress report %d: %+v does not add up", i, p)
 		}
 	}
@@ -79,7 +79,7 @@ func TestRunThousandCustomersOnceEach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(billing.Progress{Done: 1000, AlreadyDone: 1000}, sum.Progress); diff != "" {
+	if diff := cmp.Diff(billing.Progress{Done: 1000, AlreadyBilled: 1000}, sum.Progress); diff != "" {
 		t.Fatalf("rerun: want all 1000 already done (-want +got):\n%s", diff)
 	}
 	if n := e.srv.Stats().Requests; n != requests {
@@ -100,13 +100,13 @@ func TestRunCountsDeclinesAndContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(billing.Progress{Done: 40, Created: 36, Failed: 4}, sum.Progress); diff != "" || len(sum.Failures) != 4 || sum.Complete() {
+	if diff := cmp.Diff(billing.Progress{Done: 40, Created: 36, Declined: 4}, sum.Progress); diff != "" || len(sum.Failures) != 4 || sum.Complete() {
 		t.Fatalf("summary (-want +got):\n%s\nfailures: %v", diff, sum.Failures)
 	}
 	for _, f := range sum.Failures {
-		var fe *billing.FailedError
-		if !errors.As(f, &fe) || fe.DeclineCode != "card_declined" {
-			t.Fatalf("failure %v; want *FailedError", f)
+		var fe *billing.ChargeError
+		if !(errors.As(f, &fe) && errors.Is(f, billing.ErrDeclined)) || fe.DeclineCode != "card_declined" {
+			t.Fatalf("failure %v; want ErrDeclined", f)
 		}
 	}
 	for _, c := range ids[:4] {
@@ -115,7 +115,7 @@ func TestRunCountsDeclinesAndContinues(t *testing.T) {
 	wantAllOnceOf(t, e, ids[4:])
 	requests := e.srv.Stats().Requests
 	sum, err = e.b.Run(context.Background(), period, billing.Customers(ids...), nil)
-	if err != nil || sum.Failed != 4 || sum.AlreadyDone != 36 || e.srv.Stats().Requests != requests {
+	if err != nil || sum.Declined != 4 || sum.AlreadyBilled != 36 || e.srv.Stats().Requests != requests {
 		t.Fatalf("rerun: %+v, %v; declines must stay recorded, not be retried", sum.Progress, err)
 	}
 }
@@ -164,7 +164,7 @@ func TestRunIteratorErrorLosesNoClaim(t *testing.T) {
 		}
 	}
 	sum, err = e.b.Run(context.Background(), period, billing.Customers(ids...), nil)
-	if err != nil || sum.Created != 15 || sum.AlreadyDone != 25 {
+	if err != nil || sum.Created != 15 || sum.AlreadyBilled != 25 {
 		t.Fatalf("rerun: %+v, %v", sum.Progress, err)
 	}
 	wantAllOnce(t, e.srv, ids)
@@ -180,7 +180,7 @@ func TestRunCancelledMidway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Some faults, so that cancellation also lands in retries.
-	e.srv.SetRates(3, map[billingtest.FaultKind]float64{billingtest.FaultCut: 0.05, billingtest.FaultErrorBefore: 0.05})
+	e.srv.SetScript(faults(3, map[billingtest.FaultKind]float64{billingtest.FaultCut: 0.05, billingtest.FaultErrorBefore: 0.05}))
 	sum, err := e.b.Run(ctx, period, billing.Customers(ids...), &billing.RunOptions{Concurrency: 4, BatchSize: 50,
 		Progress: func(p billing.Progress) {
 			if p.Done == 60 {
@@ -216,7 +216,7 @@ func TestRunCancelledMidway(t *testing.T) {
 	if charged == 0 || charged == len(ids) {
 		t.Fatalf("%d charged before the stop", charged)
 	}
-	e.srv.SetRates(0, nil)
+	e.srv.SetScript(nil)
 	other := e.biller()
 	sum, err = other.Run(context.Background(), period, billing.Customers(ids...), nil)
 	if err != nil || !sum.Complete() || sum.Done != len(ids) {
@@ -229,8 +229,8 @@ func TestRunCancelledMidway(t *testing.T) {
 // charged twice.
 func TestRunTwoConcurrentRuns(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, billingtest.Config{Seed: 11, Rates: map[billingtest.FaultKind]float64{
-		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03}})
+	e := newEnvWith(t, billingtest.Config{Script: faults(11, map[billingtest.FaultKind]float64{
+		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03})})
 	ids := customers(300)
 	runners := []*billing.Biller{e.b, e.biller()}
 	sums := make([]billing.Summary, len(runners))
@@ -304,8 +304,8 @@ func TestRunThreeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three processes")
 	}
-	e := newEnvWith(t, billingtest.Config{Seed: 5, Rates: map[billingtest.FaultKind]float64{
-		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03}})
+	e := newEnvWith(t, billingtest.Config{Script: faults(5, map[billingtest.FaultKind]float64{
+		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03})})
 	const n = 400
 	ids := customers(n)
 	dbURL := e.pool.Config().ConnString()
@@ -343,7 +343,7 @@ func TestRunThreeProcesses(t *testing.T) {
 	}
 	created := 0
 	for i, s := range sums {
-		if s.Done != n || s.Failed != 0 || s.Invalid != 0 {
+		if s.Done != n || s.Declined != 0 || s.Invalid != 0 {
 			t.Fatalf("replica %d: %+v", i, s)
 		}
 		created += s.Created
@@ -355,12 +355,12 @@ func TestRunThreeProcesses(t *testing.T) {
 	wantAllOnce(t, e.srv, ids)
 }
 
-// With a lock.Guard, a second Run of the period is turned away while the
+// With a lock.Locker, a second Run of the period is turned away while the
 // first holds the lock, before it claims or sends anything.
 func TestRunLockHeldElsewhere(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	guard, err := lock.NewAdvisory(e.pool, lock.Config{})
+	guard, err := lock.NewAdvisory(e.pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestRunLockHeldElsewhere(t *testing.T) {
 		t.Fatalf("first Run: %+v, %v", r.sum.Progress, r.err)
 	}
 	sum, err = other.Run(context.Background(), period, billing.Customers("cus_a", "cus_b"), &billing.RunOptions{Lock: guard})
-	if err != nil || sum.AlreadyDone != 2 {
+	if err != nil || sum.AlreadyBilled != 2 {
 		t.Fatalf("Run after the lock was released: %+v, %v", sum.Progress, err)
 	}
 	wantAllOnce(t, e.srv, []string{"cus_a", "cus_b"})
@@ -417,7 +417,7 @@ func TestRunStopsOnStripeAuth(t *testing.T) {
 	if n := e.srv.Stats().Requests; n > workers {
 		t.Fatalf("%d requests; a 401 must stop the run (at most one per worker in flight)", n)
 	}
-	if sum.Created != 0 || sum.Failed != 0 {
+	if sum.Created != 0 || sum.Declined != 0 {
 		t.Fatalf("summary %+v", sum.Progress)
 	}
 	var notPending int
@@ -451,7 +451,7 @@ func TestRunSameCustomerTwiceChargesOnce(t *testing.T) {
 			t.Errorf("%s charged %d times, want 1", c, n)
 		}
 	}
-	if sum.Created != 2 || sum.Invalid != 1 || !errors.Is(sum.Failures[0], billing.ErrInvalidInput) {
+	if sum.Created != 2 || sum.Invalid != 1 || !errors.Is(sum.Failures[0], billing.ErrInvalid) {
 		t.Errorf("summary %+v, failures %v: want 2 created and the repeat reported as invalid", sum.Progress, sum.Failures)
 	}
 }
@@ -493,7 +493,7 @@ func TestRunCancelledAfterClaimingReportsIt(t *testing.T) {
 func TestRunChangedAmountIsInvalid(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.b.Charge(ctx, "cus_1", period); err != nil {
+	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err != nil {
 		t.Fatal(err)
 	}
 	other := billing.Price{Amount: amount + 1, Currency: "usd"}

@@ -21,7 +21,7 @@ func TestReconcileSearchRate(t *testing.T) {
 	ctx := context.Background()
 	ids := customers(25)
 	for _, id := range ids {
-		if _, err := e.b.Charge(ctx, id, period); err != nil {
+		if _, err := e.b.Charge(ctx, id, period, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,7 +35,7 @@ func TestReconcileSearchRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.AlreadyDone+sum.Created != len(ids) {
+	if sum.AlreadyBilled+sum.Created != len(ids) {
 		t.Fatalf("Reconcile: %+v, %v", sum.Progress, sum.Failures)
 	}
 	var searches []time.Time

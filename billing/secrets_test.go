@@ -58,7 +58,7 @@ func TestSecretKeyNeverLeaks(t *testing.T) {
 	e.srv.FailNext(billingtest.Match{Customer: "cus_unknown"}, five, five, five)
 	e.srv.Decline("cus_decl", "insufficient_funds")
 	for _, c := range []string{"cus_cut", "cus_500", "cus_unknown", "cus_decl"} {
-		_, err := e.b.Charge(ctx, c, period)
+		_, err := e.b.Charge(ctx, c, period, nil)
 		keep(err)
 	}
 	key := e.crashedClaim("cus_old", amount)
@@ -72,7 +72,7 @@ func TestSecretKeyNeverLeaks(t *testing.T) {
 
 	// A key Stripe does not accept: the 401 stops the run.
 	strict := newEnvWith(t, billingtest.Config{APIKeys: []string{"sk_test_not_the_billers_key_0000"}}, opts)
-	_, err = strict.b.Charge(ctx, "cus_401", period)
+	_, err = strict.b.Charge(ctx, "cus_401", period, nil)
 	keep(err)
 	sum, err = strict.b.Run(ctx, period, billing.Customers(customers(5)...), nil)
 	keep(err)
@@ -134,8 +134,8 @@ func TestURLCredentialsNeverLeak(t *testing.T) {
 	for _, u := range urls {
 		b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: u, Claims: e.store, Price: flatPrice(amount),
 			Logger: logger, RateLimit: -1, HTTPClient: &http.Client{Transport: testTransport}, Retry: retry.Policy{MaxAttempts: 1}})
-		if !errors.Is(err, billing.ErrInvalidInput) {
-			t.Errorf("New with StripeURL %q: %v; want ErrInvalidInput", u, err)
+		if !errors.Is(err, billing.ErrInvalid) {
+			t.Errorf("New with StripeURL %q: %v; want ErrInvalid", u, err)
 		}
 		if err != nil {
 			keep(err)
@@ -143,7 +143,7 @@ func TestURLCredentialsNeverLeak(t *testing.T) {
 		if b != nil {
 			keep(b)
 			keep(*b)
-			_, err := b.Charge(ctx, "cus_url", period)
+			_, err := b.Charge(ctx, "cus_url", period, nil)
 			if err != nil {
 				keep(err)
 			}
@@ -158,8 +158,8 @@ func TestURLCredentialsNeverLeak(t *testing.T) {
 			func() (any, error) { return billing.ProxyClient(u, "vault_key_0001", nil) },
 		} {
 			v, err := call()
-			if !errors.Is(err, billing.ErrInvalidInput) {
-				t.Errorf("proxy URL %q: %v; want ErrInvalidInput", u, err)
+			if !errors.Is(err, billing.ErrInvalid) {
+				t.Errorf("proxy URL %q: %v; want ErrInvalid", u, err)
 			}
 			if err != nil {
 				keep(err)

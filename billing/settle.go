@@ -110,10 +110,12 @@ func (b *Biller) applied(ctx context.Context, source string, a claim.Applied) {
 	}
 }
 
-// failedFrom is the *FailedError of a failed claim.
-func failedFrom(c claim.Claim) *FailedError {
-	return &FailedError{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt,
-		Code: c.FailureCode, Reason: c.LastError, AfterProcessing: !c.ProcessingAt.IsZero()}
+// failedFrom is the *ChargeError of a failed claim: ErrDeclined, with
+// AfterProcessing when its payment failed when it settled.
+func failedFrom(c claim.Claim) *ChargeError {
+	e := chargeErr(job{customer: c.Customer, period: c.Period, attempt: c.Attempt}, ErrDeclined, c.LastError, nil)
+	e.Key, e.Code, e.AfterProcessing = c.Key, c.FailureCode, !c.ProcessingAt.IsZero()
+	return e
 }
 
 // settleProcessing reads from Stripe each of this Biller's claims that
@@ -142,12 +144,14 @@ func (b *Biller) settleProcessing(ctx context.Context, r *runner) error {
 		a, err := b.poll(ctx, c)
 		switch {
 		case err != nil:
-			r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: reading processing payment %s: %w", c.Customer, c.Period, c.StripeID, err))
+			e := chargeErr(j, nil, "reading processing payment "+c.StripeID, err)
+			e.Key = c.Key
+			r.settled(j, Receipt{}, e)
 		case a.Claim.State == claim.StateFailed:
 			r.settled(j, Receipt{}, failedFrom(a.Claim))
 		default:
 			r.settled(j, Receipt{Customer: c.Customer, Period: c.Period, StripeID: c.StripeID, Amount: c.Amount, Currency: c.Currency,
-				Attempt: c.Attempt, How: Reconciled, Processing: a.Claim.State == claim.StateProcessing}, nil)
+				Attempt: c.Attempt, Outcome: Reconciled, Processing: a.Claim.State == claim.StateProcessing}, nil)
 		}
 	}
 	return nil
@@ -192,7 +196,9 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claim.Applied, error)
 func (b *Biller) recordProcessing(ctx context.Context, j job, out created) error {
 	err := b.cfg.Claims.Process(context.WithoutCancel(ctx), j.key.String(), out.id)
 	if err != nil {
-		return &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+		e := chargeErr(j, ErrNotRecorded, "processing "+out.id, err)
+		e.StripeID = out.id
+		return e
 	}
 	b.log.LogAttrs(ctx, slogInfo, "billonce: payment is processing; its outcome arrives by webhook or Reconcile", attrs(j, "stripe_id", out.id)...)
 	return nil

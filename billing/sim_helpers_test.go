@@ -758,9 +758,6 @@ func (w *simWorld) settle(ctx context.Context) {
 	plan := w.plan
 	w.logf("settle at %s with %s", simAt(w.now()), plan.final)
 	w.srv.SetScript(nil)
-	if err := w.srv.SetRates(0, nil); err != nil {
-		w.harnessf("clearing fault rates: %v", err)
-	}
 	for _, c := range plan.rebill {
 		w.srv.Honor(c)
 	}
@@ -800,9 +797,9 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 		}
 		for _, p := range w.plan.periods {
 			for range 3 {
-				_, err := b.Charge(ctx, c, p)
-				var fe *billing.FailedError
-				if !errors.As(err, &fe) {
+				_, err := b.Charge(ctx, c, p, nil)
+				var fe *billing.ChargeError
+				if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) {
 					break
 				}
 				r, err := b.Rebill(ctx, c, p, fe.Attempt+1, nil)
@@ -994,12 +991,12 @@ func simSortedKeys[V any](m map[[2]string]V) [][2]string {
 // simErr names the kind of a Biller error for the trace.
 func simErr(err error) string {
 	var (
-		failed   *billing.FailedError
-		unknown  *billing.UnknownOutcomeError
-		busy     *billing.InProgressError
-		reuse    *billing.KeyReuseError
-		needs    *billing.NeedsReconciliationError
-		record   *billing.RecordError
+		failed   *billing.ChargeError
+		unknown  *billing.ChargeError
+		busy     *billing.ChargeError
+		reuse    *billing.ChargeError
+		needs    *billing.ChargeError
+		record   *billing.ChargeError
 		mismatch *claim.MismatchError
 	)
 	switch {
@@ -1007,21 +1004,21 @@ func simErr(err error) string {
 		return "ok"
 	case errors.Is(err, errSimCrashed):
 		return "crashed"
-	case errors.As(err, &failed):
-		return "failed(" + failed.Reason + ")"
-	case errors.As(err, &unknown):
+	case errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined):
+		return "failed(" + strings.TrimPrefix(failed.Err.Error(), "billing: declined: ") + ")"
+	case errors.As(err, &unknown) && errors.Is(err, billing.ErrOutcomeUnknown):
 		return "unknown outcome"
-	case errors.As(err, &busy):
+	case errors.As(err, &busy) && errors.Is(err, billing.ErrInProgress):
 		return "in progress"
-	case errors.As(err, &reuse):
+	case errors.As(err, &reuse) && errors.Is(err, billing.ErrKeyReused):
 		return "key reuse refused"
-	case errors.As(err, &needs):
+	case errors.As(err, &needs) && errors.Is(err, billing.ErrNeedsReconciliation):
 		return "needs reconciliation"
-	case errors.As(err, &record):
+	case errors.As(err, &record) && errors.Is(err, billing.ErrNotRecorded):
 		return "record failed"
 	case errors.As(err, &mismatch):
 		return "mismatch(" + mismatch.Field + ")"
-	case errors.Is(err, billing.ErrInvalidInput):
+	case errors.Is(err, billing.ErrInvalid):
 		return "invalid input: " + err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "stopped"
@@ -1037,11 +1034,11 @@ func simReceipt(r billing.Receipt, err error) string {
 	if err != nil {
 		return simErr(err)
 	}
-	return fmt.Sprintf("%s %s", r.How, r.StripeID)
+	return fmt.Sprintf("%s %s", r.Outcome, r.StripeID)
 }
 
 func simSummary(s billing.Summary, err error) string {
-	out := fmt.Sprintf("created=%d already=%d failed=%d pending=%d invalid=%d", s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
+	out := fmt.Sprintf("created=%d already=%d failed=%d pending=%d invalid=%d", s.Created, s.AlreadyBilled, s.Declined, s.Pending, s.Invalid)
 	kinds := make(map[string]int)
 	for _, f := range s.Failures {
 		kinds[simErr(f)]++

@@ -810,7 +810,8 @@ func (w *simWorld) apply(ev simEvent) {
 
 // arm sets the fake's faults for a round.
 func (w *simWorld) arm(f simFaults) {
-	if err := w.srv.SetRates(f.seed, f.rates); err != nil {
+	random, err := billingtest.RandomFaults(f.seed, f.rates)
+	if err != nil {
 		w.harnessf("fault rates: %v", err)
 	}
 	var (
@@ -853,7 +854,7 @@ func (w *simWorld) arm(f simFaults) {
 		case f.slowEvery > 0 && n%f.slowEvery == 0:
 			return billingtest.Fault{Kind: billingtest.FaultSlow, Delay: f.slowDelay}
 		}
-		return billingtest.Fault{}
+		return random(r)
 	})
 }
 
@@ -862,9 +863,6 @@ func (w *simWorld) disarm() {
 	w.faults = simFaults{}
 	w.mu.Unlock()
 	w.srv.SetScript(nil)
-	if err := w.srv.SetRates(0, nil); err != nil {
-		w.harnessf("fault rates: %v", err)
-	}
 }
 
 // runOp runs one runner's step and describes its outcome.
@@ -888,7 +886,7 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 	var errs []error
 	switch op.kind {
 	case simCharge:
-		rc, err := b.Charge(ctx, op.customer, op.period)
+		rc, err := b.Charge(ctx, op.customer, op.period, nil)
 		out, errs = simReceipt(rc, err), []error{err}
 	case simRun:
 		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
@@ -897,10 +895,10 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 		sum, err := b.Reconcile(ctx, nil)
 		out, errs = simSummary(sum, err), append(sum.Failures, err)
 	case simRebill:
-		rc, err := b.Charge(ctx, op.customer, op.period)
+		rc, err := b.Charge(ctx, op.customer, op.period, nil)
 		out, errs = "charge: "+simReceipt(rc, err), []error{err}
-		var fe *billing.FailedError
-		if errors.As(err, &fe) {
+		var fe *billing.ChargeError
+		if errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined) {
 			rc, err = b.Rebill(ctx, op.customer, op.period, fe.Attempt+1, nil)
 			out, errs = fmt.Sprintf("rebill attempt %d: %s", fe.Attempt+1, simReceipt(rc, err)), []error{err}
 		}
@@ -914,7 +912,7 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 			w.harnessf("%s: %s took longer than %v", p.name, op, simStepBudget)
 		}
 		for _, err := range errs {
-			if errors.Is(err, billing.ErrInvalidInput) {
+			if errors.Is(err, billing.ErrInvalid) {
 				w.harnessf("%s: %s: %v", p.name, op, err)
 			}
 		}

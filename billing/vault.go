@@ -106,7 +106,7 @@ type VaultTransport struct {
 }
 
 // NewVaultTransport validates cfg and returns a transport that routes
-// requests through the proxy. The error wraps [ErrInvalidInput] and says
+// requests through the proxy. The error wraps [ErrInvalid] and says
 // what to fix; it never contains the vault key.
 func NewVaultTransport(cfg VaultConfig) (*VaultTransport, error) {
 	if err := checkVaultKey(cfg.VaultKey); err != nil {

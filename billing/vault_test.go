@@ -395,16 +395,16 @@ func TestNewVaultTransportValidates(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, billing.ErrInvalidInput) || !strings.Contains(err.Error(), tt.mentions) {
-				t.Fatalf("err = %v; want ErrInvalidInput mentioning %q", err, tt.mentions)
+			if !errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), tt.mentions) {
+				t.Fatalf("err = %v; want ErrInvalid mentioning %q", err, tt.mentions)
 			}
 			if strings.Contains(err.Error(), vaultKey) {
 				t.Fatalf("error leaks the vault key: %v", err)
 			}
 		})
 	}
-	if _, err := billing.ProxyClient("http://proxy.example.com", vaultKey, nil); !errors.Is(err, billing.ErrInvalidInput) {
-		t.Errorf("ProxyClient over remote http: err = %v; want ErrInvalidInput", err)
+	if _, err := billing.ProxyClient("http://proxy.example.com", vaultKey, nil); !errors.Is(err, billing.ErrInvalid) {
+		t.Errorf("ProxyClient over remote http: err = %v; want ErrInvalid", err)
 	}
 }
 
@@ -668,7 +668,7 @@ func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 	if got := paidTotal(s.srv); got != 3*amount {
 		t.Fatalf("charged %d at the fake; want %d (3 charges under the cap of 10000)", got, 3*amount)
 	}
-	if sum.Created > 3 || sum.Failed != 0 || sum.Complete() {
+	if sum.Created > 3 || sum.Declined != 0 || sum.Complete() {
 		t.Fatalf("summary %+v; want at most 3 created, none failed, an incomplete run", sum.Progress)
 	}
 	if got := checkClaims(t, b, store, s.srv, ids, false); got != 3 {
@@ -765,7 +765,7 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 			if billing.Classify(err) != retry.Stop() {
 				t.Errorf("Classify(%v) retries; want Stop", err)
 			}
-			if sum.Complete() || sum.Failed != 0 {
+			if sum.Complete() || sum.Declined != 0 {
 				t.Errorf("summary %+v; want an incomplete run with nothing failed", sum.Progress)
 			}
 			charged := checkClaims(t, b, store, s.srv, ids, false)

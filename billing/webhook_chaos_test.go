@@ -268,7 +268,7 @@ func TestWebhookChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.FailedAfterProcessing != nFail || again.AlreadyDone != customers-nFail || len(e.srv.Log()) != before {
+	if again.DeclinedAfterProcessing != nFail || again.AlreadyBilled != customers-nFail || len(e.srv.Log()) != before {
 		t.Errorf("next run = %+v with %d requests to Stripe", again.Progress, len(e.srv.Log())-before)
 	}
 }

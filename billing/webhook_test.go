@@ -125,15 +125,15 @@ func TestWebhookEveryEventType(t *testing.T) {
 			h.srv.Decline("cus_card", "insufficient_funds")
 			ctx := context.Background()
 			for _, c := range []string{"cus_ok", "cus_fail"} {
-				r, err := h.b.Charge(ctx, c, period)
-				if err != nil || !r.Processing || r.How != billing.Created {
+				r, err := h.b.Charge(ctx, c, period, nil)
+				if err != nil || !r.Processing || r.Outcome != billing.Created {
 					t.Fatalf("Charge(%s) = %+v, %v; want a created, processing receipt", c, r, err)
 				}
 			}
-			if _, err := h.b.Charge(ctx, "cus_card", period); err == nil {
+			if _, err := h.b.Charge(ctx, "cus_card", period, nil); err == nil {
 				t.Fatal("the declined customer was charged")
 			}
-			rSync, err := h.b.Charge(ctx, "cus_sync", period)
+			rSync, err := h.b.Charge(ctx, "cus_sync", period, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,8 +198,8 @@ func TestWebhookEveryEventType(t *testing.T) {
 			var kinds []string
 			for _, e := range h.observed() {
 				kinds = append(kinds, fmt.Sprintf("%d:%s:%s", e.Kind, e.Customer, e.State))
-				var fe *billing.FailedError
-				if e.Kind == billing.EventSettled && e.State == "failed" && (!errors.As(e.Err, &fe) || !fe.AfterProcessing || fe.Code != "insufficient_funds") {
+				var fe *billing.ChargeError
+				if e.Kind == billing.EventSettled && e.State == "failed" && (!errors.As(e.Err, &fe) || !errors.Is(e.Err, billing.ErrDeclined) || !fe.AfterProcessing || fe.Code != "insufficient_funds") {
 					t.Errorf("failure event = %+v", e)
 				}
 			}
@@ -229,7 +229,7 @@ func TestWebhookEveryEventType(t *testing.T) {
 func TestWebhookSameEventFiveTimes(t *testing.T) {
 	t.Parallel()
 	h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_1": {After: time.Minute}})
-	r, err := h.b.Charge(context.Background(), "cus_1", period)
+	r, err := h.b.Charge(context.Background(), "cus_1", period, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestWebhookEveryOrder(t *testing.T) {
 	ctx := context.Background()
 	ids := map[string]string{}
 	for c := range async {
-		r, err := h.b.Charge(ctx, c, period)
+		r, err := h.b.Charge(ctx, c, period, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +323,7 @@ func TestWebhookEveryOrder(t *testing.T) {
 func TestWebhookBadSignatures(t *testing.T) {
 	t.Parallel()
 	h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_1": {After: time.Minute}})
-	r, err := h.b.Charge(context.Background(), "cus_1", period)
+	r, err := h.b.Charge(context.Background(), "cus_1", period, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestProcessingFailedNotChargedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Created != 1 || sum.Processing != 2 || sum.Failed != 1 || sum.FailedAfterProcessing != 0 || sum.Complete() {
+	if sum.Created != 1 || sum.Processing != 2 || sum.Declined != 1 || sum.DeclinedAfterProcessing != 0 || sum.Complete() {
 		t.Fatalf("first run = %+v", sum.Progress)
 	}
 	h.srv.Advance(2 * time.Hour)
@@ -444,17 +444,17 @@ func TestProcessingFailedNotChargedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.AlreadyDone != 2 || sum.Failed != 1 || sum.FailedAfterProcessing != 1 || sum.Processing != 0 {
+	if sum.AlreadyBilled != 2 || sum.Declined != 1 || sum.DeclinedAfterProcessing != 1 || sum.Processing != 0 {
 		t.Fatalf("second run = %+v", sum.Progress)
 	}
-	var fe *billing.FailedError
+	var fe *billing.ChargeError
 	for _, f := range sum.Failures {
 		if errors.As(f, &fe) && fe.Customer == "cus_bank" {
 			break
 		}
 		fe = nil
 	}
-	if fe == nil || !fe.AfterProcessing || fe.Code != "account_closed" {
+	if fe == nil || !errors.Is(fe, billing.ErrDeclined) || !fe.AfterProcessing || fe.Code != "account_closed" {
 		t.Fatalf("failures = %v", sum.Failures)
 	}
 	if n := len(h.srv.Log()) - before; n != 0 {
@@ -476,7 +476,7 @@ func TestProcessingFailedNotChargedAgain(t *testing.T) {
 func TestWebhookConcurrentReplicas(t *testing.T) {
 	t.Parallel()
 	h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_1": {After: time.Minute}})
-	r, err := h.b.Charge(context.Background(), "cus_1", period)
+	r, err := h.b.Charge(context.Background(), "cus_1", period, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +556,7 @@ func TestReconcilePollsProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Total != 3 || sum.AlreadyDone != 1 || sum.FailedAfterProcessing != 1 || sum.Processing != 1 {
+	if sum.Total != 3 || sum.AlreadyBilled != 1 || sum.DeclinedAfterProcessing != 1 || sum.Processing != 1 {
 		t.Fatalf("Reconcile = %+v", sum.Progress)
 	}
 	var gets int
@@ -581,8 +581,8 @@ func TestReconcilePollsProcessing(t *testing.T) {
 func TestWebhookConfigRefused(t *testing.T) {
 	e := newEnv(t)
 	for _, cfg := range []billing.WebhookConfig{{}, {Secret: "whsec_x\n"}, {Secret: whsec, Tolerance: -1}, {Secret: whsec, MaxBody: -1}} {
-		if _, err := e.b.Webhook(cfg); !errors.Is(err, billing.ErrInvalidInput) {
-			t.Errorf("Webhook(%+v) = %v, want ErrInvalidInput", cfg, err)
+		if _, err := e.b.Webhook(cfg); !errors.Is(err, billing.ErrInvalid) {
+			t.Errorf("Webhook(%+v) = %v, want ErrInvalid", cfg, err)
 		} else if strings.Contains(err.Error(), "whsec_x") {
 			t.Errorf("the error quotes the secret: %v", err)
 		}

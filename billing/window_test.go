@@ -54,10 +54,10 @@ func (e *env) lostAnswer(b *billing.Biller, customer string) {
 		return billingtest.Fault{}
 	})
 	defer e.srv.SetScript(nil)
-	_, err := b.Charge(context.Background(), customer, period)
-	var unknown *billing.UnknownOutcomeError
-	if !errors.As(err, &unknown) {
-		e.tb.Fatalf("charge with a lost answer = %v, want *UnknownOutcomeError", err)
+	_, err := b.Charge(context.Background(), customer, period, nil)
+	var unknown *billing.ChargeError
+	if !(errors.As(err, &unknown) && errors.Is(err, billing.ErrOutcomeUnknown)) {
+		e.tb.Fatalf("charge with a lost answer = %v, want ErrOutcomeUnknown", err)
 	}
 	if n := e.count(customer); n != 1 {
 		e.tb.Fatalf("%d charges after the lost answer, want 1", n)
@@ -82,11 +82,11 @@ func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
 	b := e.biller(func(c *billing.Config) {
 		c.Retry.Notify = func(retry.Event) { once.Do(func() { e.advance(2 * time.Hour) }) }
 	})
-	r, err := b.Charge(context.Background(), "cus_1", period)
+	r, err := b.Charge(context.Background(), "cus_1", period, nil)
 	if n := e.count("cus_1"); n != 1 {
 		t.Fatalf("cus_1 charged %d times, want 1 (Charge = %+v, %v)", n, r, err)
 	}
-	if err != nil || r.How != billing.Reconciled {
+	if err != nil || r.Outcome != billing.Reconciled {
 		t.Errorf("Charge = %+v, %v; want the first charge, reconciled", r, err)
 	}
 }
@@ -127,7 +127,7 @@ func TestClaimRemembersEndpointAcrossAPISwitch(t *testing.T) {
 	e.advance(25 * time.Hour)
 
 	pi := e.biller(func(c *billing.Config) { c.API = billing.PaymentIntents })
-	r, err := pi.Charge(context.Background(), "cus_1", period)
+	r, err := pi.Charge(context.Background(), "cus_1", period, nil)
 	if n := e.count("cus_1"); n != 1 {
 		t.Fatalf("cus_1 charged %d times, want 1 (Charge = %+v, %v)", n, r, err)
 	}
@@ -145,18 +145,18 @@ func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	// The first send fails before Stripe stores anything.
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
-	var unknown *billing.UnknownOutcomeError
-	if _, err := e.b.Charge(context.Background(), "cus_1", period); !errors.As(err, &unknown) {
-		t.Fatalf("first Charge = %v, want *UnknownOutcomeError", err)
+	var unknown *billing.ChargeError
+	if _, err := e.b.Charge(context.Background(), "cus_1", period, nil); !(errors.As(err, &unknown) && errors.Is(err, billing.ErrOutcomeUnknown)) {
+		t.Fatalf("first Charge = %v, want ErrOutcomeUnknown", err)
 	}
 	e.advance(time.Hour)
 
 	pi := e.biller(func(c *billing.Config) { c.API = billing.PaymentIntents })
 	sent := len(e.srv.Log())
-	_, err := pi.Charge(context.Background(), "cus_1", period)
-	var moved *billing.IdentityError
-	if !errors.As(err, &moved) {
-		t.Fatalf("Charge on the other API = %v, want *IdentityError", err)
+	_, err := pi.Charge(context.Background(), "cus_1", period, nil)
+	var moved *billing.ChargeError
+	if !(errors.As(err, &moved) && errors.Is(err, billing.ErrSentElsewhere)) {
+		t.Fatalf("Charge on the other API = %v, want ErrSentElsewhere", err)
 	}
 	for _, l := range e.srv.Log()[sent:] {
 		if l.Method == "POST" {
@@ -167,7 +167,7 @@ func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
 		t.Errorf("claim is %s, want pending", c.State)
 	}
 	// The Biller that made the claim finishes it.
-	r, err := e.b.Charge(context.Background(), "cus_1", period)
+	r, err := e.b.Charge(context.Background(), "cus_1", period, nil)
 	if err != nil || e.count("cus_1") != 1 {
 		t.Errorf("Charge by the original Biller = %+v, %v; %d charges", r, err, e.count("cus_1"))
 	}
@@ -182,11 +182,11 @@ func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
 	e.advance(time.Hour)
 
 	rotated := e.biller(func(c *billing.Config) { c.SecretKey = "sk_test_rotatedKey000000000000000000000000000abcd" })
-	r, err := rotated.Charge(context.Background(), "cus_1", period)
+	r, err := rotated.Charge(context.Background(), "cus_1", period, nil)
 	if n := e.count("cus_1"); n != 1 {
 		t.Fatalf("cus_1 charged %d times after a key rotation, want 1 (%v)", n, err)
 	}
-	if err != nil || r.How != billing.Reconciled {
+	if err != nil || r.Outcome != billing.Reconciled {
 		t.Errorf("Charge after rotation = %+v, %v; want the first charge, reconciled", r, err)
 	}
 }
@@ -197,17 +197,17 @@ func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
 func TestRotatedCredentialWithNoPayment(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
-	if _, err := e.b.Charge(context.Background(), "cus_1", period); err == nil {
+	if _, err := e.b.Charge(context.Background(), "cus_1", period, nil); err == nil {
 		t.Fatal("first Charge succeeded despite the fault")
 	}
 	rotated := e.biller(func(c *billing.Config) { c.SecretKey = "sk_test_rotatedKey000000000000000000000000000abcd" })
-	var moved *billing.IdentityError
-	if _, err := rotated.Charge(context.Background(), "cus_1", period); !errors.As(err, &moved) || moved.SearchIn <= 0 {
-		t.Fatalf("Charge after rotation within the window = %v, want *IdentityError", err)
+	var moved *billing.ChargeError
+	if _, err := rotated.Charge(context.Background(), "cus_1", period, nil); !(errors.As(err, &moved) && errors.Is(err, billing.ErrSentElsewhere)) || !moved.Until.After(time.Now()) {
+		t.Fatalf("Charge after rotation within the window = %v, want ErrSentElsewhere", err)
 	}
 	e.advance(24 * time.Hour)
-	r, err := rotated.Charge(context.Background(), "cus_1", period)
-	if err != nil || r.How != billing.Created || e.count("cus_1") != 1 {
+	r, err := rotated.Charge(context.Background(), "cus_1", period, nil)
+	if err != nil || r.Outcome != billing.Created || e.count("cus_1") != 1 {
 		t.Errorf("Charge past the deadline = %+v, %v; %d charges, want 1 created", r, err, e.count("cus_1"))
 	}
 	if c := e.claimOf("cus_1"); c.ReconciledAt.IsZero() || c.SentAge > time.Hour {
@@ -235,7 +235,7 @@ func TestReconcileTouchesOnlyItsScope(t *testing.T) {
 	}
 	// product-a's own Reconcile settles it.
 	sum, err = e.b.Reconcile(context.Background(), nil)
-	if err != nil || sum.AlreadyDone != 1 || e.count("cus_1") != 1 {
+	if err != nil || sum.AlreadyBilled != 1 || e.count("cus_1") != 1 {
 		t.Errorf("Reconcile of product-a = %+v, %v; %d charges", sum.Progress, err, e.count("cus_1"))
 	}
 }
@@ -247,15 +247,15 @@ func TestSameConfiguredOwnerIsTwoOwners(t *testing.T) {
 	release := make(chan struct{})
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
 	done := make(chan error, 1)
-	go func() { _, err := e.b.Charge(context.Background(), "cus_1", period); done <- err }()
+	go func() { _, err := e.b.Charge(context.Background(), "cus_1", period, nil); done <- err }()
 	waitFor(t, func() bool { return e.claimRows() > 0 })
 
 	twin := e.biller(func(c *billing.Config) { c.Owner = "billing-cron" })
-	_, err := twin.Charge(context.Background(), "cus_1", period)
+	_, err := twin.Charge(context.Background(), "cus_1", period, nil)
 	close(release)
-	var inProgress *billing.InProgressError
-	if !errors.As(err, &inProgress) {
-		t.Errorf("a second replica with the same Owner = %v, want *InProgressError", err)
+	var inProgress *billing.ChargeError
+	if !(errors.As(err, &inProgress) && errors.Is(err, billing.ErrInProgress)) {
+		t.Errorf("a second replica with the same Owner = %v, want ErrInProgress", err)
 	}
 	if err := <-done; err != nil {
 		t.Errorf("first replica: %v", err)
@@ -318,8 +318,8 @@ func TestNewRefusesImpossibleWindowArithmetic(t *testing.T) {
 	} {
 		cfg := billing.Config{SecretKey: secretKey, StripeURL: e.srv.URL, Claims: e.store, Price: flatPrice(amount), Retry: fastRetry()}
 		set(&cfg)
-		if _, err := billing.New(cfg); !errors.Is(err, billing.ErrInvalidInput) || !strings.Contains(err.Error(), "WindowMargin") {
-			t.Errorf("%s: New = %v, want ErrInvalidInput naming WindowMargin", name, err)
+		if _, err := billing.New(cfg); !errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), "WindowMargin") {
+			t.Errorf("%s: New = %v, want ErrInvalid naming WindowMargin", name, err)
 		}
 	}
 	cfg := billing.Config{SecretKey: secretKey, StripeURL: e.srv.URL, Claims: e.store, Price: flatPrice(amount), Retry: fastRetry(),

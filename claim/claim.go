@@ -343,7 +343,7 @@ var (
 
 // MismatchError reports a request that conflicts with an existing claim: the
 // key is held for another customer or period, the customer and period are
-// held under another key, or the amount or currency differs (invariant I4).
+// held under another key, or the amount or currency differs.
 // Nothing is charged twice: the caller must investigate.
 type MismatchError struct {
 	Field    string // "key", "customer", "period", "amount" or "currency"

@@ -31,11 +31,11 @@ func names(cfg claim.Config) (table, record string) {
 	return pgx.Identifier{cfg.Schema, cfg.Table}.Sanitize(), pgx.Identifier{cfg.Schema, cfg.Table + "_migrations"}.Sanitize()
 }
 
-// v1SQL returns testdata/v1_schema.sql, the claim table as billonce created
+// v1SQL returns testdata/claim_v1_schema.sql, the claim table as billonce created
 // it before migrations were versioned, with cfg's names in place.
 func v1SQL(tb testing.TB, cfg claim.Config) string {
 	tb.Helper()
-	b, err := os.ReadFile("testdata/v1_schema.sql")
+	b, err := os.ReadFile("../testdata/claim_v1_schema.sql")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func TestFirstMigrationIsTheV1Table(t *testing.T) {
 			want = "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{cfg.Schema}.Sanitize() + ";\n\n" + want
 		}
 		if ms[0].SQL != want {
-			t.Errorf("migration 1 for %+v differs from testdata/v1_schema.sql:\n%s", cfg, ms[0].SQL)
+			t.Errorf("migration 1 for %+v differs from testdata/claim_v1_schema.sql:\n%s", cfg, ms[0].SQL)
 		}
 	}
 }

@@ -83,7 +83,7 @@ func namesFor(cfg Config) names {
 }
 
 // Postgres is the claim store in a PostgreSQL table. Its clock is the
-// database's (invariant I10). It is safe for concurrent use, across
+// database's. It is safe for concurrent use, across
 // goroutines, processes and hosts sharing the database.
 type Postgres struct {
 	db        *pgxpool.Pool

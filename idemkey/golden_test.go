@@ -12,9 +12,9 @@ import (
 	"github.com/billonce/billonce/idemkey"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/golden.json from the current code")
+var update = flag.Bool("update", false, "rewrite ../testdata/idemkey_golden.json from the current code")
 
-const goldenFile = "testdata/golden.json"
+const goldenFile = "../testdata/idemkey_golden.json"
 
 // vector is one frozen input and its key. For For, In is the scope then the
 // parts; for Legacy, In is customer, period, suffix.

@@ -85,7 +85,7 @@ func closeBody(req *http.Request) {
 // RedactURL returns u without its user info, query and fragment, which may
 // hold credentials (a password, an api_key parameter), so that it can be
 // printed in errors and logs. The Transport's errors use it; so does
-// billonce wherever it prints a URL (invariant I9). A nil u gives "".
+// billonce wherever it prints a URL. A nil u gives "".
 func RedactURL(u *url.URL) string {
 	if u == nil {
 		return ""

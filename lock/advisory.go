@@ -13,7 +13,7 @@ import (
 )
 
 // DefaultCheckInterval is how often a held advisory lock is confirmed when
-// [Config].CheckInterval is zero.
+// AdvisoryConfig.CheckInterval is zero.
 const DefaultCheckInterval = time.Second
 
 // MinCheckInterval is the smallest accepted check or renew interval.
@@ -25,8 +25,8 @@ const minCheckTimeout = 5 * time.Second
 // releaseTimeout bounds the unlock query; past it the connection is closed.
 const releaseTimeout = 5 * time.Second
 
-// Config configures an [Advisory]. The zero value is usable.
-type Config struct {
+// AdvisoryConfig configures an [Advisory]. The zero value is usable.
+type AdvisoryConfig struct {
 	// Namespace is mixed into every key (see [Key]) so that unrelated
 	// applications sharing a database do not collide. Defaults to "".
 	Namespace string
@@ -37,7 +37,7 @@ type Config struct {
 	// Defaults to [DefaultCheckInterval]; at least [MinCheckInterval].
 	CheckInterval time.Duration
 
-	// Wait is how long Acquire and Do keep trying while another holder has
+	// Wait is how long Lock (and so Do) keeps trying while another holder has
 	// the lock. Defaults to 0: one try, no waiting.
 	Wait time.Duration
 
@@ -46,7 +46,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Advisory is a [Guard] backed by a PostgreSQL session advisory lock
+// Advisory is a [Locker] backed by a PostgreSQL session advisory lock
 // (pg_try_advisory_lock) on a connection of its own.
 //
 // For each acquisition a connection is taken out of the pool for good
@@ -59,16 +59,16 @@ type Config struct {
 // An Advisory is safe for concurrent use.
 type Advisory struct {
 	pool   *pgxpool.Pool
-	cfg    Config
+	cfg    AdvisoryConfig
 	logger *slog.Logger
 }
 
-var _ Guard = (*Advisory)(nil)
+var _ Locker = (*Advisory)(nil)
 
 // NewAdvisory returns an Advisory that takes its connections from pool.
-func NewAdvisory(pool *pgxpool.Pool, cfg Config) (*Advisory, error) {
+func NewAdvisory(pool *pgxpool.Pool, cfg AdvisoryConfig) (*Advisory, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool; pass the *pgxpool.Pool of the database that coordinates the replicas", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil pool; pass the *pgxpool.Pool of the database that coordinates the replicas", ErrInvalid)
 	}
 	if err := checkName("namespace", cfg.Namespace, true); err != nil {
 		return nil, err
@@ -78,36 +78,19 @@ func NewAdvisory(pool *pgxpool.Pool, cfg Config) (*Advisory, error) {
 	}
 	if cfg.CheckInterval < MinCheckInterval {
 		return nil, fmt.Errorf("%w: CheckInterval %v is below the minimum %v; use 0 for the default %v",
-			ErrInvalidConfig, cfg.CheckInterval, MinCheckInterval, DefaultCheckInterval)
+			ErrInvalid, cfg.CheckInterval, MinCheckInterval, DefaultCheckInterval)
 	}
 	if cfg.Wait < 0 {
-		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalidConfig, cfg.Wait)
+		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalid, cfg.Wait)
 	}
 	return &Advisory{pool: pool, cfg: cfg, logger: loggerOrDiscard(cfg.Logger)}, nil
 }
 
-// Do implements [Guard]. A panic in fn releases the lock and propagates.
-func (a *Advisory) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
-	if a == nil {
-		return false, errNilGuard("*lock.Advisory")
-	}
-	return do(ctx, a, a.logger, name, fn)
-}
+func (a *Advisory) log() *slog.Logger { return a.logger }
 
-// Func wraps fn as a func() job for robfig/cron-style schedulers
-// (cron.FuncJob): each call runs fn under [Advisory.Do] with a context
-// derived from ctx (cancel ctx to stop the job on shutdown), logs the
-// outcome, and recovers a panic into an error log so that the scheduler
-// keeps running.
-func (a *Advisory) Func(ctx context.Context, name string, fn func(ctx context.Context) error) func() {
-	if a == nil {
-		return nilGuardJob("*lock.Advisory", name)
-	}
-	return jobFunc(ctx, a, a.logger, name, fn)
-}
-
-// Acquire implements [Guard].
-func (a *Advisory) Acquire(ctx context.Context, name string) (*Held, error) {
+// Lock implements [Locker]: it takes the session advisory lock [Key] of the
+// namespace and name on a connection of its own.
+func (a *Advisory) Lock(ctx context.Context, name string) (Lock, error) {
 	if a == nil {
 		return nil, errNilGuard("*lock.Advisory")
 	}
@@ -198,7 +181,7 @@ func closeConn(conn *pgx.Conn) {
 // run in a transaction; it also works through PgBouncer in transaction mode.
 func TryXact(ctx context.Context, tx pgx.Tx, namespace, name string) (bool, error) {
 	if nilness.Is(tx) {
-		return false, fmt.Errorf("%w: nil transaction; begin one and pass it, the lock lives until it ends", ErrInvalidConfig)
+		return false, fmt.Errorf("%w: nil transaction; begin one and pass it, the lock lives until it ends", ErrInvalid)
 	}
 	if err := checkName("namespace", namespace, true); err != nil {
 		return false, err

@@ -79,8 +79,8 @@ func TestAdvisoryKilledBackendCancelsJobInOtherProcess(t *testing.T) {
 		t.Fatalf("holder: %v", err)
 	}
 
-	g := newAdvisory(t, pool, lock.Config{Wait: 10 * time.Second})
-	ran, err := g.Do(context.Background(), name, func(context.Context) error { return nil })
+	g := newAdvisory(t, pool, lock.AdvisoryConfig{Wait: 10 * time.Second})
+	ran, err := lock.Do(context.Background(), g, name, func(context.Context) error { return nil })
 	if !ran || err != nil {
 		t.Fatalf("after the kill, Do = %v, %v; want the lock to be free", ran, err)
 	}
@@ -92,7 +92,7 @@ func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
 	pool, _ := newPool(t, 0)
 	const name = "weekly-report"
 	const interval = 200 * time.Millisecond
-	g := newAdvisory(t, pool, lock.Config{CheckInterval: interval})
+	g := newAdvisory(t, pool, lock.AdvisoryConfig{CheckInterval: interval})
 
 	running := make(chan struct{})
 	cancelledAt := make(chan time.Time, 1)
@@ -103,20 +103,20 @@ func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		ran, err := g.Do(context.Background(), name, func(ctx context.Context) error {
+		ran, err := lock.Do(context.Background(), g, name, func(ctx context.Context) error {
 			close(running)
 			<-ctx.Done()
 			cancelledAt <- time.Now()
 			cause = context.Cause(ctx)
-			return nil // a job that ignores the cancellation
+			return nil
 		})
 		done <- result{ran, err}
 	}()
 	<-running
 
 	// Meanwhile nobody else gets it.
-	other := newAdvisory(t, pool, lock.Config{})
-	if ran, err := other.Do(context.Background(), name, func(context.Context) error { return nil }); ran || err != nil {
+	other := newAdvisory(t, pool, lock.AdvisoryConfig{})
+	if ran, err := lock.Do(context.Background(), other, name, func(context.Context) error { return nil }); ran || err != nil {
 		t.Fatalf("second holder: Do = %v, %v; want ran=false, nil", ran, err)
 	}
 
@@ -136,8 +136,8 @@ func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
 		t.Fatalf("cancelled %v after the kill; want within %v (+5s slack)", latency, interval)
 	}
 
-	g2 := newAdvisory(t, pool, lock.Config{Wait: 10 * time.Second})
-	if ran, err := g2.Do(context.Background(), name, func(context.Context) error { return nil }); !ran || err != nil {
+	g2 := newAdvisory(t, pool, lock.AdvisoryConfig{Wait: 10 * time.Second})
+	if ran, err := lock.Do(context.Background(), g2, name, func(context.Context) error { return nil }); !ran || err != nil {
 		t.Fatalf("after the kill, Do = %v, %v; want the lock to be free", ran, err)
 	}
 }
@@ -147,7 +147,7 @@ func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
 // pool holds an advisory lock (and none is held anywhere).
 func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
 	pool, _ := newPool(t, 2)
-	g := newAdvisory(t, pool, lock.Config{})
+	g := newAdvisory(t, pool, lock.AdvisoryConfig{})
 	errJob := errors.New("job failed")
 	ctx := context.Background()
 	var ranCount, skipped int
@@ -157,7 +157,7 @@ func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
 		name := "job-" + strconv.Itoa(i%7)
 		switch i % 6 {
 		case 0: // succeeds, and uses the pool itself
-			ran, err := g.Do(ctx, name, func(ctx context.Context) error {
+			ran, err := lock.Do(ctx, g, name, func(ctx context.Context) error {
 				_, err := pool.Exec(ctx, `SELECT 1`)
 				return err
 			})
@@ -165,7 +165,7 @@ func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
 				t.Fatalf("run %d: Do = %v, %v", i, ran, err)
 			}
 		case 1: // fails
-			if ran, err := g.Do(ctx, name, func(context.Context) error { return errJob }); !ran || !errors.Is(err, errJob) {
+			if ran, err := lock.Do(ctx, g, name, func(context.Context) error { return errJob }); !ran || !errors.Is(err, errJob) {
 				t.Fatalf("run %d: Do = %v, %v; want the job's error", i, ran, err)
 			}
 		case 2: // panics: the panic propagates after the lock is released
@@ -175,17 +175,17 @@ func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
 						t.Fatalf("run %d: recovered %v; want the job's panic", i, p)
 					}
 				}()
-				g.Do(ctx, name, func(context.Context) error { panic("boom") })
+				lock.Do(ctx, g, name, func(context.Context) error { panic("boom") })
 			}()
 		case 3: // cancelled before it starts
 			cctx, cancel := context.WithCancel(ctx)
 			cancel()
-			if ran, err := g.Do(cctx, name, func(context.Context) error { return nil }); ran || !errors.Is(err, context.Canceled) {
+			if ran, err := lock.Do(cctx, g, name, func(context.Context) error { return nil }); ran || !errors.Is(err, context.Canceled) {
 				t.Fatalf("run %d: Do = %v, %v; want not run, context.Canceled", i, ran, err)
 			}
 		case 4: // cancelled while it runs
 			cctx, cancel := context.WithCancel(ctx)
-			ran, err := g.Do(cctx, name, func(ctx context.Context) error {
+			ran, err := lock.Do(cctx, g, name, func(ctx context.Context) error {
 				cancel()
 				<-ctx.Done()
 				return ctx.Err()
@@ -197,7 +197,7 @@ func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 3 {
 				wg.Go(func() {
-					ran, err := g.Do(ctx, name, func(ctx context.Context) error {
+					ran, err := lock.Do(ctx, g, name, func(ctx context.Context) error {
 						_, err := pool.Exec(ctx, `SELECT pg_sleep(0.005)`)
 						return err
 					})
@@ -250,15 +250,15 @@ func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
 // second Do on the same name from the same process is refused.
 func TestAdvisoryNotReentrant(t *testing.T) {
 	pool, _ := newPool(t, 1)
-	g := newAdvisory(t, pool, lock.Config{})
+	g := newAdvisory(t, pool, lock.AdvisoryConfig{})
 	ctx := context.Background()
 	var inner bool
-	ran, err := g.Do(ctx, "job", func(ctx context.Context) error {
-		ran, err := g.Do(ctx, "job", func(context.Context) error { inner = true; return nil })
+	ran, err := lock.Do(ctx, g, "job", func(ctx context.Context) error {
+		ran, err := lock.Do(ctx, g, "job", func(context.Context) error { inner = true; return nil })
 		if ran || err != nil {
 			return fmt.Errorf("nested Do = %v, %v; want ran=false, nil", ran, err)
 		}
-		if _, err := g.Acquire(ctx, "job"); !errors.Is(err, lock.ErrNotAcquired) {
+		if _, err := g.Lock(ctx, "job"); !errors.Is(err, lock.ErrNotAcquired) {
 			return fmt.Errorf("nested Acquire error = %v; want ErrNotAcquired", err)
 		}
 		return nil
@@ -272,20 +272,20 @@ func TestAdvisoryNotReentrant(t *testing.T) {
 func TestAdvisoryWait(t *testing.T) {
 	pool, _ := newPool(t, 0)
 	ctx := context.Background()
-	holder := newAdvisory(t, pool, lock.Config{})
-	h, err := holder.Acquire(ctx, "job")
+	holder := newAdvisory(t, pool, lock.AdvisoryConfig{})
+	h, err := holder.Lock(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
 	}
-	short := newAdvisory(t, pool, lock.Config{Wait: 150 * time.Millisecond})
-	if ran, err := short.Do(ctx, "job", func(context.Context) error { return nil }); ran || err != nil {
+	short := newAdvisory(t, pool, lock.AdvisoryConfig{Wait: 150 * time.Millisecond})
+	if ran, err := lock.Do(ctx, short, "job", func(context.Context) error { return nil }); ran || err != nil {
 		t.Fatalf("Do with a short wait = %v, %v; want ran=false, nil", ran, err)
 	}
 
-	long := newAdvisory(t, pool, lock.Config{Wait: 30 * time.Second})
+	long := newAdvisory(t, pool, lock.AdvisoryConfig{Wait: 30 * time.Second})
 	done := make(chan error, 1)
 	go func() {
-		ran, err := long.Do(ctx, "job", func(context.Context) error { return nil })
+		ran, err := lock.Do(ctx, long, "job", func(context.Context) error { return nil })
 		if !ran && err == nil {
 			err = errors.New("did not run")
 		}
@@ -340,7 +340,7 @@ func TestTryXact(t *testing.T) {
 	}
 }
 
-func newAdvisory(t *testing.T, pool *pgxpool.Pool, cfg lock.Config) *lock.Advisory {
+func newAdvisory(t *testing.T, pool *pgxpool.Pool, cfg lock.AdvisoryConfig) *lock.Advisory {
 	t.Helper()
 	g, err := lock.NewAdvisory(pool, cfg)
 	if err != nil {

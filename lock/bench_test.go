@@ -18,7 +18,7 @@ func BenchmarkKey(b *testing.B) {
 // connection that is closed afterwards and replaced by the pool.
 func BenchmarkDo(b *testing.B) {
 	pool := pgtest.Pool(b)
-	adv, err := lock.NewAdvisory(pool, lock.Config{})
+	adv, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -33,23 +33,23 @@ func BenchmarkDo(b *testing.B) {
 	job := func(context.Context) error { return nil }
 	for _, bc := range []struct {
 		name  string
-		guard lock.Guard
+		guard lock.Locker
 	}{{"advisory", adv}, {"lease", lease}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				if ran, err := bc.guard.Do(ctx, "job", job); !ran || err != nil {
+				if ran, err := lock.Do(ctx, bc.guard, "job", job); !ran || err != nil {
 					b.Fatalf("Do = %v, %v", ran, err)
 				}
 			}
 		})
 		b.Run(bc.name+"/held-elsewhere", func(b *testing.B) {
-			h, err := bc.guard.Acquire(ctx, "busy")
+			h, err := bc.guard.Lock(ctx, "busy")
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer h.Unlock(ctx)
 			for b.Loop() {
-				if ran, err := bc.guard.Do(ctx, "busy", job); ran || err != nil {
+				if ran, err := lock.Do(ctx, bc.guard, "busy", job); ran || err != nil {
 					b.Fatalf("Do = %v, %v", ran, err)
 				}
 			}

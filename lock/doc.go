@@ -1,19 +1,21 @@
 // Package lock makes sure that one replica at a time runs a scheduled job,
 // such as the monthly billing run that every pod's cron fires at midnight.
 //
-// # Guarding a job
+// # Running a job on one replica
 //
-// Build a [Guard] once and wrap each run in [Guard.Do]:
+// Build a [Locker] once and run each job with [Do]:
 //
-//	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing", Logger: logger})
+//	locker, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billing", Logger: logger})
 //	...
-//	ran, err := guard.Do(ctx, "monthly-billing:2026-09", func(ctx context.Context) error {
-//		return biller.Run(ctx, customers, period)
+//	ran, err := lock.Do(ctx, locker, "monthly-billing:2026-09", func(ctx context.Context) error {
+//		_, err := biller.Run(ctx, "2026-09", customers, nil)
+//		return err
 //	})
 //
 // The replica that wins the lock runs the job; the others get ran == false
 // and a nil error: another holder has it, which is not a failure. By default
-// Do tries once; [Config].Wait makes it keep trying for a while.
+// Do tries once; AdvisoryConfig.Wait makes it keep trying for a while.
+// (billing's RunOptions.Lock does this for a billing run.)
 //
 // The lock prevents overlap, not repetition: a replica whose tick comes
 // after the winner has finished runs the job again. Make the job itself
@@ -22,7 +24,7 @@
 //
 // # Lost locks
 //
-// While the job runs, the lock is confirmed every [Config].CheckInterval
+// While the job runs, the lock is confirmed every AdvisoryConfig.CheckInterval
 // (default [DefaultCheckInterval], one second). If the connection died or
 // the lock is no longer held, the job's context is cancelled with a cause
 // wrapping [ErrLockLost]:
@@ -45,7 +47,8 @@
 // application reaches PostgreSQL through PgBouncer (or another pooler) in
 // transaction mode, where session state, advisory locks included, does not
 // survive from one statement to the next. A holder that dies is replaced
-// after at most [LeaseConfig].TTL. Call [Lease.Migrate] once.
+// after at most LeaseConfig.TTL. Call [Lease.Migrate] once; LeaseConfig.Table
+// names the table.
 //
 // For a short critical section inside a transaction you already have,
 // [TryXact] takes a transaction-scoped advisory lock that ends with the
@@ -70,10 +73,20 @@
 //     job. Here the job's context is cancelled.
 //   - Session locks behind a transaction pooler: use [Lease].
 //
+// # Your own lock
+//
+// [Locker] is one method, Lock(ctx, name) (Lock, error), returning a [Lock]
+// with Unlock, Lost and Err: the shape of gocron's Locker and Lock. A lock
+// on Redis, etcd or a Kubernetes lease that implements it works with [Do],
+// [Func], billing's RunOptions.Lock and gocronlock alike. Return an error
+// wrapping [ErrNotAcquired] when another holder has the lock, and close
+// Lost when the lock is found lost (or return a nil channel if your lock
+// cannot tell: Do then cannot cancel the job).
+//
 // # Schedulers
 //
-// [Advisory.Func] and [Lease.Func] wrap a job as the func() that
-// robfig/cron (cron.FuncJob) and similar schedulers call. The subpackage
-// gocronlock adapts a Guard to gocron v2's Locker. Neither forces a
-// scheduler dependency on this package.
+// [Func] wraps a job as the func() that robfig/cron (cron.FuncJob) and
+// similar schedulers call. The subpackage gocronlock adapts a Locker to
+// gocron v2's Locker. Neither forces a scheduler dependency on this
+// package.
 package lock

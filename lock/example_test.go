@@ -18,13 +18,12 @@ func Example() {
 	}
 	defer stop()
 
-	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	ran, err := guard.Do(ctx, "monthly-billing:2026-09", func(ctx context.Context) error {
-		// Meanwhile another replica firing the same job is turned away.
-		other, _ := guard.Do(ctx, "monthly-billing:2026-09", func(context.Context) error { return nil })
+	ran, err := lock.Do(ctx, guard, "monthly-billing:2026-09", func(ctx context.Context) error {
+		other, _ := lock.Do(ctx, guard, "monthly-billing:2026-09", func(context.Context) error { return nil })
 		fmt.Println("billing customers; other replica ran:", other)
 		return nil
 	})
@@ -50,9 +49,7 @@ func ExampleLease() {
 	if err := guard.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	ran, err := guard.Do(ctx, "monthly-billing:2026-09", func(ctx context.Context) error {
-		// The lease is renewed every TTL/3 while this runs; if a renewal
-		// fails, ctx is cancelled with cause lock.ErrLockLost.
+	ran, err := lock.Do(ctx, guard, "monthly-billing:2026-09", func(ctx context.Context) error {
 		fmt.Println("billing customers")
 		return nil
 	})

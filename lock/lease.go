@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,9 +21,11 @@ import (
 // [LeaseConfig].TTL is zero.
 const DefaultLeaseTTL = 30 * time.Second
 
-// LeaseTable is the table [Lease] keeps its leases in. [Lease.Migrate]
-// creates it.
-const LeaseTable = "billonce_lock_leases"
+// DefaultLeaseTable is the table [Lease] keeps its leases in when
+// LeaseConfig.Table is empty. [Lease.Migrate] creates it.
+const DefaultLeaseTable = "billonce_lock_leases"
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // DB is what [Lease] needs from the database. Pass a *pgxpool.Pool: renewals
 // run concurrently with the job, and the lease rows must be committed as soon
@@ -36,6 +39,10 @@ type DB interface {
 
 // LeaseConfig configures a [Lease]. The zero value is usable.
 type LeaseConfig struct {
+	// Table is the lease table's name: letters, digits and underscores, at
+	// most 50 characters. Defaults to [DefaultLeaseTable].
+	Table string
+
 	// Namespace separates the names of unrelated applications sharing the
 	// table. Defaults to "".
 	Namespace string
@@ -52,7 +59,7 @@ type LeaseConfig struct {
 	// Defaults to TTL/3; at most TTL/2 and at least [MinCheckInterval].
 	RenewInterval time.Duration
 
-	// Wait is how long Acquire and Do keep trying while another holder has
+	// Wait is how long Lock (and so Do) keeps trying while another holder has
 	// the lease. Defaults to 0: one try, no waiting.
 	Wait time.Duration
 
@@ -61,7 +68,7 @@ type LeaseConfig struct {
 	Logger *slog.Logger
 }
 
-// Lease is a [Guard] backed by a row per name in [LeaseTable]: an owner
+// Lease is a [Locker] backed by a row per name in its table: an owner
 // token and an expiry (lock_until) on the database clock, extended every
 // RenewInterval while the job runs and deleted when it ends. Unlike
 // [Advisory] it needs no session state, so it works through PgBouncer in
@@ -75,17 +82,24 @@ type Lease struct {
 	cfg    LeaseConfig
 	logger *slog.Logger
 	owner  string // process part of every owner token
+	table  string // quoted
 }
 
-var _ Guard = (*Lease)(nil)
+var _ Locker = (*Lease)(nil)
 
 // NewLease returns a Lease on db. Call [Lease.Migrate] once before use.
 func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
 	if nilness.Is(db) {
-		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalid)
 	}
 	if err := checkName("namespace", cfg.Namespace, true); err != nil {
 		return nil, err
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultLeaseTable
+	}
+	if !identRE.MatchString(cfg.Table) || len(cfg.Table) > 50 {
+		return nil, fmt.Errorf("%w: LeaseConfig.Table %q must be 1 to 50 letters, digits or underscores, not starting with a digit", ErrInvalid, cfg.Table)
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultLeaseTTL
@@ -96,26 +110,27 @@ func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
 	switch {
 	case cfg.TTL < 2*MinCheckInterval:
 		return nil, fmt.Errorf("%w: TTL %v is too short; use at least %v, or 0 for the default %v",
-			ErrInvalidConfig, cfg.TTL, 2*MinCheckInterval, DefaultLeaseTTL)
+			ErrInvalid, cfg.TTL, 2*MinCheckInterval, DefaultLeaseTTL)
 	case cfg.RenewInterval < MinCheckInterval:
 		return nil, fmt.Errorf("%w: RenewInterval %v is below the minimum %v; use 0 for TTL/3",
-			ErrInvalidConfig, cfg.RenewInterval, MinCheckInterval)
+			ErrInvalid, cfg.RenewInterval, MinCheckInterval)
 	case 2*cfg.RenewInterval > cfg.TTL:
 		return nil, fmt.Errorf("%w: RenewInterval %v is more than half of TTL %v, so a failed renewal could go unnoticed until the lease expires; use 0 for TTL/3",
-			ErrInvalidConfig, cfg.RenewInterval, cfg.TTL)
+			ErrInvalid, cfg.RenewInterval, cfg.TTL)
 	case cfg.Wait < 0:
-		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalidConfig, cfg.Wait)
+		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalid, cfg.Wait)
 	}
 	host, _ := os.Hostname()
-	return &Lease{db: db, cfg: cfg, logger: loggerOrDiscard(cfg.Logger), owner: fmt.Sprintf("%s/%d", host, os.Getpid())}, nil
+	return &Lease{db: db, cfg: cfg, logger: loggerOrDiscard(cfg.Logger), owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
+		table: pgx.Identifier{cfg.Table}.Sanitize()}, nil
 }
 
-// Migrate creates [LeaseTable] if it does not exist.
+// Migrate creates the lease table if it does not exist.
 func (l *Lease) Migrate(ctx context.Context) error {
 	if l == nil {
 		return errNilGuard("*lock.Lease")
 	}
-	_, err := l.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+LeaseTable+` (
+	_, err := l.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+l.table+` (
 		namespace  text        NOT NULL,
 		name       text        NOT NULL,
 		owner      text        NOT NULL,
@@ -123,31 +138,16 @@ func (l *Lease) Migrate(ctx context.Context) error {
 		lock_until timestamptz NOT NULL,
 		PRIMARY KEY (namespace, name))`)
 	if err != nil {
-		return fmt.Errorf("lock: creating %s: %w", LeaseTable, err)
+		return fmt.Errorf("lock: creating %s: %w", l.table, err)
 	}
 	return nil
 }
 
-// Do implements [Guard]. A panic in fn releases the lease and propagates.
-func (l *Lease) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
-	if l == nil {
-		return false, errNilGuard("*lock.Lease")
-	}
-	return do(ctx, l, l.logger, name, fn)
-}
+func (l *Lease) log() *slog.Logger { return l.logger }
 
-// Func wraps fn as a func() job for robfig/cron-style schedulers, as
-// [Advisory.Func] does.
-func (l *Lease) Func(ctx context.Context, name string, fn func(ctx context.Context) error) func() {
-	if l == nil {
-		return nilGuardJob("*lock.Lease", name)
-	}
-	return jobFunc(ctx, l, l.logger, name, fn)
-}
-
-// Acquire implements [Guard]. It takes the lease if no row exists for name
+// Lock implements [Locker]. It takes the lease if no row exists for name
 // or the row's lock_until has passed on the database clock.
-func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
+func (l *Lease) Lock(ctx context.Context, name string) (Lock, error) {
 	if l == nil {
 		return nil, errNilGuard("*lock.Lease")
 	}
@@ -156,13 +156,13 @@ func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
 	}
 	var nonce [12]byte
 	rand.Read(nonce[:])
-	// A fresh token per acquisition: a second Acquire in the same process
+	// A fresh token per acquisition: a second Lock in the same process
 	// is a different owner and is refused while the first holds the lease.
 	owner := l.owner + "/" + hex.EncodeToString(nonce[:])
 	ttl := l.cfg.TTL.Microseconds()
 	ok, err := pollUntil(ctx, l.cfg.Wait, func() (bool, error) {
 		var got string
-		err := l.db.QueryRow(ctx, `INSERT INTO `+LeaseTable+` AS t (namespace, name, owner, locked_at, lock_until)
+		err := l.db.QueryRow(ctx, `INSERT INTO `+l.table+` AS t (namespace, name, owner, locked_at, lock_until)
 			VALUES ($1, $2, $3, now(), now() + $4 * interval '1 microsecond')
 			ON CONFLICT (namespace, name) DO UPDATE
 			SET owner = excluded.owner, locked_at = excluded.locked_at, lock_until = excluded.lock_until
@@ -178,7 +178,7 @@ func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
 		// is ours rather than leave it to expire.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		l.db.Exec(dctx, `DELETE FROM `+LeaseTable+` WHERE namespace = $1 AND name = $2 AND owner = $3`, l.cfg.Namespace, name, owner)
+		l.db.Exec(dctx, `DELETE FROM `+l.table+` WHERE namespace = $1 AND name = $2 AND owner = $3`, l.cfg.Namespace, name, owner)
 		return nil, fmt.Errorf("lock: %q: taking the lease: %w", name, err)
 	}
 	if !ok {
@@ -187,7 +187,7 @@ func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
 	l.logger.Debug("lease acquired", "name", name, "owner", owner)
 
 	renew := func(ctx context.Context) error {
-		tag, err := l.db.Exec(ctx, `UPDATE `+LeaseTable+`
+		tag, err := l.db.Exec(ctx, `UPDATE `+l.table+`
 			SET lock_until = now() + $4 * interval '1 microsecond'
 			WHERE namespace = $1 AND name = $2 AND owner = $3 AND lock_until > now()`,
 			l.cfg.Namespace, name, owner, ttl)
@@ -202,7 +202,7 @@ func (l *Lease) Acquire(ctx context.Context, name string) (*Held, error) {
 	release := func(ctx context.Context, lost bool) error {
 		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 		defer cancel()
-		tag, err := l.db.Exec(ctx, `DELETE FROM `+LeaseTable+` WHERE namespace = $1 AND name = $2 AND owner = $3`,
+		tag, err := l.db.Exec(ctx, `DELETE FROM `+l.table+` WHERE namespace = $1 AND name = $2 AND owner = $3`,
 			l.cfg.Namespace, name, owner)
 		if err != nil {
 			return fmt.Errorf("deleting the lease: %w; it expires by itself within %v", err, l.cfg.TTL)

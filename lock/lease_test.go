@@ -25,7 +25,7 @@ func newLease(t *testing.T, pool *pgxpool.Pool, cfg lock.LeaseConfig) *lock.Leas
 func leaseOwner(t *testing.T, pool *pgxpool.Pool, name string) string {
 	t.Helper()
 	var owner string
-	if err := pool.QueryRow(context.Background(), `SELECT owner FROM `+lock.LeaseTable+` WHERE name = $1`, name).Scan(&owner); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT owner FROM `+lock.DefaultLeaseTable+` WHERE name = $1`, name).Scan(&owner); err != nil {
 		t.Fatalf("reading the lease of %q: %v", name, err)
 	}
 	return owner
@@ -43,12 +43,12 @@ func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
 
 	ctx := context.Background()
 	job := func(context.Context) error { return nil }
-	if ran, err := g.Do(ctx, name, job); ran || err != nil {
+	if ran, err := lock.Do(ctx, g, name, job); ran || err != nil {
 		t.Fatalf("while the holder lives: Do = %v, %v; want ran=false, nil", ran, err)
 	}
 	// The holder renews: its lease reaches past its first TTL.
 	poll(t, 30*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM `+lock.LeaseTable+` WHERE lock_until > locked_at + $1 * interval '1 microsecond'`, ttl.Microseconds()) == 1
+		return count(t, pool, `SELECT count(*) FROM `+lock.DefaultLeaseTable+` WHERE lock_until > locked_at + $1 * interval '1 microsecond'`, ttl.Microseconds()) == 1
 	})
 	if err := holder.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -57,14 +57,14 @@ func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
 	var ran bool
 	poll(t, 30*time.Second, func() bool {
 		var err error
-		ran, err = g.Do(ctx, name, job)
+		ran, err = lock.Do(ctx, g, name, job)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ran
 	})
 	t.Logf("holder killed -> lease taken over after %v (TTL %v)", time.Since(killedAt), ttl)
-	if n := count(t, pool, `SELECT count(*) FROM `+lock.LeaseTable); n != 0 {
+	if n := count(t, pool, `SELECT count(*) FROM `+lock.DefaultLeaseTable); n != 0 {
 		t.Fatalf("%d lease rows left after the job; want 0", n)
 	}
 }
@@ -76,15 +76,15 @@ func TestLeaseExpiryOnDatabaseClock(t *testing.T) {
 	g := newLease(t, pool, lock.LeaseConfig{})
 	ctx := context.Background()
 	job := func(context.Context) error { return nil }
-	mustExec(t, pool, `INSERT INTO `+lock.LeaseTable+` VALUES ('', 'live', 'someone-else', now(), now() + interval '1 hour'),
+	mustExec(t, pool, `INSERT INTO `+lock.DefaultLeaseTable+` VALUES ('', 'live', 'someone-else', now(), now() + interval '1 hour'),
 		('', 'expired', 'someone-else', now() - interval '2 hour', now() - interval '1 second')`)
-	if ran, err := g.Do(ctx, "live", job); ran || err != nil {
+	if ran, err := lock.Do(ctx, g, "live", job); ran || err != nil {
 		t.Fatalf("live lease: Do = %v, %v; want ran=false, nil", ran, err)
 	}
 	if owner := leaseOwner(t, pool, "live"); owner != "someone-else" {
 		t.Fatalf("live lease owner changed to %q", owner)
 	}
-	if ran, err := g.Do(ctx, "expired", job); !ran || err != nil {
+	if ran, err := lock.Do(ctx, g, "expired", job); !ran || err != nil {
 		t.Fatalf("expired lease: Do = %v, %v; want it taken over", ran, err)
 	}
 }
@@ -97,16 +97,16 @@ func TestLeaseStaleHolderCannotTouchNewLease(t *testing.T) {
 	cfg := lock.LeaseConfig{TTL: time.Hour, RenewInterval: 50 * time.Millisecond}
 	a, b := newLease(t, pool, cfg), newLease(t, pool, cfg)
 
-	stale, err := a.Acquire(ctx, "job")
+	stale, err := a.Lock(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
 	}
 	staleOwner := leaseOwner(t, pool, "job")
-	if _, err := b.Acquire(ctx, "job"); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := b.Lock(ctx, "job"); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("second Acquire error = %v; want ErrNotAcquired", err)
 	}
-	mustExec(t, pool, `UPDATE `+lock.LeaseTable+` SET lock_until = now() - interval '1 second'`)
-	fresh, err := b.Acquire(ctx, "job")
+	mustExec(t, pool, `UPDATE `+lock.DefaultLeaseTable+` SET lock_until = now() - interval '1 second'`)
+	fresh, err := b.Lock(ctx, "job")
 	if err != nil {
 		t.Fatalf("takeover of the expired lease: %v", err)
 	}
@@ -131,9 +131,9 @@ func TestLeaseStaleHolderCannotTouchNewLease(t *testing.T) {
 	}
 	// The new holder keeps renewing successfully, then releases.
 	var until1, until2 time.Time
-	pool.QueryRow(ctx, `SELECT lock_until FROM `+lock.LeaseTable).Scan(&until1)
+	pool.QueryRow(ctx, `SELECT lock_until FROM `+lock.DefaultLeaseTable).Scan(&until1)
 	poll(t, 30*time.Second, func() bool {
-		pool.QueryRow(ctx, `SELECT lock_until FROM `+lock.LeaseTable).Scan(&until2)
+		pool.QueryRow(ctx, `SELECT lock_until FROM `+lock.DefaultLeaseTable).Scan(&until2)
 		return until2.After(until1)
 	})
 	if fresh.Err() != nil {
@@ -142,7 +142,7 @@ func TestLeaseStaleHolderCannotTouchNewLease(t *testing.T) {
 	if err := fresh.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM `+lock.LeaseTable); n != 0 {
+	if n := count(t, pool, `SELECT count(*) FROM `+lock.DefaultLeaseTable); n != 0 {
 		t.Fatalf("%d lease rows after release; want 0", n)
 	}
 }
@@ -153,11 +153,11 @@ func TestLeaseLostCancelsJob(t *testing.T) {
 	pool, _ := newPool(t, 0)
 	ctx := context.Background()
 	g := newLease(t, pool, lock.LeaseConfig{TTL: time.Hour, RenewInterval: 50 * time.Millisecond})
-	ran, err := g.Do(ctx, "job", func(ctx context.Context) error {
-		if ran, err := g.Do(ctx, "job", func(context.Context) error { return nil }); ran || err != nil {
+	ran, err := lock.Do(ctx, g, "job", func(ctx context.Context) error {
+		if ran, err := lock.Do(ctx, g, "job", func(context.Context) error { return nil }); ran || err != nil {
 			t.Errorf("nested Do = %v, %v; want ran=false, nil", ran, err)
 		}
-		mustExec(t, pool, `UPDATE `+lock.LeaseTable+` SET owner = 'usurper'`)
+		mustExec(t, pool, `UPDATE `+lock.DefaultLeaseTable+` SET owner = 'usurper'`)
 		<-ctx.Done()
 		if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLockLost) {
 			t.Errorf("cause = %v; want ErrLockLost", cause)

@@ -11,15 +11,18 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/billonce/billonce/internal/nilness"
 )
 
-// MaxNameLen is the longest name or namespace, in bytes, that a [Guard]
-// accepts.
+// MaxNameLen is the longest name or namespace, in bytes, that [Advisory]
+// and [Lease] accept.
 const MaxNameLen = 200
 
 var (
-	// ErrNotAcquired is returned by Acquire when another holder has the lock.
-	// [Guard.Do] reports the same condition as ran == false with a nil error.
+	// ErrNotAcquired is returned by [Locker.Lock] when another holder has
+	// the lock. [Do] reports the same condition as ran == false with a nil
+	// error.
 	ErrNotAcquired = errors.New("lock: another holder has the lock")
 
 	// ErrLockLost is the cause of a guarded job's context when the lock can
@@ -28,28 +31,37 @@ var (
 	// errors.Is(context.Cause(ctx), ErrLockLost).
 	ErrLockLost = errors.New("lock: lock lost")
 
-	// ErrInvalidName is returned for an empty, oversized or non-UTF-8 name
-	// or namespace.
-	ErrInvalidName = errors.New("lock: invalid name")
-
-	// ErrInvalidConfig is returned by the constructors for a nil database or
-	// an unusable setting.
-	ErrInvalidConfig = errors.New("lock: invalid configuration")
+	// ErrInvalid is wrapped by every error that reports bad input: an
+	// empty, oversized or non-UTF-8 name or namespace, a nil database, job
+	// or guard, an unusable setting. Nothing was locked.
+	ErrInvalid = errors.New("lock: invalid input")
 )
 
-// A Guard runs a function only while it holds a named lock. [*Advisory] and
-// [*Lease] are Guards.
-type Guard interface {
-	// Do runs fn if this caller wins the lock for name and releases the lock
-	// when fn returns (or panics). If another holder has the lock, Do returns
-	// ran == false and a nil error without calling fn. fn's context is
-	// cancelled with cause [ErrLockLost] if the lock is lost while fn runs.
-	Do(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error)
+// A Locker takes named locks. [*Advisory] and [*Lease] are Lockers, and so
+// is a lock of your own (Redis, etcd, a Kubernetes lease) with this one
+// method: [Do], [Func], billing's RunOptions.Lock and package gocronlock take
+// any Locker. The shape is gocron's Locker and Lock.
+type Locker interface {
+	// Lock takes the lock for name and returns it held, or an error
+	// wrapping [ErrNotAcquired] when another holder has it. The caller must
+	// Unlock it. Prefer [Do], which cancels the job when the lock is lost.
+	Lock(ctx context.Context, name string) (Lock, error)
+}
 
-	// Acquire takes the lock for name and returns it held; it returns
-	// [ErrNotAcquired] if another holder has it. The caller must call
-	// [Held.Unlock]. Prefer Do, which cancels the job when the lock is lost.
-	Acquire(ctx context.Context, name string) (*Held, error)
+// A Lock is a lock this process holds, returned by [Locker.Lock].
+type Lock interface {
+	// Unlock releases the lock, even when ctx is cancelled. It returns an
+	// error wrapping [ErrLockLost] if the lock had been lost or its release
+	// could not be confirmed; either way this process no longer holds it.
+	// Calls after the first return the first call's result.
+	Unlock(ctx context.Context) error
+	// Lost is closed when the lock is found lost while held: its
+	// connection died, its lease could not be renewed. A Lock that cannot
+	// tell returns nil.
+	Lost() <-chan struct{}
+	// Err returns nil until Lost is closed, and then an error wrapping
+	// [ErrLockLost] that says why.
+	Err() error
 }
 
 // Key returns the 64-bit advisory lock key for a name in a namespace: the
@@ -75,25 +87,18 @@ func Key(namespace, name string) int64 {
 func checkName(what, s string, mayBeEmpty bool) error {
 	switch {
 	case s == "" && !mayBeEmpty:
-		return fmt.Errorf("%w: %s is empty; name the job, e.g. \"monthly-billing\"", ErrInvalidName, what)
+		return fmt.Errorf("%w: %s is empty; name the job, e.g. \"monthly-billing\"", ErrInvalid, what)
 	case len(s) > MaxNameLen:
-		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalidName, what, len(s), MaxNameLen)
+		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalid, what, len(s), MaxNameLen)
 	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidName, what)
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
 	}
 	return nil
 }
 
-// errNilGuard is what the methods of a nil *Advisory or *Lease return.
+// errNilGuard is what a nil *Advisory or *Lease, or a nil Locker, returns.
 func errNilGuard(what string) error {
-	return fmt.Errorf("%w: a nil %s; check the error its constructor returned", ErrInvalidConfig, what)
-}
-
-// nilGuardJob is the job Func returns on a nil guard: it cannot return the
-// error, so it logs it to slog.Default each time the scheduler runs it.
-func nilGuardJob(what, name string) func() {
-	err := errNilGuard(what)
-	return func() { slog.Default().Error("scheduled job not run", "name", name, "err", err) }
+	return fmt.Errorf("%w: a nil %s; check the error its constructor returned", ErrInvalid, what)
 }
 
 func loggerOrDiscard(l *slog.Logger) *slog.Logger {
@@ -103,11 +108,20 @@ func loggerOrDiscard(l *slog.Logger) *slog.Logger {
 	return l
 }
 
-// A Held is a lock this process holds, returned by Acquire. While it is held,
-// a background check confirms it periodically (advisory lock still granted,
+// loggerOf is the logger of an Advisory or a Lease, and slog.Default's for
+// any other Locker.
+func loggerOf(l Locker) *slog.Logger {
+	if lg, ok := l.(interface{ log() *slog.Logger }); ok {
+		return lg.log()
+	}
+	return slog.Default()
+}
+
+// held is the Lock of an Advisory or a Lease. While it is held, a
+// background check confirms it periodically (advisory lock still granted,
 // lease still renewed); when a check fails, Lost is closed and Err reports
-// why. Unlock releases it. A Held satisfies gocron v2's Lock interface.
-type Held struct {
+// why.
+type held struct {
 	name   string
 	lost   chan struct{} // closed when a check fails
 	err    error         // written before lost is closed
@@ -123,8 +137,8 @@ type Held struct {
 // newHeld starts the checker: every interval, check runs with a timeout and
 // must return nil for the lock to count as still held.
 func newHeld(name string, interval, timeout time.Duration, logger *slog.Logger,
-	check func(ctx context.Context) error, release func(ctx context.Context, lost bool) error) *Held {
-	h := &Held{
+	check func(ctx context.Context) error, release func(ctx context.Context, lost bool) error) *held {
+	h := &held{
 		name:    name,
 		lost:    make(chan struct{}),
 		stop:    make(chan struct{}),
@@ -136,7 +150,7 @@ func newHeld(name string, interval, timeout time.Duration, logger *slog.Logger,
 	return h
 }
 
-func (h *Held) watch(interval, timeout time.Duration, check func(ctx context.Context) error) {
+func (h *held) watch(interval, timeout time.Duration, check func(ctx context.Context) error) {
 	defer close(h.done)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -161,11 +175,11 @@ func (h *Held) watch(interval, timeout time.Duration, check func(ctx context.Con
 }
 
 // Lost is closed when the lock is found lost.
-func (h *Held) Lost() <-chan struct{} { return h.lost }
+func (h *held) Lost() <-chan struct{} { return h.lost }
 
 // Err returns nil while the lock is held, and an error wrapping
 // [ErrLockLost] that says why once Lost is closed.
-func (h *Held) Err() error {
+func (h *held) Err() error {
 	select {
 	case <-h.lost:
 		return h.err
@@ -180,7 +194,7 @@ func (h *Held) Err() error {
 // lock had been lost or its release could not be confirmed; either way the
 // lock is no longer held by this process afterwards. Calls after the first
 // return the first call's result.
-func (h *Held) Unlock(ctx context.Context) error {
+func (h *held) Unlock(ctx context.Context) error {
 	h.unlockOnce.Do(func() {
 		close(h.stop)
 		<-h.done
@@ -198,12 +212,21 @@ func (h *Held) Unlock(ctx context.Context) error {
 	return h.unlockErr
 }
 
-// do is the shared body of Advisory.Do and Lease.Do.
-func do(ctx context.Context, g Guard, logger *slog.Logger, name string, fn func(context.Context) error) (ran bool, err error) {
-	if fn == nil {
-		return false, fmt.Errorf("%w: nil job function for %q", ErrInvalidConfig, name)
+// Do runs fn if this caller wins l's lock for name, and releases the lock
+// when fn returns (or panics). If another holder has the lock, Do returns
+// ran == false and a nil error without calling fn: that is not a failure.
+// fn's context is cancelled with a cause wrapping [ErrLockLost] if the lock
+// is lost while fn runs, and Do then returns an error wrapping ErrLockLost
+// even if fn returned nil, so the loss is never silent.
+func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context) error) (ran bool, err error) {
+	if nilness.Is(l) {
+		return false, errNilGuard(fmt.Sprintf("%T", l))
 	}
-	h, err := g.Acquire(ctx, name)
+	if fn == nil {
+		return false, fmt.Errorf("%w: nil job function for %q", ErrInvalid, name)
+	}
+	logger := loggerOf(l)
+	h, err := l.Lock(ctx, name)
 	if errors.Is(err, ErrNotAcquired) {
 		logger.Debug("lock held elsewhere; job skipped", "name", name)
 		return false, nil
@@ -211,30 +234,57 @@ func do(ctx context.Context, g Guard, logger *slog.Logger, name string, fn func(
 	if err != nil {
 		return false, err
 	}
+	if nilness.Is(h) {
+		return false, fmt.Errorf("lock: %T.Lock(%q) returned neither a lock nor an error", l, name)
+	}
 	jobCtx, cancel := context.WithCancelCause(ctx)
 	finished := make(chan struct{})
 	go func() {
 		select {
 		case <-h.Lost():
-			cancel(h.Err())
+			cancel(lockLostErr(h, name))
 		case <-finished:
 		}
 	}()
 	defer func() {
-		// Runs on return and on panic: stop the checker, then release.
+		// Runs on return and on panic: stop the watcher, then release.
 		close(finished)
-		h.Unlock(ctx) // outcome logged by Unlock; a lost lock is reported below
+		h.Unlock(ctx) // outcome logged by the lock; a lost lock is reported below
 		cancel(nil)
-		if lostErr := h.Err(); lostErr != nil && !errors.Is(err, ErrLockLost) {
-			err = errors.Join(err, lostErr)
+		select {
+		case <-h.Lost():
+			if !errors.Is(err, ErrLockLost) {
+				err = errors.Join(err, lockLostErr(h, name))
+			}
+		default:
 		}
 	}()
 	logger.Debug("lock acquired; job running", "name", name)
 	return true, fn(jobCtx)
 }
 
-// jobFunc is the shared body of Advisory.Func and Lease.Func.
-func jobFunc(ctx context.Context, g Guard, logger *slog.Logger, name string, fn func(context.Context) error) func() {
+// lockLostErr says why h was lost, wrapping ErrLockLost.
+func lockLostErr(h Lock, name string) error {
+	if err := h.Err(); errors.Is(err, ErrLockLost) {
+		return err
+	} else if err != nil {
+		return fmt.Errorf("%w: %q: %w", ErrLockLost, name, err)
+	}
+	return fmt.Errorf("%w: %q", ErrLockLost, name)
+}
+
+// Func wraps fn as the func() job that robfig/cron (cron.FuncJob) and
+// similar schedulers call: each call runs fn under [Do] with a context
+// derived from ctx (cancel ctx to stop the job on shutdown), logs whether it
+// ran, was skipped, failed or panicked (to the logger of an Advisory or a
+// Lease, slog.Default for other Lockers), and recovers a panic so that the
+// scheduler keeps running.
+func Func(ctx context.Context, l Locker, name string, fn func(ctx context.Context) error) func() {
+	if nilness.Is(l) {
+		err := errNilGuard(fmt.Sprintf("%T", l))
+		return func() { slog.Default().Error("scheduled job not run", "name", name, "err", err) }
+	}
+	logger := loggerOf(l)
 	return func() {
 		start := time.Now()
 		defer func() {
@@ -242,7 +292,7 @@ func jobFunc(ctx context.Context, g Guard, logger *slog.Logger, name string, fn 
 				logger.Error("scheduled job panicked", "name", name, "panic", p, "stack", string(debug.Stack()))
 			}
 		}()
-		ran, err := g.Do(ctx, name, fn)
+		ran, err := Do(ctx, l, name, fn)
 		switch {
 		case err != nil:
 			logger.Error("scheduled job failed", "name", name, "ran", ran, "err", err, "duration", time.Since(start))

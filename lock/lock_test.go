@@ -48,13 +48,16 @@ func TestBadInput(t *testing.T) {
 			name string
 			new  func() error
 		}{
-			{"nil pool", func() error { _, err := lock.NewAdvisory(nil, lock.Config{}); return err }},
-			{"negative check interval", func() error { _, err := lock.NewAdvisory(pool, lock.Config{CheckInterval: -time.Second}); return err }},
-			{"tiny check interval", func() error {
-				_, err := lock.NewAdvisory(pool, lock.Config{CheckInterval: time.Nanosecond})
+			{"nil pool", func() error { _, err := lock.NewAdvisory(nil, lock.AdvisoryConfig{}); return err }},
+			{"negative check interval", func() error {
+				_, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{CheckInterval: -time.Second})
 				return err
 			}},
-			{"negative wait", func() error { _, err := lock.NewAdvisory(pool, lock.Config{Wait: -1}); return err }},
+			{"tiny check interval", func() error {
+				_, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{CheckInterval: time.Nanosecond})
+				return err
+			}},
+			{"negative wait", func() error { _, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Wait: -1}); return err }},
 			{"nil db", func() error { _, err := lock.NewLease(nil, lock.LeaseConfig{}); return err }},
 			{"negative TTL", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{TTL: -time.Second}); return err }},
 			{"negative renew", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{RenewInterval: -time.Second}); return err }},
@@ -65,16 +68,16 @@ func TestBadInput(t *testing.T) {
 			{"lease negative wait", func() error { _, err := lock.NewLease(pool, lock.LeaseConfig{Wait: -1}); return err }},
 		} {
 			err := tc.new()
-			if !errors.Is(err, lock.ErrInvalidConfig) {
-				t.Errorf("%s: error = %v; want ErrInvalidConfig", tc.name, err)
+			if !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("%s: error = %v; want ErrInvalid", tc.name, err)
 			}
 		}
-		if _, err := lock.NewAdvisory(pool, lock.Config{Namespace: strings.Repeat("n", lock.MaxNameLen+1)}); !errors.Is(err, lock.ErrInvalidName) {
-			t.Errorf("oversized namespace: error = %v; want ErrInvalidName", err)
+		if _, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: strings.Repeat("n", lock.MaxNameLen+1)}); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("oversized namespace: error = %v; want ErrInvalid", err)
 		}
 	})
 
-	adv, err := lock.NewAdvisory(pool, lock.Config{})
+	adv, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,35 +85,35 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range []lock.Guard{adv, lease} {
+	for _, g := range []lock.Locker{adv, lease} {
 		for _, name := range []string{"", strings.Repeat("x", lock.MaxNameLen+1), "bad\xffutf8"} {
-			if ran, err := g.Do(ctx, name, job); ran || !errors.Is(err, lock.ErrInvalidName) {
-				t.Errorf("%T.Do(%q) = %v, %v; want ErrInvalidName", g, name, ran, err)
+			if ran, err := lock.Do(ctx, g, name, job); ran || !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("%T.Do(%q) = %v, %v; want ErrInvalid", g, name, ran, err)
 			}
 		}
-		if ran, err := g.Do(ctx, "job", nil); ran || !errors.Is(err, lock.ErrInvalidConfig) {
-			t.Errorf("%T.Do with nil fn = %v, %v; want ErrInvalidConfig", g, ran, err)
+		if ran, err := lock.Do(ctx, g, "job", nil); ran || !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%T.Do with nil fn = %v, %v; want ErrInvalid", g, ran, err)
 		}
 	}
-	if _, err := lock.TryXact(ctx, nil, "", "job"); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("TryXact(nil tx) error = %v; want ErrInvalidConfig", err)
+	if _, err := lock.TryXact(ctx, nil, "", "job"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("TryXact(nil tx) error = %v; want ErrInvalid", err)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := lock.TryXact(ctx, tx, "", ""); !errors.Is(err, lock.ErrInvalidName) {
-		t.Errorf("TryXact empty name error = %v; want ErrInvalidName", err)
+	if _, err := lock.TryXact(ctx, tx, "", ""); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("TryXact empty name error = %v; want ErrInvalid", err)
 	}
-	if _, err := gocronlock.New(nil).Lock(ctx, "job"); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("gocronlock with nil guard: error = %v; want ErrInvalidConfig", err)
+	if _, err := gocronlock.New(nil).Lock(ctx, "job"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("gocronlock with nil guard: error = %v; want ErrInvalid", err)
 	}
 }
 
 // A nil *Advisory or *Lease (what `guard, _ := lock.NewAdvisory(nil, ...)`
 // leaves behind), a nil pool behind the DB interface or a nil transaction
-// behind pgx.Tx is refused with ErrInvalidConfig, never a panic.
+// behind pgx.Tx is refused with ErrInvalid, never a panic.
 func TestNilGuardsRefused(t *testing.T) {
 	ctx := context.Background()
 	job := func(context.Context) error { t.Error("job ran"); return nil }
@@ -130,24 +133,24 @@ func TestNilGuardsRefused(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"nil *Advisory Do", func() error { _, err := adv.Do(ctx, "job", job); return err }},
-		{"nil *Advisory Acquire", func() error { _, err := adv.Acquire(ctx, "job"); return err }},
-		{"nil *Lease Do", func() error { _, err := lease.Do(ctx, "job", job); return err }},
-		{"nil *Lease Acquire", func() error { _, err := lease.Acquire(ctx, "job"); return err }},
+		{"nil *Advisory Do", func() error { _, err := lock.Do(ctx, adv, "job", job); return err }},
+		{"nil *Advisory Acquire", func() error { _, err := adv.Lock(ctx, "job"); return err }},
+		{"nil *Lease Do", func() error { _, err := lock.Do(ctx, lease, "job", job); return err }},
+		{"nil *Lease Acquire", func() error { _, err := lease.Lock(ctx, "job"); return err }},
 		{"nil *Lease Migrate", func() error { return lease.Migrate(ctx) }},
-		{"Guard holding a nil *Advisory", func() error { var g lock.Guard = adv; _, err := g.Do(ctx, "job", job); return err }},
+		{"Guard holding a nil *Advisory", func() error { var g lock.Locker = adv; _, err := lock.Do(ctx, g, "job", job); return err }},
 		{"gocronlock on a nil *Advisory", func() error { _, err := gocronlock.New(adv).Lock(ctx, "job"); return err }},
 		{"NewLease on a nil *pgxpool.Pool", func() error { _, err := lock.NewLease((*pgxpool.Pool)(nil), lock.LeaseConfig{}); return err }},
 		{"TryXact on a nil *pgxpool.Tx", func() error { _, err := lock.TryXact(ctx, (*pgxpool.Tx)(nil), "", "job"); return err }},
 	} {
-		if err := noPanic(tc.call); !errors.Is(err, lock.ErrInvalidConfig) {
-			t.Errorf("%s: %v; want ErrInvalidConfig", tc.name, err)
+		if err := noPanic(tc.call); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%s: %v; want ErrInvalid", tc.name, err)
 		}
 	}
 	// Func cannot return an error: its job logs one and runs nothing.
 	for _, f := range []func() func(){
-		func() func() { return adv.Func(ctx, "job", job) },
-		func() func() { return lease.Func(ctx, "job", job) },
+		func() func() { return lock.Func(ctx, adv, "job", job) },
+		func() func() { return lock.Func(ctx, lease, "job", job) },
 	} {
 		if err := noPanic(func() error { f()(); return nil }); err != nil {
 			t.Errorf("Func on a nil guard: %v", err)
@@ -158,9 +161,9 @@ func TestNilGuardsRefused(t *testing.T) {
 // A closed pool is an error, not "another holder has it".
 func TestClosedPool(t *testing.T) {
 	pool, _ := newPool(t, 0)
-	g := newAdvisory(t, pool, lock.Config{})
+	g := newAdvisory(t, pool, lock.AdvisoryConfig{})
 	pool.Close()
-	ran, err := g.Do(context.Background(), "job", func(context.Context) error { return nil })
+	ran, err := lock.Do(context.Background(), g, "job", func(context.Context) error { return nil })
 	if ran || err == nil {
 		t.Fatalf("Do on a closed pool = %v, %v; want an error", ran, err)
 	}
@@ -173,18 +176,18 @@ func TestFuncLogsOutcomes(t *testing.T) {
 	pool, _ := newPool(t, 0)
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	g := newAdvisory(t, pool, lock.Config{Logger: logger})
+	g := newAdvisory(t, pool, lock.AdvisoryConfig{Logger: logger})
 	ctx := context.Background()
 	runs := 0
 
-	g.Func(ctx, "ok", func(context.Context) error { runs++; return nil })()
-	g.Func(ctx, "fails", func(context.Context) error { return errors.New("card network down") })()
-	g.Func(ctx, "panics", func(context.Context) error { panic("boom") })()
-	h, err := g.Acquire(ctx, "busy")
+	lock.Func(ctx, g, "ok", func(context.Context) error { runs++; return nil })()
+	lock.Func(ctx, g, "fails", func(context.Context) error { return errors.New("card network down") })()
+	lock.Func(ctx, g, "panics", func(context.Context) error { panic("boom") })()
+	h, err := g.Lock(ctx, "busy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.Func(ctx, "busy", func(context.Context) error { runs++; return nil })()
+	lock.Func(ctx, g, "busy", func(context.Context) error { runs++; return nil })()
 	h.Unlock(ctx)
 
 	if runs != 1 {

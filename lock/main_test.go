@@ -78,13 +78,13 @@ func TestHelperProcess(t *testing.T) {
 		// winner holds the lock until it sees the expected number of skips,
 		// so every process tries while the lock is held.
 		wantSkips, _ := strconv.Atoi(os.Getenv(envArg))
-		g, err := lock.NewAdvisory(pool, lock.Config{})
+		g, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustExec(t, pool, `INSERT INTO ready (pid) VALUES ($1)`, pid)
 		poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM start`) > 0 })
-		ran, err := g.Do(ctx, name, func(ctx context.Context) error {
+		ran, err := lock.Do(ctx, g, name, func(ctx context.Context) error {
 			mustExec(t, pool, `INSERT INTO runs (pid) VALUES ($1)`, pid)
 			poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM skips`) >= wantSkips })
 			return nil
@@ -99,11 +99,11 @@ func TestHelperProcess(t *testing.T) {
 	case "hold":
 		// Hold the lock until the job's context is cancelled; report when
 		// and why.
-		g, err := lock.NewAdvisory(pool, lock.Config{})
+		g, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ran, err := g.Do(ctx, name, func(ctx context.Context) error {
+		ran, err := lock.Do(ctx, g, name, func(ctx context.Context) error {
 			mustExec(t, pool, `INSERT INTO held (pid) VALUES ($1)`, pid)
 			<-ctx.Done()
 			at := time.Now().UnixNano()
@@ -124,7 +124,7 @@ func TestHelperProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.Do(ctx, name, func(ctx context.Context) error {
+		lock.Do(ctx, g, name, func(ctx context.Context) error {
 			mustExec(t, pool, `INSERT INTO held (pid) VALUES ($1)`, pid)
 			select {}
 		})

@@ -67,7 +67,7 @@
 //   - the caller's context is done: an error wrapping ctx.Err() and the
 //     last attempt's error;
 //   - the key is zero or the policy invalid: [ErrZeroKey] or
-//     [ErrInvalidPolicy], before the operation runs.
+//     [ErrInvalid], before the operation runs.
 //
 // After an [*ExhaustedError] the operation may or may not have taken
 // effect. Resending later with the same key is safe while the key window is

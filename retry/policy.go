@@ -38,8 +38,8 @@ const (
 	jitter     = 0.5
 )
 
-// ErrInvalidPolicy is wrapped by every error [Policy.Validate] returns.
-var ErrInvalidPolicy = errors.New("retry: invalid policy")
+// ErrInvalid is wrapped by every error [Policy.Validate] returns.
+var ErrInvalid = errors.New("retry: invalid policy")
 
 // Policy says when and how long [Do] retries. The zero Policy is valid: every
 // zero field takes its Default* value.
@@ -89,7 +89,7 @@ type Event struct {
 }
 
 // Validate reports whether p can be used, with an error wrapping
-// [ErrInvalidPolicy] that names the field to fix. Do validates the policy
+// [ErrInvalid] that names the field to fix. Do validates the policy
 // itself; Validate lets a caller check a policy once, when it is configured.
 func (p Policy) Validate() error {
 	_, err := p.withDefaults()
@@ -109,20 +109,20 @@ func (p Policy) withDefaults() (Policy, error) {
 		{"MaxElapsed", p.MaxElapsed},
 	} {
 		if f.d < 0 {
-			return p, fmt.Errorf("%w: %s is %v; use a positive duration, or 0 for the default", ErrInvalidPolicy, f.name, f.d)
+			return p, fmt.Errorf("%w: %s is %v; use a positive duration, or 0 for the default", ErrInvalid, f.name, f.d)
 		}
 		if f.d >= KeyWindow && f.name != "MaxElapsed" {
 			// No wait or attempt may outlast the budget, which is below
 			// the window; and backoff's jitter overflows on intervals of
 			// decades, into waits of 0.
-			return p, fmt.Errorf("%w: %s is %v, not shorter than the %v idempotency key window; use a duration well below MaxElapsed", ErrInvalidPolicy, f.name, f.d, KeyWindow)
+			return p, fmt.Errorf("%w: %s is %v, not shorter than the %v idempotency key window; use a duration well below MaxElapsed", ErrInvalid, f.name, f.d, KeyWindow)
 		}
 	}
 	if p.MaxAttempts < 0 {
-		return p, fmt.Errorf("%w: MaxAttempts is %d; use a positive count, or 0 for the default (%d)", ErrInvalidPolicy, p.MaxAttempts, DefaultMaxAttempts)
+		return p, fmt.Errorf("%w: MaxAttempts is %d; use a positive count, or 0 for the default (%d)", ErrInvalid, p.MaxAttempts, DefaultMaxAttempts)
 	}
 	if p.MaxElapsed >= KeyWindow {
-		return p, fmt.Errorf("%w: MaxElapsed is %v, not shorter than the %v idempotency key window; a retry after the window could charge twice, so use a budget well below it", ErrInvalidPolicy, p.MaxElapsed, KeyWindow)
+		return p, fmt.Errorf("%w: MaxElapsed is %v, not shorter than the %v idempotency key window; a retry after the window could charge twice, so use a budget well below it", ErrInvalid, p.MaxElapsed, KeyWindow)
 	}
 	if p.Classify == nil {
 		p.Classify = DefaultClassify
@@ -143,7 +143,7 @@ func (p Policy) withDefaults() (Policy, error) {
 		p.MaxElapsed = DefaultMaxElapsed
 	}
 	if p.InitialInterval > p.MaxInterval {
-		return p, fmt.Errorf("%w: InitialInterval %v is longer than MaxInterval %v; lower InitialInterval or raise MaxInterval", ErrInvalidPolicy, p.InitialInterval, p.MaxInterval)
+		return p, fmt.Errorf("%w: InitialInterval %v is longer than MaxInterval %v; lower InitialInterval or raise MaxInterval", ErrInvalid, p.InitialInterval, p.MaxInterval)
 	}
 	return p, nil
 }

@@ -57,7 +57,7 @@ func (e *ExhaustedError) Unwrap() error { return e.Err }
 //   - an [*ExhaustedError] wrapping the last error when it gives up;
 //   - an error wrapping ctx.Err() and the last error, if any, when ctx is
 //     done (the classifier is not consulted then);
-//   - an error wrapping [ErrZeroKey] or [ErrInvalidPolicy], without calling
+//   - an error wrapping [ErrZeroKey] or [ErrInvalid], without calling
 //     op, when the key or the policy is unusable.
 //
 // Do is safe for concurrent use; each call has its own backoff state.

@@ -383,15 +383,15 @@ func TestInvalidPolicyRejected(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%+v", tt.p), func(t *testing.T) {
 			err := tt.p.Validate()
-			if !errors.Is(err, retry.ErrInvalidPolicy) {
-				t.Fatalf("Validate() = %v, want ErrInvalidPolicy", err)
+			if !errors.Is(err, retry.ErrInvalid) {
+				t.Fatalf("Validate() = %v, want ErrInvalid", err)
 			}
 			if !strings.Contains(err.Error(), tt.field) {
 				t.Errorf("Validate() = %q, want it to name %s", err, tt.field)
 			}
 			r := &recorder{}
-			if _, err := retry.Do(t.Context(), newKey(t, "cus_1"), tt.p, r.op); !errors.Is(err, retry.ErrInvalidPolicy) {
-				t.Errorf("Do error = %v, want ErrInvalidPolicy", err)
+			if _, err := retry.Do(t.Context(), newKey(t, "cus_1"), tt.p, r.op); !errors.Is(err, retry.ErrInvalid) {
+				t.Errorf("Do error = %v, want ErrInvalid", err)
 			}
 			if len(r.keys) != 0 {
 				t.Errorf("op ran %d times under an invalid policy", len(r.keys))

@@ -66,11 +66,12 @@
 // key, livemode_mismatch, a missing customer), stored nowhere. Faults are chosen, in this order, by
 //
 //   - [Server.FailNext]: a queue of faults for requests that match a [Match];
-//   - Config.Script or [Server.SetScript]: a func([Request]) [Fault];
-//   - Config.Rates or [Server.SetRates]: seeded probabilities, drawn from a
-//     hash of the seed, the API and idempotency keys and the attempt number,
-//     so a run is repeatable however requests interleave;
-//   - [Server.Decline]: customers whose card always declines.
+//   - Config.Script or [Server.SetScript]: a func([Request]) [Fault], such as
+//     [RandomFaults], which draws seeded random faults from a hash of the
+//     seed, the API and idempotency keys and the attempt number, so a run is
+//     repeatable however requests interleave;
+//   - [Server.Decline]: customers whose card always declines (their state,
+//     not a fault of the request).
 //
 // All of them, and the rate limiter ([Server.SetRateLimit]), can be changed
 // while the server runs.
@@ -127,11 +128,10 @@
 //
 // # Another process
 //
-// A chaos run may serve the fake from its own process (Config.Addr) and
-// drive it over HTTP through two test-only endpoints that need no API key:
-// GET /_billingtest/state[?log=1] returns a [State] as JSON, and POST
-// /_billingtest/control applies a [Control] (seed, rates, rate limit,
-// declines, clock advance). Never expose them beyond loopback.
+// A chaos run may serve the fake from its own process (Config.Addr).
+// examples/fake-stripe does, and serves the ledger and the settings as JSON
+// on a second address for processes that drive it over HTTP; the package
+// itself has no endpoints beyond Stripe's.
 //
 // # What the fake does not model
 //

@@ -140,6 +140,35 @@ type Request struct {
 	// Attempt counts the requests seen with this API key and idempotency key,
 	// starting at 1. Requests without a key count per method and path.
 	Attempt int
+
+	// drawID identifies the request for RandomFaults: the API key and the
+	// idempotency key, or the method and path. A pointer, so that printing
+	// a Request never shows the API key.
+	drawID *string
+}
+
+// RandomFaults returns a fault script (for Config.Script or
+// [Server.SetScript]) that gives each request a fault drawn at random:
+// rates[kind] is the probability of that kind, and the rates add up to at
+// most 1. The draw is a pure function of the seed, the request's API and
+// idempotency keys and its attempt number, so the same seed gives the same
+// faults for the same keys however requests interleave, in every process.
+// An error says which rate is invalid.
+//
+// To combine it with faults of your own, call it from your script when
+// yours has none to give.
+func RandomFaults(seed int64, rates map[FaultKind]float64) (func(Request) Fault, error) {
+	t, err := newRateTable(seed, rates)
+	if err != nil {
+		return nil, err
+	}
+	return func(r Request) Fault {
+		id := r.Method + " " + r.Path
+		if r.drawID != nil {
+			id = *r.drawID
+		}
+		return Fault{Kind: t.draw(id, r.Attempt)}
+	}, nil
 }
 
 // Match selects requests for [Server.FailNext]. Empty fields match anything.

@@ -83,10 +83,6 @@ func route(method, path string) (endpoint, string) {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	if strings.HasPrefix(r.URL.Path, adminPrefix) {
-		s.serveAdmin(w, r)
-		return
-	}
 	rid := fmt.Sprintf("req_%014d", s.reqSeq.Add(1))
 	h := w.Header()
 	h.Set("Request-Id", rid)
@@ -138,6 +134,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.seqs[drawID]++
 		req.Attempt = s.seqs[drawID]
 	}
+	req.drawID = &drawID
 	var fault Fault
 	for i, q := range s.queue {
 		if q.match.matches(&req) {
@@ -146,7 +143,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	script, rates := s.script, s.rates
+	script := s.script
 	declineCode, declined := s.declines[e.Customer]
 	s.mu.Unlock()
 
@@ -155,9 +152,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if !fault.Kind.valid() {
 			fault = Fault{}
 		}
-	}
-	if fault.Kind == FaultNone {
-		fault.Kind = rates.draw(drawID, req.Attempt)
 	}
 	if fault.Kind == FaultDecline {
 		declined, declineCode = true, orDefault(fault.DeclineCode, DefaultDeclineCode)

@@ -34,9 +34,7 @@ func newAPI(tb testing.TB, srv *billingtest.Server, key string, hc *http.Client)
 
 func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
 	tb.Helper()
-	srv := billingtest.NewServer(cfg)
-	tb.Cleanup(srv.Close)
-	return srv
+	return billingtest.Start(tb, cfg)
 }
 
 func chargeParams(customer, period, key string) *stripe.ChargeParams {
@@ -61,4 +59,13 @@ func stripeErr(tb testing.TB, err error) *stripe.Error {
 		tb.Fatalf("error = %v (%T); want *stripe.Error", err, err)
 	}
 	return se
+}
+
+// faults is billingtest.RandomFaults for rates known to be valid.
+func faults(seed int64, rates map[billingtest.FaultKind]float64) func(billingtest.Request) billingtest.Fault {
+	f, err := billingtest.RandomFaults(seed, rates)
+	if err != nil {
+		panic(err)
+	}
+	return f
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,15 +51,10 @@ type Config struct {
 	// server's clock. Defaults to DefaultKeyTTL (24 hours, as Stripe).
 	KeyTTL time.Duration
 
-	// Seed and Rates set seeded random faults: Rates[kind] is the
-	// probability that a request gets that fault. Defaults to none.
-	Seed  int64
-	Rates map[FaultKind]float64
-
 	// Script, if set, chooses a fault for every /v1 request not already
 	// given one by [Server.FailNext]. It runs on the request's goroutine
-	// and must be safe for concurrent use. Returning a zero Fault falls
-	// through to Rates.
+	// and must be safe for concurrent use. [RandomFaults] makes one that
+	// draws seeded random faults. A zero Fault serves the request normally.
 	Script func(Request) Fault
 
 	// Declines maps customer IDs to a decline_code: every payment for those
@@ -80,10 +76,9 @@ type Server struct {
 	periodKey string
 	ttl       time.Duration
 
-	hs        *httpServer
+	ts        *httptest.Server
 	closing   chan struct{}
 	closeOnce sync.Once
-	serveErr  chan error
 	reqSeq    atomic.Uint64
 	inflight  sync.WaitGroup // handlers, including those of hijacked connections
 
@@ -98,7 +93,6 @@ type Server struct {
 	perPer   map[[2]string]int
 	log      []Entry
 	stats    Stats
-	rates    rateTable
 	script   func(Request) Fault
 	queue    []queued
 	declines map[string]string
@@ -120,10 +114,6 @@ func NewServer(cfg Config) *Server {
 }
 
 func newServer(cfg Config) (*Server, error) {
-	rt, err := newRateTable(cfg.Seed, cfg.Rates)
-	if err != nil {
-		return nil, err
-	}
 	b, err := newBucket(cfg.RateLimit, cfg.RateBurst)
 	if err != nil {
 		return nil, err
@@ -135,14 +125,12 @@ func newServer(cfg Config) (*Server, error) {
 		periodKey: orDefault(cfg.PeriodKey, DefaultPeriodKey),
 		ttl:       cfg.KeyTTL,
 		closing:   make(chan struct{}),
-		serveErr:  make(chan error, 1),
 		keys:      make(map[string]*idemEntry),
 		seqs:      make(map[string]int),
 		byID:      make(map[string]*Payment),
 		perCust:   make(map[string]int),
 		perPer:    make(map[[2]string]int),
 		stats:     Stats{Faults: make(map[FaultKind]int64)},
-		rates:     rt,
 		script:    cfg.Script,
 		declines:  make(map[string]string),
 		bucket:    b,
@@ -173,9 +161,14 @@ func newServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, DefaultAddr), err)
 	}
-	s.URL = "http://" + ln.Addr().String()
-	s.hs = newHTTPServer(http.HandlerFunc(s.serveHTTP))
-	go func() { s.serveErr <- s.hs.Serve(ln) }()
+	// httptest.Server serves and closes: Close closes idle and unused
+	// connections at once and waits for requests in progress.
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	s.ts.Listener.Close()
+	s.ts.Listener = ln
+	s.ts.Config.ReadHeaderTimeout = 10 * time.Second
+	s.ts.Start()
+	s.URL = s.ts.URL
 	return s, nil
 }
 
@@ -185,8 +178,7 @@ func newServer(cfg Config) (*Server, error) {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
-		s.hs.shutdown()
-		<-s.serveErr
+		s.ts.Close()
 		s.inflight.Wait()
 	})
 }
@@ -214,19 +206,6 @@ func (s *Server) Advance(d time.Duration) {
 	s.mu.Unlock()
 }
 
-// SetRates replaces the seeded fault probabilities. An error says which
-// rate is invalid; the old rates then stay in force.
-func (s *Server) SetRates(seed int64, rates map[FaultKind]float64) error {
-	rt, err := newRateTable(seed, rates)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.rates = rt
-	s.mu.Unlock()
-	return nil
-}
-
 // SetScript replaces Config.Script; nil removes it.
 func (s *Server) SetScript(f func(Request) Fault) {
 	s.mu.Lock()
@@ -235,7 +214,7 @@ func (s *Server) SetScript(f func(Request) Fault) {
 }
 
 // FailNext queues faults for the next requests that match m, one fault per
-// matching request, in order. Queued faults win over the script and rates.
+// matching request, in order. Queued faults win over the script.
 func (s *Server) FailNext(m Match, faults ...Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -86,13 +86,13 @@ func FanOut(ctx context.Context, ins Inserter, db Beginner, period string, items
 	res := FanOutResult{Period: period}
 	switch {
 	case nilness.Is(ins) || nilness.Is(db):
-		return res, fmt.Errorf("%w: FanOut needs a River client and a pool to insert with", billing.ErrInvalidInput)
+		return res, fmt.Errorf("%w: FanOut needs a River client and a pool to insert with", billing.ErrInvalid)
 	case items == nil:
-		return res, fmt.Errorf("%w: FanOut needs an iterator of customers (billing.Customers for a fixed list)", billing.ErrInvalidInput)
+		return res, fmt.Errorf("%w: FanOut needs an iterator of customers (billing.Customers for a fixed list)", billing.ErrInvalid)
 	case batchSize < 0 || batchSize > MaxFanOutBatch:
-		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalidInput, batchSize, MaxFanOutBatch, DefaultFanOutBatch)
+		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalid, batchSize, MaxFanOutBatch, DefaultFanOutBatch)
 	}
-	if err := billing.CheckPeriod(period); err != nil {
+	if err := billing.ValidatePeriod(period); err != nil {
 		return res, err
 	}
 	if batchSize == 0 {
@@ -123,8 +123,9 @@ func FanOut(ctx context.Context, ins Inserter, db Beginner, period string, items
 		}
 		res.Customers++
 		switch {
-		case billing.CheckCustomer(it.Customer) != nil:
-			res.invalid("item %d: %v", res.Customers, billing.CheckCustomer(it.Customer))
+		case billing.Item{Customer: it.Customer}.Validate(billing.Charges) != nil:
+			// The customer ID alone: a Price is refused below.
+			res.invalid("item %d: %v", res.Customers, billing.Item{Customer: it.Customer}.Validate(billing.Charges))
 			continue
 		case it.Price != nil:
 			res.invalid("customer %s: an item with its own Price cannot be fanned out: jobs carry identity only; price it with the Biller's Config.Price", it.Customer)
@@ -207,15 +208,15 @@ type FanOutWorker struct {
 func NewFanOutWorker(cfg FanOutConfig) (*FanOutWorker, error) {
 	switch {
 	case nilness.Is(cfg.DB):
-		return nil, fmt.Errorf("%w: FanOutConfig.DB is nil: pass the pool of the River client", billing.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: FanOutConfig.DB is nil: pass the pool of the River client", billing.ErrInvalid)
 	case cfg.Customers == nil:
-		return nil, fmt.Errorf("%w: FanOutConfig.Customers is nil: pass the function that lists a period's customers", billing.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: FanOutConfig.Customers is nil: pass the function that lists a period's customers", billing.ErrInvalid)
 	case cfg.BatchSize < 0 || cfg.BatchSize > MaxFanOutBatch:
-		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalidInput, cfg.BatchSize, DefaultFanOutBatch, MaxFanOutBatch)
+		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalid, cfg.BatchSize, DefaultFanOutBatch, MaxFanOutBatch)
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: FanOutConfig.Timeout must not be negative", billing.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: FanOutConfig.Timeout must not be negative", billing.ErrInvalid)
 	case cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()):
-		return nil, fmt.Errorf("%w: FanOutConfig.Logger has no handler", billing.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: FanOutConfig.Logger has no handler", billing.ErrInvalid)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultFanOutTimeout
@@ -237,7 +238,7 @@ func (w *FanOutWorker) Work(ctx context.Context, job *river.Job[FanOutArgs]) err
 		return river.JobCancel(fmt.Errorf("riverbilling: the fan-out runs on a River client with the pgx driver: %w", err))
 	}
 	period := job.Args.Period
-	if err := billing.CheckPeriod(period); err != nil {
+	if err := billing.ValidatePeriod(period); err != nil {
 		return river.JobCancel(err)
 	}
 	res, err := FanOut(ctx, client, w.cfg.DB, period, w.cfg.Customers(ctx, period), w.cfg.BatchSize)

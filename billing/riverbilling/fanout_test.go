@@ -97,8 +97,8 @@ func TestFanOutInput(t *testing.T) {
 		period string
 		batch  int
 	}{{"2026-13", 0}, {period, -1}, {period, riverbilling.MaxFanOutBatch + 1}} {
-		if _, err := riverbilling.FanOut(ctx, c, e.pool, bad.period, billing.Customers("cus_9"), bad.batch); !errors.Is(err, billing.ErrInvalidInput) {
-			t.Errorf("FanOut(%q, batch %d) = %v, want ErrInvalidInput", bad.period, bad.batch, err)
+		if _, err := riverbilling.FanOut(ctx, c, e.pool, bad.period, billing.Customers("cus_9"), bad.batch); !errors.Is(err, billing.ErrInvalid) {
+			t.Errorf("FanOut(%q, batch %d) = %v, want ErrInvalid", bad.period, bad.batch, err)
 		}
 	}
 }

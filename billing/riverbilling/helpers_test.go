@@ -243,7 +243,7 @@ func (e *env) lostAnswer(b *billing.Biller, customer string) {
 	e.srv.FailNext(billingtest.Match{Customer: customer}, billingtest.Fault{Kind: billingtest.FaultCut})
 	e.searchDown()
 	defer e.srv.SetScript(nil)
-	_, err := b.Charge(context.Background(), customer, period)
+	_, err := b.Charge(context.Background(), customer, period, nil)
 	if err == nil {
 		e.tb.Fatalf("charge with a lost answer succeeded, want an unknown outcome")
 	}

@@ -100,13 +100,13 @@ type Worker struct {
 // NewWorker returns a Worker that bills through b.
 func NewWorker(b *billing.Biller, cfg WorkerConfig) (*Worker, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: riverbilling.NewWorker needs a *billing.Biller (billing.New)", billing.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: riverbilling.NewWorker needs a *billing.Biller (billing.New)", billing.ErrInvalid)
 	}
 	if cfg.JobTimeout < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 {
-		return nil, fmt.Errorf("%w: WorkerConfig durations must not be negative (zero takes the default)", billing.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: WorkerConfig durations must not be negative (zero takes the default)", billing.ErrInvalid)
 	}
 	if cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()) {
-		return nil, fmt.Errorf("%w: WorkerConfig.Logger has no handler", billing.ErrInvalidInput)
+		return nil, fmt.Errorf("%w: WorkerConfig.Logger has no handler", billing.ErrInvalid)
 	}
 	if cfg.JobTimeout == 0 {
 		cfg.JobTimeout = DefaultJobTimeout
@@ -118,7 +118,7 @@ func NewWorker(b *billing.Biller, cfg WorkerConfig) (*Worker, error) {
 		cfg.MaxRetryInterval = DefaultMaxRetryInterval
 	}
 	if cfg.RetryInterval > cfg.MaxRetryInterval {
-		return nil, fmt.Errorf("%w: WorkerConfig.RetryInterval %v is above MaxRetryInterval %v", billing.ErrInvalidInput, cfg.RetryInterval, cfg.MaxRetryInterval)
+		return nil, fmt.Errorf("%w: WorkerConfig.RetryInterval %v is above MaxRetryInterval %v", billing.ErrInvalid, cfg.RetryInterval, cfg.MaxRetryInterval)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -152,7 +152,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	a := job.Args
 	var err error
 	if a.Attempt <= 1 {
-		_, err = w.biller.Charge(ctx, a.Customer, a.Period)
+		_, err = w.biller.Charge(ctx, a.Customer, a.Period, nil)
 	} else {
 		_, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, nil)
 	}
@@ -208,33 +208,40 @@ type action struct {
 // where billing's outcomes meet River's.
 func decide(err error, now time.Time) action {
 	var (
-		failed     *billing.FailedError
-		inProgress *billing.InProgressError
-		identity   *billing.IdentityError
-		keyReuse   *billing.KeyReuseError
-		mismatch   *claim.MismatchError
+		ce       *billing.ChargeError
+		mismatch *claim.MismatchError
 	)
+	errors.As(err, &ce)
 	switch {
 	case err == nil:
-		// Created, Replayed, AlreadyRecorded or Reconciled: billed.
+		// Created, Replayed, AlreadyBilled or Reconciled: billed.
 		return action{kind: complete}
-	case errors.As(err, &failed):
+	case errors.Is(err, billing.ErrDeclined):
+		// A decline, or a payment that failed when it settled.
 		return action{kind: cancel}
 	case errors.Is(err, billing.ErrSpendCapReached), errors.Is(err, billing.ErrVaultKeyRevoked),
 		errors.Is(err, billing.ErrEndpointNotAllowed), errors.Is(err, billing.ErrStripeAuth),
 		errors.Is(err, billing.ErrStripeRequest):
 		return action{kind: cancel, stop: true}
-	case errors.As(err, &inProgress):
-		return action{kind: snooze, snooze: min(max(inProgress.LeaseUntil.Sub(now), minSnooze), maxSnooze)}
-	case errors.As(err, &identity):
+	case errors.Is(err, billing.ErrInProgress):
+		var until time.Time
+		if ce != nil {
+			until = ce.Until
+		}
+		return action{kind: snooze, snooze: min(max(until.Sub(now), minSnooze), maxSnooze)}
+	case errors.Is(err, billing.ErrSentElsewhere):
 		// Nothing was sent; any Biller of the scope settles the claim by
-		// search once SearchIn has passed.
-		return action{kind: snooze, snooze: max(identity.SearchIn, time.Minute)}
-	case errors.Is(err, billing.ErrInvalidInput), errors.As(err, &keyReuse), errors.As(err, &mismatch):
+		// search once Until has passed.
+		var until time.Time
+		if ce != nil {
+			until = ce.Until
+		}
+		return action{kind: snooze, snooze: max(until.Sub(now), time.Minute)}
+	case errors.Is(err, billing.ErrInvalid), errors.Is(err, billing.ErrKeyReused), errors.As(err, &mismatch):
 		// Input or configuration a retry cannot change.
 		return action{kind: cancel}
 	default:
-		// UnknownOutcomeError, RecordError, NeedsReconciliationError, a
+		// ErrOutcomeUnknown, ErrNotRecorded, ErrNeedsReconciliation, a
 		// database or context error: the claim stays pending with its key,
 		// and the retry resumes it safely.
 		return action{kind: retry}

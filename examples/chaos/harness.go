@@ -150,7 +150,7 @@ func (c *Config) check() error {
 	case c.DeclineFraction < 0 || c.DeclineFraction > 1:
 		return fmt.Errorf("decline fraction %v must be between 0 and 1", c.DeclineFraction)
 	}
-	if err := billing.CheckPeriod(c.Period); err != nil {
+	if err := billing.ValidatePeriod(c.Period); err != nil {
 		return err
 	}
 	if c.Exe == "" {
@@ -221,7 +221,11 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		return fig, err
 	}
 
-	srv := billingtest.NewServer(billingtest.Config{Seed: cfg.Seed, Rates: cfg.Rates})
+	random, err := billingtest.RandomFaults(cfg.Seed, cfg.Rates)
+	if err != nil {
+		return fig, err
+	}
+	srv := billingtest.NewServer(billingtest.Config{Script: random})
 	defer srv.Close()
 	declined := map[string]bool{}
 	for i := range cfg.Customers {
@@ -400,9 +404,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 
 	// Faults off, then a clean run and a reconcile pass settle what the
 	// chaos left pending.
-	if err := srv.SetRates(cfg.Seed, nil); err != nil {
-		return fig, err
-	}
+	srv.SetScript(nil)
 	if err := finalRun(ctx, cfg, srv.URL, pool, &fig, logDir, logf); err != nil {
 		return fig, err
 	}
@@ -454,9 +456,9 @@ func finalRun(ctx context.Context, cfg Config, stripeURL string, pool *pgxpool.P
 	for run := 1; ; run++ {
 		sum, err := b.Run(ctx, cfg.Period, items(cfg.Customers, 0), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
 		fig.FinalRunCreated += sum.Created
-		fig.FinalRunAlreadyDone = sum.AlreadyDone
+		fig.FinalRunAlreadyDone = sum.AlreadyBilled
 		if err == nil && sum.Pending == 0 {
-			logf("final clean run %d: created %d, already done %d, failed %d", run, sum.Created, sum.AlreadyDone, sum.Failed)
+			logf("final clean run %d: created %d, already done %d, failed %d", run, sum.Created, sum.AlreadyBilled, sum.Declined)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -474,7 +476,7 @@ func finalRun(ctx context.Context, cfg Config, stripeURL string, pool *pgxpool.P
 	if err != nil {
 		return fmt.Errorf("chaos: reconcile pass: %w", err)
 	}
-	fig.Reconciled = sum.Created + sum.AlreadyDone
+	fig.Reconciled = sum.Created + sum.AlreadyBilled
 	logf("reconcile pass: %d stale claims, %d settled", sum.Total, fig.Reconciled)
 	return nil
 }

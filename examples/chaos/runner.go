@@ -113,8 +113,8 @@ func runnerMain(raw string) int {
 		sum, err := b.Run(ctx, cfg.Period, items(cfg.Customers, start), &billing.RunOptions{
 			Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, Total: cfg.Customers,
 		})
-		logger.Info("chaos runner: run finished", "run", run, "created", sum.Created, "already_done", sum.AlreadyDone,
-			"failed", sum.Failed, "pending", sum.Pending, "invalid", sum.Invalid, "elapsed", sum.Elapsed, "error", err)
+		logger.Info("chaos runner: run finished", "run", run, "created", sum.Created, "already_done", sum.AlreadyBilled,
+			"failed", sum.Declined, "pending", sum.Pending, "invalid", sum.Invalid, "elapsed", sum.Elapsed, "error", err)
 		if err == nil && sum.Pending == 0 && sum.Invalid == 0 && sum.Done == cfg.Customers {
 			return 0
 		}

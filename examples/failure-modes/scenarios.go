@@ -109,8 +109,8 @@ func chargeOnce(ctx context.Context, e *env, customer string, tune func(*billing
 	if err != nil {
 		return err
 	}
-	r, err := b.Charge(ctx, customer, period)
-	e.logf("billonce: Charge(%s): %s %s, err=%v", customer, r.How, r.StripeID, err)
+	r, err := b.Charge(ctx, customer, period, nil)
+	e.logf("billonce: Charge(%s): %s %s, err=%v", customer, r.Outcome, r.StripeID, err)
 	return nil
 }
 
@@ -195,7 +195,7 @@ func billonceRun(customers ...string) func(context.Context, *env) error {
 		}
 		sum, err := b.Run(ctx, period, billing.Customers(customers...), nil)
 		e.logf("billonce: Run: created %d, already done %d, failed %d, pending %d, err=%v",
-			sum.Created, sum.AlreadyDone, sum.Failed, sum.Pending, err)
+			sum.Created, sum.AlreadyBilled, sum.Declined, sum.Pending, err)
 		return nil
 	}
 }
@@ -326,7 +326,7 @@ func billonceReplicas(ctx context.Context, e *env) error {
 			start.Wait()
 			sum, err := b.Run(ctx, period, billing.Customers("cus_cron"), nil)
 			e.logf("billonce: replica %d: created %d, already done %d, pending %d, err=%v",
-				i, sum.Created, sum.AlreadyDone, sum.Pending, err)
+				i, sum.Created, sum.AlreadyBilled, sum.Pending, err)
 		}()
 	}
 	start.Done()
@@ -381,14 +381,14 @@ func billonceCrash(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	err = crashDuringCharge(ctx, e, db, func() error { _, err := b.Charge(ctx, "cus_crash", period); return err })
+	err = crashDuringCharge(ctx, e, db, func() error { _, err := b.Charge(ctx, "cus_crash", period, nil); return err })
 	e.logf("billonce: first run died after Stripe charged: %v", err)
 	b, err = e.biller(ctx, "billing-0-restarted", tune)
 	if err != nil {
 		return err
 	}
-	r, err := b.Charge(ctx, "cus_crash", period)
-	e.logf("billonce: restart resumed the claim with its key: %s %s, err=%v", r.How, r.StripeID, err)
+	r, err := b.Charge(ctx, "cus_crash", period, nil)
+	e.logf("billonce: restart resumed the claim with its key: %s %s, err=%v", r.Outcome, r.StripeID, err)
 	return nil
 }
 
@@ -429,7 +429,7 @@ func billonce25h(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	_, err = b.Charge(ctx, "cus_late", period)
+	_, err = b.Charge(ctx, "cus_late", period, nil)
 	e.logf("billonce: day 1: %v", err)
 
 	// 25 hours pass: on Stripe's clock, and on the database's, which dates
@@ -441,7 +441,7 @@ func billonce25h(ctx context.Context, e *env) error {
 	if b, err = e.biller(ctx, "cron-day-2", nil); err != nil {
 		return err
 	}
-	r, err := b.Charge(ctx, "cus_late", period)
-	e.logf("billonce: day 2: %s %s, err=%v", r.How, r.StripeID, err)
+	r, err := b.Charge(ctx, "cus_late", period, nil)
+	e.logf("billonce: day 2: %s %s, err=%v", r.Outcome, r.StripeID, err)
 	return nil
 }

@@ -7,8 +7,9 @@
 //	go run ./examples/fake-stripe -seed 7 -cut 0.05 -500-before 0.05 -declines cus_a,cus_b=insufficient_funds
 //
 // It runs until SIGINT or SIGTERM. Point a client at the URL it prints, with
-// any API key. GET /_billingtest/state returns the ledger as JSON while it
-// runs.
+// any API key. On a second address (-admin-addr), GET /state returns the
+// ledger as JSON while it runs and POST /control changes faults, declines
+// and the clock.
 package main
 
 import (
@@ -17,11 +18,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
 )
@@ -39,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs := flag.NewFlagSet("fake-stripe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:12111", "address to listen on (host:port; port 0 picks a free one)")
+	adminAddr := fs.String("admin-addr", "127.0.0.1:0", "address of the JSON state and control endpoints (keep it on loopback)")
 	seed := fs.Int64("seed", 1, "seed of the random faults: the same seed gives the same faults for the same keys")
 	rates := map[billingtest.FaultKind]*float64{}
 	for _, f := range []struct {
@@ -68,12 +73,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fmt.Fprintf(stderr, "fake-stripe: unexpected argument %q: every setting is a flag (see -h)\n", fs.Arg(0))
 		return 2
 	}
-	cfg := billingtest.Config{Addr: *addr, Seed: *seed, Rates: map[billingtest.FaultKind]float64{}, Declines: map[string]string{}}
+	cfg := billingtest.Config{Addr: *addr, Declines: map[string]string{}}
+	faultRates := map[billingtest.FaultKind]float64{}
 	for k, v := range rates {
 		if *v != 0 {
-			cfg.Rates[k] = *v
+			faultRates[k] = *v
 		}
 	}
+	random, err := billingtest.RandomFaults(*seed, faultRates)
+	if err != nil {
+		fmt.Fprintf(stderr, "fake-stripe: %v\n", err)
+		return 2
+	}
+	cfg.Script = random
 	for _, d := range strings.Split(*declines, ",") {
 		if d = strings.TrimSpace(d); d == "" {
 			continue
@@ -86,9 +98,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fmt.Fprintf(stderr, "fake-stripe: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "fake Stripe listening on %s (any API key; state: GET %s/_billingtest/state)\n", srv.URL, srv.URL)
-	if len(cfg.Rates) > 0 {
-		fmt.Fprintf(stdout, "faults: seed %d, rates %v\n", cfg.Seed, cfg.Rates)
+	ln, err := net.Listen("tcp", *adminAddr)
+	if err != nil {
+		srv.Close()
+		fmt.Fprintf(stderr, "fake-stripe: -admin-addr: %v\n", err)
+		return 2
+	}
+	adm := &http.Server{Handler: &admin{srv: srv, seed: *seed, rates: faultRates}, ReadHeaderTimeout: 10 * time.Second}
+	go adm.Serve(ln)
+	defer adm.Close()
+	fmt.Fprintf(stdout, "fake Stripe listening on %s (any API key; state: GET http://%s/state)\n", srv.URL, ln.Addr())
+	if len(faultRates) > 0 {
+		fmt.Fprintf(stdout, "faults: seed %d, rates %v\n", *seed, faultRates)
 	}
 	if ready != nil {
 		ready <- srv.URL

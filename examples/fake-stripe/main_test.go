@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing/billingtest"
 )
 
 func TestServesChargesAndSummarizesTheLedger(t *testing.T) {
@@ -56,5 +62,68 @@ func TestBadFlags(t *testing.T) {
 		if code := run(context.Background(), args, &out, &errb, nil); code != 2 || errb.Len() == 0 {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and a message", args, code, errb.String())
 		}
+	}
+}
+
+// The admin address serves the ledger and applies settings, all checked
+// before any is changed; no API key reaches the state.
+func TestAdminEndpoints(t *testing.T) {
+	srv := billingtest.Start(t, billingtest.Config{})
+	ts := httptest.NewServer(&admin{srv: srv})
+	defer ts.Close()
+	post := func(body string) int {
+		resp, err := http.Post(ts.URL+"/control", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	charge := func(customer, key string) int {
+		form := url.Values{"amount": {"100"}, "currency": {"usd"}, "customer": {customer}, "metadata[billonce_period]": {"2026-09"}}
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/charges", strings.NewReader(form.Encode()))
+		req.Header.Set("Authorization", "Bearer sk_test_secret_admin")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(`{"rates":{"drop":2}}`); code != 400 {
+		t.Fatalf("invalid rates: status %d; want 400", code)
+	}
+	if code := post(`{"declines":{"cus_x":"insufficient_funds"},"rates":{"error_before":1},"seed":3}`); code != 200 {
+		t.Fatalf("control: status %d", code)
+	}
+	if code := charge("cus_1", "k"); code != 500 {
+		t.Fatalf("with error_before at 1: status %d; want 500", code)
+	}
+	if code := post(`{"rates":{},"advance":"24h"}`); code != 200 {
+		t.Fatalf("control: status %d", code)
+	}
+	if code := charge("cus_1", "k"); code != 200 {
+		t.Fatalf("after clearing the rates: status %d", code)
+	}
+	if code := charge("cus_x", "kx"); code != 402 {
+		t.Fatalf("decline set over HTTP: status %d; want 402", code)
+	}
+	resp, err := http.Get(ts.URL + "/state?log=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var st state
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Payments) != 2 || st.Stats.Paid != 1 || st.Stats.Faults[billingtest.FaultErrorBefore] != 1 || time.Until(st.Now) < 23*time.Hour || len(st.Log) == 0 {
+		t.Fatalf("state = %+v", st)
+	}
+	if strings.Contains(string(body), "sk_test_secret_admin") {
+		t.Fatal("the API key is in the state")
 	}
 }

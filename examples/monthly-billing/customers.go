@@ -146,7 +146,7 @@ func parseRow(rec []string, api billing.API) (billing.Item, string) {
 		rec[i] = strings.TrimSpace(rec[i])
 	}
 	id := rec[0]
-	if err := billing.CheckCustomer(id); err != nil {
+	if err := (billing.Item{Customer: id}).Validate(api); err != nil {
 		return billing.Item{}, reason(err)
 	}
 	amount, err := strconv.ParseInt(rec[1], 10, 64)
@@ -160,7 +160,7 @@ func parseRow(rec []string, api billing.API) (billing.Item, string) {
 	if api == billing.PaymentIntents && p.PaymentMethod == "" {
 		return billing.Item{}, fmt.Sprintf("customer %s: -api payment_intents needs a payment method (pm_…) in the fourth column", id)
 	}
-	if err := billing.CheckPrice(p, api); err != nil {
+	if err := p.Validate(api); err != nil {
 		return billing.Item{}, "customer " + id + ": " + reason(err)
 	}
 	return billing.Item{Customer: id, Price: &p}, ""
@@ -169,7 +169,7 @@ func parseRow(rec []string, api billing.API) (billing.Item, string) {
 // reason is billing's description of bad input without its leading
 // "billing: invalid input: ": the file and line say where it comes from.
 func reason(err error) string {
-	return strings.TrimPrefix(err.Error(), billing.ErrInvalidInput.Error()+": ")
+	return strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ")
 }
 
 // checkFile reads the whole customers file once, streaming, and returns the

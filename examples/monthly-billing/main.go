@@ -119,66 +119,22 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["database-url"] {
-		o.databaseURL = os.Getenv("DATABASE_URL")
-	}
-	if !set["stripe-key"] {
-		o.stripeKey = os.Getenv("STRIPE_SECRET_KEY")
-	}
-	if !set["vault-proxy-url"] {
-		o.vaultProxyURL = os.Getenv("VAULT_PROXY_URL")
-	}
-	if !set["vault-key"] {
-		o.vaultKey = os.Getenv("VAULT_KEY")
+	for _, d := range []struct {
+		flag string
+		v    *string
+		env  string
+	}{{"database-url", &o.databaseURL, "DATABASE_URL"}, {"stripe-key", &o.stripeKey, "STRIPE_SECRET_KEY"},
+		{"vault-proxy-url", &o.vaultProxyURL, "VAULT_PROXY_URL"}, {"vault-key", &o.vaultKey, "VAULT_KEY"}} {
+		if !set[d.flag] {
+			*d.v = os.Getenv(d.env)
+		}
 	}
 	if !set["webhook-secret"] {
 		o.webhookSecret = os.Getenv("STRIPE_WEBHOOK_SECRET")
 	}
 	o.api = billing.API(*api)
-
-	switch {
-	case o.api != billing.Charges && o.api != billing.PaymentIntents:
-		return o, fmt.Errorf("-api %q: use charges or payment_intents", *api)
-	case o.vault() && o.vaultKey == "":
-		return o, errors.New("-vault-proxy-url is set but there is no vault key: pass -vault-key or set VAULT_KEY")
-	case o.vault() && o.vaultProxyURL == "":
-		return o, errors.New("-vault-key is set but there is no proxy: pass -vault-proxy-url or set VAULT_PROXY_URL")
-	case o.vault() && o.stripeKey != "":
-		return o, errors.New("a Stripe key (-stripe-key or STRIPE_SECRET_KEY) and a spend-cap proxy both given: behind the proxy this process needs no Stripe secret, and should not hold one; drop -stripe-key or unset STRIPE_SECRET_KEY for this job")
-	case o.vault() && o.stripeURL != "":
-		return o, errors.New("-stripe-url and -vault-proxy-url both given: every request goes to the proxy; drop -stripe-url")
-	case o.stripeURL != "" && o.stripeKey == "":
-		return o, errors.New("-stripe-url is set but there is no key: pass -stripe-key or set STRIPE_SECRET_KEY")
-	case set["customers"] && o.customersFile != "":
-		return o, errors.New("-customers and -customers-file both given: bill demo customers or the file's, not both")
-	case o.customers <= 0:
-		return o, fmt.Errorf("-customers %d: want at least 1", o.customers)
-	case o.demoDeclines < 0 || o.demoDeclines > o.customers:
-		return o, fmt.Errorf("-demo-declines %d: want 0 to %d (the number of demo customers)", o.demoDeclines, o.customers)
-	case o.demoDeclines > 0 && (!o.demo() || o.customersFile != ""):
-		return o, errors.New("-demo-declines works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)")
-	case o.demoBank < 0 || o.demoBank > o.customers:
-		return o, fmt.Errorf("-demo-bank-debits %d: want 0 to %d (the number of demo customers)", o.demoBank, o.customers)
-	case o.demoBank > 0 && (!o.demo() || o.customersFile != ""):
-		return o, errors.New("-demo-bank-debits works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)")
-	case o.webhookAddr != "" && o.webhookSecret == "" && !o.demo():
-		return o, errors.New("-webhook-addr is set but there is no signing secret: pass -webhook-secret or set STRIPE_WEBHOOK_SECRET (the endpoint's whsec_… from the Stripe dashboard)")
-	case o.concurrency <= 0:
-		return o, fmt.Errorf("-concurrency %d: want at least 1", o.concurrency)
-	case o.rate == 0:
-		return o, errors.New("-rate 0 would never send anything: want requests per second, or a negative number for no limit")
-	case o.lease < time.Second:
-		return o, fmt.Errorf("-lease %v: want at least 1s", o.lease)
-	}
-	if err := billing.CheckPeriod(o.period); err != nil {
-		return o, fmt.Errorf("-period: %w", err)
-	}
-	if o.stripeURL != "" {
-		u, err := url.Parse(o.stripeURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// Redacted: the flag may carry a password or key (I9).
-			return o, fmt.Errorf("-stripe-url %q: want an absolute http or https URL such as https://api.stripe.com", idemkey.RedactRawURL(o.stripeURL))
-		}
+	if err := o.check(set["customers"]); err != nil {
+		return o, err
 	}
 	if o.vault() {
 		// Idle connections for every worker, as billing's default transport
@@ -192,6 +148,47 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		o.proxyClient = hc
 	}
 	return o, nil
+}
+
+// check reports the first setting that cannot work, or that contradicts
+// another; customersSet says whether -customers was given.
+func (o *options) check(customersSet bool) error {
+	for _, c := range []struct {
+		bad bool
+		msg string
+	}{
+		{o.api != billing.Charges && o.api != billing.PaymentIntents, fmt.Sprintf("-api %q: use charges or payment_intents", o.api)},
+		{o.vault() && o.vaultKey == "", "-vault-proxy-url is set but there is no vault key: pass -vault-key or set VAULT_KEY"},
+		{o.vault() && o.vaultProxyURL == "", "-vault-key is set but there is no proxy: pass -vault-proxy-url or set VAULT_PROXY_URL"},
+		{o.vault() && o.stripeKey != "", "a Stripe key (-stripe-key or STRIPE_SECRET_KEY) and a spend-cap proxy both given: behind the proxy this process needs no Stripe secret, and should not hold one; drop -stripe-key or unset STRIPE_SECRET_KEY for this job"},
+		{o.vault() && o.stripeURL != "", "-stripe-url and -vault-proxy-url both given: every request goes to the proxy; drop -stripe-url"},
+		{o.stripeURL != "" && o.stripeKey == "", "-stripe-url is set but there is no key: pass -stripe-key or set STRIPE_SECRET_KEY"},
+		{customersSet && o.customersFile != "", "-customers and -customers-file both given: bill demo customers or the file's, not both"},
+		{o.customers <= 0, fmt.Sprintf("-customers %d: want at least 1", o.customers)},
+		{o.demoDeclines < 0 || o.demoDeclines > o.customers, fmt.Sprintf("-demo-declines %d: want 0 to %d (the number of demo customers)", o.demoDeclines, o.customers)},
+		{o.demoDeclines > 0 && (!o.demo() || o.customersFile != ""), "-demo-declines works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)"},
+		{o.demoBank < 0 || o.demoBank > o.customers, fmt.Sprintf("-demo-bank-debits %d: want 0 to %d (the number of demo customers)", o.demoBank, o.customers)},
+		{o.demoBank > 0 && (!o.demo() || o.customersFile != ""), "-demo-bank-debits works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)"},
+		{o.webhookAddr != "" && o.webhookSecret == "" && !o.demo(), "-webhook-addr is set but there is no signing secret: pass -webhook-secret or set STRIPE_WEBHOOK_SECRET (the endpoint's whsec_… from the Stripe dashboard)"},
+		{o.concurrency <= 0, fmt.Sprintf("-concurrency %d: want at least 1", o.concurrency)},
+		{o.rate == 0, "-rate 0 would never send anything: want requests per second, or a negative number for no limit"},
+		{o.lease < time.Second, fmt.Sprintf("-lease %v: want at least 1s", o.lease)},
+	} {
+		if c.bad {
+			return errors.New(c.msg)
+		}
+	}
+	if err := billing.ValidatePeriod(o.period); err != nil {
+		return fmt.Errorf("-period: %w", err)
+	}
+	if o.stripeURL != "" {
+		u, err := url.Parse(o.stripeURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			// Redacted: the flag may carry a password or key.
+			return fmt.Errorf("-stripe-url %q: want an absolute http or https URL such as https://api.stripe.com", idemkey.RedactRawURL(o.stripeURL))
+		}
+	}
+	return nil
 }
 
 // vaultFlags names billing's vault settings by this program's flags.
@@ -261,7 +258,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := store.Migrate(ctx); err != nil {
 		return rep.fail(exitInput, "error", fmt.Errorf("creating the claim table: %w", err), "the role needs CREATE on the database (or apply claim.Migrations yourself)")
 	}
-	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billonce"})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billonce"})
 	if err != nil {
 		return rep.fail(exitInput, "error", err, "")
 	}
@@ -367,7 +364,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return rep.finish(again, err)
 	}
 	// Every payment created and not failed after settlement moved money.
-	rep.ledger = checkLedger(fake, o.period, items(), sum.Created+again.Created+sum.Processing-again.FailedAfterProcessing-again.Processing)
+	rep.ledger = checkLedger(fake, o.period, items(), sum.Created+again.Created+sum.Processing-again.DeclinedAfterProcessing-again.Processing)
 	return rep.finish(again, nil)
 }
 

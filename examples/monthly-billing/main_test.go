@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
@@ -427,11 +428,11 @@ func TestLockHeldByAnotherRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billonce"})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billonce"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := guard.Acquire(context.Background(), "billonce-run:billonce:"+period)
+	held, err := guard.Lock(context.Background(), "billonce-run:billonce:"+period)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,6 +611,26 @@ func TestRedaction(t *testing.T) {
 	}
 	if got := redactURL("postgres://u:hunter2@h/db"); strings.Contains(got, "hunter2") {
 		t.Errorf("redactURL kept the password: %s", got)
+	}
+}
+
+// The shared sample customers file passes the program's check for either
+// API, and a run over it bills each customer once at the fake.
+func TestSampleCustomersFile(t *testing.T) {
+	const path = "../../testdata/customers.csv"
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		if n, err := checkFile(path, api); err != nil || n != 5 {
+			t.Fatalf("checkFile(%s, %s) = %d, %v; want 5 customers", path, api, n, err)
+		}
+	}
+	srv := fakeStripe(t, billingtest.Config{})
+	r := runMain(t, "-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_sample",
+		"-customers-file", path, "-period", period, "-json")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for i := 1; i <= 5; i++ {
+		billingtest.RequireChargedOnce(t, srv, fmt.Sprintf("cus_sample%02d", i), period)
 	}
 }
 

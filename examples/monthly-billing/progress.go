@@ -72,9 +72,9 @@ func (p *progress) counts(s billing.Progress, now time.Time) string {
 	}
 	rate := float64(s.Created) / max(now.Sub(p.start).Seconds(), 1e-3)
 	bank := ""
-	if s.Processing+s.FailedAfterProcessing > 0 {
-		bank = fmt.Sprintf(", processing %d, failed after settlement %d", s.Processing, s.FailedAfterProcessing)
+	if s.Processing+s.DeclinedAfterProcessing > 0 {
+		bank = fmt.Sprintf(", processing %d, failed after settlement %d", s.Processing, s.DeclinedAfterProcessing)
 	}
 	return fmt.Sprintf("%3d%% %d/%d  created %d, already billed %d, declined %d%s, pending %d, invalid %d  %.0f charges/s",
-		pct, s.Done, s.Total, s.Created, s.AlreadyDone, s.Failed, bank, s.Pending, s.Invalid, rate)
+		pct, s.Done, s.Total, s.Created, s.AlreadyBilled, s.Declined, bank, s.Pending, s.Invalid, rate)
 }

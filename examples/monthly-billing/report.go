@@ -72,8 +72,8 @@ func toJSON(s *billing.Summary) *runJSON {
 		return nil
 	}
 	r := &runJSON{
-		Customers: s.Done, Created: s.Created, AlreadyBilled: s.AlreadyDone, Declined: s.Failed,
-		Processing: s.Processing, FailedAfter: s.FailedAfterProcessing,
+		Customers: s.Done, Created: s.Created, AlreadyBilled: s.AlreadyBilled, Declined: s.Declined,
+		Processing: s.Processing, FailedAfter: s.DeclinedAfterProcessing,
 		Pending: s.Pending, Invalid: s.Invalid, ElapsedSeconds: s.Elapsed.Seconds(),
 		ChargesPerSecond: chargesPerSecond(*s), Complete: s.Complete(),
 	}
@@ -120,10 +120,10 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		s := r.run
 		fmt.Fprintf(w, "run: %d customers in %s (%.0f charges/s)\n", s.Done, s.Elapsed.Round(10*time.Millisecond), chargesPerSecond(*s))
 		fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  pending        %6d\n  invalid        %6d\n",
-			s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
-		if s.Processing+s.FailedAfterProcessing > 0 {
+			s.Created, s.AlreadyBilled, s.Declined, s.Pending, s.Invalid)
+		if s.Processing+s.DeclinedAfterProcessing > 0 {
 			fmt.Fprintf(w, "  processing     %6d  (bank debits: sent, not settled yet; never sent again)\n", s.Processing)
-			fmt.Fprintf(w, "  failed after settlement %d\n", s.FailedAfterProcessing)
+			fmt.Fprintf(w, "  failed after settlement %d\n", s.DeclinedAfterProcessing)
 		}
 	}
 	if st := r.settlement; st != nil {
@@ -131,7 +131,7 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 	}
 	if s := r.second; s != nil && !held {
 		fmt.Fprintf(w, "same run again: created %d, already billed %d, declined %d, processing %d, failed after settlement %d, pending %d in %s; %d requests to Stripe\n",
-			s.Created, s.AlreadyDone, s.Failed, s.Processing, s.FailedAfterProcessing, s.Pending, s.Elapsed.Round(10*time.Millisecond), r.secondRequests)
+			s.Created, s.AlreadyBilled, s.Declined, s.Processing, s.DeclinedAfterProcessing, s.Pending, s.Elapsed.Round(10*time.Millisecond), r.secondRequests)
 	}
 	if l := r.ledger; l != nil {
 		verdict := "OK: nobody charged twice"
@@ -148,7 +148,7 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		for _, err := range last.Failures[:min(len(last.Failures), maxListed)] {
 			fmt.Fprintf(w, "  %v\n", err)
 		}
-		if n := max(len(last.Failures), last.Done-last.Created-last.AlreadyDone-last.Processing) - maxListed; n > 0 {
+		if n := max(len(last.Failures), last.Done-last.Created-last.AlreadyBilled-last.Processing) - maxListed; n > 0 {
 			fmt.Fprintf(w, "  ... and %d more\n", n)
 		}
 	}
@@ -216,24 +216,24 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 	}
 
 	var advice []string
-	if s.FailedAfterProcessing > 0 {
+	if s.DeclinedAfterProcessing > 0 {
 		advice = append(advice, fmt.Sprintf("%d bank debits failed after settlement (failure codes listed above): their claims are failed and later runs will not charge them again; "+
-			"this is not a card decline: ask the customer for another payment method, then bill again deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.FailedAfterProcessing))
+			"this is not a card decline: ask the customer for another payment method, then bill again deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.DeclinedAfterProcessing))
 	}
-	if s.Failed > 0 {
+	if s.Declined > 0 {
 		advice = append(advice, fmt.Sprintf("%d declined: their claims are recorded as failed and later runs will not charge them again; "+
-			"see the payments in the Stripe dashboard, and bill one again only deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.Failed))
+			"see the payments in the Stripe dashboard, and bill one again only deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.Declined))
 	}
 	var held, mismatch int
 	var until time.Time
 	for _, err := range s.Failures {
-		var ip *billing.InProgressError
+		var ce *billing.ChargeError
 		var me *claim.MismatchError
 		switch {
-		case errors.As(err, &ip):
+		case errors.Is(err, billing.ErrInProgress) && errors.As(err, &ce):
 			held++
-			if ip.LeaseUntil.After(until) {
-				until = ip.LeaseUntil
+			if ce.Until.After(until) {
+				until = ce.Until
 			}
 		case errors.As(err, &me):
 			mismatch++
@@ -258,5 +258,5 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 
 func summaryLine(s billing.Summary) string {
 	return fmt.Sprintf("created %d, already billed %d, declined %d, processing %d, failed after settlement %d, pending %d, invalid %d",
-		s.Created, s.AlreadyDone, s.Failed, s.Processing, s.FailedAfterProcessing, s.Pending, s.Invalid)
+		s.Created, s.AlreadyBilled, s.Declined, s.Processing, s.DeclinedAfterProcessing, s.Pending, s.Invalid)
 }

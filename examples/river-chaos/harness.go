@@ -167,7 +167,7 @@ func (c *Config) check() error {
 	case c.Period == runPeriod || c.Period == riverPeriod:
 		return fmt.Errorf("period %s is used by the throughput comparison; pick another", c.Period)
 	}
-	if err := billing.CheckPeriod(c.Period); err != nil {
+	if err := billing.ValidatePeriod(c.Period); err != nil {
 		return err
 	}
 	if c.Exe == "" {
@@ -239,7 +239,11 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		return fig, err
 	}
 
-	srv := billingtest.NewServer(billingtest.Config{Seed: cfg.Seed, Rates: cfg.Rates})
+	random, err := billingtest.RandomFaults(cfg.Seed, cfg.Rates)
+	if err != nil {
+		return fig, err
+	}
+	srv := billingtest.NewServer(billingtest.Config{Script: random})
 	defer srv.Close()
 	declined := map[string]bool{}
 	for i := range cfg.Customers {
@@ -400,9 +404,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	}
 
 	if cfg.ThroughputCustomers > 0 {
-		if err := srv.SetRates(cfg.Seed, nil); err != nil {
-			return fig, err
-		}
+		srv.SetScript(nil)
 		if err := throughput(ctx, cfg, &fig, srv.URL, pool, store, inserter, logf); err != nil {
 			return fig, err
 		}

@@ -78,14 +78,14 @@ func run(dbURL string, ticks int) error {
 		}
 		defer pool.Close()
 		log := logger.With("replica", replica)
-		guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "example", Logger: log})
+		guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "example", Logger: log})
 		if err != nil {
 			return err
 		}
 
 		// robfig/cron: wrap the job with Func.
 		c := cron.New(cron.WithSeconds())
-		if _, err := c.AddFunc("@every 1s", guard.Func(ctx, "robfig-report", job(&robfigRuns))); err != nil {
+		if _, err := c.AddFunc("@every 1s", lock.Func(ctx, guard, "robfig-report", job(&robfigRuns))); err != nil {
 			return err
 		}
 		c.Start()

@@ -19,7 +19,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer stop()
-	guard, err := lock.NewAdvisory(pool, lock.Config{Namespace: "billing"})
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}

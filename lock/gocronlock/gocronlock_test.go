@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestLocker(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	adv, err := lock.NewAdvisory(pool, lock.Config{})
+	adv, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestLocker(t *testing.T) {
 	if err := lease.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range []lock.Guard{adv, lease} {
+	for _, g := range []lock.Locker{adv, lease} {
 		l := gocronlock.New(g)
 		first, err := l.Lock(ctx, "report")
 		if err != nil {
@@ -51,7 +51,7 @@ func TestLocker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := gocronlock.New(nil).Lock(ctx, "report"); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("nil guard: error = %v; want ErrInvalidConfig", err)
+	if _, err := gocronlock.New(nil).Lock(ctx, "report"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("nil guard: error = %v; want ErrInvalid", err)
 	}
 }

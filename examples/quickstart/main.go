@@ -1,0 +1,91 @@
+// Command quickstart bills one period in the shape of a production job: a
+// pgx pool from DATABASE_URL, the claim table, a Biller, a lock so that one
+// replica runs, Run, and an exit status from the summary.
+//
+//	DATABASE_URL=postgres://… STRIPE_SECRET_KEY=sk_… go run ./examples/quickstart 2026-09 < customers.txt
+//
+// Customers are read from standard input, one ID per line; each owes $25.00.
+// STRIPE_URL points it at another Stripe (the fake, in its test). Exit
+// status: 0 when every customer is billed; 1 when the run could not start
+// or stopped; 2 when some customers are not billed (declined, pending,
+// invalid: run again, nobody is charged twice); 3 when another replica
+// holds the lock.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log"
+	"os"
+	"os/signal"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/lock"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if len(os.Args) != 2 {
+		log.Fatal("usage: quickstart PERIOD < customers.txt")
+	}
+	period := os.Args[1]
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	check(err)
+	defer pool.Close()
+	store, err := claim.NewPostgres(pool, claim.Config{})
+	check(err)
+	check(store.Migrate(ctx)) // or apply claim.Migrations with your migration tool
+	biller, err := billing.New(billing.Config{
+		SecretKey: os.Getenv("STRIPE_SECRET_KEY"),
+		StripeURL: os.Getenv("STRIPE_URL"), // empty: api.stripe.com
+		Claims:    store,
+		Price: func(ctx context.Context, customer, period string) (billing.Price, error) {
+			return billing.Price{Amount: 2500, Currency: "usd"}, nil // from your plans table
+		},
+	})
+	check(err)
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
+	check(err)
+
+	sum, err := biller.Run(ctx, period, customers(), &billing.RunOptions{Lock: guard})
+	log.Printf("%s: %d created, %d already billed, %d declined, %d pending, %d invalid",
+		period, sum.Created, sum.AlreadyBilled, sum.Declined, sum.Pending, sum.Invalid)
+	for _, f := range sum.Failures {
+		log.Print(f)
+	}
+	switch {
+	case errors.Is(err, billing.ErrRunHeldElsewhere):
+		log.Print(err)
+		os.Exit(3)
+	case err != nil:
+		log.Fatal(err)
+	case !sum.Complete():
+		os.Exit(2)
+	}
+}
+
+// customers reads customer IDs from standard input, one per line.
+func customers() func(yield func(billing.Item, error) bool) {
+	return func(yield func(billing.Item, error) bool) {
+		lines := bufio.NewScanner(os.Stdin)
+		for lines.Scan() {
+			if id := lines.Text(); id != "" && !yield(billing.Item{Customer: id}, nil) {
+				return
+			}
+		}
+		if err := lines.Err(); err != nil {
+			yield(billing.Item{}, err)
+		}
+	}
+}
+
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/lock"
+)
+
+// TestMain runs the program itself when the test re-executes its own binary
+// with QUICKSTART_MAIN set, so the test drives the real main: environment
+// variables in, exit status out.
+func TestMain(m *testing.M) {
+	if os.Getenv("QUICKSTART_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	pgtest.Main(m)
+}
+
+const period = "2026-09"
+
+// quickstart runs the program against dbURL and the fake, with the shared
+// sample customers on standard input, and returns its exit status and log.
+func quickstart(t *testing.T, dbURL string, srv *billingtest.Server) (int, string) {
+	t.Helper()
+	in, err := os.Open("../../testdata/customers.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	cmd := exec.Command(os.Args[0], period)
+	cmd.Env = append(os.Environ(), "QUICKSTART_MAIN=1", "DATABASE_URL="+dbURL,
+		"STRIPE_URL="+srv.URL, "STRIPE_SECRET_KEY=sk_test_quickstart")
+	var out bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, &out, &out
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), out.String()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String()
+}
+
+func sampleCustomers(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../testdata/customers.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))
+}
+
+// The program bills every customer once and exits 0; a second run charges
+// nobody again; a lock held by another replica makes it exit 3 without
+// sending anything.
+func TestQuickstart(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	ids := sampleCustomers(t)
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+
+	for run := 1; run <= 2; run++ {
+		code, log := quickstart(t, dbURL, srv)
+		if code != 0 {
+			t.Fatalf("run %d: exit %d; want 0\n%s", run, code, log)
+		}
+		for _, id := range ids {
+			if n := srv.CountPeriod(id, period); n != 1 {
+				t.Fatalf("run %d: %s charged %d times at the fake; want 1", run, id, n)
+			}
+		}
+		if run == 2 && !strings.Contains(log, "0 created, 12 already billed") {
+			t.Fatalf("second run: %s; want everyone already billed", log)
+		}
+	}
+
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := guard.Lock(context.Background(), "billonce-run:billonce:"+period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	before := srv.Stats().Requests
+	if code, log := quickstart(t, dbURL, srv); code != 3 || srv.Stats().Requests != before {
+		t.Fatalf("with the lock held elsewhere: exit %d, %d requests; want 3 and none\n%s", code, srv.Stats().Requests-before, log)
+	}
+}
+
+// A declined customer makes the program exit 2, run after run, and is
+// charged at the fake by none of them.
+func TestQuickstartDeclined(t *testing.T) {
+	ids := sampleCustomers(t)
+	srv := billingtest.NewServer(billingtest.Config{Declines: map[string]string{ids[3]: "insufficient_funds"}})
+	defer srv.Close()
+	dbURL := pgtest.URL(t)
+	for run := 1; run <= 2; run++ {
+		if code, log := quickstart(t, dbURL, srv); code != 2 || !strings.Contains(log, "1 declined") {
+			t.Fatalf("run %d: exit %d; want 2 with one declined\n%s", run, code, log)
+		}
+	}
+	for i, id := range ids {
+		want := 1
+		if i == 3 {
+			want = 0
+		}
+		if n := srv.CountPeriod(id, period); n != want {
+			t.Fatalf("%s charged %d times at the fake; want %d", id, n, want)
+		}
+	}
+}
