@@ -42,7 +42,7 @@ func (h *hookEnv) deliverAll() {
 func TestAttack3FailedAfterSucceeded(t *testing.T) {
 	h := newHookEnv(t, billing.Charges, nil)
 	ctx := context.Background()
-	r, err := h.b.Charge(ctx, "cus_a", period)
+	r, err := h.b.Charge(ctx, "cus_a", period, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestAttack3RefundThenRunAgain(t *testing.T) {
 		t.Run(string(api), func(t *testing.T) {
 			h := newHookEnv(t, api, nil)
 			ctx := context.Background()
-			r, err := h.b.Charge(ctx, "cus_r", period)
+			r, err := h.b.Charge(ctx, "cus_r", period, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +81,7 @@ func TestAttack3RefundThenRunAgain(t *testing.T) {
 			if _, err := h.b.Reconcile(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.b.Charge(ctx, "cus_r", period); err != nil {
+			if _, err := h.b.Charge(ctx, "cus_r", period, nil); err != nil {
 				t.Fatal(err)
 			}
 			if n := len(h.srv.Payments()); n != 1 {
@@ -98,7 +98,7 @@ func TestAttack3RebillWhileProcessing(t *testing.T) {
 		t.Run(string(api), func(t *testing.T) {
 			h := newHookEnv(t, api, map[string]billingtest.Async{"cus_p": {After: time.Hour}})
 			ctx := context.Background()
-			r, err := h.b.Charge(ctx, "cus_p", period)
+			r, err := h.b.Charge(ctx, "cus_p", period, nil)
 			if err != nil || !r.Processing {
 				t.Fatalf("Charge = %+v, %v; want processing", r, err)
 			}
@@ -125,7 +125,7 @@ func TestAttack3RebillWhileProcessing(t *testing.T) {
 func TestAttack3LateEventsForAttempt1(t *testing.T) {
 	h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_l": {After: time.Hour, FailureCode: "account_closed"}})
 	ctx := context.Background()
-	r1, err := h.b.Charge(ctx, "cus_l", period)
+	r1, err := h.b.Charge(ctx, "cus_l", period, nil)
 	if err != nil || !r1.Processing {
 		t.Fatalf("Charge = %+v, %v", r1, err)
 	}
@@ -259,7 +259,7 @@ func firstSendSafeDBClockJump(t *testing.T, change func(*billing.Config)) {
 			e.exec(`UPDATE billonce_claims SET lease_until = now() - interval '1 second',
 				first_sent_at = first_sent_at - interval '25 hours', created_at = created_at - interval '25 hours'
 				WHERE key = $1`, e.key("cus_2"))
-			_, bErr = rotated.Charge(ctx, "cus_2", period)
+			_, bErr = rotated.Charge(ctx, "cus_2", period, nil)
 		}
 	})
 	sum, err := a.Run(ctx, period, billing.Customers("cus_1", "cus_2"), &billing.RunOptions{Concurrency: 1, BatchSize: 2})
@@ -280,7 +280,7 @@ func TestAttack3ConcurrentEventsOneObject(t *testing.T) {
 		t.Run(string(api), func(t *testing.T) {
 			h := newHookEnv(t, api, map[string]billingtest.Async{"cus_e": {After: time.Hour}})
 			ctx := context.Background()
-			r, err := h.b.Charge(ctx, "cus_e", period)
+			r, err := h.b.Charge(ctx, "cus_e", period, nil)
 			if err != nil || !r.Processing {
 				t.Fatalf("Charge = %+v, %v", r, err)
 			}
@@ -342,7 +342,7 @@ func TestAttack3WebhookSecretsNeverShown(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "leakme") {
 		t.Fatalf("Webhook with a bad secret: %v", err)
 	}
-	r, err := h.b.Charge(context.Background(), "cus_s", period)
+	r, err := h.b.Charge(context.Background(), "cus_s", period, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
