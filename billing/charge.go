@@ -30,7 +30,7 @@ import (
 // claim is failed), [*InProgressError], [*UnknownOutcomeError] (the claim
 // stays pending and is resumed safely later), [*KeyReuseError],
 // [*NeedsReconciliationError], [*RecordError], and the run-stopping
-// [ErrSpendCapReached], [ErrVaultKeyRevoked], [ErrEndpointNotAllowed],
+// [spendcap.ErrSpendCapReached], [spendcap.ErrVaultKeyRevoked], [spendcap.ErrEndpointNotAllowed],
 // [ErrStripeAuth], [ErrStripeRequest].
 func (b *Biller) Charge(ctx context.Context, customer, period string) (Receipt, error) {
 	return b.bill(ctx, customer, period, nil, 1)
@@ -460,7 +460,7 @@ func refusedBeforeExecution(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrSpendCapReached) || errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrEndpointNotAllowed) {
+	if proxyRefused(err) {
 		return true
 	}
 	var se *stripe.Error

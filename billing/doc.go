@@ -61,8 +61,8 @@
 //     which a miss reopens the window for the new configuration. Finish
 //     claims with the configuration that made them, or accept that wait.
 //     Behind a spend-cap proxy, name the Stripe key with Config.Credential.
-//   - A spend-cap, revoked-key or permission answer ([ErrSpendCapReached],
-//     [ErrVaultKeyRevoked], [ErrEndpointNotAllowed], [ErrStripeAuth]) is
+//   - A spend-cap, revoked-key or permission answer ([spendcap.ErrSpendCapReached],
+//     [spendcap.ErrVaultKeyRevoked], [spendcap.ErrEndpointNotAllowed], [ErrStripeAuth]) is
 //     never retried and stops a Run.
 //   - So does a refusal that no customer's request could get past
 //     ([ErrStripeRequest]): a wrong Config.StripeURL, an unknown parameter,

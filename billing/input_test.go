@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/lock"
 	"github.com/billonce/billonce/retry"
@@ -244,12 +245,12 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 			return err
 		}},
 		{"NewVaultTransport Base a nil *http.Transport", func() error {
-			_, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001",
+			_, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001",
 				Base: (*http.Transport)(nil)})
 			return err
 		}},
 		{"ProxyClient on a client with a nil *http.Transport", func() error {
-			_, err := billing.ProxyClient("https://proxy.example.com", "vault_key_0001", &http.Client{Transport: (*http.Transport)(nil)})
+			_, err := spendcap.Client("https://proxy.example.com", "vault_key_0001", &http.Client{Transport: (*http.Transport)(nil)})
 			return err
 		}},
 	}

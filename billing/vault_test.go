@@ -21,6 +21,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/retry"
@@ -116,7 +117,7 @@ func stripeAPI(hc *http.Client) *client.API {
 
 func proxied(tb testing.TB, proxyURL string) *client.API {
 	tb.Helper()
-	hc, err := billing.ProxyClient(proxyURL, vaultKey, nil)
+	hc, err := spendcap.Client(proxyURL, vaultKey, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -157,12 +158,12 @@ func TestVaultRunawayLoopStopsAtTheCap(t *testing.T) {
 			break
 		}
 	}
-	if !errors.Is(err, billing.ErrSpendCapReached) {
+	if !errors.Is(err, spendcap.ErrSpendCapReached) {
 		t.Fatalf("loop ended after %d iterations with %v; want ErrSpendCapReached", iterations, err)
 	}
-	var pe *billing.ProxyError
+	var pe *spendcap.ProxyError
 	if !errors.As(err, &pe) || pe.Status != http.StatusTooManyRequests || pe.Message != "Spend cap of $100 for this key reached" {
-		t.Fatalf("error %#v; want a *billing.ProxyError with status 429 and the proxy's message", err)
+		t.Fatalf("error %#v; want a *spendcap.ProxyError with status 429 and the proxy's message", err)
 	}
 	if got := paidTotal(s.srv); got > capAmount || got != 3*amount {
 		t.Fatalf("charged %d at the fake; want %d (3 charges under the cap of %d)", got, 3*amount, capAmount)
@@ -224,7 +225,7 @@ func TestVaultConcurrentChargesAtTheEdge(t *testing.T) {
 			switch {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, billing.ErrSpendCapReached):
+			case errors.Is(err, spendcap.ErrSpendCapReached):
 				capped.Add(1)
 			default:
 				other.Add(1)
@@ -242,30 +243,30 @@ func TestVaultRefusalsAreTypedAndNotRetried(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, billingtest.ProxyConfig{})
 	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100000, AllowedEndpoints: []string{"POST /v1/payment_intents"}})
-	hc, err := billing.ProxyClient(s.proxyURL, vaultKey, nil)
+	hc, err := spendcap.Client(s.proxyURL, vaultKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := stripeAPI(hc)
 
 	_, err = api.Charges.New(vaultChargeParams("cus_1", "k1", 100))
-	var pe *billing.ProxyError
-	if !errors.Is(err, billing.ErrEndpointNotAllowed) || !errors.As(err, &pe) || len(pe.AllowedEndpoints) != 1 || pe.AllowedEndpoints[0] != "POST /v1/payment_intents" {
+	var pe *spendcap.ProxyError
+	if !errors.Is(err, spendcap.ErrEndpointNotAllowed) || !errors.As(err, &pe) || len(pe.AllowedEndpoints) != 1 || pe.AllowedEndpoints[0] != "POST /v1/payment_intents" {
 		t.Fatalf("blocked endpoint: %v; want ErrEndpointNotAllowed with the allowlist", err)
 	}
-	if errors.Is(err, billing.ErrSpendCapReached) || errors.Is(err, billing.ErrVaultKeyRevoked) {
+	if errors.Is(err, spendcap.ErrSpendCapReached) || errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Errorf("blocked endpoint also matches another sentinel: %v", err)
 	}
 
 	s.px.KillSwitch(true)
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
-	if !errors.Is(err, billing.ErrVaultKeyRevoked) {
+	if !errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Fatalf("kill switch: %v; want ErrVaultKeyRevoked", err)
 	}
 	s.px.KillSwitch(false)
 	s.px.Revoke(vaultKey)
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
-	if !errors.Is(err, billing.ErrVaultKeyRevoked) {
+	if !errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Fatalf("revoked: %v; want ErrVaultKeyRevoked", err)
 	}
 	if log := s.px.Log(); len(log) != 3 {
@@ -290,8 +291,8 @@ func TestVaultStripeRateLimitPassesThrough(t *testing.T) {
 		if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusTooManyRequests || !strings.HasPrefix(se.RequestID, "req_") {
 			t.Fatalf("%s: %v; want Stripe's 429 as a *stripe.Error", kind, err)
 		}
-		var pe *billing.ProxyError
-		if errors.As(err, &pe) || errors.Is(err, billing.ErrSpendCapReached) {
+		var pe *spendcap.ProxyError
+		if errors.As(err, &pe) || errors.Is(err, spendcap.ErrSpendCapReached) {
 			t.Fatalf("%s: a forwarded Stripe 429 was taken for a proxy refusal: %v", kind, err)
 		}
 	}
@@ -320,11 +321,11 @@ func TestVaultTellsProxyAnswersFromStripeAnswers(t *testing.T) {
 		want   error  // sentinel, for a proxy refusal
 		stripe string // else: the *stripe.Error type stripe-go reports
 	}{
-		{"keybrake cap", 429, nil, `{"error":"Daily spend cap of $50 reached","spent":5000}`, billing.ErrSpendCapReached, ""},
-		{"402 cap", 402, nil, `{"error":"Budget exhausted"}`, billing.ErrSpendCapReached, ""},
-		{"412 cap", 412, nil, `{"error":"Spend limit"}`, billing.ErrSpendCapReached, ""},
-		{"blocked endpoint", 403, nil, `{"error":"Endpoint not allowed","allowed_endpoints":["POST /v1/charges"]}`, billing.ErrEndpointNotAllowed, ""},
-		{"revoked", 401, nil, `{"error":"Vault key revoked"}`, billing.ErrVaultKeyRevoked, ""},
+		{"keybrake cap", 429, nil, `{"error":"Daily spend cap of $50 reached","spent":5000}`, spendcap.ErrSpendCapReached, ""},
+		{"402 cap", 402, nil, `{"error":"Budget exhausted"}`, spendcap.ErrSpendCapReached, ""},
+		{"412 cap", 412, nil, `{"error":"Spend limit"}`, spendcap.ErrSpendCapReached, ""},
+		{"blocked endpoint", 403, nil, `{"error":"Endpoint not allowed","allowed_endpoints":["POST /v1/charges"]}`, spendcap.ErrEndpointNotAllowed, ""},
+		{"revoked", 401, nil, `{"error":"Vault key revoked"}`, spendcap.ErrVaultKeyRevoked, ""},
 		{"Stripe 429 with Request-Id", 429, stripeID, stripe429, nil, "invalid_request_error"},
 		{"Stripe-shaped 429 without Request-Id", 429, nil, stripe429, nil, "invalid_request_error"},
 		{"Stripe 402 decline", 402, stripeID, `{"error":{"type":"card_error","code":"card_declined","message":"declined"}}`, nil, "card_error"},
@@ -338,7 +339,7 @@ func TestVaultTellsProxyAnswersFromStripeAnswers(t *testing.T) {
 			ts := httptest.NewServer(answerer(tt.status, tt.header, tt.body))
 			defer ts.Close()
 			_, err := proxied(t, ts.URL).Charges.New(vaultChargeParams("cus_1", "k", 100))
-			var pe *billing.ProxyError
+			var pe *spendcap.ProxyError
 			if tt.want != nil {
 				if !errors.Is(err, tt.want) || !errors.As(err, &pe) || pe.Status != tt.status {
 					t.Fatalf("err = %v; want a *ProxyError with status %d matching %v", err, tt.status, tt.want)
@@ -366,29 +367,29 @@ func TestNewVaultTransportValidates(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		cfg      billing.VaultConfig
+		cfg      spendcap.Config
 		ok       bool
 		mentions string
 	}{
-		{"https", billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey}, true, ""},
-		{"http loopback", billing.VaultConfig{ProxyURL: "http://127.0.0.1:8080", VaultKey: vaultKey}, true, ""},
-		{"http localhost", billing.VaultConfig{ProxyURL: "http://localhost:8080", VaultKey: vaultKey}, true, ""},
-		{"http ipv6 loopback", billing.VaultConfig{ProxyURL: "http://[::1]:8080", VaultKey: vaultKey}, true, ""},
-		{"http allowed", billing.VaultConfig{ProxyURL: "http://proxy.internal", VaultKey: vaultKey, AllowInsecure: true}, true, ""},
-		{"http remote", billing.VaultConfig{ProxyURL: "http://proxy.example.com", VaultKey: vaultKey}, false, "clear text"},
-		{"empty URL", billing.VaultConfig{VaultKey: vaultKey}, false, "ProxyURL is empty"},
-		{"bad scheme", billing.VaultConfig{ProxyURL: "ftp://proxy.example.com", VaultKey: vaultKey}, false, "scheme"},
-		{"no host", billing.VaultConfig{ProxyURL: "https:///v1", VaultKey: vaultKey}, false, "no host"},
-		{"user info", billing.VaultConfig{ProxyURL: "https://user:" + vaultKey + "@proxy.example.com", VaultKey: vaultKey}, false, "user info"},
-		{"query", billing.VaultConfig{ProxyURL: "https://proxy.example.com/?key=" + vaultKey, VaultKey: vaultKey}, false, "query"},
-		{"empty key", billing.VaultConfig{ProxyURL: "https://proxy.example.com"}, false, "VaultKey is empty"},
-		{"key with newline", billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: vaultKey + "\n"}, false, "white space"},
-		{"oversized key", billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: strings.Repeat(vaultKey, 20)}, false, "at most"},
+		{"https", spendcap.Config{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey}, true, ""},
+		{"http loopback", spendcap.Config{ProxyURL: "http://127.0.0.1:8080", VaultKey: vaultKey}, true, ""},
+		{"http localhost", spendcap.Config{ProxyURL: "http://localhost:8080", VaultKey: vaultKey}, true, ""},
+		{"http ipv6 loopback", spendcap.Config{ProxyURL: "http://[::1]:8080", VaultKey: vaultKey}, true, ""},
+		{"http allowed", spendcap.Config{ProxyURL: "http://proxy.internal", VaultKey: vaultKey, AllowInsecure: true}, true, ""},
+		{"http remote", spendcap.Config{ProxyURL: "http://proxy.example.com", VaultKey: vaultKey}, false, "clear text"},
+		{"empty URL", spendcap.Config{VaultKey: vaultKey}, false, "ProxyURL is empty"},
+		{"bad scheme", spendcap.Config{ProxyURL: "ftp://proxy.example.com", VaultKey: vaultKey}, false, "scheme"},
+		{"no host", spendcap.Config{ProxyURL: "https:///v1", VaultKey: vaultKey}, false, "no host"},
+		{"user info", spendcap.Config{ProxyURL: "https://user:" + vaultKey + "@proxy.example.com", VaultKey: vaultKey}, false, "user info"},
+		{"query", spendcap.Config{ProxyURL: "https://proxy.example.com/?key=" + vaultKey, VaultKey: vaultKey}, false, "query"},
+		{"empty key", spendcap.Config{ProxyURL: "https://proxy.example.com"}, false, "VaultKey is empty"},
+		{"key with newline", spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vaultKey + "\n"}, false, "white space"},
+		{"oversized key", spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: strings.Repeat(vaultKey, 20)}, false, "at most"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			vt, err := billing.NewVaultTransport(tt.cfg)
+			vt, err := spendcap.NewTransport(tt.cfg)
 			if tt.ok {
 				if err != nil || vt == nil {
 					t.Fatalf("err = %v; want a transport", err)
@@ -403,7 +404,7 @@ func TestNewVaultTransportValidates(t *testing.T) {
 			}
 		})
 	}
-	if _, err := billing.ProxyClient("http://proxy.example.com", vaultKey, nil); !errors.Is(err, billing.ErrInvalidInput) {
+	if _, err := spendcap.Client("http://proxy.example.com", vaultKey, nil); !errors.Is(err, billing.ErrInvalidInput) {
 		t.Errorf("ProxyClient over remote http: err = %v; want ErrInvalidInput", err)
 	}
 }
@@ -428,7 +429,7 @@ func TestVaultTransportRewritesRequests(t *testing.T) {
 		sent = r
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
 	})
-	vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe/", VaultKey: vaultKey, Base: base})
+	vt, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com/stripe/", VaultKey: vaultKey, Base: base})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +462,7 @@ func TestVaultTransportRefusesRedirects(t *testing.T) {
 	defer other.Close()
 	proxy := httptest.NewServer(http.RedirectHandler(other.URL+"/v1/charges", http.StatusTemporaryRedirect))
 	defer proxy.Close()
-	hc, err := billing.ProxyClient(proxy.URL, vaultKey, nil)
+	hc, err := spendcap.Client(proxy.URL, vaultKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,13 +491,13 @@ func TestVaultTransportClosesRefusedResponses(t *testing.T) {
 		return &http.Response{StatusCode: 429, Header: http.Header{},
 			Body: closeCounter{strings.NewReader(`{"error":"cap"}`), &closed}, Request: r}, nil
 	})
-	vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: vaultKey, Base: base})
+	vt, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vaultKey, Base: base})
 	if err != nil {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequest(http.MethodPost, "https://api.stripe.com/v1/charges", strings.NewReader("amount=1"))
 	resp, err := vt.RoundTrip(req)
-	if resp != nil || !errors.Is(err, billing.ErrSpendCapReached) {
+	if resp != nil || !errors.Is(err, spendcap.ErrSpendCapReached) {
 		t.Fatalf("resp %v, err %v; want nil and ErrSpendCapReached", resp, err)
 	}
 	if closed.Load() != 1 {
@@ -513,7 +514,7 @@ func TestVaultKeyNeverPrinted(t *testing.T) {
 		fmt.Fprintf(w, `{"error":"key %s may not call %s","allowed_endpoints":["GET /v1/charges for %s"]}`, key, r.URL.Path, key)
 	}))
 	defer echo.Close()
-	vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: echo.URL, VaultKey: vaultKey})
+	vt, err := spendcap.NewTransport(spendcap.Config{ProxyURL: echo.URL, VaultKey: vaultKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +527,7 @@ func TestVaultKeyNeverPrinted(t *testing.T) {
 	hc := &http.Client{Transport: vt}
 	api := stripeAPI(hc)
 	_, err = api.Charges.New(vaultChargeParams("cus_1", "k", 100))
-	var pe *billing.ProxyError
+	var pe *spendcap.ProxyError
 	if !errors.As(err, &pe) {
 		t.Fatalf("err = %v; want a *ProxyError", err)
 	}
@@ -558,7 +559,7 @@ func BenchmarkVaultTransport(b *testing.B) {
 			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 				return &http.Response{StatusCode: bc.status, Header: bc.header, Body: io.NopCloser(strings.NewReader(bc.body)), Request: r}, nil
 			})
-			vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey, Base: base})
+			vt, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey, Base: base})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -592,7 +593,7 @@ func billerBehind(tb testing.TB, s *stack, amount int64, api billing.API, logs i
 	if err := store.Migrate(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	hc, err := billing.ProxyClient(s.proxyURL, vaultKey, &http.Client{})
+	hc, err := spendcap.Client(s.proxyURL, vaultKey, &http.Client{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -662,7 +663,7 @@ func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 	ctx := context.Background()
 
 	sum, err := b.Run(ctx, "2026-09", billing.Customers(ids...), &billing.RunOptions{Concurrency: 4, BatchSize: 5})
-	if !errors.Is(err, billing.ErrSpendCapReached) {
+	if !errors.Is(err, spendcap.ErrSpendCapReached) {
 		t.Fatalf("Run: %v; want ErrSpendCapReached", err)
 	}
 	if got := paidTotal(s.srv); got != 3*amount {
@@ -732,14 +733,14 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 		api   billing.API
 		setup func(s *stack)
 	}{
-		{"endpoint not allowed", billing.ErrEndpointNotAllowed, billing.PaymentIntents, func(s *stack) {
+		{"endpoint not allowed", spendcap.ErrEndpointNotAllowed, billing.PaymentIntents, func(s *stack) {
 			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
 		}},
-		{"revoked", billing.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
+		{"revoked", spendcap.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
 			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
 			s.px.Revoke(vaultKey)
 		}},
-		{"kill switch mid-run", billing.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
+		{"kill switch mid-run", spendcap.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
 			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
 			var n atomic.Int32
 			s.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
@@ -812,7 +813,7 @@ func TestVaultClassify(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = api.Charges.New(vaultChargeParams("cus_2", "k2", 100))
-	if !errors.Is(err, billing.ErrSpendCapReached) || billing.Classify(err) != retry.Stop() {
+	if !errors.Is(err, spendcap.ErrSpendCapReached) || billing.Classify(err) != retry.Stop() {
 		t.Errorf("Classify(cap refusal %v) retries, or the error does not match ErrSpendCapReached", err)
 	}
 }

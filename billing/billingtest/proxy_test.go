@@ -259,7 +259,7 @@ func TestProxyRefusals(t *testing.T) {
 	}
 	var why []string
 	for _, e := range px.Log() {
-		why = append(why, e.Refused)
+		why = append(why, string(e.Refused))
 	}
 	if got, want := strings.Join(why, ","), "endpoint,unknown_key,revoked,kill_switch,"; got != want {
 		t.Errorf("log refusals = %q; want %q", got, want)

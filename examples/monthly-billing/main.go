@@ -32,6 +32,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/pgtest"
@@ -170,7 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		// keeps.
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = max(o.concurrency, 2)
-		hc, err := billing.ProxyClient(o.vaultProxyURL, o.vaultKey, &http.Client{Transport: t})
+		hc, err := spendcap.Client(o.vaultProxyURL, o.vaultKey, &http.Client{Transport: t})
 		if err != nil {
 			return o, errors.New(vaultFlags.Replace(reason(err)))
 		}

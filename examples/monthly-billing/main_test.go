@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
 )
@@ -411,8 +412,8 @@ func TestVaultProxyCapStopsTheRunAndARerunFinishes(t *testing.T) {
 	}
 	assertOnce(t, srv, demoIDs(n))
 	for _, e := range proxy.Log() {
-		if e.VaultKey != firstKey && e.VaultKey != secondKey {
-			t.Errorf("the proxy saw a request with another credential (%d chars)", len(e.VaultKey))
+		if e.KeyID != spendcap.KeyID(firstKey) && e.KeyID != spendcap.KeyID(secondKey) {
+			t.Errorf("the proxy saw a request with another credential (%s)", e.KeyID)
 		}
 	}
 }
