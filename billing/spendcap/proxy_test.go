@@ -1,4 +1,4 @@
-package billingtest_test
+package spendcap_test
 
 import (
 	"encoding/json"
@@ -352,4 +352,11 @@ func TestProxyCloseDoesNotWaitForUnusedConnections(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Close still waiting after 3s on an unused connection")
 	}
+}
+
+func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
+	tb.Helper()
+	srv := billingtest.NewServer(cfg)
+	tb.Cleanup(srv.Close)
+	return srv
 }
