@@ -14,6 +14,7 @@ type MemoryStore struct {
 	keys   map[string]*memKey // by KeyID
 	nextID int64
 	held   map[int64]Reservation
+	idem   map[string]IdemState
 	log    []Entry
 }
 
@@ -23,12 +24,11 @@ type memKey struct {
 	window   time.Time
 	spent    int64
 	reserved int64
-	counted  map[string]time.Time // idempotency key -> when it stops being counted
 }
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{keys: make(map[string]*memKey), held: make(map[int64]Reservation)}
+	return &MemoryStore{keys: make(map[string]*memKey), held: make(map[int64]Reservation), idem: make(map[string]IdemState)}
 }
 
 // IssueKey makes vaultKey valid with k, replacing any key of that name
@@ -40,7 +40,7 @@ func (s *MemoryStore) IssueKey(_ context.Context, vaultKey string, k Key) error 
 	k.AllowedEndpoints = slices.Clone(k.AllowedEndpoints)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.keys[KeyID(vaultKey)] = &memKey{Key: k, counted: make(map[string]time.Time)}
+	s.keys[KeyID(vaultKey)] = &memKey{Key: k}
 	return nil
 }
 
@@ -111,9 +111,12 @@ func (s *MemoryStore) Admit(_ context.Context, r Request) (Admission, error) {
 		return Admission{Refusal: UnknownKey}, nil
 	}
 	k.roll(r.Now)
-	until, counted := k.counted[r.IdempotencyKey]
-	counted = counted && r.IdempotencyKey != "" && r.Now.Before(until)
-	a := decide(k.Key, k.revoked, k.spent, k.reserved, counted, r)
+	st := s.idem[r.IdempotencyKey]
+	a := decide(k.Key, k.revoked, k.spent, k.reserved, r.IdempotencyKey != "" && st.Counted(r.Now), r)
+	a, st = admitted(a, r, st)
+	if r.IdempotencyKey != "" && a.Refusal == Admitted {
+		s.idem[r.IdempotencyKey] = st
+	}
 	if a.Refusal == Admitted && a.Reservation.Amount > 0 {
 		s.nextID++
 		a.Reservation.ID = s.nextID
@@ -124,7 +127,7 @@ func (s *MemoryStore) Admit(_ context.Context, r Request) (Admission, error) {
 }
 
 // Settle implements [Store].
-func (s *MemoryStore) Settle(_ context.Context, r Reservation, keep bool, now time.Time) error {
+func (s *MemoryStore) Settle(_ context.Context, r Reservation, o Outcome, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.held[r.ID]
@@ -137,12 +140,12 @@ func (s *MemoryStore) Settle(_ context.Context, r Reservation, keep bool, now ti
 		return nil
 	}
 	k.reserved -= r.Amount
-	if keep {
+	if o != Released {
 		k.roll(now)
 		k.spent += r.Amount
-		if r.IdempotencyKey != "" {
-			k.counted[r.IdempotencyKey] = r.At.Add(r.CountFor)
-		}
+	}
+	if r.IdempotencyKey != "" {
+		s.idem[r.IdempotencyKey] = s.idem[r.IdempotencyKey].Settled(r, o)
 	}
 	return nil
 }

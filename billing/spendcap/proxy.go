@@ -97,10 +97,12 @@ type ProxyConfig struct {
 //     is never cancelled by its client going away, and is settled when
 //     its answer comes, or not at all.
 //
-// Once an idempotency key has been counted, a resend with that key
-// reserves nothing, for KeyLifetime minus ClockSkew after its
-// reservation; then Stripe may have forgotten it, and a resend is reserved
-// like a new request.
+// Once an idempotency key has been counted, a resend with it reserves
+// nothing, as long as Stripe surely remembers the key: KeyLifetime minus
+// ClockSkew after the earliest Stripe can have first seen it (see
+// [IdemState]). Then a resend is reserved like a new request. Idempotency
+// keys are tracked over all vault keys, as Stripe scopes them to the
+// secret the proxy holds.
 type Proxy struct {
 	upstream    *url.URL
 	stripeKey   string
@@ -108,6 +110,7 @@ type Proxy struct {
 	clock       interface{ Now() time.Time }
 	capStatus   int
 	countFor    time.Duration
+	skew        time.Duration
 	timeout     time.Duration
 	tr          http.RoundTripper
 	suspended   atomic.Bool
@@ -158,7 +161,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	up.Path = strings.TrimRight(up.Path, "/")
 	return &Proxy{
 		upstream: up, stripeKey: cfg.StripeKey, store: cfg.Store, clock: cfg.Clock,
-		capStatus: cfg.CapStatus, countFor: cfg.KeyLifetime - cfg.ClockSkew,
+		capStatus: cfg.CapStatus, countFor: cfg.KeyLifetime - cfg.ClockSkew, skew: cfg.ClockSkew,
 		timeout: cfg.UpstreamTimeout, tr: cfg.Transport,
 	}, nil
 }
@@ -209,7 +212,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := p.clock.Now()
 	adm, err := p.store.Admit(ctx, Request{
 		KeyID: e.KeyID, Method: r.Method, Path: r.URL.Path, IdempotencyKey: e.IdempotencyKey,
-		Amount: amount, Now: now, CountFor: p.countFor,
+		Amount: amount, Now: now, CountFor: p.countFor, Window: p.countFor + p.timeout + 2*p.skew,
 	})
 	if err != nil {
 		p.refuse(ctx, w, &e, http.StatusServiceUnavailable, StoreFailed, map[string]any{"error": "The spend-cap proxy cannot reach its budget store; nothing was sent"})
@@ -246,13 +249,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	resp, err := p.forward(ctx, r, body)
 	res := adm.Reservation
-	keep := err != nil || resp.StatusCode >= 500 ||
-		resp.StatusCode < 300 && resp.Header.Get("Idempotent-Replayed") != "true"
+	o := Released
+	switch {
+	case err != nil || resp.StatusCode >= 500:
+		o = Unknown
+	case resp.StatusCode < 300 && resp.Header.Get("Idempotent-Replayed") != "true":
+		o = Charged
+	}
 	if res.Amount > 0 {
 		// A failed settlement leaves the amount reserved: the cap can
 		// only be reached too early, never passed.
-		_ = p.store.Settle(ctx, res, keep, p.clock.Now())
-		e.Kept = keep
+		_ = p.store.Settle(ctx, res, o, p.clock.Now())
+		e.Kept = o != Released
 	}
 	if f := p.beforeReply.Load(); f != nil {
 		(*f)(r)

@@ -102,12 +102,13 @@ type Store interface {
 	// revoked or expired, or whose endpoint the key does not allow, and,
 	// for an Amount above zero whose idempotency key is not counted,
 	// reserves the amount if it fits under the cap, in the same atomic
-	// step as the check, or refuses it.
+	// step as the check, or refuses it. For an admitted request with an
+	// idempotency key it records the forward in the key's IdemState.
 	Admit(ctx context.Context, r Request) (Admission, error)
-	// Settle ends a reservation: kept, it counts as spent and its
-	// idempotency key as counted until r.At plus the Request's
-	// CountFor; otherwise it is released.
-	Settle(ctx context.Context, r Reservation, keep bool, now time.Time) error
+	// Settle ends a reservation as o says, and updates the IdemState of
+	// its idempotency key. Settling one twice, or one the store does not
+	// hold, changes nothing.
+	Settle(ctx context.Context, r Reservation, o Outcome, now time.Time) error
 	// Record stores one audit entry.
 	Record(ctx context.Context, e Entry) error
 }
@@ -119,10 +120,34 @@ type Request struct {
 	IdempotencyKey string // "" when the request carries none
 	Amount         int64  // what Stripe would move; 0 for none
 	Now            time.Time
-	// CountFor is how long a counted idempotency key is known as counted,
-	// from its reservation: then a resend is reserved anew.
+	// CountFor is how long the upstream surely keeps an idempotency key
+	// after it first saw it: its key lifetime less the clock skew.
 	CountFor time.Duration
+	// Window is how long after a request is forwarded it may still be
+	// taken by the upstream as the first of its idempotency key: CountFor
+	// plus the longest a forwarded request takes to arrive.
+	Window time.Duration
 }
+
+// Outcome is how a forwarded request ended, for [Store.Settle].
+type Outcome uint8
+
+const (
+	// Released: the upstream refused (4xx) or replayed the request:
+	// nothing moved, the reservation is released.
+	Released Outcome = iota
+	// Charged: the upstream executed the request (a 2xx, not a replay).
+	// The amount counts as spent, and its idempotency key as counted until
+	// the reservation's At plus CountFor: the upstream saw the key no
+	// earlier than the reservation, so it remembers the key at least that
+	// long.
+	Charged
+	// Unknown: a 5xx, a timeout or a lost answer. The amount counts as
+	// spent, and the idempotency key as counted for as long as any
+	// request the answer may have replayed is surely remembered (see
+	// [IdemState]).
+	Unknown
+)
 
 // Refusal is why a [Proxy] answered a request itself.
 type Refusal string
@@ -161,7 +186,63 @@ type Reservation struct {
 	IdempotencyKey string
 	Amount         int64
 	At             time.Time // when it was made, on the proxy's clock
-	CountFor       time.Duration
+	// Since is the earliest the upstream can have first seen the
+	// idempotency key, as the store knew at admission (see [IdemState]).
+	Since    time.Time
+	CountFor time.Duration
+}
+
+// IdemState is what a store knows of one idempotency key, over every vault
+// key: the upstream scopes idempotency keys to the secret the proxy holds.
+//
+// A key is counted until CountedUntil: then the upstream surely still
+// remembers the request that moved money under it, so a resend is a
+// replay and reserves nothing. CountedUntil is only ever set to a time
+// the upstream keeps the key past:
+//
+//   - after a fresh execution (a 2xx that is not a replay), to the
+//     reservation's At plus CountFor: the upstream saw the key no earlier
+//     than At;
+//   - after an unknown outcome, to Since plus CountFor. The answer may
+//     have been a replay of any earlier request with the key that the
+//     upstream still remembers, and each of those was forwarded no earlier
+//     than Since: Since is the first forward of a chain of forwards each
+//     less than Window after the one before, so every forward before the
+//     chain is one the upstream has surely forgotten.
+type IdemState struct {
+	ChainStart, LastForward, CountedUntil time.Time
+}
+
+// Counted reports whether a resend at now reserves nothing.
+func (s IdemState) Counted(now time.Time) bool { return now.Before(s.CountedUntil) }
+
+// Forwarded returns s after a request with the key is forwarded at now.
+func (s IdemState) Forwarded(now time.Time, window time.Duration) IdemState {
+	if s.LastForward.IsZero() || !now.Before(s.LastForward.Add(window)) {
+		s.ChainStart = now
+	}
+	if now.After(s.LastForward) {
+		s.LastForward = now
+	}
+	if now.Before(s.ChainStart) {
+		s.ChainStart = now
+	}
+	return s
+}
+
+// Settled returns s after r ended with o.
+func (s IdemState) Settled(r Reservation, o Outcome) IdemState {
+	var until time.Time
+	switch o {
+	case Charged:
+		until = r.At.Add(r.CountFor)
+	case Unknown:
+		until = r.Since.Add(r.CountFor)
+	}
+	if until.After(s.CountedUntil) {
+		s.CountedUntil = until
+	}
+	return s
 }
 
 // Entry is one audit row: a request the proxy answered. It holds no
@@ -236,4 +317,15 @@ func decide(k Key, revoked bool, spent, reserved int64, counted bool, r Request)
 		return Admission{Refusal: RefusedCap, Cap: k.CapAmount, Used: used, Per: k.Per}
 	}
 	return Admission{Reservation: Reservation{KeyID: r.KeyID, IdempotencyKey: r.IdempotencyKey, Amount: r.Amount, At: r.Now, CountFor: r.CountFor}}
+}
+
+// admitted finishes an admission a for r, whose idempotency key's state
+// was st: it records the forward and stamps the reservation's Since.
+func admitted(a Admission, r Request, st IdemState) (Admission, IdemState) {
+	if a.Refusal != Admitted || r.IdempotencyKey == "" {
+		return a, st
+	}
+	st = st.Forwarded(r.Now, r.Window)
+	a.Reservation.Since = st.ChainStart
+	return a, st
 }
