@@ -148,15 +148,19 @@ func (p *Proxy) SetCap(key string, capAmount int64) {
 // until it is turned off.
 func (p *Proxy) KillSwitch(on bool) { p.handler.Suspend(on) }
 
-// LoseAnswers, when on, makes the proxy settle each forwarded request as
-// usual and then cut the client's connection without an answer: the
-// client cannot tell whether Stripe charged.
-func (p *Proxy) LoseAnswers(on bool) {
-	if !on {
+// LoseAnswers makes the proxy settle each forwarded request for which lose
+// returns true as usual, and then cut the client's connection without an
+// answer: the client cannot tell whether Stripe charged. nil turns it off.
+func (p *Proxy) LoseAnswers(lose func(*http.Request) bool) {
+	if lose == nil {
 		p.handler.SetBeforeReply(nil)
 		return
 	}
-	p.handler.SetBeforeReply(func(*http.Request) { panic(http.ErrAbortHandler) })
+	p.handler.SetBeforeReply(func(r *http.Request) {
+		if lose(r) {
+			panic(http.ErrAbortHandler)
+		}
+	})
 }
 
 // Usage returns what key has spent and holds reserved in its current

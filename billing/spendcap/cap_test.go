@@ -121,3 +121,27 @@ func TestProxySumsCannotWrap(t *testing.T) {
 		t.Errorf("huge amount: %d %v; want 429 saying it is above the cap", hugeAnswer.status, hugeAnswer.body)
 	}
 }
+
+// net/http resends a request with an Idempotency-Key by itself when a
+// reused connection closes before the answer; the resend is answered as a
+// replay, which the proxy releases. The proxy must never resend: each
+// request it forwards arrives at most once.
+func TestProxyNeverResendsUpstreamByItself(t *testing.T) {
+	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	post(t, px.URL, vaultKey, "warm", "cus_w", 100) // opens the connection the next request reuses
+	srv.FailNext(billingtest.Match{Customer: "cus_d"}, billingtest.Fault{Kind: billingtest.FaultDrop})
+	if a := post(t, px.URL, vaultKey, "dropped", "cus_d", 600); a.status != http.StatusBadGateway {
+		t.Errorf("dropped: %d %v; want 502", a.status, a.body)
+	}
+	total, _ := paid(srv)
+	if u := px.Usage(vaultKey); total > u.Spent {
+		t.Errorf("moved %d at the fake; the proxy counted %d", total, u.Spent)
+	}
+	for i := range 3 {
+		post(t, px.URL, vaultKey, fmt.Sprint("after", i), fmt.Sprint("cus_", i), 300)
+	}
+	if total, n := paid(srv); total > 1000 {
+		t.Fatalf("moved %d in %d payments at the fake; cap 1000", total, n)
+	}
+}

@@ -175,7 +175,7 @@ func (wallClock) Now() time.Time { return time.Now() }
 func (p *Proxy) Suspend(on bool) { p.suspended.Store(on) }
 
 // SetBeforeReply installs f, called after a forwarded request is settled
-// and before its answer is written (nil removes it). Tests use it to lose
+// and audited, before its answer is written (nil removes it). Tests use it to lose
 // answers: a client that gives up meanwhile never sees Stripe's answer.
 func (p *Proxy) SetBeforeReply(f func(*http.Request)) {
 	if f == nil {
@@ -262,20 +262,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = p.store.Settle(ctx, res, o, p.clock.Now())
 		e.Kept = o != Released
 	}
-	if f := p.beforeReply.Load(); f != nil {
-		(*f)(r)
-	}
 	if err != nil {
-		p.refuse(ctx, w, &e, http.StatusBadGateway, Upstream, map[string]any{"error": "Upstream request failed; the outcome is unknown"})
+		p.refuse(ctx, w, &e, http.StatusBadGateway, Upstream, map[string]any{"error": "Upstream request failed; the outcome is unknown"}, r)
 		return
-	}
-	for k, v := range resp.Header {
-		w.Header()[k] = v
 	}
 	e.Status, e.Replayed = resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true"
 	p.record(ctx, &e) // before the answer, so a client that has it finds the entry
+	p.hook(r)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(resp.body)
+}
+
+// hook calls the function installed by SetBeforeReply for a forwarded
+// request.
+func (p *Proxy) hook(r *http.Request) {
+	if f := p.beforeReply.Load(); f != nil && r != nil {
+		(*f)(r)
+	}
 }
 
 // read reads r's body and the amount Stripe would move, or says why the
@@ -351,9 +357,17 @@ func (p *Proxy) forward(ctx context.Context, r *http.Request, body []byte) (*ups
 	u.Path = p.upstream.Path + r.URL.Path
 	u.RawPath = ""
 	u.RawQuery = r.URL.RawQuery
-	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
+	// The body has no GetBody, so net/http never resends the request by
+	// itself (it would for an Idempotency-Key on a reused connection that
+	// closes): a resend answered as a replay would release a reservation
+	// whose first attempt moved the money.
+	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), io.NopCloser(bytes.NewReader(body)))
 	if err != nil {
 		return nil, err
+	}
+	out.ContentLength = int64(len(body))
+	if len(body) == 0 && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		out.Body = http.NoBody
 	}
 	for k, v := range r.Header {
 		switch http.CanonicalHeaderKey(k) {
@@ -377,9 +391,14 @@ func (p *Proxy) forward(ctx context.Context, r *http.Request, body []byte) (*ups
 	return &upstreamAnswer{StatusCode: resp.StatusCode, Header: h, body: b}, nil
 }
 
-func (p *Proxy) refuse(ctx context.Context, w http.ResponseWriter, e *Entry, status int, why Refusal, body map[string]any) {
+// refuse answers the request itself. forwarded is the request when it was
+// forwarded upstream, nil otherwise.
+func (p *Proxy) refuse(ctx context.Context, w http.ResponseWriter, e *Entry, status int, why Refusal, body map[string]any, forwarded ...*http.Request) {
 	e.Status, e.Refused = status, why
 	p.record(ctx, e)
+	if len(forwarded) > 0 {
+		p.hook(forwarded[0])
+	}
 	b, _ := json.Marshal(body)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
