@@ -90,9 +90,10 @@ type ProxyConfig struct {
 // answers, the reservation is
 //
 //   - kept (counted as spent) on a 2xx;
-//   - released on a 2xx marked Idempotent-Replayed: true (that request
-//     moved no money) and on a 4xx (nothing was charged);
-//   - kept on a 5xx, a timeout or a lost connection: the outcome is
+//   - released on an answer marked Idempotent-Replayed: true, whatever
+//     its status (that request moved no money; the one that did was
+//     counted when it was answered), and on a 4xx (nothing was charged);
+//   - kept on another 5xx, a timeout or a lost connection: the outcome is
 //     unknown, so the proxy assumes the money moved. A request forwarded
 //     is never cancelled by its client going away, and is settled when
 //     its answer comes, or not at all.
@@ -251,9 +252,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res := adm.Reservation
 	o := Released
 	switch {
-	case err != nil || resp.StatusCode >= 500:
+	case err != nil:
 		o = Unknown
-	case resp.StatusCode < 300 && resp.Header.Get("Idempotent-Replayed") != "true":
+	case resp.Header.Get("Idempotent-Replayed") == "true":
+		// A replay, of whatever status, moved nothing now; the request
+		// that executed was counted when it was answered.
+	case resp.StatusCode >= 500:
+		o = Unknown
+	case resp.StatusCode < 300:
 		o = Charged
 	}
 	if res.Amount > 0 {
