@@ -180,8 +180,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-// vaultFlags names billing's vault settings by this program's flags.
-var vaultFlags = strings.NewReplacer("VaultConfig.ProxyURL", "-vault-proxy-url", "VaultConfig.VaultKey", "-vault-key", ", or set AllowInsecure inside a trusted network", "")
+// vaultFlags names spendcap's settings by this program's flags.
+var vaultFlags = strings.NewReplacer(spendcap.ErrInvalidConfig.Error()+": ", "", "Config.ProxyURL", "-vault-proxy-url", "Config.VaultKey", "-vault-key", ", or set AllowInsecure inside a trusted network", "")
 
 // redactKey shows which kind of key is in use (sk_test_, rk_live_) and
 // nothing of the secret.
