@@ -55,6 +55,30 @@ func (a *authRecorder) wrap(h http.Handler) http.Handler {
 	})
 }
 
+func (a *authRecorder) total() (n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.seen {
+		n += c
+	}
+	return n
+}
+
+// quiet waits until every request the proxy received has been answered
+// by it: a run that stops may abandon requests the proxy goes on with
+// (it never cancels a forwarded request), and they may reach the fake
+// Stripe after the run has returned.
+func quiet(tb testing.TB, s *stack) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.px.Usage(vaultKey).Reserved != 0 || len(s.px.Log()) < s.atProxy.total() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the proxy still has requests in flight after 10s: %+v", s.px.Usage(vaultKey))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (a *authRecorder) only(tb testing.TB, who, want string) {
 	tb.Helper()
 	a.mu.Lock()
@@ -385,14 +409,20 @@ func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 	if !errors.Is(err, spendcap.ErrSpendCapReached) {
 		t.Fatalf("Run: %v; want ErrSpendCapReached", err)
 	}
-	if got := paidTotal(s.srv); got != 3*amount {
-		t.Fatalf("charged %d at the fake; want %d (3 charges under the cap of 10000)", got, 3*amount)
-	}
+	// What is guaranteed: never above the cap, and claims that agree with
+	// the ledger. How many of the admitted charges the fake has committed
+	// when Run returns depends on timing: a run that stops abandons
+	// requests in flight, which the proxy still forwards.
 	if sum.Created > 3 || sum.Failed != 0 || sum.Complete() {
 		t.Fatalf("summary %+v; want at most 3 created, none failed, an incomplete run", sum.Progress)
 	}
-	if got := checkClaims(t, b, store, s.srv, ids, false); got != 3 {
-		t.Fatalf("claims agree with %d charges; want 3", got)
+	quiet(t, s)
+	got := paidTotal(s.srv)
+	if got > 10000 {
+		t.Fatalf("charged %d at the fake; the cap is 10000", got)
+	}
+	if n := checkClaims(t, b, store, s.srv, ids, false); int64(n)*amount != got {
+		t.Fatalf("claims agree with %d charges; the fake holds %d", n, got)
 	}
 	refused := map[string]int{}
 	for _, e := range s.px.Log() {
@@ -488,6 +518,7 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 			if sum.Complete() || sum.Failed != 0 {
 				t.Errorf("summary %+v; want an incomplete run with nothing failed", sum.Progress)
 			}
+			quiet(t, s)
 			charged := checkClaims(t, b, store, s.srv, ids, false)
 			if tt.name == "kill switch mid-run" {
 				if charged < 5 || charged > 5+3 {
