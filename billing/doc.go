@@ -116,6 +116,15 @@
 // recommends for new ones and handles SCA; each Price must then carry a
 // PaymentMethod.
 //
+// # Behind a spend-cap proxy
+//
+// A spend-cap proxy holds the Stripe secret and bounds what a run can
+// spend. Give the Biller an HTTP client from [spendcap.Client] as
+// Config.HTTPClient and the vault key as Config.SecretKey: the process then
+// holds no Stripe secret. The proxy's refusals stop a Run as listed above.
+// Package [github.com/billonce/billonce/billing/spendcap] has the client
+// side and the proxy itself.
+//
 // # Testing code that uses billing
 //
 // Point Config.StripeURL at a fake Stripe from package

@@ -244,12 +244,12 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 			_, err := e.b.Rebill(ctx, "cus_odd_rebill", period, math.MaxInt, nil)
 			return err
 		}},
-		{"NewVaultTransport Base a nil *http.Transport", func() error {
+		{"spendcap.NewTransport Base a nil *http.Transport", func() error {
 			_, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001",
 				Base: (*http.Transport)(nil)})
 			return err
 		}},
-		{"ProxyClient on a client with a nil *http.Transport", func() error {
+		{"spendcap.Client on a client with a nil *http.Transport", func() error {
 			_, err := spendcap.Client("https://proxy.example.com", "vault_key_0001", &http.Client{Transport: (*http.Transport)(nil)})
 			return err
 		}},

@@ -119,7 +119,7 @@ func TestVaultTellsProxyAnswersFromStripeAnswers(t *testing.T) {
 	}
 }
 
-func TestNewVaultTransportValidates(t *testing.T) {
+func TestNewTransportValidates(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
@@ -161,7 +161,7 @@ func TestNewVaultTransportValidates(t *testing.T) {
 		})
 	}
 	if _, err := spendcap.Client("http://proxy.example.com", vaultKey, nil); !errors.Is(err, spendcap.ErrInvalidConfig) {
-		t.Errorf("ProxyClient over remote http: err = %v; want ErrInvalidConfig", err)
+		t.Errorf("Client over remote http: err = %v; want ErrInvalidConfig", err)
 	}
 }
 

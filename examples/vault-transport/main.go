@@ -1,6 +1,6 @@
 // Command vault-transport sends an existing stripe-go client and a plain
 // net/http client through a spend-cap proxy with a vault key, against an
-// in-process fake Stripe and fake proxy. A billing loop that makes a fresh
+// in-process fake Stripe behind the spend-cap proxy of billing/spendcap. A billing loop that makes a fresh
 // idempotency key on every pass is stopped at the cap.
 //
 //	go run ./examples/vault-transport
