@@ -122,8 +122,8 @@ type Proxy struct {
 // [ErrInvalidConfig] and never contain the Stripe secret.
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	up, err := url.Parse(cfg.Upstream)
-	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" || up.User != nil {
-		return nil, invalid("ProxyConfig.Upstream %q: want a base URL such as https://api.stripe.com", idemkey.RedactRawURL(cfg.Upstream))
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" || up.User != nil || up.RawQuery != "" || up.ForceQuery || up.Fragment != "" {
+		return nil, invalid("ProxyConfig.Upstream %q: want a base URL such as https://api.stripe.com, without user info, query or fragment", idemkey.RedactRawURL(cfg.Upstream))
 	}
 	if cfg.StripeKey == "" {
 		return nil, invalid("ProxyConfig.StripeKey is empty; set the secret the proxy sends upstream")

@@ -1,7 +1,8 @@
 // Command vault-transport sends an existing stripe-go client and a plain
-// net/http client through a spend-cap proxy with a vault key, against an
-// in-process fake Stripe behind the spend-cap proxy of billing/spendcap. A billing loop that makes a fresh
-// idempotency key on every pass is stopped at the cap.
+// net/http client through a spend-cap proxy (billing/spendcap, on
+// loopback) with a vault key, against an in-process fake Stripe. A billing
+// loop that makes a fresh idempotency key on every pass is stopped at the
+// cap.
 //
 //	go run ./examples/vault-transport
 package main
