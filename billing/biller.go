@@ -190,8 +190,16 @@ type Config struct {
 	// Observe, when set, is called after each attempt to create a charge at
 	// Stripe (EventStripeCall) and once per outcome of a charge that got as
 	// far as its claim (EventOutcome), in Charge, Rebill, Run and Reconcile,
-	// for metrics. It must be fast and safe for concurrent use.
+	// for metrics; and when a webhook or Reconcile learns that a payment
+	// settled, was refunded or was disputed (EventSettled, EventRefunded,
+	// EventDisputed). It must be fast and safe for concurrent use.
 	Observe func(Event)
+
+	// SettleAfter is how long a payment may be processing (a bank debit
+	// Stripe has not settled) before Reconcile reads it from Stripe, one
+	// GET per claim under RateLimit. Webhooks ([Biller.Webhook]) usually
+	// settle it sooner. Defaults to DefaultSettleAfter.
+	SettleAfter time.Duration
 }
 
 // Event is what [Config.Observe] receives.
@@ -209,6 +217,18 @@ type Event struct {
 	Err error
 	// Outcome is set on an EventOutcome without Err.
 	Outcome How
+
+	// StripeID names the payment (EventSettled, EventRefunded,
+	// EventDisputed).
+	StripeID string
+	// State is the claim's state after an EventSettled: "processing",
+	// "succeeded" or "failed" (then Err is a *FailedError with
+	// AfterProcessing set when the payment failed after processing).
+	State string
+	// Refunded is the amount refunded so far (EventRefunded).
+	Refunded int64
+	// Dispute is the dispute's id and reason (EventDisputed).
+	Dispute string
 }
 
 // EventKind tells what an [Event] reports.
@@ -221,6 +241,15 @@ const (
 	// EventOutcome: one customer's charge finished (Outcome on success, Err
 	// otherwise).
 	EventOutcome
+	// EventSettled: a webhook or Reconcile moved a claim: its payment is
+	// processing, or a payment settled (State, Err).
+	EventSettled
+	// EventRefunded: a payment was refunded (Refunded). The claim stays
+	// billed: a refund is not a reason to bill again.
+	EventRefunded
+	// EventDisputed: a payment was disputed (Dispute). The claim stays
+	// billed: a dispute is not a reason to bill again.
+	EventDisputed
 )
 
 // How tells how a [Receipt] came about.
@@ -264,6 +293,9 @@ type Receipt struct {
 	Key      idemkey.Key
 	Attempt  int
 	How      How
+	// Processing: the payment exists but has not settled (a bank debit):
+	// its outcome arrives by webhook or Reconcile. It is never sent again.
+	Processing bool
 }
 
 // Created reports whether this call made the charge.
@@ -276,6 +308,9 @@ type Biller struct {
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
+	// searches paces search requests on their own (see searchRateLimit);
+	// they take a token of limiter too.
+	searches *rate.Limiter
 	// instance is random per Biller, so that two replicas configured with
 	// the same Owner are still two owners; seq numbers its claims. See
 	// newOwner.
@@ -330,6 +365,12 @@ func New(cfg Config) (*Biller, error) {
 	if cfg.WindowMargin < MinWindowMargin {
 		return nil, invalid("Config.WindowMargin %v is below %v: claims would be reconciled by search before Stripe has indexed their first payment", cfg.WindowMargin, MinWindowMargin)
 	}
+	if cfg.SettleAfter < 0 {
+		return nil, invalid("Config.SettleAfter %v must not be negative", cfg.SettleAfter)
+	}
+	if cfg.SettleAfter == 0 {
+		cfg.SettleAfter = DefaultSettleAfter
+	}
 	if cfg.InProgressWait < 0 {
 		return nil, invalid("Config.InProgressWait %v must not be negative", cfg.InProgressWait)
 	}
@@ -354,12 +395,16 @@ func New(cfg Config) (*Biller, error) {
 	if len(cfg.Owner) > maxOwnerLen {
 		return nil, invalid("Config.Owner is %d bytes long; the limit is %d", len(cfg.Owner), maxOwnerLen)
 	}
-	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0), seq: new(atomic.Uint64)}
+	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, limiter: rate.NewLimiter(rate.Inf, 0),
+		searches: rate.NewLimiter(rate.Inf, 0), seq: new(atomic.Uint64)}
 	switch {
 	case cfg.RateLimit == 0:
 		b.limiter = rate.NewLimiter(DefaultRateLimit, DefaultRateLimit/4)
 	case cfg.RateLimit > 0:
 		b.limiter = rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, int(cfg.RateLimit/4)))
+	}
+	if cfg.RateLimit >= 0 {
+		b.searches = rate.NewLimiter(searchRateLimit, 1)
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))

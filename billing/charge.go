@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,9 +63,13 @@ type job struct {
 	price            Price
 	key              idemkey.Key
 	attempt          int
-	owner            string // this attempt's name on the claim
-	reopened         bool   // a search found no payment and reopened the key's window
-	won              bool   // this call made the claim: no earlier send of its key exists
+	owner            string    // this attempt's name on the claim
+	reopened         bool      // a search found no payment and reopened the key's window
+	won              bool      // this call made the claim: no earlier send of its key exists
+	rec              *recorder // in a Run over a batching store: checks and records in shared round trips
+	start            time.Time // when settling began, for Config.Observe
+	claimedAt        time.Time // local time just before the claim statement left, in a Run
+	firstSendBy      time.Time // see firstSendSafe
 }
 
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
@@ -151,10 +156,14 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 }
 
 // settle acts on a claim result and reports the outcome to Config.Observe.
+// With a recorder, a success is settled by the recorder once written, and
+// settle returns errRecording.
 func (b *Biller) settle(ctx context.Context, j job, res claim.Result) (Receipt, error) {
-	start := time.Now()
+	j.start = time.Now()
 	r, err := b.settleClaim(ctx, j, res)
-	b.outcome(j, start, r, err)
+	if err != errRecording {
+		b.outcome(j, j.start, r, err)
+	}
 	return r, err
 }
 
@@ -173,6 +182,10 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 	switch res.Outcome {
 	case claim.Succeeded:
 		return b.receipt(j, c.StripeID, AlreadyRecorded), nil
+	case claim.Processing:
+		r := b.receipt(j, c.StripeID, AlreadyRecorded)
+		r.Processing = true
+		return r, nil
 	case claim.Failed:
 		return b.afterFailure(ctx, j, c)
 	case claim.InProgress:
@@ -211,13 +224,16 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 			}
 			later := j
 			later.key, later.attempt, later.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
-			if c.State == claim.StateSucceeded {
-				return b.receipt(later, c.StripeID, AlreadyRecorded), nil
+			if c.State == claim.StateSucceeded || c.State == claim.StateProcessing {
+				r := b.receipt(later, c.StripeID, AlreadyRecorded)
+				r.Processing = c.State == claim.StateProcessing
+				return r, nil
 			}
 			last, failed = later, c
 		}
 	}
-	return Receipt{}, &FailedError{Customer: last.customer, Period: last.period, Key: last.key.String(), Attempt: last.attempt, Reason: failed.LastError}
+	return Receipt{}, &FailedError{Customer: last.customer, Period: last.period, Key: last.key.String(), Attempt: last.attempt,
+		Code: failed.FailureCode, Reason: failed.LastError, AfterProcessing: !failed.ProcessingAt.IsZero()}
 }
 
 // maxRebillWalk bounds how many later attempts afterFailure looks at.
@@ -237,9 +253,11 @@ type created struct {
 
 // send calls Stripe under retry with the claim's key and records the
 // outcome. Before every attempt the claim store confirms that the key's
-// deadline has not passed (I5); once it has, the claim is reconciled by
-// search instead.
+// deadline has not passed (I5), but for a fresh claim's first attempt in a
+// Run (see firstSendSafe); once it has, the claim is reconciled by search
+// instead.
 func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+	j.firstSendBy = b.firstSendSafe(j, c)
 	stop := b.renewWhileSending(ctx, j, c)
 	attempt := 0        // retry.Do runs attempts one after the other
 	mayHaveRun := false // whether any attempt may have executed at Stripe
@@ -257,6 +275,9 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	j.won = j.won && !mayHaveRun
 	stop()
 	switch {
+	case err == nil && j.rec != nil && succeeded(out) && !processing(out):
+		j.rec.succeeded(j, out)
+		return Receipt{}, errRecording
 	case err == nil:
 		return b.record(ctx, j, out)
 	case errors.Is(err, claim.ErrWindowClosed):
@@ -288,6 +309,47 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	return Receipt{}, b.failure(ctx, j, err)
 }
 
+// firstSendSafe returns the local time before which the first attempt of
+// a claim a Run has just won may be sent without asking the store again,
+// or the zero time if it must ask.
+//
+// The claim statement read the database clock after claimedAt: it made
+// the row, so no request carried the key before, and leased it to this
+// attempt for the lease c records. Until half that lease has passed on the
+// local clock, no other runner can have taken the claim over (a takeover
+// needs the lease to have ended on the database clock), so nothing else
+// sends the key and this send is its first: the window, which starts at
+// the claim, cannot be over. The time left in the window at the claim,
+// less an attempt's longest duration, bounds it too, so a check reused
+// here is always one that a fresh CheckSend would pass, with an attempt's
+// whole duration to spare. Retries ask the store, as every send of a
+// resumed claim does.
+func (b *Biller) firstSendSafe(j job, c claim.Claim) time.Time {
+	if !j.won || j.rec == nil || j.claimedAt.IsZero() {
+		return time.Time{}
+	}
+	attempt := b.policy.AttemptTimeout
+	if attempt <= 0 {
+		attempt = retry.DefaultAttemptTimeout
+	}
+	within := min(c.LeaseUntil.Sub(c.UpdatedAt)/2, b.cfg.WindowMargin-c.SentAge-attempt)
+	if within <= 0 {
+		return time.Time{}
+	}
+	return j.claimedAt.Add(within)
+}
+
+// beforeOnBothClocks reports whether now is before t on the monotonic clock
+// and on the wall clock: the monotonic clock stops while the machine
+// sleeps, the wall clock does not.
+func beforeOnBothClocks(t time.Time) bool {
+	if t.IsZero() {
+		return false
+	}
+	now := time.Now()
+	return now.Before(t) && now.Round(0).Before(t.Round(0))
+}
+
 // outcomeUnknown reports whether err leaves open whether Stripe charged:
 // anything but a definitive 4xx refusal or a run-stopping answer.
 func outcomeUnknown(err error) bool {
@@ -314,7 +376,20 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	}
 	// The last check before the key leaves: the deadline, on the database
 	// clock, after any wait (I5).
-	if err := b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin); err != nil {
+	var err error
+	switch {
+	case attempt == 1 && beforeOnBothClocks(j.firstSendBy):
+		// The claim's own statement made this check (see firstSendSafe).
+		// A stopped run sends nothing more, as the store would have
+		// refused: a request cancelled before it is written may look
+		// sent to the count below.
+		err = ctx.Err()
+	case j.rec != nil:
+		err = j.rec.check(ctx, key.String(), j.owner)
+	default:
+		err = b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin)
+	}
+	if err != nil {
 		return created{}, 0, err
 	}
 	var wrote atomic.Int32
@@ -322,10 +397,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	ctx = idemkey.WithKey(ctx, key)
 	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
 	start := time.Now()
-	var (
-		out created
-		err error
-	)
+	var out created
 	switch b.cfg.API {
 	case PaymentIntents:
 		params := &stripe.PaymentIntentParams{
@@ -364,14 +436,20 @@ func replayed(r *stripe.APIResponse) bool {
 	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
 }
 
-// record writes a definitive Stripe answer to the claim.
-func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
+// succeeded reports whether Stripe's answer is a money movement:
+// Charges: succeeded or pending (funds on the way); PaymentIntents:
+// succeeded or processing. Either way it must never be created again.
+func succeeded(out created) bool {
 	switch out.status {
 	case "succeeded", "pending", "processing", "":
-		// Charges: succeeded or pending (funds on the way). PaymentIntents:
-		// succeeded or processing. Either way the money movement exists and
-		// must never be created again.
-	default:
+		return true
+	}
+	return false
+}
+
+// record writes a definitive Stripe answer to the claim.
+func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
+	if !succeeded(out) {
 		reason := "Stripe object " + out.id + " has status " + out.status
 		if err := b.cfg.Claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
 			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
@@ -379,15 +457,36 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		return Receipt{}, &FailedError{Customer: j.customer, Period: j.period, Key: j.key.String(), Attempt: j.attempt, Code: out.status, Reason: reason}
 	}
 	// Record even if the caller gave up meanwhile: the charge exists.
-	if err := b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id); err != nil {
-		return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+	if processing(out) {
+		if err := b.recordProcessing(ctx, j, out); err != nil {
+			return Receipt{}, err
+		}
+		return b.recorded(ctx, j, out, nil)
+	}
+	return b.recorded(ctx, j, out, b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id))
+}
+
+// processing reports whether Stripe's answer is a payment that has not
+// settled yet: a pending charge or a processing PaymentIntent.
+func processing(out created) bool {
+	return out.status == "pending" || out.status == "processing"
+}
+
+// recorded is the receipt of a success whose recording returned err.
+func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (Receipt, error) {
+	if err != nil {
+		if err := b.settledByEvent(context.WithoutCancel(ctx), j, out, err); err != nil {
+			return Receipt{}, &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+		}
 	}
 	how := Created
 	if out.replayed {
 		how = Replayed
 		b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe replayed an earlier charge for the key", attrs(j, "stripe_id", out.id)...)
 	}
-	return b.receipt(j, out.id, how), nil
+	r := b.receipt(j, out.id, how)
+	r.Processing = processing(out)
+	return r, nil
 }
 
 // failure records what a failed send means for the claim, and returns the
@@ -486,30 +585,40 @@ func (b *Biller) release(ctx context.Context, j job, cause error) {
 	}
 }
 
-// renewWhileSending keeps the claim's lease alive during long retries.
+// renewWhileSending keeps the claim's lease alive during long retries. It
+// runs on a timer, not a goroutine of its own: most sends end long before
+// the first renewal is due. No Renew runs after stop returns.
 func (b *Biller) renewWhileSending(ctx context.Context, j job, c claim.Claim) (stop func()) {
 	lease := c.LeaseUntil.Sub(c.UpdatedAt)
 	if lease <= 0 {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := b.cfg.Claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
-					b.log.LogAttrs(ctx, slogWarn, "billonce: renewing the claim's lease failed", attrs(j, "error", err)...)
-				}
-			}
+	var (
+		mu      sync.Mutex // held while renewing
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(lease/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { cancel(); <-done }
+		if err := b.cfg.Claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
+			b.log.LogAttrs(ctx, slogWarn, "billonce: renewing the claim's lease failed", attrs(j, "error", err)...)
+		}
+		t.Reset(lease / 3)
+	})
+	return func() {
+		cancel() // ends a Renew under way
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // policyFor is the retry policy for one charge: every retry is logged with

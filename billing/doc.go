@@ -41,11 +41,20 @@
 //     unknown: the claim stays pending and Charge returns an
 //     [*UnknownOutcomeError]. The next Charge or Run resumes it with the same
 //     key, and Stripe replays the charge if it was made.
+//   - A Run over [claim.Postgres] makes its workers' checks and records
+//     their charges many per database round trip: a charge is recorded
+//     a few milliseconds after Stripe answered, and counted in the Run's
+//     Progress once it is. A runner that dies in between leaves the claim
+//     pending, and the next run gets Stripe's replay under the same key.
 //   - A key has a deadline: Config.WindowMargin (23 hours) after it was
 //     first sent, on the database clock. Stripe remembers keys for at least
 //     24 hours, and a key it has forgotten makes a new charge. So before
 //     every HTTP attempt (each retry, each customer leaving a Run's queue)
-//     the claim store confirms the deadline has not passed. Once it has,
+//     the claim store confirms the deadline has not passed. The one
+//     exception is the first attempt of a claim a Run has just made, within
+//     half its lease: no request ever carried the key and no other runner
+//     can send it meanwhile, so the claim's own statement is the check.
+//     Once the deadline has passed,
 //     the key's payment is looked up with Stripe's search on metadata,
 //     among charges and payment intents alike, and nothing is sent: a
 //     payment found is recorded; none found starts the key's window again

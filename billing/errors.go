@@ -70,6 +70,11 @@ type FailedError struct {
 	Code, DeclineCode string
 	// Reason is what was recorded on the claim.
 	Reason string
+	// AfterProcessing: the payment was accepted as processing (a bank
+	// debit) and failed when it settled; Code is Stripe's failure code.
+	// It is not a card decline, and like one it is never billed again
+	// without a Rebill.
+	AfterProcessing bool
 }
 
 func (e *FailedError) Error() string {

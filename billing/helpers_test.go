@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -19,7 +20,12 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(replicaEnv); raw != "" {
+		os.Exit(webhookReplica(raw)) // a webhook handler process of TestWebhookChaos
+	}
+	pgtest.Main(m)
+}
 
 // secretKey is the Stripe key every test Biller uses. The secrets test
 // checks that it never shows up in logs, errors or the Biller's String.

@@ -3,6 +3,7 @@ package billing
 import "log/slog"
 
 const (
+	slogDebug = slog.LevelDebug
 	slogInfo  = slog.LevelInfo
 	slogWarn  = slog.LevelWarn
 	slogError = slog.LevelError

@@ -114,7 +114,7 @@ func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, 
 func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error) {
 	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, key.String())
 	var out []created
-	if err := b.limiter.Wait(ctx); err != nil {
+	if err := b.waitSearch(ctx); err != nil {
 		return nil, err
 	}
 	intents := map[string]bool{}
@@ -127,7 +127,7 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 	if err := pis.Err(); err != nil {
 		return nil, err
 	}
-	if err := b.limiter.Wait(ctx); err != nil {
+	if err := b.waitSearch(ctx); err != nil {
 		return nil, err
 	}
 	chs := b.charges.Search(&stripe.ChargeSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
@@ -139,6 +139,21 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 		out = append(out, created{id: ch.ID, status: string(ch.Status)})
 	}
 	return out, chs.Err()
+}
+
+// searchRateLimit is how many search requests per second a Biller makes
+// at most, Stripe's limit for its search API being lower than for the
+// rest: a large reconciliation then neither draws 429s nor takes more of
+// the Biller's RateLimit than this from the charges of a concurrent run.
+// A negative Config.RateLimit turns it off too.
+const searchRateLimit = 20
+
+// waitSearch waits for a search request's turn.
+func (b *Biller) waitSearch(ctx context.Context) error {
+	if err := b.searches.Wait(ctx); err != nil {
+		return err
+	}
+	return b.limiter.Wait(ctx)
 }
 
 // Reconcile settles the claims that runners left pending and no longer hold
@@ -187,6 +202,11 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 		}
 		rc, err := b.settle(ctx, j, res)
 		r.settled(j, rc, err)
+	}
+	if ctx.Err() == nil && r.stopErr == nil {
+		if err := b.settleProcessing(ctx, r); err != nil && ctx.Err() == nil {
+			return r.sum, err
+		}
 	}
 	sum := r.sum
 	sum.Elapsed = time.Since(start)

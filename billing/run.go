@@ -95,6 +95,13 @@ type Progress struct {
 	AlreadyDone int
 	// Failed: declined or refused definitively; see Summary.Failures.
 	Failed int
+	// Processing: the payment exists and has not settled (a bank debit);
+	// never sent again, its outcome arrives by webhook or Reconcile.
+	Processing int
+	// FailedAfterProcessing: the payment was processing and failed when it
+	// settled (FailedError.AfterProcessing), apart from card declines
+	// (Failed). Never billed again without a Rebill.
+	FailedAfterProcessing int
 	// Pending: outcome unknown or claimed by another runner; the next run
 	// settles them with the same keys.
 	Pending int
@@ -116,8 +123,9 @@ type Summary struct {
 const maxFailures = 1000
 
 // Complete reports whether every customer of the run is billed or was
-// already billed.
-func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone }
+// already billed. A processing payment counts as billed: nothing more is
+// sent for it, whatever its outcome.
+func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyDone+s.Processing }
 
 // Run bills every customer from items for period, each exactly once. The
 // iterator is read as the run goes (it never has to fit in memory); customers
@@ -225,6 +233,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 	// ahead of sending, the fewer a killed runner leaves for its lease to
 	// release.
 	tasks := make(chan task, o.Concurrency)
+	rec := r.newRecorder()
 	var wg sync.WaitGroup
 	for range o.Concurrency {
 		wg.Add(1)
@@ -235,8 +244,11 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 					r.unsent(ctx, t)
 					continue
 				}
+				t.j.rec = rec
 				rc, err := b.settle(ctx, t.j, t.res)
-				r.settled(t.j, rc, err)
+				if err != errRecording { // else the recorder settles it
+					r.settled(t.j, rc, err)
+				}
 			}
 		}()
 	}
@@ -244,6 +256,9 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 	srcErr := r.feed(ctx, period, items, tasks)
 	close(tasks)
 	wg.Wait()
+	if rec != nil {
+		rec.close()
+	}
 
 	r.sum.Elapsed = time.Since(r.start)
 	switch {
@@ -258,32 +273,46 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 	return r.sum, nil
 }
 
+// claimed is one batch's claim, made in the background.
+type claimed struct {
+	batch   []job
+	results []claim.Result
+	err     error
+	at      time.Time // just before the claim statement left
+	done    chan struct{}
+}
+
 // feed reads items, claims them in batches and queues what must be sent.
+// The next batch is claimed while the previous one is handed out, so that
+// workers do not wait for the round trip; one claim is under way at a
+// time.
 func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
 	batch := make([]job, 0, r.o.BatchSize)
 	inBatch := make(map[string]bool, r.o.BatchSize) // a batch claims each customer once
-	flush := func() error {
-		if len(batch) == 0 {
+	var inflight *claimed
+	// handOut waits for the claim under way and queues its customers.
+	handOut := func() error {
+		c := inflight
+		if c == nil {
 			return nil
 		}
-		reqs := make([]claim.Request, len(batch))
-		for i, j := range batch {
-			reqs[i] = r.b.request(j)
-		}
-		results, err := r.b.cfg.Claims.ClaimBatch(ctx, reqs)
-		if len(results) != len(batch) {
+		inflight = nil
+		<-c.done
+		if len(c.results) != len(c.batch) {
+			err := c.err
 			if err == nil {
-				err = fmt.Errorf("%d results for %d requests", len(results), len(batch))
+				err = fmt.Errorf("%d results for %d requests", len(c.results), len(c.batch))
 			}
-			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(batch), period, err)
+			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(c.batch), period, err)
 		}
-		// err joins the mismatches, which the results carry one by one.
-		for i, res := range results {
-			j := batch[i]
+		// c.err joins the mismatches, which the results carry one by one.
+		for i, res := range c.results {
+			j := c.batch[i]
 			switch res.Outcome {
 			case claim.Mismatch:
 				r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: nothing sent: %w", j.customer, period, res.Conflict))
 			case claim.Won, claim.Resumed:
+				j.claimedAt = c.at
 				select {
 				case tasks <- task{j, res}:
 				case <-ctx.Done():
@@ -294,16 +323,54 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 				r.settled(j, rc, err)
 			}
 		}
-		batch = batch[:0]
-		clear(inBatch)
 		return nil
+	}
+	// flush claims the batch once the claim under way is done, then
+	// hands that one out while this one is claimed.
+	flush := func() error {
+		if len(batch) == 0 {
+			return handOut()
+		}
+		if ctx.Err() != nil {
+			// Stopped: claim nothing more.
+			batch = batch[:0]
+			clear(inBatch)
+			return handOut()
+		}
+		prev := inflight
+		if prev != nil {
+			<-prev.done
+		}
+		c := &claimed{batch: batch, done: make(chan struct{})}
+		reqs := make([]claim.Request, len(batch))
+		for i, j := range batch {
+			reqs[i] = r.b.request(j)
+		}
+		go func() {
+			defer close(c.done)
+			c.at = time.Now()
+			// A claim under way when the run stops finishes, so that its
+			// customers are handed back (abandoned or released) rather
+			// than left to their leases.
+			c.results, c.err = r.b.cfg.Claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
+		}()
+		batch = make([]job, 0, r.o.BatchSize)
+		clear(inBatch)
+		inflight = prev
+		err := handOut()
+		inflight = c
+		return err
+	}
+	// finish hands out everything claimed, even after an error.
+	finish := func(err error) error {
+		return errors.Join(err, flush(), handOut())
 	}
 	for it, err := range items {
 		if ctx.Err() != nil {
 			break
 		}
 		if err != nil {
-			if ferr := flush(); ferr != nil {
+			if ferr := finish(nil); ferr != nil {
 				return ferr
 			}
 			return fmt.Errorf("billing: reading customers for %s: %w", period, err)
@@ -321,11 +388,11 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		inBatch[j.customer] = true
 		if len(batch) == cap(batch) {
 			if err := flush(); err != nil {
-				return err
+				return finish(err)
 			}
 		}
 	}
-	if err := flush(); err != nil {
+	if err := finish(nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -360,12 +427,16 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 		mismatch *claim.MismatchError
 	)
 	switch {
+	case err == nil && rc.Processing:
+		s.Processing++
 	case err == nil && (rc.How == Created || rc.How == Replayed):
 		s.Created++
 	case err == nil:
 		s.AlreadyDone++
 	case errors.Is(err, ErrInvalidInput), errors.As(err, &mismatch):
 		s.Invalid++
+	case errors.As(err, &failed) && failed.AfterProcessing:
+		s.FailedAfterProcessing++
 	case errors.As(err, &failed):
 		s.Failed++
 	default:

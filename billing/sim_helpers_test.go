@@ -642,6 +642,22 @@ func (s *simStore) Abandon(ctx context.Context, key, owner string) error {
 	return s.inner.Abandon(ctx, key, owner)
 }
 
+// CheckSendSucceed lets runs check and record in shared round trips, as
+// they do over claim.Postgres; a dead runner's round trip fails whole.
+func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claim.SendCheck, done []claim.Success) (checkErrs, doneErrs []error) {
+	if err := s.alive(); err != nil {
+		checkErrs, doneErrs = make([]error, len(checks)), make([]error, len(done))
+		for i := range checkErrs {
+			checkErrs[i] = err
+		}
+		for i := range doneErrs {
+			doneErrs[i] = err
+		}
+		return checkErrs, doneErrs
+	}
+	return s.inner.(*claim.Postgres).CheckSendSucceed(ctx, window, checks, done)
+}
+
 // simTransport is a runner's HTTP transport: it fails once the runner is
 // dead and kills the runner at the crash points around Stripe's answer.
 type simTransport struct {
@@ -1063,4 +1079,25 @@ func simIf(ok bool, s string) string {
 		return s
 	}
 	return ""
+}
+
+func (s *simStore) Process(ctx context.Context, key, stripeID string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.inner.Process(ctx, key, stripeID)
+}
+
+func (s *simStore) Apply(ctx context.Context, u claim.Update) (claim.Applied, error) {
+	if err := s.alive(); err != nil {
+		return claim.Applied{}, err
+	}
+	return s.inner.Apply(ctx, u)
+}
+
+func (s *simStore) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]claim.Claim, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.inner.Unsettled(ctx, scope, olderThan)
 }

@@ -26,7 +26,10 @@ type Store interface {
 	// with their *MismatchError in Result.Conflict, also joined into the
 	// returned error; the other results are still valid.
 	ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error)
-	// CheckSend is asked before every send of key: it returns nil if owner
+	// CheckSend is asked before every send of key (a caller may skip it
+	// only for the first send of a claim it has just won, while the lease
+	// is certainly still its own: no request can have carried the key
+	// yet): it returns nil if owner
 	// still holds the pending claim and less than window has passed, on the
 	// store's clock, since the key's window started (Claim.FirstSentAt). It
 	// returns [ErrLeaseLost] if owner no longer holds the claim, and
@@ -64,6 +67,21 @@ type Store interface {
 	// scope, and of unknown scope (claims made before scopes were
 	// recorded), or all of them when scope is "".
 	Stale(ctx context.Context, scope string) ([]Claim, error)
+
+	// Process records that Stripe answered key with a payment, stripeID,
+	// that has not settled: the claim becomes processing. Calling it again,
+	// or after the outcome was applied, is fine; a claim that records
+	// another payment returns [ErrConflict].
+	Process(ctx context.Context, key, stripeID string) error
+	// Apply records what Stripe reported about key's payment, from a
+	// webhook event or a read of the payment, exactly once and never
+	// backwards: see [Update] and [Applied]. A key without a claim returns
+	// [ErrNotFound] and records nothing.
+	Apply(ctx context.Context, u Update) (Applied, error)
+	// Unsettled lists processing claims that have been processing for at
+	// least olderThan on the store's clock, oldest first, of scope and of
+	// unknown scope, or all of them when scope is "".
+	Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error)
 }
 
 // A Request asks to charge Amount of Currency to Customer for Period under
@@ -195,9 +213,15 @@ type State string
 
 // The states of a claim. Succeeded and Failed are terminal.
 const (
-	StatePending   State = "pending"
-	StateSucceeded State = "succeeded"
-	StateFailed    State = "failed"
+	StatePending State = "pending"
+	// StateProcessing: the payment exists at Stripe but has not settled (a
+	// bank debit: a charge "pending", a PaymentIntent "processing"). The
+	// claim holds its period like a succeeded one and is never sent again;
+	// it becomes succeeded or failed when the outcome arrives (see
+	// [Store.Apply]).
+	StateProcessing State = "processing"
+	StateSucceeded  State = "succeeded"
+	StateFailed     State = "failed"
 )
 
 // A Claim is a row of the claim table.
@@ -232,6 +256,24 @@ type Claim struct {
 	// ReconciledAt is when a search last found no payment for the key
 	// after its window was over; zero if none did.
 	ReconciledAt time.Time
+
+	// For payments that settle later: ProcessingAt is when the payment
+	// was first known to be processing (zero if it never was), SettledAt
+	// when a processing payment's outcome was recorded, and FailureCode
+	// Stripe's failure code when it failed after processing. A failed
+	// claim with a ProcessingAt failed after settlement, not at the card.
+	ProcessingAt time.Time
+	SettledAt    time.Time
+	FailureCode  string
+	// Refunded is the amount refunded so far and Dispute the latest
+	// dispute ("dp_… (reason)"). Neither changes State: a refunded or
+	// disputed payment was billed, and billing again is a person's
+	// decision (a re-bill under a new attempt), never billonce's.
+	Refunded int64
+	Dispute  string
+	// EventAt is Stripe's creation time of the latest event, or read of
+	// the payment, applied to the claim; zero if none was.
+	EventAt time.Time
 }
 
 // Outcome tells the caller of Claim what to do.
@@ -256,9 +298,13 @@ const (
 	// Mismatch: the request conflicts with an existing claim (only in
 	// ClaimBatch results; Claim returns a *MismatchError).
 	Mismatch
+	// Processing: the payment exists and has not settled yet;
+	// Claim.StripeID names it. Do not call Stripe: the outcome arrives by
+	// webhook or by reading the payment (see [Store.Apply]).
+	Processing
 )
 
-var outcomeNames = [...]string{"Outcome(0)", "Won", "Resumed", "InProgress", "Succeeded", "Failed", "Mismatch"}
+var outcomeNames = [...]string{"Outcome(0)", "Won", "Resumed", "InProgress", "Succeeded", "Failed", "Mismatch", "Processing"}
 
 func (o Outcome) String() string {
 	if o >= 0 && int(o) < len(outcomeNames) {

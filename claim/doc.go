@@ -52,11 +52,41 @@
 //	(none) ──────────► pending ─────────────────────► succeeded   (terminal)
 //	                      │  Fail(reason)
 //	                      ├─────────────────────────► failed      (terminal for this key)
+//	                      │  Process(stripeID): Stripe answered "pending" or
+//	                      │  "processing" (a bank debit that settles days later)
+//	                      ├──► processing ──Apply (webhook or read)──► succeeded
+//	                      │                                       └──► failed (Stripe's failure code)
 //	                      │  lease expired (crash) or Release
 //	                      ├──► pending, resumed by the next Claim with the SAME key
 //	                      │  CheckSend: ErrWindowClosed (the key's window is over)
 //	                      └──► pending; search Stripe for the key's payment:
 //	                           found → Succeed; none → Reopen (a new window), send
+//
+// A processing claim holds its period like a succeeded one: Claim answers
+// [Processing] and nothing is sent again. When its payment fails after
+// processing the claim fails with Stripe's failure code (Claim.FailureCode,
+// and Claim.ProcessingAt tells it from a card decline); like any failed
+// claim it is never billed again automatically: a re-bill is a new attempt
+// with a new key, decided by a person.
+//
+// # Events from Stripe
+//
+// [Postgres.Apply] records an [Update] (a webhook event, or a read of the
+// payment) in one transaction: the event id goes into the events table
+// (named after the claim table with _events appended) with INSERT … ON
+// CONFLICT DO NOTHING, and only if it was new is the claim row locked and
+// moved. A redelivered event, or the same event delivered to several
+// replicas at once, is applied once ([Duplicate] for the others). States
+// only move forward (pending, processing, then succeeded or failed), so an
+// older event arriving after a newer one changes nothing ([Unchanged]);
+// the two terminal states never replace each other. Refunds (the amount
+// refunded so far only grows) and disputes (the latest by Stripe's
+// creation time) are recorded on the claim without changing its state:
+// they are not a reason to bill again. An event for a payment other than
+// the one the claim records changes nothing ([OtherPayment]).
+//
+// [Postgres.Unsettled] lists claims processing for longer than a given
+// age, for callers that read their payments instead of receiving events.
 //
 // # Claiming
 //
@@ -102,6 +132,9 @@
 //   - [Postgres.Renew] extends the lease during a long call; [ErrLeaseLost]
 //     means another runner has taken over and this one must stop.
 //   - [Postgres.CheckSend] comes before every send (see below).
+//   - [Postgres.CheckSendSucceed] answers many CheckSend questions and
+//     records many successes in one round trip, for a runner with many
+//     charges in flight; each answer is the one the single call gives.
 //
 // # Where the key went, and its window
 //

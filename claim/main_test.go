@@ -44,7 +44,8 @@ func bothStores(t *testing.T, lease time.Duration, f func(t *testing.T, h harnes
 			// Moving every timestamp back by d is time passing on the database clock.
 			_, err := pool.Exec(context.Background(), `UPDATE billonce_claims SET created_at = created_at - $1::bigint * interval '1 microsecond',
 				updated_at = updated_at - $1::bigint * interval '1 microsecond', lease_until = lease_until - $1::bigint * interval '1 microsecond',
-				first_sent_at = first_sent_at - $1::bigint * interval '1 microsecond', reconciled_at = reconciled_at - $1::bigint * interval '1 microsecond'`,
+				first_sent_at = first_sent_at - $1::bigint * interval '1 microsecond', reconciled_at = reconciled_at - $1::bigint * interval '1 microsecond',
+				processing_at = processing_at - $1::bigint * interval '1 microsecond'`,
 				d.Microseconds())
 			if err != nil {
 				t.Fatal(err)

@@ -24,7 +24,9 @@ type Memory struct {
 
 	mu    sync.Mutex
 	byKey map[string]*Claim
-	live  map[[2]string]string // (customer, period) -> key of its pending or succeeded claim
+	live  map[[2]string]string // (customer, period) -> key of its pending, processing or succeeded claim
+	// events maps the id of every event applied to its result.
+	events map[string]string
 }
 
 // NewMemory returns an empty in-memory store. Only cfg.Lease is used. It
@@ -266,17 +268,23 @@ func (m *Memory) Stale(ctx context.Context, scope string) ([]Claim, error) {
 }
 
 func (m *Memory) list(keep func(*Claim, time.Time) bool) []Claim {
+	return m.listState(StatePending, keep, func(c Claim) time.Time { return c.CreatedAt })
+}
+
+// listState lists the claims in state that keep keeps, ordered by the time
+// by returns, then by key.
+func (m *Memory) listState(state State, keep func(*Claim, time.Time) bool, by func(Claim) time.Time) []Claim {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
 	var out []Claim
 	for _, c := range m.byKey {
-		if c.State == StatePending && keep(c, now) {
+		if c.State == state && keep(c, now) {
 			out = append(out, m.snapshot(c, now))
 		}
 	}
 	slices.SortFunc(out, func(a, b Claim) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.Key, b.Key))
+		return cmp.Or(by(a).Compare(by(b)), cmp.Compare(a.Key, b.Key))
 	})
 	return out
 }

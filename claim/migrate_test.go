@@ -122,7 +122,8 @@ func describe(tb testing.TB, db *pgxpool.Pool, cfg claim.Config) string {
 	tb.Helper()
 	var b strings.Builder
 	table, rec := names(cfg)
-	for _, tbl := range []string{table, rec} {
+	events := strings.TrimSuffix(rec, `_migrations"`) + `_events"`
+	for _, tbl := range []string{table, events, rec} {
 		for _, q := range []string{
 			`SELECT format('column %s %s%s%s', attname, format_type(atttypid, atttypmod),
 				CASE WHEN attnotnull THEN ' NOT NULL' ELSE '' END,
@@ -522,6 +523,37 @@ func TestMigrateUpToDateNeedsNoCreatePrivilege(t *testing.T) {
 			}
 			s := migrate(t, app, cfg)
 			mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		})
+	}
+}
+
+// Migration 3 on a table with rows: they keep their states and get the
+// "nothing known" settlement values; the state check now takes processing
+// (with a payment) and still refuses anything else.
+func TestMigrationSettlementUpgradesRows(t *testing.T) {
+	for _, cfg := range migrateConfigs {
+		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := pgtest.Pool(t)
+			createV1(t, pool, cfg)
+			s := migrate(t, pool, cfg)
+			got := rows(t, pool, cfg, "key, state, processing_at IS NULL, settled_at IS NULL, failure_code, refunded, dispute, event_at IS NULL")
+			want := []string{`(k_fail,failed,t,t,"",0,"",t)`, `(k_ok,succeeded,t,t,"",0,"",t)`, `(k_pending,pending,t,t,"",0,"",t)`}
+			if !slices.Equal(got, want) {
+				t.Errorf("settlement columns = %q, want %q", got, want)
+			}
+			table, _ := names(cfg)
+			if _, err := pool.Exec(ctx, "UPDATE "+table+" SET state = 'settled' WHERE key = 'k_pending'"); err == nil {
+				t.Error("an unknown state was accepted")
+			}
+			if _, err := pool.Exec(ctx, "UPDATE "+table+" SET state = 'processing' WHERE key = 'k_pending'"); err == nil {
+				t.Error("a processing claim without a payment was accepted")
+			}
+			if err := s.Process(ctx, "k_pending", "py_1"); err != nil {
+				t.Fatalf("Process on the upgraded table: %v", err)
+			}
+			mustClaim(t, s, claim.Request{Customer: "cus_1", Period: "2025-01", Key: "k_pending", Amount: 4200, Currency: "usd", Owner: "pod-c"}, claim.Processing)
 		})
 	}
 }

@@ -56,6 +56,7 @@ func (c Config) withDefaults() (Config, error) {
 
 type names struct {
 	table    string // quoted, possibly schema-qualified
+	events   string // the events table: quoted, possibly schema-qualified
 	replacer *strings.Replacer
 }
 
@@ -64,11 +65,19 @@ func namesFor(cfg Config) names {
 	if cfg.Schema != "" {
 		table = pgx.Identifier{cfg.Schema, cfg.Table}
 	}
-	n := names{table: table.Sanitize()}
+	events := pgx.Identifier{cfg.Table + "_events"}
+	if cfg.Schema != "" {
+		events = pgx.Identifier{cfg.Schema, cfg.Table + "_events"}
+	}
+	n := names{table: table.Sanitize(), events: events.Sanitize()}
 	n.replacer = strings.NewReplacer(
 		"{{table}}", n.table,
+		"{{events}}", n.events,
 		"{{live_index}}", pgx.Identifier{cfg.Table + "_live"}.Sanitize(),
 		"{{pending_index}}", pgx.Identifier{cfg.Table + "_pending"}.Sanitize(),
+		"{{processing_index}}", pgx.Identifier{cfg.Table + "_processing"}.Sanitize(),
+		// PostgreSQL's name for the first migration's check on state.
+		"{{state_check}}", pgx.Identifier{cfg.Table + "_state_check"}.Sanitize(),
 	)
 	return n
 }
@@ -123,7 +132,8 @@ func colsOf(x string) string {
 	x.attempts, x.owner, x.lease_until, x.last_error, x.created_at, x.updated_at,
 	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint,
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
-	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at`)
+	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
+	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -318,6 +328,8 @@ func answer(req Request, from int, c Claim) Result {
 	switch c.State {
 	case StateSucceeded:
 		return Result{Outcome: Succeeded, Claim: c}
+	case StateProcessing:
+		return Result{Outcome: Processing, Claim: c}
 	case StateFailed:
 		return Result{Outcome: Failed, Claim: c}
 	default:
@@ -329,18 +341,24 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	var c Claim
 	var state string
 	var ageMicros, sentMicros int64
-	var reconciled *time.Time
+	var reconciled, processing, settled, eventAt *time.Time
 	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Leases,
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
-		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled)
+		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
+		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}
 	c.State = State(state)
 	c.Age = time.Duration(ageMicros) * time.Microsecond
 	c.SentAge = time.Duration(sentMicros) * time.Microsecond
-	if reconciled != nil {
-		c.ReconciledAt = *reconciled
+	for _, t := range [...]struct {
+		src *time.Time
+		dst *time.Time
+	}{{reconciled, &c.ReconciledAt}, {processing, &c.ProcessingAt}, {settled, &c.SettledAt}, {eventAt, &c.EventAt}} {
+		if t.src != nil {
+			*t.dst = *t.src
+		}
 	}
 	return c, nil
 }
@@ -513,7 +531,7 @@ func failConflict(c Claim) error {
 	if c.State == StateFailed {
 		return nil
 	}
-	return fmt.Errorf("%w: claim %q already succeeded as %q; it cannot fail", ErrConflict, c.Key, c.StripeID)
+	return fmt.Errorf("%w: claim %q is already %s as %q; it cannot fail", ErrConflict, c.Key, c.State, c.StripeID)
 }
 
 // Get returns the claim for key. See [Store].

@@ -281,7 +281,7 @@ func TestMigrateConcurrentlyAndTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(tables, " "); got != "billing.Claims_v2 billing.Claims_v2_migrations public.billonce_claims public.billonce_claims_migrations" {
+	if got := strings.Join(tables, " "); got != "billing.Claims_v2 billing.Claims_v2_events billing.Claims_v2_migrations public.billonce_claims public.billonce_claims_events public.billonce_claims_migrations" {
 		t.Errorf("tables = %s", got)
 	}
 }

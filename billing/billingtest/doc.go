@@ -92,6 +92,24 @@
 // the request log (method, path, key, status, replayed, fault);
 // [Server.Stats] the running totals. All return copies.
 //
+// # Payments that settle later, and webhooks
+//
+// Config.Async or [Server.SettleLater] makes a customer pay by bank debit:
+// a charge is created "pending", a confirmed payment intent "processing",
+// neither counted in the ledger; once [Async].After has passed on the
+// server's clock ([Server.Advance]) it succeeds, and is counted, or fails
+// with its FailureCode. Every change of a payment is an event, as Stripe
+// would send it ([Server.Events]): charge.pending, charge.succeeded,
+// charge.failed, payment_intent.processing, payment_intent.succeeded,
+// payment_intent.payment_failed, and charge.refunded and
+// charge.dispute.created after [Server.Refund] and [Server.Dispute].
+// [Server.Final] gives every payment's final status.
+//
+// A [Sender] delivers events to a webhook endpoint as Stripe does: signed
+// ([Sign]: Stripe-Signature t=…,v1=HMAC-SHA256), at least once (seeded
+// duplicates), in shuffled order, after random delays, retried while the
+// endpoint answers anything but 2xx.
+//
 // # A spend-cap proxy
 //
 // [NewProxy] serves the spend-cap proxy of package spendcap

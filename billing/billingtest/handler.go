@@ -276,10 +276,17 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 	if idem {
 		p.IdempotencyKey = key
 	}
+	async, isAsync := s.async[p.Customer]
+	isAsync = isAsync && !declined
+	if isAsync {
+		p.settleAt, p.FailureCode = now.Add(async.After), async.FailureCode
+	}
 	if intent {
 		p.ID = fmt.Sprintf("pi_%014d", s.objSeq)
 		p.Object = "payment_intent"
 		switch {
+		case isAsync && p.confirm:
+			p.Status = "processing"
 		case declined && p.confirm:
 			p.Status, p.DeclineCode = "requires_payment_method", declineCode
 		case p.confirm:
@@ -292,7 +299,9 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 	} else {
 		p.ID = fmt.Sprintf("ch_%014d", s.objSeq)
 		p.Object = "charge"
-		if declined {
+		if isAsync {
+			p.Status = "pending"
+		} else if declined {
 			p.Status, p.DeclineCode = "failed", declineCode
 		} else {
 			p.Status, p.Paid = "succeeded", true
@@ -301,14 +310,14 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 	stored := p.Payment
 	s.payments = append(s.payments, &stored)
 	s.byID[stored.ID] = &stored
+	if intent && !p.confirm {
+		stored.settleAt = time.Time{} // settles only once confirmed, which the fake does not do later
+	}
 	s.stats.Created++
 	if stored.Paid {
-		s.stats.Paid++
-		s.perCust[stored.Customer]++
-		if stored.Period != "" {
-			s.perPer[[2]string{stored.Customer, stored.Period}]++
-		}
+		s.count(&stored)
 	}
+	s.created(&stored)
 	if idem {
 		*ent = idemEntry{attempts: ent.attempts, state: stateExecuting, endpoint: epName, sig: sig, created: now}
 	}

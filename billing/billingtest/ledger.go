@@ -22,6 +22,12 @@ type Payment struct {
 	Period         string            `json:"period,omitempty"` // Metadata[Config.PeriodKey]
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	Created        time.Time         `json:"created"` // on the server's clock
+	// FailureCode is why an asynchronous payment failed (or will fail)
+	// when it settles; AmountRefunded what Refund gave back.
+	FailureCode    string `json:"failure_code,omitempty"`
+	AmountRefunded int64  `json:"amount_refunded,omitempty"`
+
+	settleAt time.Time // when an asynchronous payment settles; zero once settled
 }
 
 func (p Payment) clone() Payment {

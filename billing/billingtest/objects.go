@@ -80,16 +80,22 @@ func render(p *Payment) any {
 		if p.DeclineCode != "" {
 			last = &apiErr{Type: "card_error", Code: "card_declined", DeclineCode: p.DeclineCode, Message: declineMessage(p.DeclineCode)}
 		}
+		if p.Status == "requires_payment_method" && p.FailureCode != "" {
+			last = &apiErr{Type: "card_error", Code: p.FailureCode, Message: "The payment failed when it settled: " + p.FailureCode + "."}
+		}
 		return renderIntent(p, last)
 	}
 	c := &chargeJSON{ID: p.ID, Object: "charge", Amount: p.Amount, Created: p.Created.Unix(), Currency: p.Currency,
 		Customer: strOrNil(p.Customer), Description: strOrNil(p.Description), Metadata: p.Metadata,
-		Paid: p.Paid, Captured: p.Paid, Status: p.Status}
+		Paid: p.Paid, Captured: p.Paid, Status: p.Status, AmountRefunded: p.AmountRefunded, Refunded: p.AmountRefunded > 0 && p.AmountRefunded == p.Amount}
 	if p.Paid {
 		c.AmountCaptured = p.Amount
 	}
 	if p.DeclineCode != "" {
 		c.FailureCode, c.FailureMessage = strOrNil("card_declined"), strOrNil(declineMessage(p.DeclineCode))
+	}
+	if p.Status == "failed" && p.FailureCode != "" {
+		c.FailureCode, c.FailureMessage = strOrNil(p.FailureCode), strOrNil("The payment failed when it settled.")
 	}
 	return c
 }
@@ -252,6 +258,7 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 	}
 	if ep == epGetCharge || ep == epGetIntent {
 		s.mu.Lock()
+		s.settleDue()
 		p := s.byID[id]
 		var body []byte
 		if p != nil && p.Object == object {
@@ -299,6 +306,7 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 	var data []any
 	hasMore := false
 	s.mu.Lock()
+	s.settleDue()
 	skipping := after != ""
 	seen := 0
 	for i := len(s.payments) - 1; i >= 0; i-- {

@@ -64,6 +64,10 @@ type Config struct {
 	// Declines maps customer IDs to a decline_code: every payment for those
 	// customers is declined with 402 card_error.
 	Declines map[string]string
+
+	// Async maps customer IDs to how their payments settle later (see
+	// [Async] and [Server.SettleLater]).
+	Async map[string]Async
 }
 
 // Server is a fake Stripe API listening on a real TCP port. Its methods are
@@ -99,6 +103,9 @@ type Server struct {
 	queue    []queued
 	declines map[string]string
 	bucket   bucket
+	async    map[string]Async
+	events   []Event
+	evSeq    uint64
 }
 
 // NewServer starts a server and returns it. Like httptest.NewServer it
@@ -139,6 +146,13 @@ func newServer(cfg Config) (*Server, error) {
 		script:    cfg.Script,
 		declines:  make(map[string]string),
 		bucket:    b,
+		async:     make(map[string]Async),
+	}
+	for c, a := range cfg.Async {
+		if a.After < 0 {
+			return nil, fmt.Errorf("billingtest: Config.Async[%q].After is %v; want a duration >= 0", c, a.After)
+		}
+		s.async[c] = a
 	}
 	if s.ttl == 0 {
 		s.ttl = DefaultKeyTTL
@@ -188,13 +202,15 @@ func (s *Server) Now() time.Time {
 func (s *Server) now() time.Time { return time.Now().Add(s.offset) }
 
 // Advance moves the server's clock forward by d. Idempotency keys older
-// than Config.KeyTTL on that clock are forgotten. d must not be negative.
+// than Config.KeyTTL on that clock are forgotten, and asynchronous
+// payments whose time has come settle. d must not be negative.
 func (s *Server) Advance(d time.Duration) {
 	if d < 0 {
 		panic(fmt.Sprintf("billingtest: Advance(%v): the clock only moves forward", d))
 	}
 	s.mu.Lock()
 	s.offset += d
+	s.settleDue()
 	s.mu.Unlock()
 }
 

@@ -1,8 +1,9 @@
 // Command bench measures what billonce's safety costs and prints one table:
 // key derivation, claim round trips and batches, a full billing Run against
-// a naive loop on the same zero-latency fake Stripe, a rate-limited Run
-// against its floor, and the peak memory of one runner billing a large
-// streamed period.
+// a naive loop on the same zero-latency fake Stripe and again with answers
+// delayed like Stripe's, a rate-limited Run against its floor (alone and
+// while a Reconcile searches), and the peak memory of one runner billing a
+// large streamed period.
 //
 //	go run ./examples/bench
 //	go run ./examples/bench -skip-million -reps 5
@@ -13,6 +14,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/billonce/billonce/billing"
@@ -33,6 +36,9 @@ type options struct {
 	maxMinutes  float64
 	sections    string
 	profile     string
+	memprofile  string
+	latencyN    int
+	reconcileN  int
 }
 
 func main() {
@@ -49,9 +55,18 @@ func main() {
 	flag.IntVar(&o.million, "million", 1_000_000, "customers streamed by the memory measurement")
 	flag.BoolVar(&o.skipMillion, "skip-million", false, "skip the peak-memory measurement")
 	flag.Float64Var(&o.maxMinutes, "max-minutes", 10, "if billing -million customers would take longer, measure smaller runs and the slope of RSS instead")
-	flag.StringVar(&o.sections, "sections", "key,claim,run,rate,memory", "comma-separated sections to run")
+	flag.StringVar(&o.sections, "sections", "key,claim,run,latency,rate,memory", "comma-separated sections to run")
 	flag.StringVar(&o.profile, "cpuprofile", "", "write the CPU profile of a billonce Run here (default: only when the ratio is below 0.5)")
+	flag.StringVar(&o.memprofile, "memprofile", "", "write the allocation profile here after the profiled billonce Run (implies -cpuprofile's Run)")
+	flag.IntVar(&o.latencyN, "latency-customers", 400, "customers in the Stripe-like latency comparison")
+	flag.IntVar(&o.reconcileN, "reconcile-claims", 200, "claims past their window that a Reconcile searches for during the rate-limited Run")
 	flag.Parse()
+	if o.memprofile != "" {
+		runtime.MemProfileRate = 4096
+		if o.profile == "" {
+			o.profile = filepath.Join(os.TempDir(), "billonce-run.cpu.pprof")
+		}
+	}
 
 	t := &table{cmd: strings.TrimSpace("go run ./examples/bench " + strings.Join(os.Args[1:], " "))}
 	if err := run(context.Background(), o, t); err != nil {
@@ -70,7 +85,7 @@ func run(ctx context.Context, o options, t *table) error {
 	if want["key"] {
 		benchKey(t)
 	}
-	if !want["claim"] && !want["run"] && !want["rate"] && !(want["memory"] && !o.skipMillion) {
+	if !want["claim"] && !want["run"] && !want["latency"] && !want["rate"] && !(want["memory"] && !o.skipMillion) {
 		return nil
 	}
 	env, err := newEnv(ctx)
@@ -85,6 +100,11 @@ func run(ctx context.Context, o options, t *table) error {
 	}
 	if want["run"] {
 		if err := benchRun(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["latency"] {
+		if err := benchLatency(ctx, env, o, t); err != nil {
 			return err
 		}
 	}

@@ -180,16 +180,20 @@ type result struct {
 	selfCPU, pgCPU time.Duration
 }
 
-// billonceRun bills n customers with a Biller against a fresh zero-latency
-// fake.
-func billonceRun(ctx context.Context, e *env, o options, n int, cpu io.Writer) (result, error) {
+// billonceRun bills n customers with a Biller against a fresh fake, with
+// no latency unless rt adds it.
+func billonceRun(ctx context.Context, e *env, o options, n int, cpu io.Writer, rt http.RoundTripper) (result, error) {
 	srv := billingtest.NewServer(billingtest.Config{})
 	defer srv.Close()
 	s, _, err := e.store(ctx, o.concurrency+2)
 	if err != nil {
 		return result{}, err
 	}
-	b, err := billing.New(billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: -1})
+	cfg := billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: -1}
+	if rt != nil {
+		cfg.HTTPClient = &http.Client{Transport: rt}
+	}
+	b, err := billing.New(cfg)
 	if err != nil {
 		return result{}, err
 	}
@@ -212,12 +216,13 @@ func billonceRun(ctx context.Context, e *env, o options, n int, cpu io.Writer) (
 }
 
 // naiveRun calls stripe-go directly with a random key per charge, no
-// database, the same concurrency, against a fresh zero-latency fake.
-func naiveRun(ctx context.Context, o options, n int) (result, error) {
+// database, the same concurrency, against a fresh fake, with no latency
+// unless rt adds it.
+func naiveRun(ctx context.Context, o options, n int, rt http.RoundTripper) (result, error) {
 	srv := billingtest.NewServer(billingtest.Config{})
 	defer srv.Close()
 	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
-		URL: stripe.String(srv.URL), HTTPClient: &http.Client{Timeout: 30 * time.Second},
+		URL: stripe.String(srv.URL), HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: rt},
 		MaxNetworkRetries: stripe.Int64(0), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})
 	cl := charge.Client{B: backend, Key: "sk_test_bench"}
@@ -266,11 +271,11 @@ func benchRun(ctx context.Context, e *env, o options, t *table) error {
 	var safe, naive []result
 	// Interleave the two so that drift of the machine hits both alike.
 	for range max(1, o.reps) {
-		s, err := billonceRun(ctx, e, o, o.customers, nil)
+		s, err := billonceRun(ctx, e, o, o.customers, nil, nil)
 		if err != nil {
 			return err
 		}
-		nv, err := naiveRun(ctx, o, o.customers)
+		nv, err := naiveRun(ctx, o, o.customers, nil)
 		if err != nil {
 			return err
 		}
@@ -304,11 +309,17 @@ func benchRun(ctx context.Context, e *env, o options, t *table) error {
 	if err != nil {
 		return err
 	}
-	if _, err := billonceRun(ctx, e, o, o.customers, f); err != nil {
+	if _, err := billonceRun(ctx, e, o, o.customers, f, nil); err != nil {
 		f.Close()
 		return err
 	}
 	f.Close()
+	if o.memprofile != "" {
+		if err := writeAllocs(o.memprofile); err != nil {
+			return err
+		}
+		t.add("allocation profile", o.memprofile, "allocations since the process started: go tool pprof -sample_index=alloc_space")
+	}
 	t.add("CPU profile of a billonce Run", path, "this process only; cumulative top entries below")
 	t.notes = append(t.notes, topOfProfile(path)...)
 	return nil
@@ -362,5 +373,89 @@ func benchRate(ctx context.Context, e *env, o options, t *table) error {
 	}
 	t.add(fmt.Sprintf("rate-limited Run of %d at R=%g/s", o.rateN, o.rate), fmt.Sprintf("%.2f × floor", ratio),
 		fmt.Sprintf("floor N/R = %.1fs; Biller RateLimit = R; %d answers 429 in %d runs", floor, limited, max(1, o.reps)))
+	if o.reconcileN <= 0 {
+		return nil
+	}
+	var most int
+	limited = 0
+	ratio, err = reps(o.reps, func() (float64, error) {
+		x, m, l, err := rateWithReconcile(ctx, e, o)
+		most, limited = max(most, m), limited+l
+		return x, err
+	})
+	if err != nil {
+		return err
+	}
+	t.add(fmt.Sprintf("the same Run while Reconcile searches for %d claims", o.reconcileN), fmt.Sprintf("%.2f × floor", ratio),
+		fmt.Sprintf("one Biller; claims past their window; at most %d searches in one second; %d answers 429 in %d runs", most, limited, max(1, o.reps)))
 	return nil
+}
+
+// rateWithReconcile runs the rate-limited Run while the same Biller
+// reconciles o.reconcileN claims of an earlier period that are past their
+// window, so that each needs two searches. It returns the Run's wall time
+// over N/R, the most search requests the fake saw in one second, and its
+// 429 answers.
+func rateWithReconcile(ctx context.Context, e *env, o options) (float64, int, int64, error) {
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	s, _, err := e.store(ctx, o.concurrency+4)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	pool := e.pools[len(e.pools)-1]
+	const earlier = "2026-08"
+	b0, err := billing.New(billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: -1})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if sum, err := b0.Run(ctx, earlier, customers(o.reconcileN), nil); err != nil || sum.Created != o.reconcileN {
+		return 0, 0, 0, fmt.Errorf("preparing claims to reconcile: %+v, %v", sum.Progress, err)
+	}
+	// Left pending by a runner that died, a day ago: Stripe forgot the
+	// keys, so Reconcile must find each charge by search.
+	if _, err := pool.Exec(ctx, `UPDATE billonce_claims SET state = 'pending', stripe_id = '', owner = '',
+		lease_until = now() - interval '1 second', created_at = created_at - interval '25 hours',
+		first_sent_at = first_sent_at - interval '25 hours' WHERE period = $1`, earlier); err != nil {
+		return 0, 0, 0, err
+	}
+	srv.Advance(25 * time.Hour)
+	if err := srv.SetRateLimit(o.rate, 0); err != nil {
+		return 0, 0, 0, err
+	}
+	b, err := billing.New(billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: o.rate})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	reconciled := make(chan error, 1)
+	go func() {
+		_, err := b.Reconcile(rctx, nil)
+		reconciled <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the reconciliation is under way
+	sum, err := b.Run(ctx, period, customers(o.rateN), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch})
+	stop()
+	<-reconciled
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if sum.Created != o.rateN {
+		return 0, 0, 0, fmt.Errorf("rate-limited Run during Reconcile created %d of %d: %v", sum.Created, o.rateN, sum.Failures)
+	}
+	var searches []time.Time
+	for _, en := range srv.Log() {
+		if strings.HasSuffix(en.Path, "/search") {
+			searches = append(searches, en.Time)
+		}
+	}
+	most := 0
+	for i := range searches {
+		j := i
+		for j < len(searches) && searches[j].Sub(searches[i]) < time.Second {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return sum.Elapsed.Seconds() / (float64(o.rateN) / o.rate), most, srv.Stats().RateLimited, nil
 }

@@ -75,6 +75,9 @@ type options struct {
 	lease         time.Duration
 	useLock       bool
 	json          bool
+	webhookAddr   string
+	webhookSecret string
+	demoBank      int
 }
 
 // demo reports whether the program runs against its own in-process fake
@@ -105,6 +108,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.rate, "rate", billing.DefaultRateLimit, "Stripe requests per second, at most; negative: no limit")
 	fs.DurationVar(&o.lease, "lease", claim.DefaultLease, "how long a claim stays this runner's before another may resume it (after a crash, its customers wait this long)")
 	fs.BoolVar(&o.useLock, "lock", true, "take the PostgreSQL advisory lock for the period, so that one runner does the work (claims keep it correct without)")
+	fs.StringVar(&o.webhookAddr, "webhook-addr", "", "serve Stripe's webhook events on this address (host:port, any path) while the job runs, so that bank debits settle on their claims; needs -webhook-secret")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "the webhook endpoint's signing secret, whsec_… (default $STRIPE_WEBHOOK_SECRET); never printed")
+	fs.IntVar(&o.demoBank, "demo-bank-debits", 0, "make this many demo customers pay by bank debit: processing after the run, settling three days later, the last one failing (in-process fake Stripe only)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object summarising the run on stdout; everything else goes to stderr")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -125,6 +131,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if !set["vault-key"] {
 		o.vaultKey = os.Getenv("VAULT_KEY")
+	}
+	if !set["webhook-secret"] {
+		o.webhookSecret = os.Getenv("STRIPE_WEBHOOK_SECRET")
 	}
 	o.api = billing.API(*api)
 
@@ -149,6 +158,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return o, fmt.Errorf("-demo-declines %d: want 0 to %d (the number of demo customers)", o.demoDeclines, o.customers)
 	case o.demoDeclines > 0 && (!o.demo() || o.customersFile != ""):
 		return o, errors.New("-demo-declines works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)")
+	case o.demoBank < 0 || o.demoBank > o.customers:
+		return o, fmt.Errorf("-demo-bank-debits %d: want 0 to %d (the number of demo customers)", o.demoBank, o.customers)
+	case o.demoBank > 0 && (!o.demo() || o.customersFile != ""):
+		return o, errors.New("-demo-bank-debits works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)")
+	case o.webhookAddr != "" && o.webhookSecret == "" && !o.demo():
+		return o, errors.New("-webhook-addr is set but there is no signing secret: pass -webhook-secret or set STRIPE_WEBHOOK_SECRET (the endpoint's whsec_… from the Stripe dashboard)")
 	case o.concurrency <= 0:
 		return o, fmt.Errorf("-concurrency %d: want at least 1", o.concurrency)
 	case o.rate == 0:
@@ -267,7 +282,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		for _, i := range demoDeclined(o.demoDeclines, o.customers) {
 			declines[demoID(i, o.customers)] = "insufficient_funds"
 		}
-		fake = billingtest.NewServer(billingtest.Config{Declines: declines})
+		fake = billingtest.NewServer(billingtest.Config{Declines: declines, Async: demoBankDebits(o.demoBank, o.customers)})
 		defer fake.Close()
 		key, stripeURL = demoKey, fake.URL
 	} else if stripeURL == "" {
@@ -303,6 +318,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.demoDeclines > 0 {
 		source += fmt.Sprintf(", %d of them with cards that decline", o.demoDeclines)
 	}
+	if o.demoBank > 0 {
+		source += fmt.Sprintf(", %d paying by bank debit", o.demoBank)
+	}
 	fmt.Fprintf(rep.human, "billing %s for %s with the %s API, scope %q\n  stripe:   %s\n  database: %s\n",
 		source, o.period, o.api, o.scope, stripeDesc, dbDesc)
 
@@ -324,14 +342,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return biller.Run(ctx, o.period, items(), ro)
 	}
 
+	hooks, err := startWebhooks(o, biller, fake, rep.human)
+	if err != nil {
+		return rep.fail(exitInput, "invalid_input", err, "")
+	}
+	defer hooks.stop()
+
 	sum, err := runOnce("billing")
 	rep.run = &sum
 	if err != nil || fake == nil {
 		return rep.finish(sum, err)
 	}
 
-	// The demo: the same run again creates nothing, and the fake's ledger
-	// shows every customer charged once.
+	// The demo: bank debits settle days later and Stripe tells the
+	// webhook; the same run again creates nothing, reports what settled,
+	// and the fake's ledger shows every customer charged once.
+	if sum.Processing > 0 {
+		rep.settlement = hooks.settle(ctx, fake)
+	}
 	reqs := fake.Stats().Requests
 	again, err := runOnce("again  ")
 	rep.second = &again
@@ -339,7 +367,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return rep.finish(again, err)
 	}
-	rep.ledger = checkLedger(fake, o.period, items(), sum.Created+again.Created)
+	// Every payment created and not failed after settlement moved money.
+	rep.ledger = checkLedger(fake, o.period, items(), sum.Created+again.Created+sum.Processing-again.FailedAfterProcessing-again.Processing)
 	return rep.finish(again, nil)
 }
 

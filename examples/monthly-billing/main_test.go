@@ -263,6 +263,8 @@ func TestBadFlagsFailWithAClearMessage(t *testing.T) {
 		{[]string{"-customers", "5", "-customers-file", "x.csv"}, "both given"},
 		{[]string{"-demo-declines", "2", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "-demo-declines works only with the in-process fake"},
 		{[]string{"-demo-declines", "11", "-customers", "10"}, "want 0 to 10"},
+		{[]string{"-demo-bank-debits", "11", "-customers", "10"}, "want 0 to 10"},
+		{[]string{"-webhook-addr", "127.0.0.1:0", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "no signing secret"},
 		{[]string{"-rate", "0"}, "-rate 0 would never send anything"},
 		{[]string{"-concurrency", "-1"}, "-concurrency -1"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
@@ -609,5 +611,40 @@ func TestRedaction(t *testing.T) {
 	}
 	if got := redactURL("postgres://u:hunter2@h/db"); strings.Contains(got, "hunter2") {
 		t.Errorf("redactURL kept the password: %s", got)
+	}
+}
+
+// The demo with bank debits: they are processing after the run, settle
+// three days later on the fake's clock, and Stripe's events (duplicated,
+// out of order) reach the job's webhook; the second run sends nothing,
+// reports the one that failed after settlement apart from declines, and
+// nobody is charged twice.
+func TestDemoBankDebitsSettleThroughTheWebhook(t *testing.T) {
+	r := runMain(t, "-database-url", pgtest.URL(t), "-customers", "30", "-demo-bank-debits", "3", "-demo-declines", "1",
+		"-rate", "-1", "-period", period, "-json")
+	if r.code != exitIncomplete {
+		t.Fatalf("exit %d; want 1 (one bank debit failed)\nstderr:\n%s", r.code, r.stderr)
+	}
+	rep := decodeReport(t, r)
+	if rep.Run.Processing != 3 || rep.Run.Created != 26 || rep.Run.Declined != 1 || rep.Run.FailedAfter != 0 {
+		t.Errorf("first run = %+v", rep.Run)
+	}
+	if s := rep.SecondRun; s.Processing != 0 || s.FailedAfter != 1 || s.Declined != 1 || s.AlreadyBilled != 28 || s.Created != 0 {
+		t.Errorf("second run = %+v", s)
+	}
+	if rep.SecondRunRequests == nil || *rep.SecondRunRequests != 0 {
+		t.Errorf("the second run sent requests to Stripe: %v", rep.SecondRunRequests)
+	}
+	if rep.Settlement == nil || rep.Settlement.Events == 0 || rep.Settlement.Statuses[200] != rep.Settlement.Deliveries {
+		t.Errorf("settlement = %+v", rep.Settlement)
+	}
+	if rep.Ledger == nil || !rep.Ledger.OK || rep.Ledger.Once != 28 || rep.Ledger.MoreThanOnce != 0 {
+		t.Errorf("ledger = %+v", rep.Ledger)
+	}
+	if !strings.Contains(strings.Join(rep.Advice, " "), "1 bank debits failed after settlement") {
+		t.Errorf("advice = %q", rep.Advice)
+	}
+	if strings.Contains(r.stderr, "whsec_") {
+		t.Errorf("the webhook secret was printed:\n%s", r.stderr)
 	}
 }

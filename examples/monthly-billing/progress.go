@@ -71,6 +71,10 @@ func (p *progress) counts(s billing.Progress, now time.Time) string {
 		pct = 100 * s.Done / s.Total
 	}
 	rate := float64(s.Created) / max(now.Sub(p.start).Seconds(), 1e-3)
-	return fmt.Sprintf("%3d%% %d/%d  created %d, already billed %d, declined %d, pending %d, invalid %d  %.0f charges/s",
-		pct, s.Done, s.Total, s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid, rate)
+	bank := ""
+	if s.Processing+s.FailedAfterProcessing > 0 {
+		bank = fmt.Sprintf(", processing %d, failed after settlement %d", s.Processing, s.FailedAfterProcessing)
+	}
+	return fmt.Sprintf("%3d%% %d/%d  created %d, already billed %d, declined %d%s, pending %d, invalid %d  %.0f charges/s",
+		pct, s.Done, s.Total, s.Created, s.AlreadyDone, s.Failed, bank, s.Pending, s.Invalid, rate)
 }

@@ -24,6 +24,7 @@ type reporter struct {
 	run, second    *billing.Summary
 	secondRequests int64
 	ledger         *ledger
+	settlement     *settlement
 }
 
 // runJSON is one run in the -json object.
@@ -32,6 +33,8 @@ type runJSON struct {
 	Created          int      `json:"created"`
 	AlreadyBilled    int      `json:"already_billed"`
 	Declined         int      `json:"declined"`
+	Processing       int      `json:"processing"`
+	FailedAfter      int      `json:"failed_after_settlement"`
 	Pending          int      `json:"pending"`
 	Invalid          int      `json:"invalid"`
 	ElapsedSeconds   float64  `json:"elapsed_seconds"`
@@ -55,8 +58,9 @@ type reportJSON struct {
 	SecondRun *runJSON `json:"second_run,omitempty"`
 	// SecondRunRequests is how many requests the second demo run sent to
 	// Stripe.
-	SecondRunRequests *int64  `json:"second_run_stripe_requests,omitempty"`
-	Ledger            *ledger `json:"ledger,omitempty"`
+	SecondRunRequests *int64      `json:"second_run_stripe_requests,omitempty"`
+	Ledger            *ledger     `json:"ledger,omitempty"`
+	Settlement        *settlement `json:"settlement,omitempty"`
 }
 
 const maxListed = 5 // failures listed in the text output
@@ -70,6 +74,7 @@ func toJSON(s *billing.Summary) *runJSON {
 	}
 	r := &runJSON{
 		Customers: s.Done, Created: s.Created, AlreadyBilled: s.AlreadyDone, Declined: s.Failed,
+		Processing: s.Processing, FailedAfter: s.FailedAfterProcessing,
 		Pending: s.Pending, Invalid: s.Invalid, ElapsedSeconds: s.Elapsed.Seconds(),
 		ChargesPerSecond: chargesPerSecond(*s), Complete: s.Complete(),
 	}
@@ -117,10 +122,17 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		fmt.Fprintf(w, "run: %d customers in %s (%.0f charges/s)\n", s.Done, s.Elapsed.Round(10*time.Millisecond), chargesPerSecond(*s))
 		fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  pending        %6d\n  invalid        %6d\n",
 			s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
+		if s.Processing+s.FailedAfterProcessing > 0 {
+			fmt.Fprintf(w, "  processing     %6d  (bank debits: sent, not settled yet; never sent again)\n", s.Processing)
+			fmt.Fprintf(w, "  failed after settlement %d\n", s.FailedAfterProcessing)
+		}
+	}
+	if st := r.settlement; st != nil {
+		st.print(w)
 	}
 	if s := r.second; s != nil && !held {
-		fmt.Fprintf(w, "same run again: created %d, already billed %d, declined %d, pending %d in %s; %d requests to Stripe\n",
-			s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Elapsed.Round(10*time.Millisecond), r.secondRequests)
+		fmt.Fprintf(w, "same run again: created %d, already billed %d, declined %d, processing %d, failed after settlement %d, pending %d in %s; %d requests to Stripe\n",
+			s.Created, s.AlreadyDone, s.Failed, s.Processing, s.FailedAfterProcessing, s.Pending, s.Elapsed.Round(10*time.Millisecond), r.secondRequests)
 	}
 	if l := r.ledger; l != nil {
 		verdict := "OK: nobody charged twice"
@@ -137,7 +149,7 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		for _, err := range last.Failures[:min(len(last.Failures), maxListed)] {
 			fmt.Fprintf(w, "  %v\n", err)
 		}
-		if n := max(len(last.Failures), last.Done-last.Created-last.AlreadyDone) - maxListed; n > 0 {
+		if n := max(len(last.Failures), last.Done-last.Created-last.AlreadyDone-last.Processing) - maxListed; n > 0 {
 			fmt.Fprintf(w, "  ... and %d more\n", n)
 		}
 	}
@@ -153,7 +165,7 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 	}
 	if r.o.json {
 		out := reportJSON{Status: status, ExitCode: code, Period: r.o.period, API: string(r.o.api), Scope: r.o.scope,
-			Advice: advice, Run: toJSON(r.run), SecondRun: toJSON(r.second), Ledger: r.ledger}
+			Advice: advice, Run: toJSON(r.run), SecondRun: toJSON(r.second), Ledger: r.ledger, Settlement: r.settlement}
 		if runErr != nil {
 			out.Error = runErr.Error()
 		}
@@ -205,6 +217,10 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 	}
 
 	var advice []string
+	if s.FailedAfterProcessing > 0 {
+		advice = append(advice, fmt.Sprintf("%d bank debits failed after settlement (failure codes listed above): their claims are failed and later runs will not charge them again; "+
+			"this is not a card decline: ask the customer for another payment method, then bill again deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.FailedAfterProcessing))
+	}
 	if s.Failed > 0 {
 		advice = append(advice, fmt.Sprintf("%d declined: their claims are recorded as failed and later runs will not charge them again; "+
 			"see the payments in the Stripe dashboard, and bill one again only deliberately, as a re-bill (billing.Biller.Rebill, attempt 2)", s.Failed))
@@ -242,6 +258,6 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 }
 
 func summaryLine(s billing.Summary) string {
-	return fmt.Sprintf("created %d, already billed %d, declined %d, pending %d, invalid %d",
-		s.Created, s.AlreadyDone, s.Failed, s.Pending, s.Invalid)
+	return fmt.Sprintf("created %d, already billed %d, declined %d, processing %d, failed after settlement %d, pending %d, invalid %d",
+		s.Created, s.AlreadyDone, s.Failed, s.Processing, s.FailedAfterProcessing, s.Pending, s.Invalid)
 }

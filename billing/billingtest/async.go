@@ -1,0 +1,220 @@
+package billingtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// APIVersion is the api_version the fake's events carry.
+const APIVersion = "2024-06-20"
+
+// Async makes a customer's payments settle later, as bank debits (ACH,
+// SEPA, BACS) do: a charge is created "pending" and a confirmed payment
+// intent "processing", neither counted in the ledger yet; once After has
+// passed on the server's clock the payment succeeds (and is counted) or,
+// when FailureCode is set, fails with that code (and never is).
+type Async struct {
+	After       time.Duration
+	FailureCode string // "" to succeed; Stripe's codes: "insufficient_funds", "account_closed", …
+}
+
+// Event is one event the server emitted, as Stripe would deliver it.
+type Event struct {
+	ID       string    `json:"id"`
+	Type     string    `json:"type"`
+	ObjectID string    `json:"object_id"`
+	Created  time.Time `json:"created"` // on the server's clock
+	// Body is the event as Stripe sends it to a webhook endpoint.
+	Body []byte `json:"-"`
+}
+
+// SettleLater makes customer's later payments settle asynchronously (see
+// [Async]). Payments already created are unaffected.
+func (s *Server) SettleLater(customer string, a Async) {
+	if a.After < 0 {
+		panic(fmt.Sprintf("billingtest: SettleLater(%q): After %v is negative", customer, a.After))
+	}
+	s.mu.Lock()
+	s.async[customer] = a
+	s.mu.Unlock()
+}
+
+// SettleNow settles every payment whose time has come on the server's
+// clock; Advance and every read do it too. It returns how many settled.
+func (s *Server) SettleNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settleDue()
+}
+
+// settleDue settles the due payments, oldest first; mu is held.
+func (s *Server) settleDue() int {
+	now := s.now()
+	n := 0
+	for _, p := range s.payments {
+		if p.settleAt.IsZero() || now.Before(p.settleAt) {
+			continue
+		}
+		p.settleAt = time.Time{}
+		n++
+		if p.FailureCode != "" {
+			if p.Object == "payment_intent" {
+				p.Status = "requires_payment_method"
+				s.emit("payment_intent.payment_failed", p, now)
+			} else {
+				p.Status = "failed"
+				s.emit("charge.failed", p, now)
+			}
+			continue
+		}
+		p.Status, p.Paid = "succeeded", true
+		s.count(p)
+		if p.Object == "payment_intent" {
+			s.emit("payment_intent.succeeded", p, now)
+		} else {
+			s.emit("charge.succeeded", p, now)
+		}
+	}
+	return n
+}
+
+// count enters a payment that moved money in the ledger; mu is held.
+func (s *Server) count(p *Payment) {
+	s.stats.Paid++
+	s.perCust[p.Customer]++
+	if p.Period != "" {
+		s.perPer[[2]string{p.Customer, p.Period}]++
+	}
+}
+
+// created emits the events of a payment just created; mu is held.
+func (s *Server) created(p *Payment) {
+	switch {
+	case p.Object == "payment_intent" && p.Status == "processing":
+		s.emit("payment_intent.processing", p, p.Created)
+	case p.Object == "payment_intent" && p.Status == "succeeded":
+		s.emit("payment_intent.succeeded", p, p.Created)
+	case p.Object == "payment_intent" && p.DeclineCode != "":
+		s.emit("payment_intent.payment_failed", p, p.Created)
+	case p.Object == "charge" && p.Status == "pending":
+		s.emit("charge.pending", p, p.Created)
+	case p.Object == "charge" && p.Status == "succeeded":
+		s.emit("charge.succeeded", p, p.Created)
+	case p.Object == "charge" && p.Status == "failed":
+		s.emit("charge.failed", p, p.Created)
+	}
+}
+
+// Refund refunds amount of a succeeded charge or payment intent (all of it
+// when amount is 0) and emits charge.refunded. The ledger keeps counting
+// the payment: it was made.
+func (s *Server) Refund(id string, amount int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[id]
+	if p == nil || !p.Paid {
+		return fmt.Errorf("billingtest: Refund(%q): no succeeded payment with this id", id)
+	}
+	if amount == 0 {
+		amount = p.Amount - p.AmountRefunded
+	}
+	if amount <= 0 || p.AmountRefunded+amount > p.Amount {
+		return fmt.Errorf("billingtest: Refund(%q, %d): %d of %d is refunded already", id, amount, p.AmountRefunded, p.Amount)
+	}
+	p.AmountRefunded += amount
+	s.emit("charge.refunded", p, s.now())
+	return nil
+}
+
+// Dispute opens a dispute on a succeeded payment and emits
+// charge.dispute.created. It returns the dispute's id.
+func (s *Server) Dispute(id, reason string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[id]
+	if p == nil || !p.Paid {
+		return "", fmt.Errorf("billingtest: Dispute(%q): no succeeded payment with this id", id)
+	}
+	s.objSeq++
+	dp := fmt.Sprintf("dp_%014d", s.objSeq)
+	d := map[string]any{"id": dp, "object": "dispute", "amount": p.Amount, "currency": p.Currency,
+		"reason": reason, "status": "needs_response", "created": s.now().Unix(), "metadata": map[string]string{},
+		"charge": nil, "payment_intent": nil}
+	if p.Object == "payment_intent" {
+		d["payment_intent"] = p.ID
+	} else {
+		d["charge"] = p.ID
+	}
+	s.emitObject("charge.dispute.created", p.ID, d, s.now())
+	return dp, nil
+}
+
+// emit records an event about p as it is now; mu is held.
+func (s *Server) emit(typ string, p *Payment, at time.Time) {
+	obj := render(p)
+	if typ == "charge.refunded" && p.Object == "payment_intent" {
+		// A payment intent is refunded through its charge, which the fake
+		// does not model apart: the event carries a charge naming it.
+		obj = map[string]any{"id": "ch_of_" + p.ID, "object": "charge", "amount": p.Amount, "amount_refunded": p.AmountRefunded,
+			"refunded": p.AmountRefunded == p.Amount, "status": "succeeded", "payment_intent": p.ID, "metadata": map[string]string{},
+			"currency": p.Currency, "created": p.Created.Unix(), "paid": true}
+	}
+	s.emitObject(typ, p.ID, obj, at)
+}
+
+func (s *Server) emitObject(typ, objectID string, obj any, at time.Time) {
+	s.evSeq++
+	id := fmt.Sprintf("evt_%014d", s.evSeq)
+	body, err := json.Marshal(map[string]any{
+		"id": id, "object": "event", "api_version": APIVersion, "created": at.Unix(), "type": typ,
+		"livemode": false, "pending_webhooks": 1, "data": map[string]any{"object": obj},
+		"request": map[string]any{"id": nil, "idempotency_key": nil},
+	})
+	if err != nil {
+		panic(err)
+	}
+	s.events = append(s.events, Event{ID: id, Type: typ, ObjectID: objectID, Created: at, Body: body})
+}
+
+// Events returns the events emitted so far, in order, after settling the
+// payments that are due.
+func (s *Server) Events() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleDue()
+	return append([]Event(nil), s.events...)
+}
+
+// Final returns, for every payment, its final status as the server knows
+// it now: "succeeded", "failed", "processing" (payment intents) or
+// "pending" (charges), after settling what is due. Keys are payment ids.
+func (s *Server) Final() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleDue()
+	out := make(map[string]string, len(s.payments))
+	for _, p := range s.payments {
+		out[p.ID] = p.Status
+	}
+	return out
+}
+
+// NextSettlement returns when the next asynchronous payment settles on the
+// server's clock, and false if none is waiting.
+func (s *Server) NextSettlement() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var at []time.Time
+	for _, p := range s.payments {
+		if !p.settleAt.IsZero() {
+			at = append(at, p.settleAt)
+		}
+	}
+	if len(at) == 0 {
+		return time.Time{}, false
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	return at[0], true
+}

@@ -1,0 +1,75 @@
+package riverbilling
+
+import (
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Job kinds, as stored in River's job table.
+const (
+	KindCharge = "billonce_charge"
+	KindFanOut = "billonce_fanout"
+)
+
+// DefaultQueue is the River queue billing jobs go to unless their insert
+// options say otherwise. Give it a queue of its own in river.Config.Queues:
+// a spend-cap or authentication answer pauses the queue of the job that met
+// it (see [Worker]), which should stop billing, not other work.
+const DefaultQueue = "billonce"
+
+// ChargeArgs asks for one customer to be billed for one period. It carries
+// identity only, never an idempotency key, a time or a random value: the
+// key is derived by the Biller from (scope, customer, period, attempt), so
+// every run of the job, on any machine, after any number of retries, sends
+// the same key.
+//
+// Jobs are unique by these arguments while a job for them is pending,
+// scheduled, available, running, retryable, completed or cancelled (a
+// decline is final); a discarded job does not block a new one. See
+// [FanOut] for what happens once River has cleaned jobs away.
+//
+// Leave Attempt 0 for the first charge: 1 bills the same (same key, same
+// claim) but is another job to River's uniqueness.
+type ChargeArgs struct {
+	Customer string `json:"customer"`
+	Period   string `json:"period"`
+	// Attempt is 0 or 1 for the first charge. 2 and above re-bill after a
+	// decline ([billing.Biller.Rebill]): a new key, decided by a person or
+	// a dunning process, never by a retry.
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// Kind is KindCharge.
+func (ChargeArgs) Kind() string { return KindCharge }
+
+// InsertOpts puts charge jobs in DefaultQueue, with DefaultMaxAttempts,
+// unique by their arguments.
+func (ChargeArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:       DefaultQueue,
+		MaxAttempts: DefaultMaxAttempts,
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueStates},
+	}
+}
+
+// uniqueStates are River's default unique states and cancelled.
+var uniqueStates = append(rivertype.UniqueOptsByStateDefault(), rivertype.JobStateCancelled)
+
+// FanOutArgs asks for one charge job per customer of Period to be inserted
+// (see [FanOutWorker]).
+type FanOutArgs struct {
+	Period string `json:"period"`
+}
+
+// Kind is KindFanOut.
+func (FanOutArgs) Kind() string { return KindFanOut }
+
+// InsertOpts puts fan-out jobs in DefaultQueue, unique by period. A fan-out
+// is safe to run again (it skips customers that have a job), so River's
+// default retries apply.
+func (FanOutArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:      DefaultQueue,
+		UniqueOpts: river.UniqueOpts{ByArgs: true},
+	}
+}

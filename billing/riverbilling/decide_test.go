@@ -1,0 +1,75 @@
+package riverbilling
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+)
+
+// Every outcome of Charge and Rebill, and what River is told.
+func TestDecide(t *testing.T) {
+	now := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
+	wrap := func(err error) error { return fmt.Errorf("billing: customer cus_1: %w", err) }
+	tests := []struct {
+		name string
+		err  error
+		want action
+	}{
+		{"charged, replayed, already recorded or reconciled", nil, action{kind: complete}},
+		{"declined", &billing.FailedError{Customer: "cus_1", Reason: "card_declined"}, action{kind: cancel}},
+		{"spend cap", wrap(billing.ErrSpendCapReached), action{kind: cancel, stop: true}},
+		{"vault key revoked", wrap(billing.ErrVaultKeyRevoked), action{kind: cancel, stop: true}},
+		{"endpoint not allowed", wrap(billing.ErrEndpointNotAllowed), action{kind: cancel, stop: true}},
+		{"Stripe refused the API key", wrap(billing.ErrStripeAuth), action{kind: cancel, stop: true}},
+		{"Stripe refused the request", wrap(billing.ErrStripeRequest), action{kind: cancel, stop: true}},
+		{"in progress elsewhere", &billing.InProgressError{LeaseUntil: now.Add(40 * time.Second)}, action{kind: snooze, snooze: 40 * time.Second}},
+		{"in progress, lease just over", &billing.InProgressError{LeaseUntil: now.Add(-time.Second)}, action{kind: snooze, snooze: minSnooze}},
+		{"in progress, long lease", &billing.InProgressError{LeaseUntil: now.Add(time.Hour)}, action{kind: snooze, snooze: maxSnooze}},
+		{"key went elsewhere", &billing.IdentityError{SearchIn: 3 * time.Hour}, action{kind: snooze, snooze: 3 * time.Hour}},
+		{"key went elsewhere, window over", &billing.IdentityError{}, action{kind: snooze, snooze: time.Minute}},
+		{"invalid input", wrap(fmt.Errorf("%w: bad period", billing.ErrInvalidInput)), action{kind: cancel}},
+		{"key reused with other parameters", &billing.KeyReuseError{}, action{kind: cancel}},
+		{"amount changed under a claim", wrap(&claim.MismatchError{}), action{kind: cancel}},
+		{"outcome unknown", &billing.UnknownOutcomeError{Err: errors.New("EOF")}, action{kind: retry}},
+		{"charged, not recorded", &billing.RecordError{Err: errors.New("db down")}, action{kind: retry}},
+		{"past the deadline, search down", &billing.NeedsReconciliationError{}, action{kind: retry}},
+		{"claim store down", errors.New("billing: claiming customer cus_1: connection refused"), action{kind: retry}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := decide(tt.err, now); got != tt.want {
+				t.Errorf("decide(%v) = %+v, want %+v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// The default retry schedule of an unknown outcome, at its longest (full
+// jitter, every run taking the whole job timeout), ends well before the
+// key's deadline: retries within it resend the key while Stripe still
+// knows it.
+func TestDefaultRetryBudgetFitsKeyWindow(t *testing.T) {
+	w, err := NewWorker(&billing.Biller{}, WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total time.Duration
+	for attempt := 1; attempt < DefaultMaxAttempts; attempt++ {
+		base := min(DefaultRetryInterval<<(attempt-1), DefaultMaxRetryInterval)
+		for range 50 {
+			if d := w.retryWait(attempt); d < base || d > base+base/10 {
+				t.Fatalf("wait after run %d = %v, want %v plus up to 10%%", attempt, d, base)
+			}
+		}
+		total += base + base/10
+	}
+	total += DefaultMaxAttempts * DefaultJobTimeout
+	t.Logf("first run to last, at most: %v", total)
+	if total > 4*time.Hour+15*time.Minute || total >= billing.DefaultWindowMargin {
+		t.Errorf("the default retry budget is %v; the documented figure is about 4 h 12 min, within the %v deadline", total, billing.DefaultWindowMargin)
+	}
+}

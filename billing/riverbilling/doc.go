@@ -1,0 +1,72 @@
+// Package riverbilling bills customers through River, the PostgreSQL job
+// queue (github.com/riverqueue/river), on as many machines as you run,
+// still exactly once.
+//
+// River delivers jobs at least once: a job can run twice (its rescuer
+// re-runs a job it thinks is stuck; a worker killed after Stripe answered
+// is retried), its default retries go on for about 20 days, far past
+// Stripe's 24-hour idempotency window, and unique jobs stop blocking
+// duplicates once completed jobs are cleaned away. Each job here charges
+// through a [billing.Biller], whose keys, claims and key deadline turn
+// every one of those repeats into a replay, a wait or a search, never a
+// second charge.
+//
+// # Set-up
+//
+// Apply River's migrations (rivermigrate, or the river CLI) and the claim
+// table's, then register the workers and give billing a queue of its own:
+//
+//	biller, _ := billing.New(billing.Config{SecretKey: key, Claims: store, Price: price})
+//	charge, _ := riverbilling.NewWorker(biller, riverbilling.WorkerConfig{})
+//	fanOut, _ := riverbilling.NewFanOutWorker(riverbilling.FanOutConfig{
+//		DB:        pool,
+//		Customers: func(ctx context.Context, period string) iter.Seq2[billing.Item, error] { ... },
+//	})
+//	workers := river.NewWorkers()
+//	river.AddWorker(workers, charge)
+//	river.AddWorker(workers, fanOut)
+//	client, _ := river.NewClient(riverpgxv5.New(pool), &river.Config{
+//		Queues:  map[string]river.QueueConfig{riverbilling.DefaultQueue: {MaxWorkers: 20}},
+//		Workers: workers,
+//		PeriodicJobs: []*river.PeriodicJob{riverbilling.PeriodicFanOut(
+//			river.PeriodicInterval(time.Hour),
+//			func(t time.Time) string { return t.UTC().Format("2006-01") }, nil)},
+//	})
+//	_ = client.Start(ctx)
+//
+// Run the same program on every machine. River's leader inserts the
+// period's [FanOutArgs] job once; its [FanOutWorker] streams the period's
+// customers (the iterator [billing.Biller.Run] takes) and inserts one
+// [ChargeArgs] job per customer, a batch per transaction; every machine's
+// [Worker] works them.
+//
+// # Outcomes
+//
+// A charge job completes when the customer is billed (now or before),
+// is cancelled on a decline (never retried: re-billing is a new job with
+// ChargeArgs.Attempt 2), is snoozed while another run holds the
+// customer's claim, and is retried with the same key when the outcome is
+// unknown, on a schedule that ends hours before the key's deadline (see
+// [DefaultMaxAttempts] for the arithmetic). A spend-cap, revoked-key,
+// permission or configuration answer cancels the job and pauses the
+// queue. [Worker] has the details.
+//
+// A job may run again long after it first ran: a retry, a rescue, a job
+// inserted again by a fan-out once River cleaned the first one away. Every
+// run derives the same key and meets the same claim, so it replays,
+// waits, finds or searches; it never sends a second charge.
+//
+// # Watching a period
+//
+// [State] counts a period's jobs by River state and its claims by state,
+// for an operator or a dashboard next to River UI.
+//
+// # Run or River
+//
+// [billing.Biller.Run] on one replica, under a lock, is enough for a
+// period that one machine bills in the time it has. Move to River when the
+// run must survive deploys and machines, be spread across them, or share
+// a queue and its tooling with the rest of your jobs. Both use the same
+// claims and keys: a period started by Run can be finished by River jobs,
+// and the other way round.
+package riverbilling

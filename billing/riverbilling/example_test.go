@@ -1,0 +1,117 @@
+package riverbilling_test
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/riverbilling"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/pgtest"
+)
+
+// Bill a period through River: the fan-out inserts one job per customer, a
+// worker charges each, a declined card cancels its job. Fanning out again
+// inserts nothing new.
+func Example() {
+	ctx := context.Background()
+	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	srv := billingtest.NewServer(billingtest.Config{Declines: map[string]string{"cus_3": "insufficient_funds"}})
+	defer srv.Close()
+
+	if err := migrate(ctx, pool); err != nil {
+		fmt.Println(err)
+		return
+	}
+	store, _ := claim.NewPostgres(pool, claim.Config{})
+	biller, err := billing.New(billing.Config{
+		SecretKey: "sk_test_example",
+		StripeURL: srv.URL, // omit in production
+		Claims:    store,
+		Price: func(ctx context.Context, customer, period string) (billing.Price, error) {
+			return billing.Price{Amount: 2500, Currency: "usd"}, nil
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	charge, err := riverbilling.NewWorker(biller, riverbilling.WorkerConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, charge)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{riverbilling.DefaultQueue: {MaxWorkers: 10}},
+		Workers: workers,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	customers := func() iter.Seq2[billing.Item, error] { return billing.Customers("cus_1", "cus_2", "cus_3") }
+	res, err := riverbilling.FanOut(ctx, client, pool, "2026-09", customers(), 0)
+	fmt.Printf("fan-out: %d inserted, %d duplicates, %v\n", res.Inserted, res.Duplicates, err)
+	res, err = riverbilling.FanOut(ctx, client, pool, "2026-09", customers(), 0)
+	fmt.Printf("again: %d inserted, %d duplicates, %v\n", res.Inserted, res.Duplicates, err)
+
+	done, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled)
+	defer cancel()
+	if err := client.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 3 {
+		<-done
+	}
+	stopCtx, cancelStop := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelStop()
+	_ = client.Stop(stopCtx)
+
+	st, _ := riverbilling.State(ctx, pool, store, "2026-09")
+	fmt.Println(st)
+	for _, c := range []string{"cus_1", "cus_2", "cus_3"} {
+		fmt.Println(c, "charges at Stripe:", srv.CountPeriod(c, "2026-09"))
+	}
+	// Output:
+	// fan-out: 3 inserted, 0 duplicates, <nil>
+	// again: 0 inserted, 3 duplicates, <nil>
+	// period 2026-09: jobs cancelled=1 completed=2; claims failed=1 succeeded=2
+	// cus_1 charges at Stripe: 1
+	// cus_2 charges at Stripe: 1
+	// cus_3 charges at Stripe: 0
+}
+
+// migrate applies River's migrations and the claim table's.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return err
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return err
+	}
+	store, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
+		return err
+	}
+	return store.Migrate(ctx)
+}

@@ -1,0 +1,266 @@
+package riverbilling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/internal/nilness"
+)
+
+// Defaults for [FanOutConfig].
+const (
+	DefaultFanOutBatch = 1000
+	// DefaultFanOutTimeout bounds one run of a fan-out job. It is also how
+	// long River's rescuer leaves the job of a killed machine alone before
+	// retrying it. A run cut short loses nothing: its batches are
+	// committed, and the retry skips them as duplicates and goes on.
+	DefaultFanOutTimeout = 5 * time.Minute
+	// MaxFanOutBatch bounds FanOutConfig.BatchSize: one InsertMany of this
+	// many jobs is one transaction and one statement.
+	MaxFanOutBatch = 10_000
+)
+
+// maxFanOutErrors bounds FanOutResult.Errors.
+const maxFanOutErrors = 100
+
+// Inserter inserts jobs in a transaction: a *river.Client[pgx.Tx].
+type Inserter interface {
+	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
+}
+
+// Beginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
+// (each batch is then a savepoint of the caller's transaction).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// FanOutResult counts what a fan-out did.
+type FanOutResult struct {
+	Period string `json:"period"`
+	// Customers is how many items the iterator yielded.
+	Customers int `json:"customers"`
+	// Inserted is how many charge jobs were inserted.
+	Inserted int `json:"inserted"`
+	// Duplicates is how many were skipped because a job for the customer
+	// and period already exists (see [ChargeArgs]), or the customer came
+	// twice from the iterator.
+	Duplicates int `json:"duplicates"`
+	// Invalid is how many items were skipped as unusable; Errors says why,
+	// for the first hundred.
+	Invalid int      `json:"invalid"`
+	Errors  []string `json:"errors,omitempty"`
+}
+
+// FanOut inserts one [ChargeArgs] job per customer of items for period, in
+// batches of batchSize (0 means DefaultFanOutBatch), each batch one
+// transaction of db with ins.InsertManyTx. items is the iterator
+// [billing.Biller.Run] takes; it is read as the fan-out goes, so no more
+// than a batch of customers is ever held in memory.
+//
+// Jobs are unique by their arguments (see [ChargeArgs]), so a second
+// fan-out of the same period inserts nothing new while the first one's jobs
+// are in River's table, declined ones included: each is counted in
+// Duplicates. Jobs discarded after their last retry are inserted again:
+// their claims are pending, and the new job resumes them with the same key
+// (or settles them by search past the key's deadline). So are jobs River
+// has cleaned away (CompletedJobRetentionPeriod and
+// CancelledJobRetentionPeriod, 24 h by default), which costs one claim
+// lookup, not a charge: the new job finds the customer's claim succeeded
+// (and completes without calling Stripe) or failed (and is cancelled
+// again).
+//
+// Items with a Price are refused (counted in Invalid): a job carries
+// identity only, and the Biller's Config.Price prices it when it runs. An
+// error from items stops the fan-out after the batches already committed;
+// running it again continues where it stopped.
+func FanOut(ctx context.Context, ins Inserter, db Beginner, period string, items iter.Seq2[billing.Item, error], batchSize int) (FanOutResult, error) {
+	res := FanOutResult{Period: period}
+	switch {
+	case nilness.Is(ins) || nilness.Is(db):
+		return res, fmt.Errorf("%w: FanOut needs a River client and a pool to insert with", billing.ErrInvalidInput)
+	case items == nil:
+		return res, fmt.Errorf("%w: FanOut needs an iterator of customers (billing.Customers for a fixed list)", billing.ErrInvalidInput)
+	case batchSize < 0 || batchSize > MaxFanOutBatch:
+		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalidInput, batchSize, MaxFanOutBatch, DefaultFanOutBatch)
+	}
+	if err := billing.CheckPeriod(period); err != nil {
+		return res, err
+	}
+	if batchSize == 0 {
+		batchSize = DefaultFanOutBatch
+	}
+	batch := make([]river.InsertManyParams, 0, batchSize)
+	seen := make(map[string]bool, batchSize)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		n, err := insertBatch(ctx, ins, db, batch)
+		if err != nil {
+			return fmt.Errorf("riverbilling: fan-out of period %s after %d customers: %w", period, res.Customers, err)
+		}
+		res.Inserted += n
+		res.Duplicates += len(batch) - n
+		batch = batch[:0]
+		clear(seen)
+		return nil
+	}
+	for it, err := range items {
+		if err != nil {
+			if ferr := flush(); ferr != nil {
+				return res, errors.Join(ferr, err)
+			}
+			return res, fmt.Errorf("riverbilling: reading the customers of period %s after %d: %w", period, res.Customers, err)
+		}
+		res.Customers++
+		switch {
+		case billing.CheckCustomer(it.Customer) != nil:
+			res.invalid("item %d: %v", res.Customers, billing.CheckCustomer(it.Customer))
+			continue
+		case it.Price != nil:
+			res.invalid("customer %s: an item with its own Price cannot be fanned out: jobs carry identity only; price it with the Biller's Config.Price", it.Customer)
+			continue
+		case seen[it.Customer]:
+			res.Duplicates++
+			continue
+		}
+		seen[it.Customer] = true
+		batch = append(batch, river.InsertManyParams{Args: ChargeArgs{Customer: it.Customer, Period: period}})
+		if len(batch) == batchSize {
+			if err := flush(); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, flush()
+}
+
+func (r *FanOutResult) invalid(format string, args ...any) {
+	r.Invalid++
+	if len(r.Errors) < maxFanOutErrors {
+		r.Errors = append(r.Errors, fmt.Sprintf(format, args...))
+	}
+}
+
+// insertBatch inserts one batch in one transaction and returns how many
+// jobs were new.
+func insertBatch(ctx context.Context, ins Inserter, db Beginner, batch []river.InsertManyParams) (int, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	out, err := ins.InsertManyTx(ctx, tx, batch)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range out {
+		if !r.UniqueSkippedAsDuplicate {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// FanOutConfig configures a [FanOutWorker].
+type FanOutConfig struct {
+	// DB begins the transactions batches are inserted in: the pool the
+	// River client uses. Required.
+	DB Beginner
+	// Customers returns the customers of a period, the iterator
+	// [billing.Biller.Run] takes. Required.
+	Customers func(ctx context.Context, period string) iter.Seq2[billing.Item, error]
+	// BatchSize is how many jobs one transaction inserts. Defaults to
+	// DefaultFanOutBatch; at most MaxFanOutBatch.
+	BatchSize int
+	// Timeout bounds one run, and is how long a fan-out job of a killed
+	// machine waits for River's rescuer. Defaults to DefaultFanOutTimeout.
+	Timeout time.Duration
+	// Logger receives each fan-out's figures. Nil discards.
+	Logger *slog.Logger
+}
+
+// FanOutWorker is the River worker of [FanOutArgs]: it runs [FanOut] for
+// the job's period and records the [FanOutResult] as the job's output
+// (shown by River UI). Run it periodically with [PeriodicFanOut]: River's
+// leader inserts the job on one machine only.
+type FanOutWorker struct {
+	river.WorkerDefaults[FanOutArgs]
+	cfg FanOutConfig
+	log *slog.Logger
+}
+
+// NewFanOutWorker checks cfg and returns a FanOutWorker.
+func NewFanOutWorker(cfg FanOutConfig) (*FanOutWorker, error) {
+	switch {
+	case nilness.Is(cfg.DB):
+		return nil, fmt.Errorf("%w: FanOutConfig.DB is nil: pass the pool of the River client", billing.ErrInvalidInput)
+	case cfg.Customers == nil:
+		return nil, fmt.Errorf("%w: FanOutConfig.Customers is nil: pass the function that lists a period's customers", billing.ErrInvalidInput)
+	case cfg.BatchSize < 0 || cfg.BatchSize > MaxFanOutBatch:
+		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalidInput, cfg.BatchSize, DefaultFanOutBatch, MaxFanOutBatch)
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("%w: FanOutConfig.Timeout must not be negative", billing.ErrInvalidInput)
+	case cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()):
+		return nil, fmt.Errorf("%w: FanOutConfig.Logger has no handler", billing.ErrInvalidInput)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultFanOutTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &FanOutWorker{cfg: cfg, log: log}, nil
+}
+
+// Timeout is FanOutConfig.Timeout.
+func (w *FanOutWorker) Timeout(*river.Job[FanOutArgs]) time.Duration { return w.cfg.Timeout }
+
+// Work fans out the job's period.
+func (w *FanOutWorker) Work(ctx context.Context, job *river.Job[FanOutArgs]) error {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return river.JobCancel(fmt.Errorf("riverbilling: the fan-out runs on a River client with the pgx driver: %w", err))
+	}
+	period := job.Args.Period
+	if err := billing.CheckPeriod(period); err != nil {
+		return river.JobCancel(err)
+	}
+	res, err := FanOut(ctx, client, w.cfg.DB, period, w.cfg.Customers(ctx, period), w.cfg.BatchSize)
+	w.log.Info("billonce: fan-out", "period", period, "customers", res.Customers, "inserted", res.Inserted,
+		"duplicates", res.Duplicates, "invalid", res.Invalid, "err", err)
+	if rerr := river.RecordOutput(ctx, res); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// PeriodicFanOut returns a periodic job that fans out period(t) at each
+// time t of schedule, for river.Config.PeriodicJobs. River's elected leader
+// inserts it, so it runs on one machine however many run the client; it is
+// unique per period, so a period's fan-out is inserted once while its job
+// is kept.
+//
+//	river.PeriodicJobs: []*river.PeriodicJob{
+//		riverbilling.PeriodicFanOut(river.PeriodicInterval(time.Hour),
+//			func(t time.Time) string { return t.UTC().Format("2006-01") }, nil),
+//	}
+func PeriodicFanOut(schedule river.PeriodicSchedule, period func(time.Time) string, opts *river.PeriodicJobOpts) *river.PeriodicJob {
+	return river.NewPeriodicJob(schedule, func() (river.JobArgs, *river.InsertOpts) {
+		return FanOutArgs{Period: period(time.Now())}, nil
+	}, opts)
+}

@@ -1,0 +1,242 @@
+package riverbilling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/nilness"
+)
+
+// Defaults for [WorkerConfig] and [ChargeArgs.InsertOpts].
+//
+// The retry budget, worked out: River calls [Worker.NextRetry] after a run
+// that ended with an unknown outcome. The waits double from
+// DefaultRetryInterval and are capped at DefaultMaxRetryInterval, with up
+// to 10% jitter added: 30 s, 1, 2, 4, 8, 16, 32 min, then 1 h, 1 h. Over
+// DefaultMaxAttempts (10) runs that is 9 waits, 3 h 03 min 30 s before
+// jitter and at most 3 h 22 min with it, plus at most 10 runs of
+// DefaultJobTimeout (5 min each, 50 min): about 4 h 12 min from the first
+// run to the last, far inside the Biller's key deadline (WindowMargin, 23 h
+// by default, Stripe's window being 24 h).
+//
+// The budget keeps retries within the window when the queue flows. Nothing
+// bounds how long a job waits in a queue behind others, how long River's
+// rescuer takes to notice a dead worker, or when a person retries a
+// discarded job; none of that can make a second charge either, because the
+// Biller checks the key's deadline on the database clock before every HTTP
+// attempt and, once it has passed, looks the payment up with Stripe's
+// search instead of sending the key again.
+const (
+	DefaultMaxAttempts      = 10
+	DefaultRetryInterval    = 30 * time.Second
+	DefaultMaxRetryInterval = time.Hour
+	// DefaultJobTimeout bounds one run of a charge job. It must cover the
+	// Biller's whole Charge: its Retry.MaxElapsed (2 min by default), its
+	// InProgressWait and a reconciliation search. Keep it below River's
+	// RescueStuckJobsAfter (1 h by default).
+	DefaultJobTimeout = 5 * time.Minute
+)
+
+// Bounds on how long a job is snoozed while another runner holds its claim.
+const (
+	minSnooze = time.Second
+	maxSnooze = 5 * time.Minute
+)
+
+// WorkerConfig configures a [Worker]. Zero values take the defaults.
+type WorkerConfig struct {
+	// JobTimeout bounds one run of a job. Defaults to DefaultJobTimeout.
+	JobTimeout time.Duration
+	// RetryInterval is the wait after the first run whose outcome is
+	// unknown; each later wait doubles, up to MaxRetryInterval. Default to
+	// DefaultRetryInterval and DefaultMaxRetryInterval.
+	RetryInterval, MaxRetryInterval time.Duration
+	// KeepQueueOnStop leaves the job's queue running after a spend-cap,
+	// revoked-key, permission or configuration answer. By default the
+	// queue is paused: every other job of it would meet the same answer.
+	KeepQueueOnStop bool
+	// Logger receives cancelled jobs and paused queues. Nil discards.
+	Logger *slog.Logger
+}
+
+// Worker is the River worker of [ChargeArgs]: it bills one customer for one
+// period through a [billing.Biller] and tells River what became of it.
+//
+//   - Charged, or found already charged: the job completes.
+//   - Declined, or refused for the customer's own account or price: the job
+//     is cancelled with the reason and never retried. Billing again is a
+//     new job with ChargeArgs.Attempt 2 and above.
+//   - Another runner holds the customer's claim (a second run of the same
+//     job, say, started by River's rescuer): the job is snoozed until that
+//     claim's lease ends; snoozes do not use up attempts.
+//   - Outcome unknown: the job fails and River retries it after
+//     [Worker.NextRetry]. Every retry sends the same key.
+//   - A spend cap reached, a revoked key, Stripe refusing the API key or
+//     the request itself: the job is cancelled, the error is logged, and
+//     the job's queue is paused, since every other job would meet the same
+//     answer. Fix the cause, resume the queue (river.Client.QueueResume),
+//     and retry the cancelled jobs (River UI, or river.Client.JobRetry), or
+//     finish the period with [billing.Biller.Run]: it shares the claims.
+//
+// A job may run more than once, even twice at the same time: River delivers
+// at least once. The Biller's claims make every run after the first find
+// the charge, or wait for it, instead of making another.
+type Worker struct {
+	river.WorkerDefaults[ChargeArgs]
+	biller *billing.Biller
+	cfg    WorkerConfig
+	log    *slog.Logger
+}
+
+// NewWorker returns a Worker that bills through b.
+func NewWorker(b *billing.Biller, cfg WorkerConfig) (*Worker, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: riverbilling.NewWorker needs a *billing.Biller (billing.New)", billing.ErrInvalidInput)
+	}
+	if cfg.JobTimeout < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 {
+		return nil, fmt.Errorf("%w: WorkerConfig durations must not be negative (zero takes the default)", billing.ErrInvalidInput)
+	}
+	if cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()) {
+		return nil, fmt.Errorf("%w: WorkerConfig.Logger has no handler", billing.ErrInvalidInput)
+	}
+	if cfg.JobTimeout == 0 {
+		cfg.JobTimeout = DefaultJobTimeout
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = DefaultRetryInterval
+	}
+	if cfg.MaxRetryInterval == 0 {
+		cfg.MaxRetryInterval = DefaultMaxRetryInterval
+	}
+	if cfg.RetryInterval > cfg.MaxRetryInterval {
+		return nil, fmt.Errorf("%w: WorkerConfig.RetryInterval %v is above MaxRetryInterval %v", billing.ErrInvalidInput, cfg.RetryInterval, cfg.MaxRetryInterval)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{biller: b, cfg: cfg, log: log}, nil
+}
+
+// Timeout is WorkerConfig.JobTimeout.
+func (w *Worker) Timeout(*river.Job[ChargeArgs]) time.Duration { return w.cfg.JobTimeout }
+
+// NextRetry schedules the retry after a run whose outcome was unknown:
+// RetryInterval doubled for each run before, capped at MaxRetryInterval,
+// plus up to 10% jitter so that jobs failed by one outage do not all come
+// back at once. See the defaults for the arithmetic.
+func (w *Worker) NextRetry(job *river.Job[ChargeArgs]) time.Time {
+	return time.Now().Add(w.retryWait(job.Attempt))
+}
+
+func (w *Worker) retryWait(attempt int) time.Duration {
+	d := w.cfg.RetryInterval
+	for i := 1; i < attempt && d < w.cfg.MaxRetryInterval; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.MaxRetryInterval)
+	return d + rand.N(d/10+1)
+}
+
+// Work bills the job's customer for its period.
+func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
+	a := job.Args
+	var err error
+	if a.Attempt <= 1 {
+		_, err = w.biller.Charge(ctx, a.Customer, a.Period)
+	} else {
+		_, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, nil)
+	}
+	act := decide(err, time.Now())
+	switch act.kind {
+	case complete:
+		return nil
+	case snooze:
+		return river.JobSnooze(act.snooze)
+	case retry:
+		return err
+	}
+	attrs := []any{"customer", a.Customer, "period", a.Period, "attempt", a.Attempt, "job_id", job.ID, "err", err}
+	if !act.stop {
+		w.log.Warn("billonce: charge job cancelled", attrs...)
+		return river.JobCancel(err)
+	}
+	w.log.Error("billonce: charge job cancelled: no other job of its queue can succeed until this is fixed", attrs...)
+	if !w.cfg.KeepQueueOnStop {
+		if c, cerr := river.ClientFromContextSafely[pgx.Tx](ctx); cerr == nil {
+			if perr := c.QueuePause(context.WithoutCancel(ctx), job.Queue, nil); perr != nil {
+				w.log.Error("billonce: pausing the queue failed", "queue", job.Queue, "err", perr)
+			} else {
+				w.log.Error("billonce: queue paused; fix the cause, resume the queue and retry the cancelled jobs", "queue", job.Queue)
+			}
+		}
+	}
+	return river.JobCancel(err)
+}
+
+// kind is what River should do with a job.
+type kind int
+
+const (
+	complete kind = iota + 1
+	cancel
+	snooze
+	retry
+)
+
+func (k kind) String() string {
+	return [...]string{"kind(0)", "complete", "cancel", "snooze", "retry"}[k]
+}
+
+// action is the River outcome of one run of a charge job.
+type action struct {
+	kind   kind
+	snooze time.Duration // with snooze
+	stop   bool          // with cancel: no other job of the queue can succeed
+}
+
+// decide maps the result of a Charge or Rebill to River. It is the one place
+// where billing's outcomes meet River's.
+func decide(err error, now time.Time) action {
+	var (
+		failed     *billing.FailedError
+		inProgress *billing.InProgressError
+		identity   *billing.IdentityError
+		keyReuse   *billing.KeyReuseError
+		mismatch   *claim.MismatchError
+	)
+	switch {
+	case err == nil:
+		// Created, Replayed, AlreadyRecorded or Reconciled: billed.
+		return action{kind: complete}
+	case errors.As(err, &failed):
+		return action{kind: cancel}
+	case errors.Is(err, billing.ErrSpendCapReached), errors.Is(err, billing.ErrVaultKeyRevoked),
+		errors.Is(err, billing.ErrEndpointNotAllowed), errors.Is(err, billing.ErrStripeAuth),
+		errors.Is(err, billing.ErrStripeRequest):
+		return action{kind: cancel, stop: true}
+	case errors.As(err, &inProgress):
+		return action{kind: snooze, snooze: min(max(inProgress.LeaseUntil.Sub(now), minSnooze), maxSnooze)}
+	case errors.As(err, &identity):
+		// Nothing was sent; any Biller of the scope settles the claim by
+		// search once SearchIn has passed.
+		return action{kind: snooze, snooze: max(identity.SearchIn, time.Minute)}
+	case errors.Is(err, billing.ErrInvalidInput), errors.As(err, &keyReuse), errors.As(err, &mismatch):
+		// Input or configuration a retry cannot change.
+		return action{kind: cancel}
+	default:
+		// UnknownOutcomeError, RecordError, NeedsReconciliationError, a
+		// database or context error: the claim stays pending with its key,
+		// and the retry resumes it safely.
+		return action{kind: retry}
+	}
+}

@@ -1,0 +1,276 @@
+package riverbilling_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/riverbilling"
+)
+
+// insert inserts a charge job for customer without working it.
+func (e *env) insert(c *river.Client[pgx.Tx], args riverbilling.ChargeArgs) *rivertype.JobRow {
+	e.tb.Helper()
+	res, err := c.Insert(context.Background(), args, nil)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return res.Job
+}
+
+// workJob works job once with River's test worker, committing its changes.
+func (e *env) workJob(w *riverbilling.Worker, job *rivertype.JobRow) *rivertest.WorkResult {
+	e.tb.Helper()
+	ctx := context.Background()
+	tw := rivertest.NewWorker(e.tb, e.driver, &river.Config{Logger: quietLogger}, w)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err := tw.WorkJob(ctx, e.tb, tx, job)
+	if err != nil {
+		e.tb.Logf("work: %v", err) // the job's own error, also in res.Job.Errors
+	}
+	if err := tx.Commit(ctx); err != nil {
+		e.tb.Fatal(err)
+	}
+	return res
+}
+
+// A worker killed after Stripe committed the charge and before the job
+// was recorded complete: River's rescuer retries the job on another
+// worker, which resumes the claim with the same key. One charge.
+func TestWorkerKilledAfterStripeCommitted(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	dead := e.biller(oneAttempt)
+	live := e.biller()
+	c := e.client(e.riverConfig(live, nil))
+	job := e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period})
+
+	// The dead worker: it took the job, Stripe committed its charge, and
+	// the process died before the answer was read, the claim recorded or
+	// the job completed. What it leaves behind: a charge at Stripe, a
+	// pending claim under its lease, a job running for over an hour.
+	e.lostAnswer(dead, "cus_1")
+	e.exec(`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '2 hours',
+		attempted_by = '{dead-worker}' WHERE id = $1`, job.ID)
+	e.advance(5 * time.Minute) // the dead worker's claim lease runs out
+
+	e.start(c) // its leader runs the rescuer, which schedules the retry
+	st := e.waitFinished(1)
+	if n := e.count("cus_1"); n != 1 {
+		t.Fatalf("cus_1 charged %d times, want 1", n)
+	}
+	if st.Jobs[rivertype.JobStateCompleted] != 1 || st.Claims["succeeded"] != 1 {
+		t.Errorf("state = %v, want the job completed and the claim succeeded", st)
+	}
+	got, err := c.JobGet(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Attempt != 2 || len(got.Errors) != 1 {
+		t.Errorf("job after %d attempts with errors %+v; want 2 attempts, the rescuer's error", got.Attempt, got.Errors)
+	}
+}
+
+// The same job run twice at once (the rescuer re-ran a job that was only
+// slow): one charge; the second run finds the first one's live claim and
+// is snoozed, then completes without calling Stripe.
+func TestSameJobTwiceAtOnce(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultSlow, Delay: 500 * time.Millisecond})
+	w := e.worker(e.biller())
+	job := &river.Job[riverbilling.ChargeArgs]{
+		JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, Queue: riverbilling.DefaultQueue},
+		Args:   riverbilling.ChargeArgs{Customer: "cus_1", Period: period},
+	}
+	var (
+		wg   sync.WaitGroup
+		errs [2]error
+	)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 1 {
+				time.Sleep(100 * time.Millisecond) // the first run is at Stripe
+			}
+			errs[i] = w.Work(context.Background(), job)
+		}()
+	}
+	wg.Wait()
+	var snoozed *river.JobSnoozeError
+	if errs[0] != nil || !errors.As(errs[1], &snoozed) {
+		t.Errorf("runs = %v, %v; want nil and a snooze", errs[0], errs[1])
+	}
+	if err := w.Work(context.Background(), job); err != nil {
+		t.Errorf("the snoozed run, again = %v; want nil", err)
+	}
+	if n, r := e.count("cus_1"), e.creates("cus_1"); n != 1 || r != 1 {
+		t.Errorf("cus_1: %d charges, %d create requests; want 1 and 1", n, r)
+	}
+}
+
+// A job retried 25 hours after its key was first sent (a long outage, a
+// discarded job retried by hand): past the key's deadline the Biller
+// searches Stripe and records the charge it finds instead of sending the
+// key again.
+func TestJobRetried25HoursLater(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	w := e.worker(e.biller(oneAttempt))
+	c := e.client(e.riverConfig(e.biller(), nil))
+	job := e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period})
+
+	// First run: Stripe commits, the answer is lost, search is down.
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.searchDown()
+	res := e.workJob(w, job)
+	e.srv.SetScript(nil)
+	if res.EventKind != river.EventKindJobFailed {
+		t.Fatalf("first run: %s, job %s; want failed, to be retried", res.EventKind, res.Job.State)
+	}
+
+	e.advance(25 * time.Hour)
+	before := e.creates("cus_1")
+	res = e.workJob(w, res.Job)
+	if res.EventKind != river.EventKindJobCompleted {
+		t.Fatalf("run 25 h later: %s (%v); want completed", res.EventKind, res.Job.Errors)
+	}
+	if n := e.count("cus_1"); n != 1 {
+		t.Fatalf("cus_1 charged %d times, want 1", n)
+	}
+	if r := e.creates("cus_1") - before; r != 0 {
+		t.Errorf("%d create requests after the window, want 0 (found by search)", r)
+	}
+}
+
+// A decline cancels the job at once, with the reason, and is never retried.
+func TestDeclineCancelsWithoutRetry(t *testing.T) {
+	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_d": "insufficient_funds"}})
+	w := e.worker(e.biller())
+	c := e.client(e.riverConfig(e.biller(), nil))
+	job := e.insert(c, riverbilling.ChargeArgs{Customer: "cus_d", Period: period})
+
+	res := e.workJob(w, job)
+	if res.EventKind != river.EventKindJobCancelled || res.Job.State != rivertype.JobStateCancelled || res.Job.Attempt != 1 {
+		t.Fatalf("decline: %s, job %s after %d attempts; want cancelled after 1", res.EventKind, res.Job.State, res.Job.Attempt)
+	}
+	if len(res.Job.Errors) != 1 || !strings.Contains(res.Job.Errors[0].Error, "insufficient_funds") {
+		t.Errorf("job errors = %+v, want the decline's reason", res.Job.Errors)
+	}
+	// While the cancelled job is kept, a second one is a duplicate.
+	dup, err := c.Insert(context.Background(), riverbilling.ChargeArgs{Customer: "cus_d", Period: period}, nil)
+	if err != nil || !dup.UniqueSkippedAsDuplicate {
+		t.Errorf("insert again = %+v, %v; want skipped as a duplicate", dup, err)
+	}
+	// Once River has cleaned it away, a job inserted again is cancelled
+	// from the claim, without a request to Stripe.
+	e.exec(`DELETE FROM river_job WHERE id = $1`, job.ID)
+	res = e.workJob(w, e.insert(c, riverbilling.ChargeArgs{Customer: "cus_d", Period: period}))
+	if res.EventKind != river.EventKindJobCancelled {
+		t.Errorf("second run: %s, want cancelled", res.EventKind)
+	}
+	if n, r := e.count("cus_d"), e.creates("cus_d"); n != 0 || r != 1 {
+		t.Errorf("cus_d: %d charges, %d create requests; want 0 and 1", n, r)
+	}
+}
+
+// A refusal of the API key cancels the job, visibly, and pauses the queue:
+// every other job would meet the same answer.
+func TestAuthRefusalCancelsAndPausesQueue(t *testing.T) {
+	e := newEnv(t, billingtest.Config{APIKeys: []string{"sk_test_the_right_one"}})
+	b := e.biller()
+	c := e.client(e.riverConfig(b, nil))
+	ids := customers(20)
+	if _, err := riverbilling.FanOut(context.Background(), c, e.pool, period, billing.Customers(ids...), 0); err != nil {
+		t.Fatal(err)
+	}
+	e.start(c)
+	// Wait for the queue to be paused and the jobs already fetched to
+	// finish.
+	deadline := time.Now().Add(30 * time.Second)
+	var st riverbilling.PeriodState
+	for {
+		q, err := c.QueueGet(context.Background(), riverbilling.DefaultQueue)
+		st = e.state()
+		if err == nil && q.PausedAt != nil && st.Jobs[rivertype.JobStateRunning] == 0 && st.Jobs[rivertype.JobStateCancelled] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue not paused, or jobs still running, after 30s: %v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.Jobs[rivertype.JobStateCompleted] != 0 {
+		t.Errorf("state = %v; want some jobs cancelled, none completed", st)
+	}
+	if len(e.srv.Payments()) != 0 {
+		t.Errorf("%d payments, want 0", len(e.srv.Payments()))
+	}
+	// The reason is in the jobs' errors, and the secret key is not.
+	var errs string
+	if err := e.pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(errors::text, ' '), '') FROM river_job WHERE state = 'cancelled'`).Scan(&errs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errs, "API key") || strings.Contains(errs, secretKey) || strings.Contains(errs, secretKey[8:]) {
+		t.Errorf("cancelled jobs' errors = %.300s; want the refusal, without the secret key", errs)
+	}
+}
+
+// The first charge spelled two ways (Attempt 0 and 1) is two jobs to
+// River's uniqueness but one key and one claim: one charge.
+func TestFirstChargeUnderTwoSpellings(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	w := e.worker(e.biller())
+	c := e.client(e.riverConfig(e.biller(), nil))
+	for _, a := range []int{0, 1} {
+		res := e.workJob(w, e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period, Attempt: a}))
+		if res.EventKind != river.EventKindJobCompleted {
+			t.Errorf("attempt %d: %s, want completed", a, res.EventKind)
+		}
+	}
+	if n, r := e.count("cus_1"), e.creates("cus_1"); n != 1 || r != 1 {
+		t.Errorf("cus_1: %d charges, %d create requests; want 1 and 1", n, r)
+	}
+}
+
+// A job retried after the price changed (a deploy between two runs of one
+// job) is cancelled as a mismatch with its claim, not charged again at
+// the new price.
+func TestRetryAfterPriceChangeIsRefused(t *testing.T) {
+	e := newEnv(t, billingtest.Config{})
+	c := e.client(e.riverConfig(e.biller(), nil))
+	job := e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period})
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.searchDown()
+	res := e.workJob(e.worker(e.biller(oneAttempt)), job)
+	e.srv.SetScript(nil)
+	if res.EventKind != river.EventKindJobFailed {
+		t.Fatalf("first run: %s, want failed, to be retried", res.EventKind)
+	}
+	e.advance(5 * time.Minute) // the first run's lease is over
+
+	repriced := e.biller(func(c *billing.Config) {
+		c.Price = func(context.Context, string, string) (billing.Price, error) {
+			return billing.Price{Amount: 9900, Currency: "usd"}, nil
+		}
+	})
+	res = e.workJob(e.worker(repriced), res.Job)
+	if res.EventKind != river.EventKindJobCancelled {
+		t.Errorf("retry at a new price: %s, want cancelled", res.EventKind)
+	}
+	if n := e.count("cus_1"); n != 1 {
+		t.Errorf("cus_1 charged %d times, want 1", n)
+	}
+}

@@ -1,0 +1,220 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/billonce/billonce/claim"
+)
+
+// DefaultSettleAfter is Config.SettleAfter's default: how long a payment
+// may be processing before Reconcile reads it from Stripe.
+const DefaultSettleAfter = time.Hour
+
+// Payments that settle later
+//
+// A bank debit (ACH, SEPA, BACS) exists at Stripe long before it settles:
+// Stripe answers a charge "pending" or a PaymentIntent "processing", and
+// days later the payment succeeds or fails. The claim is then processing
+// (claim.StateProcessing): it holds the period, nothing is sent again,
+// and its outcome arrives by webhook ([Biller.Webhook]) or by Reconcile
+// reading the payment. A payment that fails after processing is failed for
+// its key with Stripe's failure code, and like a decline it is billed
+// again only by an explicit Rebill.
+
+// updateFromCharge is what a charge object says about its claim's payment:
+// the one mapping shared by webhooks and polling. A charge made by a
+// PaymentIntent is reported under the PaymentIntent, which is what the
+// claim records.
+func updateFromCharge(ch *stripe.Charge) claim.Update {
+	u := claim.Update{Key: ch.Metadata[MetaKey], StripeID: ch.ID, Refunded: ch.AmountRefunded}
+	if ch.PaymentIntent != nil && ch.PaymentIntent.ID != "" {
+		u.StripeID = ch.PaymentIntent.ID
+	}
+	switch ch.Status {
+	case stripe.ChargeStatusPending:
+		u.State = claim.StateProcessing
+	case stripe.ChargeStatusSucceeded:
+		u.State = claim.StateSucceeded
+	case stripe.ChargeStatusFailed:
+		u.State, u.FailureCode = claim.StateFailed, ch.FailureCode
+	}
+	return u
+}
+
+// updateFromIntent is what a PaymentIntent says about its claim's payment.
+// A PaymentIntent that needs a payment method again after being confirmed
+// off-session has failed: billonce never confirms it a second time.
+func updateFromIntent(pi *stripe.PaymentIntent) claim.Update {
+	u := claim.Update{Key: pi.Metadata[MetaKey], StripeID: pi.ID}
+	switch pi.Status {
+	case stripe.PaymentIntentStatusProcessing:
+		u.State = claim.StateProcessing
+	case stripe.PaymentIntentStatusSucceeded:
+		u.State = claim.StateSucceeded
+	case stripe.PaymentIntentStatusRequiresPaymentMethod, stripe.PaymentIntentStatusCanceled:
+		u.State, u.FailureCode = claim.StateFailed, string(pi.Status)
+		if e := pi.LastPaymentError; e != nil {
+			u.FailureCode = string(e.Code)
+			if e.DeclineCode != "" {
+				u.FailureCode += " (" + string(e.DeclineCode) + ")"
+			}
+		}
+	}
+	return u
+}
+
+// applied reports an update that changed a claim to the logger and to
+// Config.Observe: a settlement, a refund, a dispute. source names where
+// the update came from (an event id, or "poll").
+func (b *Biller) applied(ctx context.Context, source string, a claim.Applied) {
+	c := a.Claim
+	log := []slog.Attr{slog.String("customer", c.Customer), slog.String("period", c.Period), slog.String("key", c.Key),
+		slog.String("stripe_id", c.StripeID), slog.String("source", source)}
+	base := Event{Customer: c.Customer, Period: c.Period, StripeID: c.StripeID}
+	if a.Before.State != c.State {
+		e := base
+		e.Kind = EventSettled
+		e.State = string(c.State)
+		switch c.State {
+		case claim.StateFailed:
+			e.Err = failedFrom(c)
+			b.log.LogAttrs(ctx, slogWarn, "billonce: payment failed after it was sent; the claim is failed and is not billed again without a Rebill",
+				append(log, slog.String("failure_code", c.FailureCode), slog.String("was", string(a.Before.State)))...)
+		case claim.StateSucceeded:
+			b.log.LogAttrs(ctx, slogInfo, "billonce: payment settled", append(log, slog.String("was", string(a.Before.State)))...)
+		default:
+			b.log.LogAttrs(ctx, slogInfo, "billonce: payment is processing", log...)
+		}
+		b.observe(e)
+	}
+	if c.Refunded != a.Before.Refunded {
+		e := base
+		e.Kind, e.Refunded = EventRefunded, c.Refunded
+		b.log.LogAttrs(ctx, slogWarn, "billonce: payment refunded; the claim stays billed: a refund is not a reason to bill again",
+			append(log, slog.Int64("refunded", c.Refunded), slog.Int64("amount", c.Amount))...)
+		b.observe(e)
+	}
+	if c.Dispute != a.Before.Dispute {
+		e := base
+		e.Kind, e.Dispute = EventDisputed, c.Dispute
+		b.log.LogAttrs(ctx, slogWarn, "billonce: payment disputed; the claim stays billed: a dispute is not a reason to bill again",
+			append(log, slog.String("dispute", c.Dispute))...)
+		b.observe(e)
+	}
+}
+
+// failedFrom is the *FailedError of a failed claim.
+func failedFrom(c claim.Claim) *FailedError {
+	return &FailedError{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt,
+		Code: c.FailureCode, Reason: c.LastError, AfterProcessing: !c.ProcessingAt.IsZero()}
+}
+
+// settleProcessing reads from Stripe each of this Biller's claims that
+// has been processing for at least Config.SettleAfter, one GET per claim
+// under the Biller's rate limit, and applies what it finds. It is how a
+// service without webhooks converges.
+func (b *Biller) settleProcessing(ctx context.Context, r *runner) error {
+	claims, err := b.cfg.Claims.Unsettled(ctx, b.cfg.Scope, b.cfg.SettleAfter)
+	if err != nil {
+		return fmt.Errorf("billing: listing processing claims: %w", err)
+	}
+	var mine []claim.Claim
+	for _, c := range claims {
+		if c.Attempt = b.attemptOf(c); c.Attempt > 0 {
+			mine = append(mine, c)
+		}
+	}
+	r.mu.Lock()
+	r.sum.Total += len(mine)
+	r.mu.Unlock()
+	for _, c := range mine {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		j := job{customer: c.Customer, period: c.Period, attempt: c.Attempt, price: Price{Amount: c.Amount, Currency: c.Currency}}
+		a, err := b.poll(ctx, c)
+		switch {
+		case err != nil:
+			r.settled(j, Receipt{}, fmt.Errorf("billing: customer %s, period %s: reading processing payment %s: %w", c.Customer, c.Period, c.StripeID, err))
+		case a.Claim.State == claim.StateFailed:
+			r.settled(j, Receipt{}, failedFrom(a.Claim))
+		default:
+			r.settled(j, Receipt{Customer: c.Customer, Period: c.Period, StripeID: c.StripeID, Amount: c.Amount, Currency: c.Currency,
+				Attempt: c.Attempt, How: Reconciled, Processing: a.Claim.State == claim.StateProcessing}, nil)
+		}
+	}
+	return nil
+}
+
+// poll reads c's payment from Stripe and applies it.
+func (b *Biller) poll(ctx context.Context, c claim.Claim) (claim.Applied, error) {
+	if err := b.limiter.Wait(ctx); err != nil {
+		return claim.Applied{}, err
+	}
+	var u claim.Update
+	switch {
+	case strings.HasPrefix(c.StripeID, "pi_"):
+		pi, err := b.intents.Get(c.StripeID, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
+		if err != nil {
+			return claim.Applied{}, err
+		}
+		u = updateFromIntent(pi)
+	default:
+		ch, err := b.charges.Get(c.StripeID, &stripe.ChargeParams{Params: stripe.Params{Context: ctx}})
+		if err != nil {
+			return claim.Applied{}, err
+		}
+		u = updateFromCharge(ch)
+	}
+	if u.Key != c.Key {
+		return claim.Applied{}, fmt.Errorf("payment %s carries key %q in its metadata, not the claim's %q", c.StripeID, u.Key, c.Key)
+	}
+	u.EventType, u.Created = "poll", time.Now()
+	a, err := b.cfg.Claims.Apply(ctx, u)
+	if err != nil {
+		return claim.Applied{}, err
+	}
+	if a.Outcome == claim.Changed {
+		b.applied(ctx, "poll", a)
+	}
+	return a, nil
+}
+
+// recordProcessing records a payment Stripe answered as pending or
+// processing.
+func (b *Biller) recordProcessing(ctx context.Context, j job, out created) error {
+	err := b.cfg.Claims.Process(context.WithoutCancel(ctx), j.key.String(), out.id)
+	if err != nil {
+		return &RecordError{Customer: j.customer, Period: j.period, Key: j.key.String(), StripeID: out.id, Err: err}
+	}
+	b.log.LogAttrs(ctx, slogInfo, "billonce: payment is processing; its outcome arrives by webhook or Reconcile", attrs(j, "stripe_id", out.id)...)
+	return nil
+}
+
+// settledByEvent handles Succeed refusing a claim that an event already
+// moved: a succeeded answer for a payment the claim records as
+// processing is that payment settling, applied like an event.
+func (b *Biller) settledByEvent(ctx context.Context, j job, out created, serr error) error {
+	if !errors.Is(serr, claim.ErrConflict) {
+		return serr
+	}
+	c, err := b.cfg.Claims.Get(ctx, j.key.String())
+	if err != nil || c.State != claim.StateProcessing || c.StripeID != out.id {
+		return serr
+	}
+	a, err := b.cfg.Claims.Apply(ctx, claim.Update{EventType: "answer", Key: c.Key, StripeID: out.id, State: claim.StateSucceeded, Created: time.Now()})
+	if err != nil {
+		return err
+	}
+	if a.Outcome == claim.Changed {
+		b.applied(ctx, "answer", a)
+	}
+	return nil
+}

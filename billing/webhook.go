@@ -1,0 +1,302 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/webhook"
+
+	"github.com/billonce/billonce/claim"
+)
+
+// Defaults for [WebhookConfig].
+const (
+	// DefaultWebhookTolerance is how old a signature may be: Stripe's
+	// library default, five minutes.
+	DefaultWebhookTolerance = webhook.DefaultTolerance
+	// DefaultWebhookMaxBody is the largest event body read, in bytes.
+	DefaultWebhookMaxBody = 1 << 20
+)
+
+// WebhookConfig configures [Biller.Webhook].
+type WebhookConfig struct {
+	// Secret is the webhook endpoint's signing secret ("whsec_…", from
+	// the Stripe dashboard or `stripe listen`). Required. It never appears
+	// in logs or errors.
+	Secret string
+	// Tolerance is how old a signature's timestamp may be; older
+	// deliveries (replays of a captured request) are refused with 400.
+	// Defaults to DefaultWebhookTolerance.
+	Tolerance time.Duration
+	// MaxBody is the largest body read, in bytes. Defaults to
+	// DefaultWebhookMaxBody.
+	MaxBody int64
+}
+
+// String describes the configuration without its secret (I9).
+func (c WebhookConfig) String() string {
+	secret := "(none)"
+	if c.Secret != "" {
+		secret = "****"
+	}
+	return fmt.Sprintf("billing.WebhookConfig{Secret: %s, Tolerance: %v, MaxBody: %d}", secret, c.Tolerance, c.MaxBody)
+}
+
+// GoString is String, so that %#v does not print the secret either.
+func (c WebhookConfig) GoString() string { return c.String() }
+
+// Format prints String for every verb, so that no verb prints the secret.
+func (c WebhookConfig) Format(f fmt.State, verb rune) { io.WriteString(f, c.String()) }
+
+// LogValue implements [slog.LogValuer]: what String shows.
+func (c WebhookConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// The events the handler applies; every other type is acknowledged and
+// ignored.
+var webhookTypes = map[string]bool{
+	"charge.succeeded": true, "charge.failed": true, "charge.pending": true, "charge.refunded": true,
+	"charge.dispute.created":   true,
+	"payment_intent.succeeded": true, "payment_intent.payment_failed": true, "payment_intent.processing": true,
+}
+
+// Webhook returns an http.Handler for Stripe's webhook events, to mount on
+// the endpoint registered with Stripe. It verifies each delivery's
+// Stripe-Signature with cfg.Secret (a bad, expired or missing signature
+// is answered 400 and changes nothing), then applies the event to the
+// claim of the payment it is about, found by the billonce_key metadata
+// every billonce payment carries:
+//
+//   - charge.pending, payment_intent.processing: the payment is processing;
+//   - charge.succeeded, payment_intent.succeeded: it settled;
+//   - charge.failed, payment_intent.payment_failed: it failed, with
+//     Stripe's failure code; the claim is failed for its key and nobody is
+//     billed again without a Rebill;
+//   - charge.refunded, charge.dispute.created: the refunded amount or the
+//     dispute is recorded on the claim, reported to Config.Observe and
+//     logged. A refunded or disputed payment was billed: neither is a
+//     reason to bill again, and billonce never does.
+//
+// Each event is applied exactly once (claim.Store.Apply records its id in
+// the transaction that applies it): Stripe's redeliveries, and one event
+// delivered to several replicas at once, are answered 200 and change
+// nothing. States only move forward, so events arriving out of order
+// leave the claim where the newest left it. Events of other types, and
+// events about payments without billonce's metadata or without a claim
+// (another product's, another environment's), are answered 200 and
+// ignored. A failure to reach the claim store is answered 500, so that
+// Stripe delivers the event again.
+//
+// The event's API version is not checked against stripe-go's: the handler
+// reads only fields that every version has (ids, status, metadata,
+// failure codes, amount_refunded).
+//
+// The handler logs event ids, types, customers, keys and payment ids,
+// never the body or the signature. It is safe for concurrent use, and any
+// number of replicas may serve the same endpoint.
+func (b *Biller) Webhook(cfg WebhookConfig) (http.Handler, error) {
+	if cfg.Secret == "" {
+		return nil, invalid("WebhookConfig.Secret is empty: set the endpoint's signing secret (whsec_…)")
+	}
+	if strings.ContainsFunc(cfg.Secret, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, invalid("WebhookConfig.Secret contains white space or control characters: check how it is loaded")
+	}
+	if cfg.Tolerance < 0 {
+		return nil, invalid("WebhookConfig.Tolerance %v must not be negative", cfg.Tolerance)
+	}
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = DefaultWebhookTolerance
+	}
+	if cfg.MaxBody < 0 {
+		return nil, invalid("WebhookConfig.MaxBody %d must not be negative", cfg.MaxBody)
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultWebhookMaxBody
+	}
+	return &webhookHandler{b: b, cfg: cfg}, nil
+}
+
+type webhookHandler struct {
+	b   *Biller
+	cfg WebhookConfig
+}
+
+// Format prints the handler without its secret, whatever the verb.
+func (h *webhookHandler) Format(f fmt.State, verb rune) {
+	fmt.Fprintf(f, "billing webhook handler for %v, %v", h.b, h.cfg)
+}
+
+// answer writes a short plain-text answer. Nothing from the request is
+// echoed.
+func answer(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	io.WriteString(w, msg+"\n")
+}
+
+func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		answer(w, http.StatusMethodNotAllowed, "billonce webhook: use POST")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			answer(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("billonce webhook: body larger than %d bytes", h.cfg.MaxBody))
+			return
+		}
+		answer(w, http.StatusBadRequest, "billonce webhook: could not read the body")
+		return
+	}
+	ev, err := webhook.ConstructEventWithOptions(body, r.Header.Get("Stripe-Signature"), h.cfg.Secret,
+		webhook.ConstructEventOptions{Tolerance: h.cfg.Tolerance, IgnoreAPIVersionMismatch: true})
+	if err != nil {
+		msg := signatureProblem(err)
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook refused", slog.String("reason", msg), slog.String("remote", r.RemoteAddr))
+		answer(w, http.StatusBadRequest, "billonce webhook: "+msg)
+		return
+	}
+	log := []slog.Attr{slog.String("event", ev.ID), slog.String("type", string(ev.Type))}
+	if !webhookTypes[string(ev.Type)] {
+		answer(w, http.StatusOK, "ignored: event type not handled")
+		return
+	}
+	u, err := h.update(ctx, ev)
+	if err != nil {
+		// Reading the disputed payment from Stripe failed: let Stripe
+		// deliver the event again.
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the disputed payment; Stripe will deliver the event again", append(log, slog.Any("error", err))...)
+		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the disputed payment from Stripe; deliver again")
+		return
+	}
+	if u.Key == "" {
+		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event is not about a billonce payment", log...)
+		answer(w, http.StatusOK, "ignored: not a billonce payment")
+		return
+	}
+	u.EventID, u.EventType, u.Created = ev.ID, string(ev.Type), time.Unix(ev.Created, 0).UTC()
+	log = append(log, slog.String("key", u.Key), slog.String("stripe_id", u.StripeID))
+	a, err := h.b.cfg.Claims.Apply(ctx, u)
+	switch {
+	case errors.Is(err, claim.ErrNotFound):
+		h.b.log.LogAttrs(ctx, slogInfo, "billonce: webhook event for a payment without a claim in this table; ignored", log...)
+		answer(w, http.StatusOK, "ignored: no claim for this payment")
+		return
+	case errors.Is(err, claim.ErrInvalid):
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event cannot be applied", append(log, slog.Any("error", err))...)
+		answer(w, http.StatusBadRequest, "billonce webhook: the event cannot be applied: "+strings.TrimPrefix(err.Error(), claim.ErrInvalid.Error()+": "))
+		return
+	case err != nil:
+		h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
+		answer(w, http.StatusInternalServerError, "billonce webhook: the claim store failed; deliver again")
+		return
+	}
+	log = append(log, slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("outcome", a.Outcome.String()))
+	switch a.Outcome {
+	case claim.Changed:
+		h.b.applied(ctx, ev.ID, a)
+	case claim.OtherPayment:
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names another payment than the claim's; nothing changed", append(log, slog.String("reason", a.Reason))...)
+	default:
+		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
+	}
+	answer(w, http.StatusOK, strings.ToLower(a.Outcome.String()))
+}
+
+// signatureProblem says what is wrong with a delivery, in words that
+// carry nothing of the body, the header or the secret.
+func signatureProblem(err error) string {
+	switch {
+	case errors.Is(err, webhook.ErrNotSigned):
+		return "no Stripe-Signature header"
+	case errors.Is(err, webhook.ErrInvalidHeader):
+		return "malformed Stripe-Signature header"
+	case errors.Is(err, webhook.ErrTooOld):
+		return "signature timestamp outside the tolerance (an old or replayed delivery, or a clock far off)"
+	case errors.Is(err, webhook.ErrNoValidSignature):
+		return "no valid signature: the body was altered, or it was signed with another secret (check WebhookConfig.Secret)"
+	}
+	return "the signed body is not a Stripe event"
+}
+
+// update reads what an event says about its payment.
+func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claim.Update, error) {
+	raw := ev.Data.Raw
+	switch {
+	case ev.Type == "charge.dispute.created":
+		var d stripe.Dispute
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return claim.Update{}, nil
+		}
+		return h.disputed(ctx, &d)
+	case strings.HasPrefix(string(ev.Type), "payment_intent."):
+		var pi stripe.PaymentIntent
+		if err := json.Unmarshal(raw, &pi); err != nil {
+			return claim.Update{}, nil
+		}
+		u := updateFromIntent(&pi)
+		if ev.Type == "payment_intent.payment_failed" && u.State != claim.StateFailed {
+			u.State = "" // confirmed again by someone else; its own events tell
+		}
+		return u, nil
+	default:
+		var ch stripe.Charge
+		if err := json.Unmarshal(raw, &ch); err != nil {
+			return claim.Update{}, nil
+		}
+		u := updateFromCharge(&ch)
+		if u.Key == "" && ev.Type == "charge.refunded" && ch.PaymentIntent != nil && ch.PaymentIntent.ID != "" {
+			// A PaymentIntent's charge need not carry its metadata.
+			return h.intentUpdate(ctx, ch.PaymentIntent.ID, u)
+		}
+		return u, nil
+	}
+}
+
+// disputed reads the disputed payment, whose metadata names the claim: a
+// dispute carries only its ids.
+func (h *webhookHandler) disputed(ctx context.Context, d *stripe.Dispute) (claim.Update, error) {
+	u := claim.Update{Dispute: d.ID + " (" + string(d.Reason) + ")"}
+	if d.PaymentIntent != nil && d.PaymentIntent.ID != "" {
+		return h.intentUpdate(ctx, d.PaymentIntent.ID, u)
+	}
+	if d.Charge == nil || d.Charge.ID == "" {
+		return claim.Update{}, nil
+	}
+	if err := h.b.limiter.Wait(ctx); err != nil {
+		return claim.Update{}, err
+	}
+	ch, err := h.b.charges.Get(d.Charge.ID, &stripe.ChargeParams{Params: stripe.Params{Context: ctx}})
+	if err != nil {
+		return claim.Update{}, err
+	}
+	u.Key, u.StripeID = ch.Metadata[MetaKey], ch.ID
+	if ch.PaymentIntent != nil && ch.PaymentIntent.ID != "" {
+		u.StripeID = ch.PaymentIntent.ID
+	}
+	return u, nil
+}
+
+// intentUpdate fills in u's key and payment from PaymentIntent id, read
+// from Stripe. State stays as u has it: only the metadata is wanted.
+func (h *webhookHandler) intentUpdate(ctx context.Context, id string, u claim.Update) (claim.Update, error) {
+	if err := h.b.limiter.Wait(ctx); err != nil {
+		return claim.Update{}, err
+	}
+	pi, err := h.b.intents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
+	if err != nil {
+		return claim.Update{}, err
+	}
+	u.Key, u.StripeID = pi.Metadata[MetaKey], pi.ID
+	return u, nil
+}

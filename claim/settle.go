@@ -1,0 +1,363 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// An Update is what Stripe reported about a claim's payment: a webhook
+// event, or a read of the payment by a caller that polls.
+type Update struct {
+	// EventID is Stripe's event id ("evt_…"). An update with an id is
+	// applied at most once: the id is recorded in the transaction that
+	// applies it, and a redelivery changes nothing. "" for a read of the
+	// payment, which is not recorded and may be applied any number of
+	// times.
+	EventID string
+	// EventType is recorded with the event ("charge.succeeded").
+	EventType string
+	// Key is the claim's key, from the payment's metadata.
+	Key string
+	// StripeID is the payment: the charge or PaymentIntent id the claim
+	// records. An update for another payment changes nothing.
+	StripeID string
+	// Created is when Stripe created the event (or when the payment was
+	// read).
+	Created time.Time
+	// State is the payment's state: StateProcessing, StateSucceeded,
+	// StateFailed, or "" for an update that only reports a refund or a
+	// dispute.
+	State State
+	// FailureCode is Stripe's failure code when State is StateFailed.
+	FailureCode string
+	// Refunded is the amount refunded so far (Stripe's amount_refunded).
+	Refunded int64
+	// Dispute describes a dispute opened on the payment.
+	Dispute string
+}
+
+func (u Update) validate() error {
+	errs := []error{validateID("key", u.Key), validateID("stripe id", u.StripeID),
+		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute)}
+	if u.EventID != "" {
+		errs = append(errs, validateID("event id", u.EventID))
+	}
+	switch u.State {
+	case "", StateProcessing, StateSucceeded, StateFailed:
+	default:
+		errs = append(errs, fmt.Errorf("%w: update state %q: use processing, succeeded, failed or none", ErrInvalid, u.State))
+	}
+	if u.Refunded < 0 {
+		errs = append(errs, fmt.Errorf("%w: refunded amount %d is negative", ErrInvalid, u.Refunded))
+	}
+	if u.Created.IsZero() {
+		errs = append(errs, fmt.Errorf("%w: update has no creation time", ErrInvalid))
+	}
+	return errors.Join(errs...)
+}
+
+// ApplyOutcome says what [Store.Apply] did.
+type ApplyOutcome int
+
+const (
+	// Changed: the update moved the claim forward or recorded a refund or
+	// a dispute.
+	Changed ApplyOutcome = iota + 1
+	// Unchanged: the claim already knew as much or more (an older event
+	// arriving late, a repeated read), or the update contradicts a settled
+	// outcome; Applied.Reason says which. A recorded event stays recorded.
+	Unchanged
+	// Duplicate: the event was applied (or found unchanged) before.
+	Duplicate
+	// OtherPayment: the claim records another payment than the update's;
+	// nothing changed. It deserves a look: one key, two payments.
+	OtherPayment
+)
+
+var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment"}
+
+func (o ApplyOutcome) String() string {
+	if o >= 0 && int(o) < len(applyNames) {
+		return applyNames[o]
+	}
+	return fmt.Sprintf("ApplyOutcome(%d)", int(o))
+}
+
+// Applied is the answer to [Store.Apply].
+type Applied struct {
+	Outcome ApplyOutcome
+	// Claim is the claim after the update.
+	Claim Claim
+	// Before is the claim as it was before the update.
+	Before Claim
+	// Reason says why an update changed nothing, or what it changed.
+	Reason string
+}
+
+// rank orders the states a payment moves through: an update never moves a
+// claim to a lower rank, and the two terminal states never replace each
+// other.
+func rank(s State) int {
+	switch s {
+	case StateProcessing:
+		return 1
+	case StateSucceeded, StateFailed:
+		return 2
+	}
+	return 0
+}
+
+// change is what an update does to a claim: decide's answer.
+type change struct {
+	outcome    ApplyOutcome
+	reason     string
+	next       Claim // the claim's fields after the update (times set by the store)
+	processing bool  // the claim starts processing now
+	settled    bool  // a processing claim's outcome arrives now
+}
+
+// decide applies u to c: the one state machine of every store. The state
+// only moves forward (pending, processing, then succeeded or failed), so
+// the order in which events arrive does not matter; refunds only grow, and
+// the dispute of the latest event (by Stripe's creation time) wins.
+func decide(c Claim, u Update) change {
+	if c.StripeID != "" && c.StripeID != u.StripeID {
+		return change{outcome: OtherPayment, next: c,
+			reason: fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)}
+	}
+	n := c
+	var ch change
+	var did []string
+	switch {
+	case u.State == "":
+	case rank(u.State) > rank(c.State):
+		n.State, n.StripeID = u.State, u.StripeID
+		ch.processing = u.State == StateProcessing
+		ch.settled = c.State == StateProcessing
+		if u.State == StateFailed {
+			code := u.FailureCode
+			if code == "" {
+				code = "unknown"
+			}
+			n.FailureCode = code
+			n.LastError = "payment " + u.StripeID + " failed: " + code
+			if c.State == StateProcessing || !c.ProcessingAt.IsZero() {
+				n.LastError = "payment " + u.StripeID + " failed after processing: " + code
+			}
+		}
+		did = append(did, string(c.State)+" → "+string(u.State))
+	case u.State == c.State:
+		ch.reason = "the claim is already " + string(c.State)
+	case rank(u.State) == rank(c.State):
+		ch.reason = fmt.Sprintf("the claim is %s and stays so; the update says %s", c.State, u.State)
+	default:
+		ch.reason = fmt.Sprintf("the claim is %s, later than the update's %s", c.State, u.State)
+	}
+	if u.Refunded > c.Refunded {
+		n.Refunded = u.Refunded
+		did = append(did, fmt.Sprintf("refunded %d", u.Refunded))
+	}
+	if u.Dispute != "" && u.Dispute != c.Dispute && (c.Dispute == "" || !u.Created.Before(c.EventAt)) {
+		n.Dispute = u.Dispute
+		did = append(did, "dispute "+u.Dispute)
+	}
+	if did == nil {
+		ch.outcome, ch.next = Unchanged, c
+		if ch.reason == "" {
+			ch.reason = "nothing new"
+		}
+		return ch
+	}
+	if u.Created.After(n.EventAt) {
+		n.EventAt = u.Created
+	}
+	ch.outcome, ch.next = Changed, n
+	ch.reason = fmt.Sprint(did)
+	return ch
+}
+
+func validateAge(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: age %v must not be negative", ErrInvalid, d)
+	}
+	return nil
+}
+
+// Process records that key's payment stripeID is processing. See [Store].
+func (p *Postgres) Process(ctx context.Context, key, stripeID string) error {
+	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET state = 'processing', stripe_id = $2,
+		processing_at = now(), updated_at = now() WHERE key = $1 AND state = 'pending'`, key, stripeID)
+	if err != nil {
+		return fmt.Errorf("claim: recording %q as processing: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	c, err := p.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return processConflict(c, stripeID)
+}
+
+// processConflict explains why Process found no pending claim: none if the
+// claim already records the same payment (an event got there first).
+func processConflict(c Claim, stripeID string) error {
+	if c.StripeID == stripeID {
+		return nil
+	}
+	return fmt.Errorf("%w: claim %q is %s as %q; it cannot be processing as %q", ErrConflict, c.Key, c.State, c.StripeID, stripeID)
+}
+
+// Apply records u in one transaction: the event's id (INSERT … ON CONFLICT
+// DO NOTHING: a duplicate stops here), then the claim's row, locked, moved
+// forward by the one state machine of every store. See [Store].
+func (p *Postgres) Apply(ctx context.Context, u Update) (Applied, error) {
+	if err := u.validate(); err != nil {
+		return Applied{}, err
+	}
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return Applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventID, u.Key, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if u.EventID != "" {
+		tag, err := tx.Exec(ctx, "INSERT INTO "+p.names.events+` (id, type, key, stripe_id, created)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, u.EventID, u.EventType, u.Key, u.StripeID, u.Created)
+		if err != nil {
+			return Applied{}, fmt.Errorf("claim: recording event %s: %w", u.EventID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			tx.Rollback(ctx)
+			var result string
+			p.db.QueryRow(ctx, "SELECT result FROM "+p.names.events+" WHERE id = $1", u.EventID).Scan(&result)
+			c, err := p.Get(ctx, u.Key)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return Applied{}, err
+			}
+			return Applied{Outcome: Duplicate, Claim: c, Before: c, Reason: "event applied before: " + result}, nil
+		}
+	}
+	c, err := scanClaim(tx.QueryRow(ctx, p.selectSQL+" WHERE key = $1 FOR UPDATE", u.Key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
+	}
+	if err != nil {
+		return Applied{}, fmt.Errorf("claim: reading %q: %w", u.Key, err)
+	}
+	ch := decide(c, u)
+	return p.finishApply(ctx, tx, u, c, ch)
+}
+
+// finishApply writes ch to the claim and the event's result, and commits.
+func (p *Postgres) finishApply(ctx context.Context, tx pgx.Tx, u Update, c Claim, ch change) (Applied, error) {
+	out := Applied{Outcome: ch.outcome, Claim: c, Before: c, Reason: ch.reason}
+	if ch.outcome == Changed {
+		n := ch.next
+		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, stripe_id = $3, failure_code = $4, last_error = $5,
+			refunded = $6, dispute = $7, event_at = $8, updated_at = now(),
+			processing_at = CASE WHEN $9 THEN coalesce(processing_at, now()) ELSE processing_at END,
+			settled_at = CASE WHEN $10 THEN now() ELSE settled_at END
+			WHERE key = $1 RETURNING `+colsOf("t"),
+			u.Key, string(n.State), n.StripeID, n.FailureCode, n.LastError, n.Refunded, n.Dispute, n.EventAt,
+			ch.processing, ch.settled)
+		var err error
+		if out.Claim, err = scanClaim(row); err != nil {
+			return Applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventType, u.Key, err)
+		}
+	}
+	if u.EventID != "" {
+		if _, err := tx.Exec(ctx, "UPDATE "+p.names.events+" SET result = $2 WHERE id = $1", u.EventID, out.Outcome.String()+": "+out.Reason); err != nil {
+			return Applied{}, fmt.Errorf("claim: recording event %s: %w", u.EventID, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventType, u.Key, err)
+	}
+	return out, nil
+}
+
+// Unsettled lists processing claims older than olderThan. See [Store].
+func (p *Postgres) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error) {
+	if err := validateAge(olderThan); err != nil {
+		return nil, err
+	}
+	return p.list(ctx, ` WHERE state = 'processing' AND processing_at <= now() - $2 * interval '1 microsecond'
+		AND ($1 = '' OR scope IN ($1, '')) ORDER BY processing_at, key`, scope, olderThan.Microseconds())
+}
+
+// Process records that key's payment stripeID is processing. See [Store].
+func (m *Memory) Process(ctx context.Context, key, stripeID string) error {
+	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
+		return err
+	}
+	return m.update(key, func(c *Claim, now time.Time) error {
+		if c.State != StatePending {
+			return processConflict(*c, stripeID)
+		}
+		c.State, c.StripeID, c.ProcessingAt = StateProcessing, stripeID, now
+		return nil
+	})
+}
+
+// Apply records u exactly once and never backwards. See [Store].
+func (m *Memory) Apply(ctx context.Context, u Update) (Applied, error) {
+	if err := u.validate(); err != nil {
+		return Applied{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	c, ok := m.byKey[u.Key]
+	if result, seen := m.events[u.EventID]; u.EventID != "" && seen {
+		var snap Claim
+		if ok {
+			snap = m.snapshot(c, now)
+		}
+		return Applied{Outcome: Duplicate, Claim: snap, Before: snap, Reason: "event applied before: " + result}, nil
+	}
+	if !ok {
+		return Applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
+	}
+	ch := decide(*c, u)
+	out := Applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
+	if ch.outcome == Changed {
+		n := ch.next
+		if ch.processing && n.ProcessingAt.IsZero() {
+			n.ProcessingAt = now
+		}
+		if ch.settled {
+			n.SettledAt = now
+		}
+		n.UpdatedAt = now
+		if n.State == StateFailed && c.State != StateFailed {
+			delete(m.live, [2]string{c.Customer, c.Period})
+		}
+		*c = n
+	}
+	if u.EventID != "" {
+		if m.events == nil {
+			m.events = make(map[string]string)
+		}
+		m.events[u.EventID] = out.Outcome.String() + ": " + out.Reason
+	}
+	out.Claim = m.snapshot(c, now)
+	return out, nil
+}
+
+// Unsettled lists processing claims older than olderThan. See [Store].
+func (m *Memory) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error) {
+	if err := validateAge(olderThan); err != nil {
+		return nil, err
+	}
+	return m.listState(StateProcessing, func(c *Claim, now time.Time) bool {
+		return now.Sub(c.ProcessingAt) >= olderThan && (scope == "" || c.Scope == scope || c.Scope == "")
+	}, func(c Claim) time.Time { return c.ProcessingAt }), nil
+}

@@ -1,0 +1,272 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/claim"
+)
+
+var t0 = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+
+func upd(id string, s claim.State, at int) claim.Update {
+	return claim.Update{EventID: id, EventType: "test." + string(s), Key: "k1", StripeID: "py_1", State: s, Created: t0.Add(time.Duration(at) * time.Second)}
+}
+
+func mustApply(t *testing.T, s claim.Store, u claim.Update, want claim.ApplyOutcome) claim.Applied {
+	t.Helper()
+	a, err := s.Apply(context.Background(), u)
+	if err != nil {
+		t.Fatalf("Apply(%+v): %v", u, err)
+	}
+	if a.Outcome != want {
+		t.Fatalf("Apply(%s %s) = %v (%s), want %v", u.EventID, u.State, a.Outcome, a.Reason, want)
+	}
+	return a
+}
+
+// A payment that settles later: the claim is processing, holds its period
+// (Claim answers Processing, so nothing is sent again), and settles once.
+func TestProcessingSettles(t *testing.T) {
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		if err := s.Process(ctx, "k1", "py_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Process(ctx, "k1", "py_1"); err != nil {
+			t.Fatalf("Process again: %v", err)
+		}
+		if err := s.Process(ctx, "k1", "py_2"); !errors.Is(err, claim.ErrConflict) {
+			t.Fatalf("Process with another payment = %v, want ErrConflict", err)
+		}
+		res := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Processing)
+		if res.Claim.StripeID != "py_1" || res.Claim.ProcessingAt.IsZero() {
+			t.Fatalf("processing claim = %+v", res.Claim)
+		}
+		// Another key for the same period finds the processing claim.
+		if _, err := s.Claim(ctx, req("cus_1", "k2", "b")); err == nil {
+			t.Fatal("a second key for a processing period was accepted")
+		}
+		a := mustApply(t, s, upd("evt_1", claim.StateSucceeded, 1), claim.Changed)
+		if a.Before.State != claim.StateProcessing || a.Claim.State != claim.StateSucceeded || a.Claim.SettledAt.IsZero() {
+			t.Fatalf("applied = %+v", a)
+		}
+		mustClaim(t, s, req("cus_1", "k1", "b"), claim.Succeeded)
+		// The runner's own answer arriving late changes nothing.
+		if err := s.Process(ctx, "k1", "py_1"); err != nil {
+			t.Fatalf("Process after settlement: %v", err)
+		}
+	})
+}
+
+// A payment that fails after processing records Stripe's failure code and
+// is failed for its key: the next Claim with that key answers Failed (never
+// sent again); billing again is an explicit new key.
+func TestProcessingFailsWithCode(t *testing.T) {
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		if err := s.Process(ctx, "k1", "py_1"); err != nil {
+			t.Fatal(err)
+		}
+		u := upd("evt_f", claim.StateFailed, 5)
+		u.FailureCode = "insufficient_funds"
+		a := mustApply(t, s, u, claim.Changed)
+		c := a.Claim
+		if c.State != claim.StateFailed || c.FailureCode != "insufficient_funds" || c.ProcessingAt.IsZero() || c.SettledAt.IsZero() ||
+			c.LastError != "payment py_1 failed after processing: insufficient_funds" {
+			t.Fatalf("failed claim = %+v", c)
+		}
+		mustClaim(t, s, req("cus_1", "k1", "b"), claim.Failed)
+		mustApply(t, s, upd("evt_s", claim.StateSucceeded, 6), claim.Unchanged) // terminal stays terminal
+		mustClaim(t, s, req("cus_1", "k2", "b"), claim.Won)                     // a re-bill, decided by a caller
+	})
+}
+
+// The same event delivered five times is applied once.
+func TestApplyDuplicateEvent(t *testing.T) {
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
+		u := upd("evt_1", claim.StateProcessing, 1)
+		mustApply(t, h.store, u, claim.Changed)
+		var before claim.Claim
+		for i := range 4 {
+			a := mustApply(t, h.store, u, claim.Duplicate)
+			if i == 0 {
+				before = a.Claim
+			} else if a.Claim.UpdatedAt != before.UpdatedAt {
+				t.Fatalf("a duplicate changed the claim: %+v, was %+v", a.Claim, before)
+			}
+		}
+	})
+}
+
+// permutations returns every order of n items.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// Events for one payment delivered in every order leave the same claim:
+// states only move forward, refunds only grow, and the latest dispute wins.
+func TestApplyEveryOrder(t *testing.T) {
+	events := []claim.Update{
+		upd("evt_p", claim.StateProcessing, 1),
+		upd("evt_s", claim.StateSucceeded, 2),
+		{EventID: "evt_r1", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 1000, Created: t0.Add(3 * time.Second)},
+		{EventID: "evt_r2", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 4200, Created: t0.Add(4 * time.Second)},
+		{EventID: "evt_d", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_1 (fraudulent)", Created: t0.Add(5 * time.Second)},
+	}
+	orders := permutations(len(events))
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		for i, order := range orders {
+			key := fmt.Sprintf("k%d", i)
+			mustClaim(t, h.store, req(fmt.Sprintf("cus_%d", i), key, "a"), claim.Won)
+			var last claim.Claim
+			for _, e := range order {
+				u := events[e]
+				u.Key, u.EventID = key, fmt.Sprintf("%s_%d", u.EventID, i)
+				a, err := h.store.Apply(context.Background(), u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = a.Claim
+			}
+			if last.State != claim.StateSucceeded || last.StripeID != "py_1" || last.Refunded != 4200 ||
+				last.Dispute != "dp_1 (fraudulent)" || !last.EventAt.Equal(t0.Add(5*time.Second)) {
+				t.Fatalf("order %v left %+v", order, last)
+			}
+		}
+	})
+}
+
+// An update for another payment, or an unknown key, changes nothing; the
+// unknown key's event is not recorded, so it stays applicable should its
+// claim appear.
+func TestApplyOtherPaymentAndUnknownKey(t *testing.T) {
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
+		if err := h.store.Process(ctx, "k1", "py_1"); err != nil {
+			t.Fatal(err)
+		}
+		u := upd("evt_1", claim.StateFailed, 1)
+		u.StripeID = "py_other"
+		mustApply(t, h.store, u, claim.OtherPayment)
+		if c, _ := h.store.Get(ctx, "k1"); c.State != claim.StateProcessing {
+			t.Fatalf("claim = %+v", c)
+		}
+		u = upd("evt_2", claim.StateSucceeded, 1)
+		u.Key = "k_unknown"
+		if _, err := h.store.Apply(ctx, u); !errors.Is(err, claim.ErrNotFound) {
+			t.Fatalf("Apply for an unknown key = %v, want ErrNotFound", err)
+		}
+		u.Key = "k1"
+		mustApply(t, h.store, u, claim.Changed)
+		for _, bad := range []claim.Update{
+			{Key: "k1", StripeID: "py_1", State: claim.StateSucceeded},                             // no time
+			{Key: "k1", StripeID: "py_1", State: "settled", Created: t0},                           // unknown state
+			{Key: "", StripeID: "py_1", State: claim.StateSucceeded, Created: t0},                  // no key
+			{Key: "k1", StripeID: "py_1", Refunded: -1, Created: t0},                               // negative refund
+			{EventID: "e\x00", Key: "k1", StripeID: "py_1", Created: t0, State: claim.StateFailed}, // bad id
+		} {
+			if _, err := h.store.Apply(ctx, bad); !errors.Is(err, claim.ErrInvalid) {
+				t.Errorf("Apply(%+v) = %v, want ErrInvalid", bad, err)
+			}
+		}
+	})
+}
+
+// Unsettled lists processing claims by age, of the scope and of unknown
+// scope.
+func TestUnsettled(t *testing.T) {
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		for i, scope := range []string{"a", "b", ""} {
+			r := req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "o")
+			r.Scope = scope
+			mustClaim(t, h.store, r, claim.Won)
+			if err := h.store.Process(ctx, r.Key, fmt.Sprintf("py_%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustClaim(t, h.store, req("cus_9", "k9", "o"), claim.Won) // pending: never listed
+		if got, _ := h.store.Unsettled(ctx, "a", time.Hour); len(got) != 0 {
+			t.Fatalf("Unsettled before an hour = %d claims", len(got))
+		}
+		h.pass(t, 2*time.Hour)
+		got, err := h.store.Unsettled(ctx, "a", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, c := range got {
+			keys = append(keys, c.Key)
+		}
+		if fmt.Sprint(keys) != "[k0 k2]" {
+			t.Fatalf("Unsettled(a) = %v, want [k0 k2]", keys)
+		}
+		if all, _ := h.store.Unsettled(ctx, "", 0); len(all) != 3 {
+			t.Fatalf("Unsettled(all) = %d claims, want 3", len(all))
+		}
+		if _, err := h.store.Unsettled(ctx, "", -time.Second); !errors.Is(err, claim.ErrInvalid) {
+			t.Fatalf("negative age = %v", err)
+		}
+	})
+}
+
+// One event delivered to many replicas at once is applied by one of them.
+func TestApplyConcurrentDeliveries(t *testing.T) {
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
+		const n = 16
+		var wg sync.WaitGroup
+		outcomes := make(chan claim.ApplyOutcome, 2*n)
+		for i := range 2 * n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				u := upd("evt_p", claim.StateProcessing, 1)
+				if i%2 == 1 {
+					u = upd("evt_s", claim.StateSucceeded, 2)
+				}
+				a, err := h.store.Apply(context.Background(), u)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				outcomes <- a.Outcome
+			}()
+		}
+		wg.Wait()
+		close(outcomes)
+		count := map[claim.ApplyOutcome]int{}
+		for o := range outcomes {
+			count[o]++
+		}
+		// evt_s is applied once (Changed); evt_p once, Changed if it came
+		// first and Unchanged otherwise; every other delivery is a duplicate.
+		if count[claim.Duplicate] != 2*n-2 || count[claim.Changed]+count[claim.Unchanged] != 2 || count[claim.Changed] < 1 {
+			t.Fatalf("outcomes = %v", count)
+		}
+		if c, _ := h.store.Get(context.Background(), "k1"); c.State != claim.StateSucceeded {
+			t.Fatalf("claim = %+v", c)
+		}
+	})
+}
