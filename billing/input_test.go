@@ -257,8 +257,12 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := noPanic(c.call)
-			if !errors.Is(err, billing.ErrInvalidInput) {
-				t.Fatalf("got %v; want an error wrapping ErrInvalidInput", err)
+			want := billing.ErrInvalidInput
+			if strings.HasPrefix(c.name, "spendcap.") {
+				want = spendcap.ErrInvalidConfig
+			}
+			if !errors.Is(err, want) {
+				t.Fatalf("got %v; want an error wrapping %v", err, want)
 			}
 		})
 	}

@@ -159,8 +159,8 @@ func TestURLCredentialsNeverLeak(t *testing.T) {
 			func() (any, error) { return spendcap.Client(u, "vault_key_0001", nil) },
 		} {
 			v, err := call()
-			if !errors.Is(err, billing.ErrInvalidInput) {
-				t.Errorf("proxy URL %q: %v; want ErrInvalidInput", u, err)
+			if !errors.Is(err, spendcap.ErrInvalidConfig) {
+				t.Errorf("proxy URL %q: %v; want ErrInvalidConfig", u, err)
 			}
 			if err != nil {
 				keep(err)
