@@ -70,6 +70,12 @@ type job struct {
 	start            time.Time // when settling began, for Config.Observe
 	claimedAt        time.Time // local time just before the claim statement left, in a Run
 	firstSendBy      time.Time // see firstSendSafe
+	// caller is the context a Run or Reconcile was given. Their own stop
+	// cancels the context they hand on, which refuses every later send;
+	// a request already on its way is bounded by caller and its attempt
+	// timeout only, so that it gets Stripe's answer instead of leaving
+	// an outcome unknown.
+	caller context.Context
 }
 
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
@@ -391,6 +397,16 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	}
 	if err != nil {
 		return created{}, 0, err
+	}
+	if j.caller != nil {
+		var cancel context.CancelFunc
+		if dl, ok := ctx.Deadline(); ok {
+			ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+		} else {
+			ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		}
+		defer cancel()
+		defer context.AfterFunc(j.caller, cancel)()
 	}
 	var wrote atomic.Int32
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Add(1) }})

@@ -117,6 +117,17 @@
 //   - Owners are unique per Biller, whatever Config.Owner says: two
 //     replicas never take each other's live claims for their own.
 //
+// # Clocks
+//
+// Deadlines and leases are read on the database's clock, the one clock all
+// replicas share; a Run's first send of a claim it has just won relies on
+// the claim statement's own reading and this process's clocks for half a
+// lease, instead of a second round trip. billonce assumes the database
+// clock does not jump forward: a jump of a day while a key is on its way
+// (or waiting for that first send) can make a replica with another secret
+// key or endpoint find the key's window long past, search, find nothing
+// yet, and charge again under its own key.
+//
 // # Charges or PaymentIntents
 //
 // Config.API chooses the Stripe API. [Charges] (POST /v1/charges against the

@@ -184,6 +184,7 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 		r.o.Progress = opts.Progress
 	}
 	r.sum.Total = len(stale)
+	caller := ctx
 	ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	for _, c := range stale {
@@ -200,6 +201,7 @@ func (b *Biller) Reconcile(ctx context.Context, opts *RunOptions) (Summary, erro
 			r.settled(j, Receipt{}, fmt.Errorf("billing: claiming customer %s, period %s: %w", j.customer, j.period, err))
 			continue
 		}
+		j.caller = caller
 		rc, err := b.settle(ctx, j, res)
 		r.settled(j, rc, err)
 	}

@@ -220,6 +220,7 @@ type runner struct {
 	sum     Summary
 	stopErr error
 	cancel  context.CancelFunc
+	caller  context.Context // the context Run was given, before the stop's cancel
 }
 
 func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, error], o *RunOptions) (Summary, error) {
@@ -228,6 +229,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 	parent := ctx
 	ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
+	r.caller = parent
 
 	// Claims wait for a worker in a short queue: the fewer claims held
 	// ahead of sending, the fewer a killed runner leaves for its lease to
@@ -244,7 +246,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 					r.unsent(ctx, t)
 					continue
 				}
-				t.j.rec = rec
+				t.j.rec, t.j.caller = rec, parent
 				rc, err := b.settle(ctx, t.j, t.res)
 				if err != errRecording { // else the recorder settles it
 					r.settled(t.j, rc, err)
@@ -319,6 +321,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 					r.unsent(ctx, task{j, res})
 				}
 			default:
+				j.caller = r.caller
 				rc, err := r.b.settle(ctx, j, res)
 				r.settled(j, rc, err)
 			}
