@@ -17,6 +17,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 )
 
@@ -208,7 +209,7 @@ func TestAttackFixedKeyAfter401StaysUnbilled(t *testing.T) {
 func TestAttackFormatVerbsLeakSecrets(t *testing.T) {
 	e := newEnv(t)
 	const vaultKey = "vault_live_S3cretVaultKeyNeverPrint9876"
-	vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey})
+	vt, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ type PriceFunc func(ctx context.Context, customer, period string) (Price, error)
 // SecretKey and Claims are required.
 type Config struct {
 	// SecretKey is the Stripe secret or restricted key ("sk_…", "rk_…").
-	// Behind a spend-cap proxy ([ProxyClient] as HTTPClient) the transport
+	// Behind a spend-cap proxy (spendcap.Client as HTTPClient) the transport
 	// sends the vault key in its place, so the process needs no Stripe
 	// secret: set SecretKey to the vault key. It never appears in logs or
 	// errors.

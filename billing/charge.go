@@ -606,7 +606,7 @@ func refusedBeforeExecution(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrSpendCapReached) || errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrEndpointNotAllowed) {
+	if proxyRefused(err) {
 		return true
 	}
 	var se *stripe.Error

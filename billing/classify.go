@@ -45,7 +45,7 @@ const (
 //	400 idempotency_error                    stop: a bug, the key was used with other parameters
 //	402 card_error                           stop: definitive
 //	other 4xx                                stop
-//	spend cap, vault key revoked, endpoint   stop (and a Run stops: see ErrSpendCapReached)
+//	spend cap, vault key revoked, endpoint   stop (and a Run stops: see spendcap.ErrSpendCapReached)
 //	anything else                            retry.DefaultClassify
 //
 // A Biller's client puts an error answer that is not Stripe's (no Stripe
@@ -234,6 +234,10 @@ func (e *refusedRequest) Unwrap() []error { return []error{e.kind, e.se} }
 // error of unknown outcome. Stripe's own answers, and a proxy's refusals in
 // Stripe's shape, pass untouched.
 type stripeShaped struct{ base http.RoundTripper }
+
+// maxRefusalBody is how much of an error answer stripeShaped reads to tell
+// Stripe's shape from another; a larger body is passed through untouched.
+const maxRefusalBody = 64 << 10
 
 func (t stripeShaped) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)

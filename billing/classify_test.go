@@ -12,6 +12,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/retry"
 )
@@ -141,9 +142,9 @@ func TestClassify(t *testing.T) {
 			cancel()
 			return send(ctx, "ccancel", "key_ccancel")
 		}, stop},
-		{"spend cap reached", func(*testing.T) error { return fmt.Errorf("proxy: %w", billing.ErrSpendCapReached) }, stop},
-		{"vault key revoked", func(*testing.T) error { return fmt.Errorf("proxy: %w", billing.ErrVaultKeyRevoked) }, stop},
-		{"endpoint not allowed", func(*testing.T) error { return fmt.Errorf("proxy: %w", billing.ErrEndpointNotAllowed) }, stop},
+		{"spend cap reached", func(*testing.T) error { return fmt.Errorf("proxy: %w", spendcap.ErrSpendCapReached) }, stop},
+		{"vault key revoked", func(*testing.T) error { return fmt.Errorf("proxy: %w", spendcap.ErrVaultKeyRevoked) }, stop},
+		{"endpoint not allowed", func(*testing.T) error { return fmt.Errorf("proxy: %w", spendcap.ErrEndpointNotAllowed) }, stop},
 		{"Stripe auth", func(*testing.T) error { return fmt.Errorf("run: %w", billing.ErrStripeAuth) }, stop},
 		{"nil", func(*testing.T) error { return nil }, stop},
 		{"hand-built: 503 without header", func(*testing.T) error { return handBuilt(503, "api_error", "") }, again},

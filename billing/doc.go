@@ -82,8 +82,9 @@
 //     Finish claims with the configuration that made them, or accept that
 //     wait. Behind a spend-cap proxy, name the Stripe key with
 //     Config.Credential.
-//   - A spend-cap, revoked-key or permission answer ([ErrSpendCapReached],
-//     [ErrVaultKeyRevoked], [ErrEndpointNotAllowed], [ErrStripeAuth]) is
+//   - A spend-cap, revoked-key or permission answer
+//     ([spendcap.ErrSpendCapReached], [spendcap.ErrVaultKeyRevoked],
+//     [spendcap.ErrEndpointNotAllowed], [ErrStripeAuth]) is
 //     never retried and stops a Run.
 //   - So does a refusal that no customer's request could get past
 //     ([ErrStripeRequest]): a wrong Config.StripeURL, an unknown parameter,
@@ -147,6 +148,15 @@
 // (confirm=true, off_session=true with a saved payment method) is what Stripe
 // recommends for new ones and handles SCA; each Price must then carry a
 // PaymentMethod.
+//
+// # Behind a spend-cap proxy
+//
+// A spend-cap proxy holds the Stripe secret and bounds what a run can
+// spend. Give the Biller an HTTP client from [spendcap.Client] as
+// Config.HTTPClient and the vault key as Config.SecretKey: the process then
+// holds no Stripe secret. The proxy's refusals stop a Run as listed above.
+// Package [github.com/billonce/billonce/billing/spendcap] has the client
+// side and the proxy itself.
 //
 // # Testing code that uses billing
 //

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/billonce/billonce/billing/spendcap"
 )
 
 // ErrInvalid is wrapped by every error that reports bad input: an empty
@@ -18,22 +20,15 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// Answers that stop a whole billing run. They are never retried; a
-// [Biller.Run] that meets one sends nothing more. Claims it made
+// Answers that stop a whole billing run, besides the refusals of a
+// spend-cap proxy ([spendcap.ErrSpendCapReached],
+// [spendcap.ErrEndpointNotAllowed], [spendcap.ErrVaultKeyRevoked]). They are
+// never retried; a [Biller.Run] that meets one sends nothing more. Claims it made
 // whose key never executed at Stripe (not sent, or refused before
 // execution) are abandoned, so the run after the fix claims them afresh
 // with its own configuration; the others stay pending, to be resumed with
 // the same keys.
 var (
-	// ErrSpendCapReached: a spend-cap proxy refused the request because the
-	// cap of its vault key is spent.
-	ErrSpendCapReached = errors.New("billing: spend cap reached")
-	// ErrEndpointNotAllowed: a spend-cap proxy refused an endpoint that is not
-	// on the vault key's allowlist.
-	ErrEndpointNotAllowed = errors.New("billing: endpoint not allowed by the spend-cap proxy")
-	// ErrVaultKeyRevoked: a spend-cap proxy no longer accepts the vault key
-	// (revoked, expired, or its kill switch is on).
-	ErrVaultKeyRevoked = errors.New("billing: vault key revoked")
 	// ErrStripeAuth: Stripe answered 401 or 403 (a revoked, expired or wrong
 	// secret key, or a restricted key without permission for the call).
 	// errors.As finds Stripe's *stripe.Error in the chain.
@@ -50,10 +45,16 @@ var (
 	ErrStripeRequest = errors.New("billing: Stripe refused the request")
 )
 
+// proxyRefused reports whether err is a spend-cap proxy's refusal: the
+// request did not reach Stripe.
+func proxyRefused(err error) bool {
+	return errors.Is(err, spendcap.ErrSpendCapReached) || errors.Is(err, spendcap.ErrEndpointNotAllowed) ||
+		errors.Is(err, spendcap.ErrVaultKeyRevoked)
+}
+
 // stopsRun reports whether err is an answer that must stop a billing run.
 func stopsRun(err error) bool {
-	return errors.Is(err, ErrSpendCapReached) || errors.Is(err, ErrEndpointNotAllowed) ||
-		errors.Is(err, ErrVaultKeyRevoked) || errors.Is(err, ErrStripeAuth) || errors.Is(err, ErrStripeRequest)
+	return proxyRefused(err) || errors.Is(err, ErrStripeAuth) || errors.Is(err, ErrStripeRequest)
 }
 
 // The kinds of [*ChargeError]. Test for them with errors.Is; what to do
@@ -128,7 +129,7 @@ var (
 //	ErrSentElsewhere         pending    finish with the Biller that sent it, or wait until Until
 //	ErrStripeAuth            pending    fix the API key (the run stopped)
 //	ErrStripeRequest         pending    fix the configuration (the run stopped)
-//	ErrSpendCapReached, ErrVaultKeyRevoked, ErrEndpointNotAllowed:
+//	spendcap.ErrSpendCapReached, spendcap.ErrVaultKeyRevoked, spendcap.ErrEndpointNotAllowed:
 //	                         pending    see the spend-cap proxy (the run stopped)
 //
 // A price that contradicts the claim already made for the customer and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/lock"
 	"github.com/billonce/billonce/retry"
@@ -246,21 +247,25 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 			_, err := e.b.Rebill(ctx, "cus_odd_rebill", period, math.MaxInt, nil)
 			return err
 		}},
-		{"NewVaultTransport Base a nil *http.Transport", func() error {
-			_, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001",
+		{"spendcap.NewTransport Base a nil *http.Transport", func() error {
+			_, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001",
 				Base: (*http.Transport)(nil)})
 			return err
 		}},
-		{"ProxyClient on a client with a nil *http.Transport", func() error {
-			_, err := billing.ProxyClient("https://proxy.example.com", "vault_key_0001", &http.Client{Transport: (*http.Transport)(nil)})
+		{"spendcap.Client on a client with a nil *http.Transport", func() error {
+			_, err := spendcap.Client("https://proxy.example.com", "vault_key_0001", &http.Client{Transport: (*http.Transport)(nil)})
 			return err
 		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := noPanic(c.call)
-			if !errors.Is(err, billing.ErrInvalid) {
-				t.Fatalf("got %v; want an error wrapping ErrInvalid", err)
+			want := billing.ErrInvalid
+			if strings.HasPrefix(c.name, "spendcap.") {
+				want = spendcap.ErrInvalid
+			}
+			if !errors.Is(err, want) {
+				t.Fatalf("got %v; want an error wrapping %v", err, want)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 )
 
@@ -95,7 +96,7 @@ func TestConfigErrorStopsRunAndLeavesClaimsPending(t *testing.T) {
 		}, billing.ErrStripeRequest, false},
 		{"a spend-cap proxy's own 404", func(t *testing.T, e *env) (*billing.Biller, func() int64) {
 			px, n := countingServer(t, 404, "application/json", `{"error":"no route for this path"}`)
-			hc, err := billing.ProxyClient(px.URL, "vault_key_for_this_run_0001", &http.Client{Transport: testTransport})
+			hc, err := spendcap.Client(px.URL, "vault_key_for_this_run_0001", &http.Client{Transport: testTransport})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -145,8 +145,8 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled+s.
 //
 // A decline or a bad item does not stop the run; it is counted and listed in
 // Summary.Failures. Run stops early, returning an error that wraps the
-// cause, on an answer that will not get better (ErrSpendCapReached,
-// ErrVaultKeyRevoked, ErrEndpointNotAllowed, ErrStripeAuth,
+// cause, on an answer that will not get better (a spend-cap
+// proxy's refusal such as spendcap.ErrSpendCapReached, ErrStripeAuth,
 // ErrStripeRequest), when ctx is done, or when items yields an error.
 // Customers this run claimed but never got executed at Stripe are
 // abandoned, to be claimed afresh by the next run; claims it resumed stay

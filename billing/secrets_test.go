@@ -14,6 +14,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -150,15 +151,15 @@ func TestURLCredentialsNeverLeak(t *testing.T) {
 		}
 		for _, call := range []func() (any, error){
 			func() (any, error) {
-				return billing.NewVaultTransport(billing.VaultConfig{ProxyURL: u, VaultKey: "vault_key_0001"})
+				return spendcap.NewTransport(spendcap.Config{ProxyURL: u, VaultKey: "vault_key_0001"})
 			},
 			func() (any, error) {
-				return billing.NewVaultTransport(billing.VaultConfig{ProxyURL: u, VaultKey: "vault_key_0001", AllowInsecure: true})
+				return spendcap.NewTransport(spendcap.Config{ProxyURL: u, VaultKey: "vault_key_0001", AllowInsecure: true})
 			},
-			func() (any, error) { return billing.ProxyClient(u, "vault_key_0001", nil) },
+			func() (any, error) { return spendcap.Client(u, "vault_key_0001", nil) },
 		} {
 			v, err := call()
-			if !errors.Is(err, billing.ErrInvalid) {
+			if !errors.Is(err, spendcap.ErrInvalid) {
 				t.Errorf("proxy URL %q: %v; want ErrInvalid", u, err)
 			}
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/retry"
@@ -52,6 +53,30 @@ func (a *authRecorder) wrap(h http.Handler) http.Handler {
 		a.mu.Unlock()
 		h.ServeHTTP(w, r)
 	})
+}
+
+func (a *authRecorder) total() (n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.seen {
+		n += c
+	}
+	return n
+}
+
+// quiet waits until every request the proxy received has been answered
+// by it: a run that stops may abandon requests the proxy goes on with
+// (it never cancels a forwarded request), and they may reach the fake
+// Stripe after the run has returned.
+func quiet(tb testing.TB, s *stack) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.px.Usage(vaultKey).Reserved != 0 || len(s.px.Log()) < s.atProxy.total() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the proxy still has requests in flight after 10s: %+v", s.px.Usage(vaultKey))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (a *authRecorder) only(tb testing.TB, who, want string) {
@@ -116,7 +141,7 @@ func stripeAPI(hc *http.Client) *client.API {
 
 func proxied(tb testing.TB, proxyURL string) *client.API {
 	tb.Helper()
-	hc, err := billing.ProxyClient(proxyURL, vaultKey, nil)
+	hc, err := spendcap.Client(proxyURL, vaultKey, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -157,12 +182,12 @@ func TestVaultRunawayLoopStopsAtTheCap(t *testing.T) {
 			break
 		}
 	}
-	if !errors.Is(err, billing.ErrSpendCapReached) {
+	if !errors.Is(err, spendcap.ErrSpendCapReached) {
 		t.Fatalf("loop ended after %d iterations with %v; want ErrSpendCapReached", iterations, err)
 	}
-	var pe *billing.ProxyError
+	var pe *spendcap.ProxyError
 	if !errors.As(err, &pe) || pe.Status != http.StatusTooManyRequests || pe.Message != "Spend cap of $100 for this key reached" {
-		t.Fatalf("error %#v; want a *billing.ProxyError with status 429 and the proxy's message", err)
+		t.Fatalf("error %#v; want a *spendcap.ProxyError with status 429 and the proxy's message", err)
 	}
 	if got := paidTotal(s.srv); got > capAmount || got != 3*amount {
 		t.Fatalf("charged %d at the fake; want %d (3 charges under the cap of %d)", got, 3*amount, capAmount)
@@ -224,7 +249,7 @@ func TestVaultConcurrentChargesAtTheEdge(t *testing.T) {
 			switch {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, billing.ErrSpendCapReached):
+			case errors.Is(err, spendcap.ErrSpendCapReached):
 				capped.Add(1)
 			default:
 				other.Add(1)
@@ -242,30 +267,30 @@ func TestVaultRefusalsAreTypedAndNotRetried(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, billingtest.ProxyConfig{})
 	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100000, AllowedEndpoints: []string{"POST /v1/payment_intents"}})
-	hc, err := billing.ProxyClient(s.proxyURL, vaultKey, nil)
+	hc, err := spendcap.Client(s.proxyURL, vaultKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := stripeAPI(hc)
 
 	_, err = api.Charges.New(vaultChargeParams("cus_1", "k1", 100))
-	var pe *billing.ProxyError
-	if !errors.Is(err, billing.ErrEndpointNotAllowed) || !errors.As(err, &pe) || len(pe.AllowedEndpoints) != 1 || pe.AllowedEndpoints[0] != "POST /v1/payment_intents" {
+	var pe *spendcap.ProxyError
+	if !errors.Is(err, spendcap.ErrEndpointNotAllowed) || !errors.As(err, &pe) || len(pe.AllowedEndpoints) != 1 || pe.AllowedEndpoints[0] != "POST /v1/payment_intents" {
 		t.Fatalf("blocked endpoint: %v; want ErrEndpointNotAllowed with the allowlist", err)
 	}
-	if errors.Is(err, billing.ErrSpendCapReached) || errors.Is(err, billing.ErrVaultKeyRevoked) {
+	if errors.Is(err, spendcap.ErrSpendCapReached) || errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Errorf("blocked endpoint also matches another sentinel: %v", err)
 	}
 
 	s.px.KillSwitch(true)
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
-	if !errors.Is(err, billing.ErrVaultKeyRevoked) {
+	if !errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Fatalf("kill switch: %v; want ErrVaultKeyRevoked", err)
 	}
 	s.px.KillSwitch(false)
 	s.px.Revoke(vaultKey)
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
-	if !errors.Is(err, billing.ErrVaultKeyRevoked) {
+	if !errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Fatalf("revoked: %v; want ErrVaultKeyRevoked", err)
 	}
 	if log := s.px.Log(); len(log) != 3 {
@@ -290,291 +315,10 @@ func TestVaultStripeRateLimitPassesThrough(t *testing.T) {
 		if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusTooManyRequests || !strings.HasPrefix(se.RequestID, "req_") {
 			t.Fatalf("%s: %v; want Stripe's 429 as a *stripe.Error", kind, err)
 		}
-		var pe *billing.ProxyError
-		if errors.As(err, &pe) || errors.Is(err, billing.ErrSpendCapReached) {
+		var pe *spendcap.ProxyError
+		if errors.As(err, &pe) || errors.Is(err, spendcap.ErrSpendCapReached) {
 			t.Fatalf("%s: a forwarded Stripe 429 was taken for a proxy refusal: %v", kind, err)
 		}
-	}
-}
-
-// answerer serves one canned answer and records what it was sent.
-func answerer(status int, header http.Header, body string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for k, v := range header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(status)
-		io.WriteString(w, body)
-	})
-}
-
-func TestVaultTellsProxyAnswersFromStripeAnswers(t *testing.T) {
-	t.Parallel()
-	stripeID := http.Header{"Request-Id": {"req_abc123"}}
-	stripe429 := `{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`
-	tests := []struct {
-		name   string
-		status int
-		header http.Header
-		body   string
-		want   error  // sentinel, for a proxy refusal
-		stripe string // else: the *stripe.Error type stripe-go reports
-	}{
-		{"keybrake cap", 429, nil, `{"error":"Daily spend cap of $50 reached","spent":5000}`, billing.ErrSpendCapReached, ""},
-		{"402 cap", 402, nil, `{"error":"Budget exhausted"}`, billing.ErrSpendCapReached, ""},
-		{"412 cap", 412, nil, `{"error":"Spend limit"}`, billing.ErrSpendCapReached, ""},
-		{"blocked endpoint", 403, nil, `{"error":"Endpoint not allowed","allowed_endpoints":["POST /v1/charges"]}`, billing.ErrEndpointNotAllowed, ""},
-		{"revoked", 401, nil, `{"error":"Vault key revoked"}`, billing.ErrVaultKeyRevoked, ""},
-		{"Stripe 429 with Request-Id", 429, stripeID, stripe429, nil, "invalid_request_error"},
-		{"Stripe-shaped 429 without Request-Id", 429, nil, stripe429, nil, "invalid_request_error"},
-		{"Stripe 402 decline", 402, stripeID, `{"error":{"type":"card_error","code":"card_declined","message":"declined"}}`, nil, "card_error"},
-		{"Stripe 401 with Request-Id and a string error", 401, stripeID, `{"error":"odd"}`, nil, ""},
-		{"proxy 502", 502, nil, `{"error":"Upstream request failed; the outcome is unknown"}`, nil, "api_error"},
-		{"proxy 400", 400, nil, `{"error":"Malformed request"}`, nil, "invalid_request_error"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ts := httptest.NewServer(answerer(tt.status, tt.header, tt.body))
-			defer ts.Close()
-			_, err := proxied(t, ts.URL).Charges.New(vaultChargeParams("cus_1", "k", 100))
-			var pe *billing.ProxyError
-			if tt.want != nil {
-				if !errors.Is(err, tt.want) || !errors.As(err, &pe) || pe.Status != tt.status {
-					t.Fatalf("err = %v; want a *ProxyError with status %d matching %v", err, tt.status, tt.want)
-				}
-				return
-			}
-			if errors.As(err, &pe) {
-				t.Fatalf("err = %v; a Stripe answer was taken for a proxy refusal", err)
-			}
-			var se *stripe.Error
-			if tt.stripe == "" {
-				if err == nil || errors.As(err, &se) {
-					t.Fatalf("err = %v; want stripe-go's own error for an unparseable body", err)
-				}
-				return
-			}
-			if !errors.As(err, &se) || string(se.Type) != tt.stripe || se.HTTPStatusCode != tt.status {
-				t.Fatalf("err = %v; want a *stripe.Error of type %s, status %d", err, tt.stripe, tt.status)
-			}
-		})
-	}
-}
-
-func TestNewVaultTransportValidates(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name     string
-		cfg      billing.VaultConfig
-		ok       bool
-		mentions string
-	}{
-		{"https", billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey}, true, ""},
-		{"http loopback", billing.VaultConfig{ProxyURL: "http://127.0.0.1:8080", VaultKey: vaultKey}, true, ""},
-		{"http localhost", billing.VaultConfig{ProxyURL: "http://localhost:8080", VaultKey: vaultKey}, true, ""},
-		{"http ipv6 loopback", billing.VaultConfig{ProxyURL: "http://[::1]:8080", VaultKey: vaultKey}, true, ""},
-		{"http allowed", billing.VaultConfig{ProxyURL: "http://proxy.internal", VaultKey: vaultKey, AllowInsecure: true}, true, ""},
-		{"http remote", billing.VaultConfig{ProxyURL: "http://proxy.example.com", VaultKey: vaultKey}, false, "clear text"},
-		{"empty URL", billing.VaultConfig{VaultKey: vaultKey}, false, "ProxyURL is empty"},
-		{"bad scheme", billing.VaultConfig{ProxyURL: "ftp://proxy.example.com", VaultKey: vaultKey}, false, "scheme"},
-		{"no host", billing.VaultConfig{ProxyURL: "https:///v1", VaultKey: vaultKey}, false, "no host"},
-		{"user info", billing.VaultConfig{ProxyURL: "https://user:" + vaultKey + "@proxy.example.com", VaultKey: vaultKey}, false, "user info"},
-		{"query", billing.VaultConfig{ProxyURL: "https://proxy.example.com/?key=" + vaultKey, VaultKey: vaultKey}, false, "query"},
-		{"empty key", billing.VaultConfig{ProxyURL: "https://proxy.example.com"}, false, "VaultKey is empty"},
-		{"key with newline", billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: vaultKey + "\n"}, false, "white space"},
-		{"oversized key", billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: strings.Repeat(vaultKey, 20)}, false, "at most"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			vt, err := billing.NewVaultTransport(tt.cfg)
-			if tt.ok {
-				if err != nil || vt == nil {
-					t.Fatalf("err = %v; want a transport", err)
-				}
-				return
-			}
-			if !errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), tt.mentions) {
-				t.Fatalf("err = %v; want ErrInvalid mentioning %q", err, tt.mentions)
-			}
-			if strings.Contains(err.Error(), vaultKey) {
-				t.Fatalf("error leaks the vault key: %v", err)
-			}
-		})
-	}
-	if _, err := billing.ProxyClient("http://proxy.example.com", vaultKey, nil); !errors.Is(err, billing.ErrInvalid) {
-		t.Errorf("ProxyClient over remote http: err = %v; want ErrInvalid", err)
-	}
-}
-
-// roundTripFunc adapts a function to http.RoundTripper.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// closeCounter counts Close calls on a body.
-type closeCounter struct {
-	io.Reader
-	closed *atomic.Int32
-}
-
-func (c closeCounter) Close() error { c.closed.Add(1); return nil }
-
-func TestVaultTransportRewritesRequests(t *testing.T) {
-	t.Parallel()
-	var sent *http.Request
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		sent = r
-		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
-	})
-	vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe/", VaultKey: vaultKey, Base: base})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodGet, "https://api.stripe.com/v1/charges/search?query=metadata%5B%27k%27%5D%3A%27v%27", nil)
-	req.Header.Set("Authorization", "Bearer "+appSecret)
-	req.Header["authorization"] = []string{"Basic " + appSecret}
-	req.Header.Set("Idempotency-Key", "k1")
-	if _, err := vt.RoundTrip(req); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := sent.URL.String(), "https://proxy.example.com/stripe/v1/charges/search?query=metadata%5B%27k%27%5D%3A%27v%27"; got != want {
-		t.Errorf("sent to %s; want %s", got, want)
-	}
-	lower := "authorization" // set above as a raw, non-canonical key
-	if got := fmt.Sprint(sent.Header.Values("Authorization"), sent.Header[lower]); got != "[Bearer "+vaultKey+"] []" {
-		t.Errorf("Authorization sent = %s; want only the vault key", got)
-	}
-	if sent.Header.Get("Idempotency-Key") != "k1" {
-		t.Errorf("Idempotency-Key dropped")
-	}
-	if req.URL.Host != "api.stripe.com" || req.Header.Get("Authorization") != "Bearer "+appSecret {
-		t.Errorf("the caller's request was modified: %s %v", req.URL, req.Header)
-	}
-}
-
-func TestVaultTransportRefusesRedirects(t *testing.T) {
-	t.Parallel()
-	var elsewhere atomic.Int32
-	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
-	defer other.Close()
-	proxy := httptest.NewServer(http.RedirectHandler(other.URL+"/v1/charges", http.StatusTemporaryRedirect))
-	defer proxy.Close()
-	hc, err := billing.ProxyClient(proxy.URL, vaultKey, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var closed, redirectClosed atomic.Int32
-	req, _ := http.NewRequest(http.MethodPost, "https://api.stripe.com/v1/charges", nil)
-	req.Body = closeCounter{strings.NewReader("amount=100"), &closed}
-	req.GetBody = func() (io.ReadCloser, error) {
-		return closeCounter{strings.NewReader("amount=100"), &redirectClosed}, nil
-	}
-	_, err = hc.Do(req)
-	if err == nil || !strings.Contains(err.Error(), "redirect") || strings.Contains(err.Error(), vaultKey) {
-		t.Fatalf("err = %v; want a refused redirect without the key", err)
-	}
-	if elsewhere.Load() != 0 {
-		t.Fatalf("the redirect target was called %d times", elsewhere.Load())
-	}
-	if closed.Load() == 0 || redirectClosed.Load() != 1 {
-		t.Errorf("request body closed %d times, the refused redirect's %d times; want both closed", closed.Load(), redirectClosed.Load())
-	}
-}
-
-func TestVaultTransportClosesRefusedResponses(t *testing.T) {
-	t.Parallel()
-	var closed atomic.Int32
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		return &http.Response{StatusCode: 429, Header: http.Header{},
-			Body: closeCounter{strings.NewReader(`{"error":"cap"}`), &closed}, Request: r}, nil
-	})
-	vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com", VaultKey: vaultKey, Base: base})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodPost, "https://api.stripe.com/v1/charges", strings.NewReader("amount=1"))
-	resp, err := vt.RoundTrip(req)
-	if resp != nil || !errors.Is(err, billing.ErrSpendCapReached) {
-		t.Fatalf("resp %v, err %v; want nil and ErrSpendCapReached", resp, err)
-	}
-	if closed.Load() != 1 {
-		t.Fatalf("response body closed %d times; want 1", closed.Load())
-	}
-}
-
-func TestVaultKeyNeverPrinted(t *testing.T) {
-	t.Parallel()
-	// A proxy that echoes the key in its refusal.
-	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		w.WriteHeader(http.StatusForbidden)
-		fmt.Fprintf(w, `{"error":"key %s may not call %s","allowed_endpoints":["GET /v1/charges for %s"]}`, key, r.URL.Path, key)
-	}))
-	defer echo.Close()
-	vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: echo.URL, VaultKey: vaultKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	logger := slog.New(slog.NewJSONHandler(&out, nil))
-	logger.Info("transport", "t", vt, "v", *vt)
-	slog.New(slog.NewTextHandler(&out, nil)).Info("transport", "t", vt)
-	fmt.Fprintf(&out, "%v %+v %#v %s %v %+v %#v\n", vt, vt, vt, vt, *vt, *vt, *vt)
-
-	hc := &http.Client{Transport: vt}
-	api := stripeAPI(hc)
-	_, err = api.Charges.New(vaultChargeParams("cus_1", "k", 100))
-	var pe *billing.ProxyError
-	if !errors.As(err, &pe) {
-		t.Fatalf("err = %v; want a *ProxyError", err)
-	}
-	fmt.Fprintf(&out, "%v %+v %#v %s\n", err, err, pe, pe.AllowedEndpoints)
-	logger.Error("charge failed", "err", err)
-
-	if strings.Contains(out.String(), vaultKey) {
-		t.Fatalf("the vault key was printed:\n%s", out.String())
-	}
-	if !strings.Contains(out.String(), "[redacted …7f3a]") || !strings.Contains(pe.Message, "[redacted …7f3a]") {
-		t.Fatalf("want the redacted form in the output:\n%s", out.String())
-	}
-}
-
-// BenchmarkVaultTransport measures what the transport adds to a request: the
-// rewrite on every request, and reading a refusal.
-func BenchmarkVaultTransport(b *testing.B) {
-	for _, bc := range []struct {
-		name   string
-		status int
-		header http.Header
-		body   string
-	}{
-		{"ok", 200, http.Header{"Request-Id": {"req_1"}}, `{"id":"ch_1"}`},
-		{"stripe-429", 429, http.Header{"Request-Id": {"req_1"}}, `{"error":{"type":"invalid_request_error","code":"rate_limit"}}`},
-		{"proxy-cap", 429, http.Header{}, `{"error":"Daily spend cap of $50 reached","spent":5000}`},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				return &http.Response{StatusCode: bc.status, Header: bc.header, Body: io.NopCloser(strings.NewReader(bc.body)), Request: r}, nil
-			})
-			vt, err := billing.NewVaultTransport(billing.VaultConfig{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey, Base: base})
-			if err != nil {
-				b.Fatal(err)
-			}
-			req, _ := http.NewRequest(http.MethodPost, "https://api.stripe.com/v1/charges", nil)
-			req.Header.Set("Authorization", "Bearer "+appSecret)
-			req.Header.Set("Idempotency-Key", "k")
-			b.ReportAllocs()
-			for b.Loop() {
-				resp, err := vt.RoundTrip(req)
-				if resp != nil {
-					resp.Body.Close()
-				} else if err == nil {
-					b.Fatal("no response and no error")
-				}
-			}
-		})
 	}
 }
 
@@ -592,7 +336,7 @@ func billerBehind(tb testing.TB, s *stack, amount int64, api billing.API, logs i
 	if err := store.Migrate(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	hc, err := billing.ProxyClient(s.proxyURL, vaultKey, &http.Client{})
+	hc, err := spendcap.Client(s.proxyURL, vaultKey, &http.Client{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -662,17 +406,23 @@ func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 	ctx := context.Background()
 
 	sum, err := b.Run(ctx, "2026-09", billing.Customers(ids...), &billing.RunOptions{Concurrency: 4, BatchSize: 5})
-	if !errors.Is(err, billing.ErrSpendCapReached) {
+	if !errors.Is(err, spendcap.ErrSpendCapReached) {
 		t.Fatalf("Run: %v; want ErrSpendCapReached", err)
 	}
-	if got := paidTotal(s.srv); got != 3*amount {
-		t.Fatalf("charged %d at the fake; want %d (3 charges under the cap of 10000)", got, 3*amount)
-	}
+	// What is guaranteed: never above the cap, and claims that agree with
+	// the ledger. How many of the admitted charges the fake has committed
+	// when Run returns depends on timing: a run that stops abandons
+	// requests in flight, which the proxy still forwards.
 	if sum.Created > 3 || sum.Declined != 0 || sum.Complete() {
 		t.Fatalf("summary %+v; want at most 3 created, none failed, an incomplete run", sum.Progress)
 	}
-	if got := checkClaims(t, b, store, s.srv, ids, false); got != 3 {
-		t.Fatalf("claims agree with %d charges; want 3", got)
+	quiet(t, s)
+	got := paidTotal(s.srv)
+	if got > 10000 {
+		t.Fatalf("charged %d at the fake; the cap is 10000", got)
+	}
+	if n := checkClaims(t, b, store, s.srv, ids, false); int64(n)*amount != got {
+		t.Fatalf("claims agree with %d charges; the fake holds %d", n, got)
 	}
 	refused := map[string]int{}
 	for _, e := range s.px.Log() {
@@ -732,14 +482,14 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 		api   billing.API
 		setup func(s *stack)
 	}{
-		{"endpoint not allowed", billing.ErrEndpointNotAllowed, billing.PaymentIntents, func(s *stack) {
+		{"endpoint not allowed", spendcap.ErrEndpointNotAllowed, billing.PaymentIntents, func(s *stack) {
 			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
 		}},
-		{"revoked", billing.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
+		{"revoked", spendcap.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
 			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
 			s.px.Revoke(vaultKey)
 		}},
-		{"kill switch mid-run", billing.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
+		{"kill switch mid-run", spendcap.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
 			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
 			var n atomic.Int32
 			s.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
@@ -768,6 +518,7 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 			if sum.Complete() || sum.Declined != 0 {
 				t.Errorf("summary %+v; want an incomplete run with nothing failed", sum.Progress)
 			}
+			quiet(t, s)
 			charged := checkClaims(t, b, store, s.srv, ids, false)
 			if tt.name == "kill switch mid-run" {
 				if charged < 5 || charged > 5+3 {
@@ -812,7 +563,7 @@ func TestVaultClassify(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = api.Charges.New(vaultChargeParams("cus_2", "k2", 100))
-	if !errors.Is(err, billing.ErrSpendCapReached) || billing.Classify(err) != retry.Stop() {
+	if !errors.Is(err, spendcap.ErrSpendCapReached) || billing.Classify(err) != retry.Stop() {
 		t.Errorf("Classify(cap refusal %v) retries, or the error does not match ErrSpendCapReached", err)
 	}
 }

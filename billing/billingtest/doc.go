@@ -21,7 +21,8 @@
 //	})
 //	charges := charge.Client{B: backend, Key: "sk_test_anything"}
 //
-// The package itself imports only the standard library.
+// Apart from the standard library, the package imports only
+// [github.com/billonce/billonce/billing/spendcap], for its proxy.
 //
 // # What it serves
 //
@@ -112,19 +113,20 @@
 //
 // # A spend-cap proxy
 //
-// [NewProxy] starts a fake spend-cap proxy in front of a [Server]: it holds
-// the real secret and accepts vault keys in its place, each with a cap per
-// run or per day (on the Server's clock when ProxyConfig.Clock is the
-// Server), an endpoint allowlist, [Proxy.Revoke] and a [Proxy.KillSwitch]:
+// [NewProxy] serves the spend-cap proxy of package spendcap
+// ([spendcap.Proxy], with a [spendcap.MemoryStore]) on loopback in front of
+// a [Server]: it holds the real secret and accepts vault keys in its
+// place, each with a cap per run or per day (on the Server's clock when
+// ProxyConfig.Clock is the Server), an endpoint allowlist, [Proxy.Revoke]
+// and a [Proxy.KillSwitch]; [Proxy.LoseAnswers] cuts answers after Stripe
+// committed:
 //
 //	px := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: "sk_test_real", Clock: srv})
 //	defer px.Close()
 //	px.IssueKey(billingtest.VaultKey{Key: "vault_run_1", CapAmount: 5000, Per: billingtest.PerDay})
 //
-// It refuses in a proxy's own shapes, not Stripe's (a string "error" and no
-// Request-Id), counts spend by reserving before forwarding, and never counts
-// an idempotent replay twice; see [Proxy]. [Proxy.Usage] and [Proxy.Log]
-// tell what it let through.
+// Its accounting is the production handler's; see [spendcap.Proxy].
+// [Proxy.Usage] and [Proxy.Log] tell what it let through.
 //
 // # Another process
 //

@@ -368,7 +368,9 @@ func (s *Server) hold(f Fault) {
 	}
 }
 
-// finish writes res (or drops the connection), then logs the request.
+// finish logs the request, then writes res (or drops the connection): a
+// client that has seen the answer, or the cut, finds the request in the log
+// and the stats.
 func (s *Server) finish(w http.ResponseWriter, e *Entry, res result, fault Fault) {
 	h := w.Header()
 	if res.shouldRetry != "" {
@@ -381,9 +383,25 @@ func (s *Server) finish(w http.ResponseWriter, e *Entry, res result, fault Fault
 	h.Set("Content-Type", "application/json")
 	e.Status, e.Replayed, e.ObjectID, e.Fault = res.status, res.replayed, res.objectID, fault.Kind
 
+	if fault.Kind == FaultDrop || fault.Kind == FaultCut {
+		e.Status = 0
+	}
+	s.mu.Lock()
+	e.Time = s.now()
+	s.log = append(s.log, *e)
+	if fault.Kind != FaultNone {
+		s.stats.Faults[fault.Kind]++
+	}
+	if res.status == http.StatusTooManyRequests && fault.Kind != FaultLockTimeout {
+		s.stats.RateLimited++
+	}
+	if fault.Kind == FaultInFlight {
+		s.stats.InUse++
+	}
+	s.mu.Unlock()
+
 	switch fault.Kind {
 	case FaultDrop, FaultCut:
-		e.Status = 0
 		if conn, buf, err := http.NewResponseController(w).Hijack(); err == nil {
 			if fault.Kind == FaultCut {
 				fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\n", res.status, http.StatusText(res.status))
@@ -400,20 +418,6 @@ func (s *Server) finish(w http.ResponseWriter, e *Entry, res result, fault Fault
 		w.WriteHeader(res.status)
 		w.Write(res.body)
 	}
-
-	s.mu.Lock()
-	e.Time = s.now()
-	s.log = append(s.log, *e)
-	if fault.Kind != FaultNone {
-		s.stats.Faults[fault.Kind]++
-	}
-	if res.status == http.StatusTooManyRequests && fault.Kind != FaultLockTimeout {
-		s.stats.RateLimited++
-	}
-	if fault.Kind == FaultInFlight {
-		s.stats.InUse++
-	}
-	s.mu.Unlock()
 }
 
 func (s *Server) authenticate(r *http.Request) (string, *apiErr) {

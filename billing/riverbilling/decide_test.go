@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 )
 
@@ -21,9 +22,9 @@ func TestDecide(t *testing.T) {
 	}{
 		{"charged, replayed, already recorded or reconciled", nil, action{kind: complete}},
 		{"declined", &billing.ChargeError{Customer: "cus_1", Err: fmt.Errorf("%w: card_declined", billing.ErrDeclined)}, action{kind: cancel}},
-		{"spend cap", wrap(billing.ErrSpendCapReached), action{kind: cancel, stop: true}},
-		{"vault key revoked", wrap(billing.ErrVaultKeyRevoked), action{kind: cancel, stop: true}},
-		{"endpoint not allowed", wrap(billing.ErrEndpointNotAllowed), action{kind: cancel, stop: true}},
+		{"spend cap", wrap(spendcap.ErrSpendCapReached), action{kind: cancel, stop: true}},
+		{"vault key revoked", wrap(spendcap.ErrVaultKeyRevoked), action{kind: cancel, stop: true}},
+		{"endpoint not allowed", wrap(spendcap.ErrEndpointNotAllowed), action{kind: cancel, stop: true}},
 		{"Stripe refused the API key", wrap(billing.ErrStripeAuth), action{kind: cancel, stop: true}},
 		{"Stripe refused the request", wrap(billing.ErrStripeRequest), action{kind: cancel, stop: true}},
 		{"failed after processing", &billing.ChargeError{Customer: "cus_1", Err: billing.ErrDeclined, Code: "account_closed", AfterProcessing: true}, action{kind: cancel}},

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/nilness"
 )
@@ -219,8 +220,8 @@ func decide(err error, now time.Time) action {
 	case errors.Is(err, billing.ErrDeclined):
 		// A decline, or a payment that failed when it settled.
 		return action{kind: cancel}
-	case errors.Is(err, billing.ErrSpendCapReached), errors.Is(err, billing.ErrVaultKeyRevoked),
-		errors.Is(err, billing.ErrEndpointNotAllowed), errors.Is(err, billing.ErrStripeAuth),
+	case errors.Is(err, spendcap.ErrSpendCapReached), errors.Is(err, spendcap.ErrVaultKeyRevoked),
+		errors.Is(err, spendcap.ErrEndpointNotAllowed), errors.Is(err, billing.ErrStripeAuth),
 		errors.Is(err, billing.ErrStripeRequest):
 		return action{kind: cancel, stop: true}
 	case errors.Is(err, billing.ErrInProgress):

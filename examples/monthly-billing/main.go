@@ -32,6 +32,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/pgtest"
@@ -141,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		// keeps.
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = max(o.concurrency, 2)
-		hc, err := billing.ProxyClient(o.vaultProxyURL, o.vaultKey, &http.Client{Transport: t})
+		hc, err := spendcap.Client(o.vaultProxyURL, o.vaultKey, &http.Client{Transport: t})
 		if err != nil {
 			return o, errors.New(vaultFlags.Replace(reason(err)))
 		}
@@ -191,8 +192,8 @@ func (o *options) check(customersSet bool) error {
 	return nil
 }
 
-// vaultFlags names billing's vault settings by this program's flags.
-var vaultFlags = strings.NewReplacer("VaultConfig.ProxyURL", "-vault-proxy-url", "VaultConfig.VaultKey", "-vault-key", ", or set AllowInsecure inside a trusted network", "")
+// vaultFlags names spendcap's settings by this program's flags.
+var vaultFlags = strings.NewReplacer(spendcap.ErrInvalid.Error()+": ", "", "Config.ProxyURL", "-vault-proxy-url", "Config.VaultKey", "-vault-key", ", or set AllowInsecure inside a trusted network", "")
 
 // redactKey shows which kind of key is in use (sk_test_, rk_live_) and
 // nothing of the secret.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
 )
@@ -414,8 +415,8 @@ func TestVaultProxyCapStopsTheRunAndARerunFinishes(t *testing.T) {
 	}
 	assertOnce(t, srv, demoIDs(n))
 	for _, e := range proxy.Log() {
-		if e.VaultKey != firstKey && e.VaultKey != secondKey {
-			t.Errorf("the proxy saw a request with another credential (%d chars)", len(e.VaultKey))
+		if e.KeyID != spendcap.KeyID(firstKey) && e.KeyID != spendcap.KeyID(secondKey) {
+			t.Errorf("the proxy saw a request with another credential (%s)", e.KeyID)
 		}
 	}
 }

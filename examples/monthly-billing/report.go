@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 )
 
@@ -193,13 +194,13 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		return exitIncomplete, "stopped", []string{"Stripe (or the spend-cap proxy) refused the request itself, for any customer: check -vault-proxy-url, and the mode and API version of the Stripe secret the proxy holds, then run again; " + resume}
 	case errors.Is(runErr, billing.ErrStripeRequest):
 		return exitIncomplete, "stopped", []string{"Stripe refused the request itself, for any customer: check -stripe-url, the key's mode (test or live) and the API version, then run again; " + resume}
-	case errors.Is(runErr, billing.ErrSpendCapReached):
+	case errors.Is(runErr, spendcap.ErrSpendCapReached):
 		return exitIncomplete, "stopped", []string{"the spend cap of the vault key is reached, so the proxy sent nothing more to Stripe. " +
 			"Check that the amounts charged so far are what you expect; then raise the cap (or issue a new vault key) and run the same command again; " + resume}
-	case errors.Is(runErr, billing.ErrVaultKeyRevoked):
+	case errors.Is(runErr, spendcap.ErrVaultKeyRevoked):
 		return exitIncomplete, "stopped", []string{"the spend-cap proxy no longer accepts the vault key (revoked, unknown, or its kill switch is on): " +
 			"issue a new key, pass it with -vault-key (or VAULT_KEY) and run again; " + resume}
-	case errors.Is(runErr, billing.ErrEndpointNotAllowed):
+	case errors.Is(runErr, spendcap.ErrEndpointNotAllowed):
 		ep := "/v1/charges"
 		if r.o.api == billing.PaymentIntents {
 			ep = "/v1/payment_intents"

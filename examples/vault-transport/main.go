@@ -1,7 +1,8 @@
 // Command vault-transport sends an existing stripe-go client and a plain
-// net/http client through a spend-cap proxy with a vault key, against an
-// in-process fake Stripe and fake proxy. A billing loop that makes a fresh
-// idempotency key on every pass is stopped at the cap.
+// net/http client through a spend-cap proxy (billing/spendcap, on
+// loopback) with a vault key, against an in-process fake Stripe. A billing
+// loop that makes a fresh idempotency key on every pass is stopped at the
+// cap.
 //
 //	go run ./examples/vault-transport
 package main
@@ -15,8 +16,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 )
@@ -47,7 +48,7 @@ func run() error {
 
 	// 1. An existing stripe-go client: only its HTTP client changes. Keep
 	// your own *http.Client (timeouts, tracing) as the last argument.
-	hc, err := billing.ProxyClient(proxy.URL, vaultKey, &http.Client{})
+	hc, err := spendcap.Client(proxy.URL, vaultKey, &http.Client{})
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func run() error {
 		p := &stripe.ChargeParams{Amount: stripe.Int64(3000), Currency: stripe.String("usd"), Customer: stripe.String("cus_42")}
 		p.SetIdempotencyKey(fmt.Sprintf("random-%d", i))
 		_, err := sc.Charges.New(p)
-		if errors.Is(err, billing.ErrSpendCapReached) {
+		if errors.Is(err, spendcap.ErrSpendCapReached) {
 			fmt.Printf("pass %d stopped by the proxy: %v\n", i, err)
 			break
 		}
@@ -88,10 +89,10 @@ func run() error {
 
 	// 3. An endpoint outside the vault key's allowlist.
 	_, err = hc.PostForm("https://api.stripe.com/v1/payment_intents", url.Values{"amount": {"100"}, "currency": {"usd"}})
-	if !errors.Is(err, billing.ErrEndpointNotAllowed) {
+	if !errors.Is(err, spendcap.ErrEndpointNotAllowed) {
 		return fmt.Errorf("payment intent: %v; want ErrEndpointNotAllowed", err)
 	}
-	fmt.Println("payment intent refused:", errors.Is(err, billing.ErrEndpointNotAllowed))
+	fmt.Println("payment intent refused:", errors.Is(err, spendcap.ErrEndpointNotAllowed))
 	fmt.Println("the transport prints as", hc.Transport)
 	return nil
 }

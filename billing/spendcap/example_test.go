@@ -1,11 +1,11 @@
-package billing_test
+package spendcap_test
 
 import (
 	"errors"
 	"fmt"
 
-	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/charge"
 )
@@ -13,7 +13,7 @@ import (
 // A billing loop that makes a fresh idempotency key on every pass charges
 // again and again. Sent through a spend-cap proxy with a vault key, it stops
 // at the cap, with an error that says so.
-func ExampleProxyClient() {
+func ExampleClient() {
 	stripeAPI := billingtest.NewServer(billingtest.Config{APIKeys: []string{"sk_test_held_by_proxy"}})
 	defer stripeAPI.Close()
 	proxy := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: stripeAPI.URL, StripeKey: "sk_test_held_by_proxy", Clock: stripeAPI})
@@ -21,7 +21,7 @@ func ExampleProxyClient() {
 	proxy.IssueKey(billingtest.VaultKey{Key: "vault_run_2026_09", CapAmount: 5000, Per: billingtest.PerDay})
 
 	// The only change to an existing stripe-go setup: the HTTP client.
-	hc, err := billing.ProxyClient(proxy.URL, "vault_run_2026_09", nil)
+	hc, err := spendcap.Client(proxy.URL, "vault_run_2026_09", nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -37,8 +37,8 @@ func ExampleProxyClient() {
 		p := &stripe.ChargeParams{Amount: stripe.Int64(2000), Currency: stripe.String("usd"), Customer: stripe.String("cus_1")}
 		p.SetIdempotencyKey(fmt.Sprintf("fresh-key-%d", i)) // the bug
 		_, err := charges.New(p)
-		if errors.Is(err, billing.ErrSpendCapReached) {
-			var pe *billing.ProxyError
+		if errors.Is(err, spendcap.ErrSpendCapReached) {
+			var pe *spendcap.ProxyError
 			errors.As(err, &pe)
 			fmt.Printf("charge %d refused by the proxy: %d %s\n", i, pe.Status, pe.Message)
 			break

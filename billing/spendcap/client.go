@@ -1,4 +1,4 @@
-package billing
+package spendcap
 
 import (
 	"bytes"
@@ -20,14 +20,14 @@ import (
 // maxVaultKeyLen bounds a vault key; real ones are well under it.
 const maxVaultKeyLen = 512
 
-// maxRefusalBody is how much of an error answer the [VaultTransport] reads
+// maxRefusalBody is how much of an error answer the [Transport] reads
 // to tell a proxy refusal from a Stripe answer. Refusals are a few hundred
 // bytes; a larger body is passed through untouched.
 const maxRefusalBody = 64 << 10
 
-// VaultConfig configures a [VaultTransport]. ProxyURL and VaultKey are
+// Config configures a [Transport]. ProxyURL and VaultKey are
 // required.
-type VaultConfig struct {
+type Config struct {
 	// ProxyURL is the base URL of the spend-cap proxy, such as
 	// "https://proxy.example.com/stripe". Every request is sent to it with
 	// its /v1/... path appended and its query kept. It must be https unless
@@ -50,10 +50,10 @@ type VaultConfig struct {
 	AllowInsecure bool
 }
 
-// VaultTransport is an [http.RoundTripper] that sends Stripe API requests
+// Transport is an [http.RoundTripper] that sends Stripe API requests
 // through a spend-cap proxy, authenticated with a vault key in place of the
-// Stripe secret. Build one with [NewVaultTransport], or a whole client with
-// [ProxyClient].
+// Stripe secret. Build one with [NewTransport], or a whole client with
+// [Client].
 //
 // # What it changes
 //
@@ -85,11 +85,11 @@ type VaultConfig struct {
 // retried. Other proxy answers (a 502 when the proxy could not reach
 // Stripe, say) are rewritten into Stripe's error shape (type "api_error"
 // for 5xx, "invalid_request_error" otherwise) with the same status, so
-// stripe-go and [Classify] treat them like the same status from Stripe: a
+// stripe-go and billing.Classify treat them like the same status from Stripe: a
 // 5xx means the outcome is unknown and is retried with the same key.
 //
 // stripe-go retries every transport error it does not recognise, so when
-// it is used directly, set its MaxNetworkRetries to 0 (as a [Biller] does)
+// it is used directly, set its MaxNetworkRetries to 0 (as a billing.Biller does)
 // for a refusal to be sent only once; a retried refusal is refused again
 // and charges nothing.
 //
@@ -97,18 +97,18 @@ type VaultConfig struct {
 // Stripe's Request-Id and error object, so it reaches the retry layer as a
 // *stripe.Error and is retried as usual.
 //
-// A VaultTransport is safe for concurrent use. Printing it with fmt or slog
+// A Transport is safe for concurrent use. Printing it with fmt or slog
 // shows the proxy URL and a redacted key.
-type VaultTransport struct {
+type Transport struct {
 	base  http.RoundTripper
 	proxy url.URL
 	key   string
 }
 
-// NewVaultTransport validates cfg and returns a transport that routes
+// NewTransport validates cfg and returns a transport that routes
 // requests through the proxy. The error wraps [ErrInvalid] and says
 // what to fix; it never contains the vault key.
-func NewVaultTransport(cfg VaultConfig) (*VaultTransport, error) {
+func NewTransport(cfg Config) (*Transport, error) {
 	if err := checkVaultKey(cfg.VaultKey); err != nil {
 		return nil, err
 	}
@@ -118,26 +118,26 @@ func NewVaultTransport(cfg VaultConfig) (*VaultTransport, error) {
 	}
 	base := cfg.Base
 	if base != nil && nilness.Is(base) {
-		return nil, invalid("VaultConfig.Base (ProxyClient: base.Transport) is a nil %T: pass a transport, or leave it nil for http.DefaultTransport", base)
+		return nil, invalid("Config.Base (Client: base.Transport) is a nil %T: pass a transport, or leave it nil for http.DefaultTransport", base)
 	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &VaultTransport{base: base, proxy: *u, key: cfg.VaultKey}, nil
+	return &Transport{base: base, proxy: *u, key: cfg.VaultKey}, nil
 }
 
-// ProxyClient returns a copy of base (a new client if nil) whose transport
+// Client returns a copy of base (a new client if nil) whose transport
 // sends every request through the proxy at proxyURL with vaultKey (see
-// [VaultTransport]); base's Timeout, Jar and CheckRedirect are kept. Use it
-// as Config.HTTPClient, or as the HTTPClient of a stripe-go BackendConfig.
+// [Transport]); base's Timeout, Jar and CheckRedirect are kept. Use it
+// as billing.Config.HTTPClient, or as the HTTPClient of a stripe-go BackendConfig.
 // For an http:// proxy on another host, build the transport with
-// [NewVaultTransport] and AllowInsecure.
-func ProxyClient(proxyURL, vaultKey string, base *http.Client) (*http.Client, error) {
+// [NewTransport] and AllowInsecure.
+func Client(proxyURL, vaultKey string, base *http.Client) (*http.Client, error) {
 	hc := &http.Client{}
 	if base != nil {
 		*hc = *base
 	}
-	t, err := NewVaultTransport(VaultConfig{ProxyURL: proxyURL, VaultKey: vaultKey, Base: hc.Transport})
+	t, err := NewTransport(Config{ProxyURL: proxyURL, VaultKey: vaultKey, Base: hc.Transport})
 	if err != nil {
 		return nil, err
 	}
@@ -148,37 +148,37 @@ func ProxyClient(proxyURL, vaultKey string, base *http.Client) (*http.Client, er
 func checkVaultKey(k string) error {
 	switch {
 	case k == "":
-		return invalid("VaultConfig.VaultKey is empty: set the vault key the spend-cap proxy issued for this run")
+		return invalid("Config.VaultKey is empty: set the vault key the spend-cap proxy issued for this run")
 	case len(k) > maxVaultKeyLen:
-		return invalid("VaultConfig.VaultKey is %d bytes long; at most %d are accepted: check how it is loaded", len(k), maxVaultKeyLen)
+		return invalid("Config.VaultKey is %d bytes long; at most %d are accepted: check how it is loaded", len(k), maxVaultKeyLen)
 	case strings.ContainsFunc(k, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-		return invalid("VaultConfig.VaultKey contains white space or control characters: check how it is loaded (a trailing newline from a file or secret store is common)")
+		return invalid("Config.VaultKey contains white space or control characters: check how it is loaded (a trailing newline from a file or secret store is common)")
 	}
 	return nil
 }
 
 func checkProxyURL(raw string, allowInsecure bool) (*url.URL, error) {
 	if raw == "" {
-		return nil, invalid("VaultConfig.ProxyURL is empty: set the spend-cap proxy's base URL, such as https://proxy.example.com/stripe")
+		return nil, invalid("Config.ProxyURL is empty: set the spend-cap proxy's base URL, such as https://proxy.example.com/stripe")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Neither raw nor err may be printed: both quote the user info.
-		return nil, invalid("VaultConfig.ProxyURL %q (redacted) is not a URL; give scheme, host and an optional path", idemkey.RedactRawURL(raw))
+		return nil, invalid("Config.ProxyURL %q (redacted) is not a URL; give scheme, host and an optional path", idemkey.RedactRawURL(raw))
 	}
 	if u.User != nil {
-		return nil, invalid("VaultConfig.ProxyURL carries user info; put credentials in VaultKey, not in the URL")
+		return nil, invalid("Config.ProxyURL carries user info; put credentials in VaultKey, not in the URL")
 	}
 	safe := idemkey.RedactURL(u)
 	switch {
 	case u.Scheme != "https" && u.Scheme != "http":
-		return nil, invalid("VaultConfig.ProxyURL %q: the scheme must be https (or http on loopback)", safe)
+		return nil, invalid("Config.ProxyURL %q: the scheme must be https (or http on loopback)", safe)
 	case u.Host == "" || u.Hostname() == "":
-		return nil, invalid("VaultConfig.ProxyURL %q has no host", safe)
+		return nil, invalid("Config.ProxyURL %q has no host", safe)
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return nil, invalid("VaultConfig.ProxyURL %q has a query or fragment; give only scheme, host and an optional path", safe)
+		return nil, invalid("Config.ProxyURL %q has a query or fragment; give only scheme, host and an optional path", safe)
 	case u.Scheme == "http" && !allowInsecure && !isLoopbackHost(u.Hostname()):
-		return nil, invalid("VaultConfig.ProxyURL %q is plain http on a non-loopback host, which would send the vault key in clear text; use https, or set AllowInsecure inside a trusted network", safe)
+		return nil, invalid("Config.ProxyURL %q is plain http on a non-loopback host, which would send the vault key in clear text; use https, or set AllowInsecure inside a trusted network", safe)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = strings.TrimRight(u.RawPath, "/")
@@ -194,10 +194,12 @@ func isLoopbackHost(host string) bool {
 }
 
 // RoundTrip implements [http.RoundTripper].
-func (t *VaultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Response != nil {
-		vaultCloseBody(req)
-		return nil, fmt.Errorf("billing: refusing to follow a redirect to %s: the vault key is sent only to the spend-cap proxy at %s, and Stripe's API does not redirect",
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("spendcap: refusing to follow a redirect to %s: the vault key is sent only to the spend-cap proxy at %s, and Stripe's API does not redirect",
 			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.proxy))
 	}
 	r2 := req.Clone(req.Context())
@@ -229,8 +231,8 @@ func (t *VaultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // inspect takes the request as sent to the proxy, and returns resp, or the *ProxyError it carries, or resp rewritten
-// into Stripe's error shape; see the VaultTransport docs.
-func (t *VaultTransport) inspect(req *http.Request, resp *http.Response) (*http.Response, error) {
+// into Stripe's error shape; see the Transport docs.
+func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Response, error) {
 	if resp.StatusCode < 400 || strings.HasPrefix(resp.Header.Get("Request-Id"), "req_") {
 		return resp, nil
 	}
@@ -283,21 +285,21 @@ func (t *VaultTransport) inspect(req *http.Request, resp *http.Response) (*http.
 }
 
 // scrub removes the vault key from text the proxy sent back.
-func (t *VaultTransport) scrub(s string) string {
+func (t *Transport) scrub(s string) string {
 	return strings.ReplaceAll(s, t.key, redactVaultKey(t.key))
 }
 
 // String describes the transport with the vault key redacted.
-func (t VaultTransport) String() string {
-	return fmt.Sprintf("billing.VaultTransport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key))
+func (t Transport) String() string {
+	return fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key))
 }
 
 // GoString is String, so %#v redacts too.
-func (t VaultTransport) GoString() string { return t.String() }
+func (t Transport) GoString() string { return t.String() }
 
 // Format prints String for every verb, so that no verb (%d, %t, %o, …)
 // falls back to printing the fields, secrets included.
-func (t VaultTransport) Format(f fmt.State, verb rune) {
+func (t Transport) Format(f fmt.State, verb rune) {
 	if verb == 'q' {
 		fmt.Fprintf(f, "%q", t.String())
 		return
@@ -306,7 +308,7 @@ func (t VaultTransport) Format(f fmt.State, verb rune) {
 }
 
 // LogValue implements [slog.LogValuer] with the vault key redacted.
-func (t VaultTransport) LogValue() slog.Value {
+func (t Transport) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("proxy", idemkey.RedactURL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))
 }
 
@@ -338,24 +340,18 @@ func (e *ProxyError) Error() string {
 	default:
 		fix = "the proxy no longer accepts this vault key; issue a new one"
 	}
-	return fmt.Sprintf("billing: spend-cap proxy refused %s %s with %d %q: %s; this request did not reach Stripe",
+	return fmt.Sprintf("spendcap: the spend-cap proxy refused %s %s with %d %q: %s; this request did not reach Stripe",
 		e.Method, e.URL, e.Status, e.Message, fix)
 }
 
 // Unwrap returns the sentinel the refusal matches.
 func (e *ProxyError) Unwrap() error { return e.kind }
 
-// redactKey keeps a long key's last four characters, as Stripe's dashboard
+// redactVaultKey keeps a long key's last four characters, as Stripe's dashboard
 // does, and nothing of a short one.
 func redactVaultKey(k string) string {
 	if len(k) < 20 {
 		return "[redacted]"
 	}
 	return "[redacted …" + k[len(k)-4:] + "]"
-}
-
-func vaultCloseBody(req *http.Request) {
-	if req.Body != nil {
-		req.Body.Close()
-	}
 }

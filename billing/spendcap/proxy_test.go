@@ -1,4 +1,4 @@
-package billingtest_test
+package spendcap_test
 
 import (
 	"encoding/json"
@@ -259,7 +259,7 @@ func TestProxyRefusals(t *testing.T) {
 	}
 	var why []string
 	for _, e := range px.Log() {
-		why = append(why, e.Refused)
+		why = append(why, string(e.Refused))
 	}
 	if got, want := strings.Join(why, ","), "endpoint,unknown_key,revoked,kill_switch,"; got != want {
 		t.Errorf("log refusals = %q; want %q", got, want)
@@ -352,4 +352,11 @@ func TestProxyCloseDoesNotWaitForUnusedConnections(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Close still waiting after 3s on an unused connection")
 	}
+}
+
+func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {
+	tb.Helper()
+	srv := billingtest.NewServer(cfg)
+	tb.Cleanup(srv.Close)
+	return srv
 }

@@ -1,0 +1,63 @@
+// Package spendcap bounds what Stripe calls can spend: a proxy holds the
+// Stripe secret, hands out vault keys with a cap each, and refuses payments
+// past the cap. Keys, claims and locks stop double charges; a spend cap is
+// the last line of defence when they all fail, and limits what a broken
+// loop can spend.
+//
+// The package has two sides. Callers import the client side; whoever runs
+// the proxy serves [Proxy] with a budget [Store].
+//
+// # The client side
+//
+// [Client] (or [NewTransport] for the transport alone) sends every request
+// to the proxy with "Authorization: Bearer <vault key>", dropping any
+// Authorization the caller set, so the Stripe secret never leaves the
+// process through it. Use the client as billing.Config.HTTPClient or as a
+// stripe-go BackendConfig's HTTPClient:
+//
+//	hc, err := spendcap.Client(os.Getenv("SPEND_PROXY_URL"), os.Getenv("VAULT_KEY"), yourHTTPClient)
+//
+// A proxy refusal comes back as a [*ProxyError] matching
+// [ErrSpendCapReached], [ErrEndpointNotAllowed] or [ErrVaultKeyRevoked];
+// Stripe's own answers pass through untouched. The vault key is redacted
+// wherever the transport prints. This side imports no stripe-go.
+//
+// # The proxy
+//
+// [Proxy] is an [http.Handler]: it checks a vault key's expiry,
+// revocation and endpoint allowlist, reserves a POST's "amount" against
+// the key's cap (per run or per UTC day) before forwarding, in one atomic
+// step of its [Store], and settles the reservation on Stripe's answer:
+// kept on success or on an unknown outcome, released on a refusal or an
+// idempotent replay. A resent idempotency key is not counted twice while
+// Stripe remembers it, and is reserved again once Stripe may have
+// forgotten it. An amount the proxy cannot count (in the URL query, in a
+// body that is not a form, not a plain positive integer) is refused, and
+// so is an amount above the cap. Every request leaves an audit [Entry]
+// that names the vault key only by its [KeyID] and never holds the
+// Stripe secret.
+//
+// # Stores
+//
+// [MemoryStore] keeps everything in one process, for tests (package
+// billingtest serves a Proxy on it on loopback). [PostgresStore] keeps keys,
+// reservations, idempotency keys and audit rows in PostgreSQL, after
+// [PostgresStore.Migrate]; replicas of the proxy that share its database
+// share one budget, and concurrent requests on them never pass a cap
+// together. Vault keys are stored only as their KeyID.
+//
+// # What it does not protect against
+//
+//   - Money-moving endpoints without an "amount" (capturing or confirming
+//     a payment intent, a full refund) reserve nothing: they are bounded
+//     only by the vault key's endpoint allowlist. Allow only the endpoints
+//     a run needs.
+//   - Code that holds the Stripe secret itself does not go through the
+//     proxy. The cap bounds only what is sent with vault keys.
+//   - A replica that crashes while a request is in flight leaves its
+//     reservation held: its amount counts against the cap from then on, so
+//     the cap is reached early, never passed. Raise the cap or issue a new
+//     key.
+//   - A cap is a bound, not a judgement: it does not tell right charges from
+//     wrong ones below it.
+package spendcap

@@ -1,0 +1,331 @@
+package spendcap
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Per says over which span a vault key's cap is counted.
+type Per uint8
+
+const (
+	// PerRun counts every amount sent with the key, for as long as it
+	// lives.
+	PerRun Per = iota
+	// PerDay counts amounts per UTC day on the proxy's clock.
+	PerDay
+)
+
+func (p Per) String() string {
+	if p == PerDay {
+		return "day"
+	}
+	return "run"
+}
+
+// Key is what a vault key allows: its cap, the endpoints it may call, and
+// until when.
+type Key struct {
+	// CapAmount is the most the key may send over Per, in the smallest
+	// currency unit, summed over all currencies. It must be positive.
+	CapAmount int64
+	Per       Per
+	// AllowedEndpoints lists "METHOD /path" entries the key may call; a
+	// path ending in "*" matches any path with that prefix
+	// ("GET /v1/charges/*"). Nil allows every endpoint.
+	AllowedEndpoints []string
+	// ExpiresAt, if not zero, is when the key stops being accepted, on
+	// the proxy's clock.
+	ExpiresAt time.Time
+}
+
+func (k Key) check() error {
+	if k.CapAmount <= 0 {
+		return fmt.Errorf("spendcap: Key.CapAmount %d: want a positive amount in the smallest currency unit", k.CapAmount)
+	}
+	if k.Per > PerDay {
+		return fmt.Errorf("spendcap: Key.Per %d: want PerRun or PerDay", k.Per)
+	}
+	for _, e := range k.AllowedEndpoints {
+		m, p, ok := strings.Cut(e, " ")
+		if !ok || m == "" || !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("spendcap: Key.AllowedEndpoints entry %q: want \"METHOD /path\", such as \"POST /v1/charges\"", e)
+		}
+	}
+	return nil
+}
+
+// Allows reports whether the key may call method on path.
+func (k Key) Allows(method, path string) bool {
+	if k.AllowedEndpoints == nil {
+		return true
+	}
+	for _, a := range k.AllowedEndpoints {
+		m, pat, ok := strings.Cut(a, " ")
+		if !ok || !strings.EqualFold(m, method) {
+			continue
+		}
+		if prefix, wild := strings.CutSuffix(pat, "*"); wild && strings.HasPrefix(path, prefix) || pat == path {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyID is the name under which a store knows a vault key: a SHA-256 of
+// the key, so that neither a store nor its audit rows hold a key in clear.
+func KeyID(vaultKey string) string {
+	h := sha256.Sum256([]byte(vaultKey))
+	return "vk_" + hex.EncodeToString(h[:12])
+}
+
+// NewVaultKey returns a fresh random vault key.
+func NewVaultKey() string {
+	b := make([]byte, 30)
+	rand.Read(b) // never fails, see crypto/rand
+	return "vault_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// Store keeps the budgets of vault keys for a [Proxy]. Its methods are
+// called concurrently, from every replica that shares it.
+type Store interface {
+	// Admit decides a request: it refuses one whose key is unknown,
+	// revoked or expired, or whose endpoint the key does not allow, and,
+	// for an Amount above zero whose idempotency key is not counted,
+	// reserves the amount if it fits under the cap, in the same atomic
+	// step as the check, or refuses it. For an admitted request with an
+	// idempotency key it records the forward in the key's IdemState.
+	Admit(ctx context.Context, r Request) (Admission, error)
+	// Settle ends a reservation as o says, and updates the IdemState of
+	// its idempotency key. Settling one twice, or one the store does not
+	// hold, changes nothing.
+	Settle(ctx context.Context, r Reservation, o Outcome, now time.Time) error
+	// Record stores one audit entry.
+	Record(ctx context.Context, e Entry) error
+}
+
+// Request is what a [Store] is asked to admit.
+type Request struct {
+	KeyID          string // KeyID of the presented vault key
+	Method, Path   string
+	IdempotencyKey string // "" when the request carries none
+	Amount         int64  // what Stripe would move; 0 for none
+	Now            time.Time
+	// CountFor is how long the upstream surely keeps an idempotency key
+	// after it first saw it: its key lifetime less the clock skew.
+	CountFor time.Duration
+	// Window is how long after a request is forwarded it may still be
+	// taken by the upstream as the first of its idempotency key: CountFor
+	// plus the longest a forwarded request takes to arrive.
+	Window time.Duration
+}
+
+// Outcome is how a forwarded request ended, for [Store.Settle].
+type Outcome uint8
+
+const (
+	// Released: the upstream refused (4xx) or replayed the request:
+	// nothing moved, the reservation is released.
+	Released Outcome = iota
+	// Charged: the upstream executed the request (a 2xx, not a replay).
+	// The amount counts as spent, and its idempotency key as counted until
+	// the reservation's At plus CountFor: the upstream saw the key no
+	// earlier than the reservation, so it remembers the key at least that
+	// long.
+	Charged
+	// Unknown: a 5xx, a timeout or a lost answer. The amount counts as
+	// spent, and the idempotency key as counted for as long as any
+	// request the answer may have replayed is surely remembered (see
+	// [IdemState]).
+	Unknown
+)
+
+// Refusal is why a [Proxy] answered a request itself.
+type Refusal string
+
+// The refusals.
+const (
+	Admitted    Refusal = ""
+	RefusedCap  Refusal = "cap"
+	RefusedEP   Refusal = "endpoint"
+	Revoked     Refusal = "revoked"
+	Expired     Refusal = "expired"
+	UnknownKey  Refusal = "unknown_key"
+	Suspended   Refusal = "kill_switch"
+	Upstream    Refusal = "upstream"
+	BadRequest  Refusal = "bad_request"
+	StoreFailed Refusal = "store"
+)
+
+// Admission is a [Store]'s decision on a [Request].
+type Admission struct {
+	Refusal     Refusal
+	Reservation Reservation // Amount 0 when nothing was reserved
+	// For a cap refusal: the key's cap, what it has spent and reserved,
+	// and over which span.
+	Cap, Used int64
+	Per       Per
+	// For an endpoint refusal: the key's allowlist.
+	AllowedEndpoints []string
+}
+
+// Reservation is an amount held against a key's cap while its request is
+// in flight.
+type Reservation struct {
+	ID             int64
+	KeyID          string
+	IdempotencyKey string
+	Amount         int64
+	At             time.Time // when it was made, on the proxy's clock
+	// Since is the earliest the upstream can have first seen the
+	// idempotency key, as the store knew at admission (see [IdemState]).
+	Since    time.Time
+	CountFor time.Duration
+}
+
+// IdemState is what a store knows of one idempotency key, over every vault
+// key: the upstream scopes idempotency keys to the secret the proxy holds.
+//
+// A key is counted until CountedUntil: then the upstream surely still
+// remembers the request that moved money under it, so a resend is a
+// replay and reserves nothing. CountedUntil is only ever set to a time
+// the upstream keeps the key past:
+//
+//   - after a fresh execution (a 2xx that is not a replay), to the
+//     reservation's At plus CountFor: the upstream saw the key no earlier
+//     than At;
+//   - after an unknown outcome, to Since plus CountFor. The answer may
+//     have been a replay of any earlier request with the key that the
+//     upstream still remembers, and each of those was forwarded no earlier
+//     than Since: Since is the first forward of a chain of forwards each
+//     less than Window after the one before, so every forward before the
+//     chain is one the upstream has surely forgotten.
+type IdemState struct {
+	ChainStart, LastForward, CountedUntil time.Time
+}
+
+// Counted reports whether a resend at now reserves nothing.
+func (s IdemState) Counted(now time.Time) bool { return now.Before(s.CountedUntil) }
+
+// Forwarded returns s after a request with the key is forwarded at now.
+func (s IdemState) Forwarded(now time.Time, window time.Duration) IdemState {
+	if s.LastForward.IsZero() || !now.Before(s.LastForward.Add(window)) {
+		s.ChainStart = now
+	}
+	if now.After(s.LastForward) {
+		s.LastForward = now
+	}
+	if now.Before(s.ChainStart) {
+		s.ChainStart = now
+	}
+	return s
+}
+
+// Settled returns s after r ended with o.
+func (s IdemState) Settled(r Reservation, o Outcome) IdemState {
+	var until time.Time
+	switch o {
+	case Charged:
+		until = r.At.Add(r.CountFor)
+	case Unknown:
+		until = r.Since.Add(r.CountFor)
+	}
+	if until.After(s.CountedUntil) {
+		s.CountedUntil = until
+	}
+	return s
+}
+
+// Entry is one audit row: a request the proxy answered. It holds no
+// secret and no vault key, only its KeyID.
+type Entry struct {
+	Time           time.Time `json:"time"`
+	KeyID          string    `json:"key_id"`
+	Method         string    `json:"method"`
+	Path           string    `json:"path"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	Amount         int64     `json:"amount,omitempty"`
+	Status         int       `json:"status"`
+	// Refused is why the proxy answered itself; "" when Stripe's answer
+	// was passed back.
+	Refused  Refusal `json:"refused,omitempty"`
+	Replayed bool    `json:"replayed,omitempty"`
+	// Kept says whether the amount reserved was counted as spent.
+	Kept bool `json:"kept,omitempty"`
+}
+
+// Usage is what a vault key has spent and holds reserved in its current
+// window.
+type Usage struct {
+	Spent    int64 // settled, plus reservations kept on an unknown outcome
+	Reserved int64 // in flight now
+}
+
+// ErrUnknownKey is returned by stores' administrative methods for a key
+// they do not know.
+var ErrUnknownKey = errors.New("spendcap: unknown vault key")
+
+// fits reports whether amount can be reserved under capAmount with spent
+// and reserved already used, in arithmetic that cannot wrap. An amount
+// above the cap never fits.
+func fits(capAmount, spent, reserved, amount int64) bool {
+	if amount <= 0 || amount > capAmount || spent < 0 || reserved < 0 {
+		return false
+	}
+	if reserved > math.MaxInt64-spent {
+		return false
+	}
+	return spent+reserved <= capAmount-amount
+}
+
+// window returns the start of the span that now's spend belongs to: the
+// UTC day for PerDay, the zero time for PerRun.
+func window(per Per, now time.Time) time.Time {
+	if per != PerDay {
+		return time.Time{}
+	}
+	now = now.UTC()
+	return time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+}
+
+// decide is the admission check common to the stores, for a key found in
+// the store with its window's spend.
+func decide(k Key, revoked bool, spent, reserved int64, counted bool, r Request) Admission {
+	switch {
+	case revoked:
+		return Admission{Refusal: Revoked}
+	case !k.ExpiresAt.IsZero() && !r.Now.Before(k.ExpiresAt):
+		return Admission{Refusal: Expired}
+	case !k.Allows(r.Method, r.Path):
+		return Admission{Refusal: RefusedEP, AllowedEndpoints: slices.Clone(k.AllowedEndpoints)}
+	case r.Amount <= 0 || counted:
+		return Admission{}
+	case !fits(k.CapAmount, spent, reserved, r.Amount):
+		used := spent
+		if reserved <= math.MaxInt64-used {
+			used += reserved
+		}
+		return Admission{Refusal: RefusedCap, Cap: k.CapAmount, Used: used, Per: k.Per}
+	}
+	return Admission{Reservation: Reservation{KeyID: r.KeyID, IdempotencyKey: r.IdempotencyKey, Amount: r.Amount, At: r.Now, CountFor: r.CountFor}}
+}
+
+// admitted finishes an admission a for r, whose idempotency key's state
+// was st: it records the forward and stamps the reservation's Since.
+func admitted(a Admission, r Request, st IdemState) (Admission, IdemState) {
+	if a.Refusal != Admitted || r.IdempotencyKey == "" {
+		return a, st
+	}
+	st = st.Forwarded(r.Now, r.Window)
+	a.Reservation.Since = st.ChainStart
+	return a, st
+}

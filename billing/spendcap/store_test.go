@@ -1,0 +1,240 @@
+package spendcap_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// adminStore is a Store with the administration both stores offer.
+type adminStore interface {
+	spendcap.Store
+	issue(tb testing.TB, vaultKey string, k spendcap.Key)
+	revoke(tb testing.TB, vaultKey string)
+	usage(tb testing.TB, vaultKey string, now time.Time) spendcap.Usage
+}
+
+type memStore struct{ *spendcap.MemoryStore }
+
+func (s memStore) issue(tb testing.TB, vk string, k spendcap.Key) {
+	if err := s.IssueKey(context.Background(), vk, k); err != nil {
+		tb.Fatal(err)
+	}
+}
+func (s memStore) revoke(tb testing.TB, vk string) {
+	if err := s.Revoke(context.Background(), spendcap.KeyID(vk)); err != nil {
+		tb.Fatal(err)
+	}
+}
+func (s memStore) usage(_ testing.TB, vk string, now time.Time) spendcap.Usage {
+	return s.Usage(spendcap.KeyID(vk), now)
+}
+
+type pgStore struct{ *spendcap.PostgresStore }
+
+func (s pgStore) issue(tb testing.TB, vk string, k spendcap.Key) {
+	if err := s.IssueKey(context.Background(), vk, k, "test"); err != nil {
+		tb.Fatal(err)
+	}
+}
+func (s pgStore) revoke(tb testing.TB, vk string) {
+	if err := s.Revoke(context.Background(), spendcap.KeyID(vk)); err != nil {
+		tb.Fatal(err)
+	}
+}
+func (s pgStore) usage(tb testing.TB, vk string, now time.Time) spendcap.Usage {
+	u, err := s.Usage(context.Background(), spendcap.KeyID(vk), now)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return u
+}
+
+func newPostgresStore(tb testing.TB) *spendcap.PostgresStore {
+	tb.Helper()
+	s, err := spendcap.NewPostgresStore(pgtest.Pool(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func eachStore(t *testing.T, f func(t *testing.T, s adminStore)) {
+	t.Run("memory", func(t *testing.T) { f(t, memStore{spendcap.NewMemoryStore()}) })
+	t.Run("postgres", func(t *testing.T) { f(t, pgStore{newPostgresStore(t)}) })
+}
+
+var t0 = time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
+
+const countFor = 24*time.Hour - 5*time.Minute
+
+func req(vk, idem string, amount int64, now time.Time) spendcap.Request {
+	return spendcap.Request{KeyID: spendcap.KeyID(vk), Method: "POST", Path: "/v1/charges", IdempotencyKey: idem,
+		Amount: amount, Now: now, CountFor: countFor, Window: countFor + 2*time.Minute}
+}
+
+func admit(tb testing.TB, s spendcap.Store, r spendcap.Request) spendcap.Admission {
+	tb.Helper()
+	a, err := s.Admit(context.Background(), r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+func settle(tb testing.TB, s spendcap.Store, a spendcap.Admission, o spendcap.Outcome, now time.Time) {
+	tb.Helper()
+	if err := s.Settle(context.Background(), a.Reservation, o, now); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func TestStoreReservesAtTheEdgeConcurrently(t *testing.T) {
+	eachStore(t, func(t *testing.T, s adminStore) {
+		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000})
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			admitted []spendcap.Admission
+		)
+		for i := range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := admit(t, s, req(vaultKey, "k"+string(rune('A'+i)), 30, t0))
+				if a.Refusal == spendcap.Admitted {
+					mu.Lock()
+					admitted = append(admitted, a)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if len(admitted) != 33 {
+			t.Fatalf("%d of 50 requests of 30 admitted under a cap of 1000; want 33", len(admitted))
+		}
+		for i, a := range admitted {
+			o := spendcap.Charged
+			if i%2 == 1 {
+				o = spendcap.Released
+			}
+			settle(t, s, a, o, t0)
+			settle(t, s, a, o, t0) // twice changes nothing
+		}
+		if u := s.usage(t, vaultKey, t0); u.Spent != 17*30 || u.Reserved != 0 {
+			t.Fatalf("usage = %+v; want %d spent, none reserved", u, 17*30)
+		}
+	})
+}
+
+func TestStoreCountsIdempotencyKeysWhileStripeRemembersThem(t *testing.T) {
+	eachStore(t, func(t *testing.T, s adminStore) {
+		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000})
+		s.issue(t, "vault_other_key_0000000000000", spendcap.Key{CapAmount: 1000})
+		a := admit(t, s, req(vaultKey, "charged", 400, t0))
+		settle(t, s, a, spendcap.Charged, t0.Add(time.Second))
+		// Within the lifetime, from any vault key: nothing reserved.
+		for _, vk := range []string{vaultKey, "vault_other_key_0000000000000"} {
+			if a := admit(t, s, req(vk, "charged", 400, t0.Add(countFor-time.Second))); a.Refusal != "" || a.Reservation.Amount != 0 {
+				t.Errorf("resend before the lifetime ends: %+v; want admitted with nothing reserved", a)
+			}
+		}
+		// After it, reserved anew.
+		a = admit(t, s, req(vaultKey, "charged", 400, t0.Add(countFor)))
+		if a.Refusal != "" || a.Reservation.Amount != 400 {
+			t.Fatalf("resend after the lifetime: %+v; want 400 reserved", a)
+		}
+		settle(t, s, a, spendcap.Released, t0.Add(countFor))
+
+		// An unknown outcome counts from the first forward of the chain.
+		first := admit(t, s, req(vaultKey, "unknown", 100, t0))
+		settle(t, s, first, spendcap.Released, t0)
+		later := admit(t, s, req(vaultKey, "unknown", 100, t0.Add(time.Hour)))
+		settle(t, s, later, spendcap.Unknown, t0.Add(time.Hour))
+		if a := admit(t, s, req(vaultKey, "unknown", 100, t0.Add(countFor-time.Second))); a.Reservation.Amount != 0 {
+			t.Errorf("resend within the lifetime of the first forward: %+v; want nothing reserved", a)
+		}
+		if a := admit(t, s, req(vaultKey, "unknown", 100, t0.Add(countFor))); a.Reservation.Amount != 100 {
+			t.Errorf("resend a lifetime after the first forward: %+v; want 100 reserved: the answer may have replayed the first", a)
+		}
+	})
+}
+
+func TestStoreRefusals(t *testing.T) {
+	eachStore(t, func(t *testing.T, s adminStore) {
+		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges"}, ExpiresAt: t0.Add(time.Hour)})
+		for _, c := range []struct {
+			r    spendcap.Request
+			want spendcap.Refusal
+		}{
+			{req("vault_unknown_0000000000000", "", 1, t0), spendcap.UnknownKey},
+			{req(vaultKey, "", math.MaxInt64, t0), spendcap.RefusedCap},
+			{req(vaultKey, "", 1001, t0), spendcap.RefusedCap},
+			{req(vaultKey, "", 1, t0.Add(time.Hour)), spendcap.Expired},
+			{func() spendcap.Request { r := req(vaultKey, "", 1, t0); r.Path = "/v1/refunds"; return r }(), spendcap.RefusedEP},
+			{req(vaultKey, "", 1000, t0), spendcap.Admitted},
+		} {
+			if a := admit(t, s, c.r); a.Refusal != c.want {
+				t.Errorf("%s %s amount %d at %v: %q; want %q", c.r.Method, c.r.Path, c.r.Amount, c.r.Now, a.Refusal, c.want)
+			}
+		}
+		s.revoke(t, vaultKey)
+		if a := admit(t, s, req(vaultKey, "", 1, t0)); a.Refusal != spendcap.Revoked {
+			t.Errorf("after Revoke: %q; want revoked", a.Refusal)
+		}
+	})
+}
+
+func TestStorePerDayWindow(t *testing.T) {
+	eachStore(t, func(t *testing.T, s adminStore) {
+		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerDay})
+		a := admit(t, s, req(vaultKey, "", 900, t0))
+		settle(t, s, a, spendcap.Charged, t0)
+		if a := admit(t, s, req(vaultKey, "", 200, t0.Add(time.Hour))); a.Refusal != spendcap.RefusedCap {
+			t.Errorf("same day: %q; want cap", a.Refusal)
+		}
+		next := t0.Add(14 * time.Hour) // past midnight UTC
+		if a := admit(t, s, req(vaultKey, "", 200, next)); a.Refusal != "" {
+			t.Errorf("next day: %q; want admitted", a.Refusal)
+		}
+		if u := s.usage(t, vaultKey, next); u.Spent != 0 || u.Reserved != 200 {
+			t.Errorf("next day usage %+v; want 0 spent, 200 reserved", u)
+		}
+	})
+}
+
+func TestPostgresStoreMigrate(t *testing.T) {
+	pool := pgtest.Pool(t)
+	s, err := spendcap.NewPostgresStore(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Migrate(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, err := pool.Exec(context.Background(), "INSERT INTO spendcap_migrations (version, name) VALUES (99, 'future')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); !errors.Is(err, spendcap.ErrNewerSchema) {
+		t.Fatalf("Migrate with a newer record: %v; want ErrNewerSchema", err)
+	}
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "" { // the program reads these; a replica gets its own
+		os.Unsetenv("DATABASE_URL")
+		os.Unsetenv("STRIPE_SECRET_KEY")
+		os.Unsetenv("SPENDCAP_ADMIN_TOKEN")
+	}
+	pgtest.Main(m)
+}
+
+const helperEnv = "SPEND_CAP_PROXY_HELPER_ARGS"
+
+// TestHelperProcess is the program itself, for tests that run it as
+// separate OS processes.
+func TestHelperProcess(t *testing.T) {
+	args := os.Getenv(helperEnv)
+	if args == "" {
+		t.Skip("runs only as a subprocess")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, strings.Split(args, "\x1f"), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "spend-cap-proxy:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+type replica struct {
+	cmd  *exec.Cmd
+	base string
+	out  *bytes.Buffer // its standard output, complete once it has exited
+	err  *bytes.Buffer // its standard error
+	stop func()        // ends it with SIGTERM and waits; safe to call again
+}
+
+func (r *replica) printed() string { return r.out.String() + r.err.String() }
+
+// startReplica runs the program as its own process and waits for the
+// address it listens on.
+func startReplica(t *testing.T, env []string, args ...string) *replica {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd.Env = append(append(os.Environ(), env...), helperEnv+"="+strings.Join(args, "\x1f"))
+	r := &replica{cmd: cmd, out: &bytes.Buffer{}, err: &bytes.Buffer{}}
+	cmd.Stderr = r.err
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		r.out.WriteString(lines.Text() + "\n")
+		if rest, ok := strings.CutPrefix(lines.Text(), "spend-cap proxy on "); ok {
+			r.base, _, _ = strings.Cut(rest, " ")
+			break
+		}
+	}
+	if r.base == "" {
+		cmd.Wait()
+		t.Fatalf("the proxy did not start:\n%s", r.printed())
+	}
+	done := make(chan struct{})
+	go func() { // keep reading, so the process never blocks on a write
+		for lines.Scan() {
+			r.out.WriteString(lines.Text() + "\n")
+		}
+		close(done)
+	}()
+	r.stop = sync.OnceFunc(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("replica exited with %v:\n%s", err, r.printed())
+		}
+	})
+	t.Cleanup(r.stop)
+	return r
+}
+
+func call(t *testing.T, method, u, bearer string, form url.Values) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if form.Get("amount") != "" {
+		req.Header.Set("Idempotency-Key", "idem-"+form.Get("customer"))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, u, err)
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
+
+// Two replicas on one database share one budget: 50 concurrent charges at
+// the edge of the cap, sent to both, move exactly the cap at the fake
+// Stripe and no more. A key revoked on one replica is refused by the
+// other; the admin API wants its own token; nothing prints the secret.
+func TestTwoReplicasShareOneCap(t *testing.T) {
+	const secret = "sk_test_held_by_the_proxy_only_a1b2c3d4e5f6"
+	const token = "admin_token_for_the_test"
+	const capAmount, amount, requests = 1000, 100, 50
+	srv := billingtest.NewServer(billingtest.Config{APIKeys: []string{secret}})
+	t.Cleanup(srv.Close)
+	db := pgtest.URL(t)
+	env := []string{"STRIPE_SECRET_KEY=" + secret, "SPENDCAP_ADMIN_TOKEN=" + token}
+	a := startReplica(t, env, "-database-url", db, "-upstream", srv.URL)
+	b := startReplica(t, env, "-database-url", db, "-upstream", srv.URL)
+
+	if st, _ := call(t, "POST", a.base+"/admin/keys", secret, url.Values{"cap": {"5"}}); st != http.StatusUnauthorized {
+		t.Errorf("admin API with the Stripe secret as token: status %d; want 401", st)
+	}
+	st, issued := call(t, "POST", a.base+"/admin/keys", token, url.Values{"cap": {fmt.Sprint(capAmount)}, "allow": {"POST /v1/charges"}, "label": {"test"}})
+	if st != http.StatusOK {
+		t.Fatalf("issuing a key: %d %v", st, issued)
+	}
+	vk, _ := issued["vault_key"].(string)
+	id, _ := issued["key_id"].(string)
+
+	var wg sync.WaitGroup
+	statuses := make([]int, requests)
+	for i := range requests {
+		wg.Go(func() {
+			base := []string{a.base, b.base}[i%2]
+			statuses[i], _ = call(t, "POST", base+"/v1/charges", vk,
+				url.Values{"amount": {fmt.Sprint(amount)}, "currency": {"usd"}, "customer": {fmt.Sprintf("cus_%02d", i)}})
+		})
+	}
+	wg.Wait()
+	var ok, refused int
+	for _, s := range statuses {
+		switch s {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			refused++
+		}
+	}
+	var upstream int64
+	var paid int
+	for _, p := range srv.Payments() {
+		if p.Paid {
+			upstream += p.Amount
+			paid++
+		}
+	}
+	t.Logf("%d requests of %d at a cap of %d over 2 replicas: %d answered 200, %d refused at the cap; %d payments, %d moved at the fake Stripe",
+		requests, amount, capAmount, ok, refused, paid, upstream)
+	if upstream > capAmount {
+		t.Errorf("%d moved at the fake Stripe; cap %d", upstream, capAmount)
+	}
+	if upstream != capAmount || ok != capAmount/amount || refused != requests-ok {
+		t.Errorf("want exactly %d charges of %d and the rest refused at the cap", capAmount/amount, amount)
+	}
+
+	if st, body := call(t, "DELETE", b.base+"/admin/keys/"+id, token, nil); st != http.StatusOK {
+		t.Fatalf("revoking on the other replica: %d %v", st, body)
+	}
+	if st, _ := call(t, "POST", a.base+"/v1/charges", vk, url.Values{"amount": {"1"}, "currency": {"usd"}, "customer": {"cus_late"}}); st != http.StatusUnauthorized {
+		t.Errorf("a revoked key: status %d; want 401", st)
+	}
+	if st, _ := call(t, "DELETE", b.base+"/admin/keys/vk_unknown", token, nil); st != http.StatusNotFound {
+		t.Errorf("revoking an unknown key: status %d; want 404", st)
+	}
+
+	for _, r := range []*replica{a, b} {
+		r.stop() // all it printed is in r.out and r.err once it has exited
+		if strings.Contains(r.printed(), secret) || strings.Contains(r.printed(), vk) {
+			t.Errorf("a replica printed the Stripe secret or the vault key:\n%s", r.printed())
+		}
+	}
+}
+
+// With no flags the program is a demo: it issues a key and prints the
+// command that bills through it.
+func TestDemoPrintsAKeyAndTheCommand(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, pw); pw.Close() }()
+	var out strings.Builder
+	lines := bufio.NewScanner(pr)
+	deadline := time.AfterFunc(2*time.Minute, cancel)
+	defer deadline.Stop()
+	for lines.Scan() {
+		out.WriteString(lines.Text() + "\n")
+		if strings.Contains(lines.Text(), "go run ./examples/monthly-billing") {
+			break
+		}
+	}
+	cancel()
+	go func() { bufio.NewReader(pr).WriteTo(&strings.Builder{}) }()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"admin token: admin_", "vault key: vault_", "-vault-proxy-url http://127.0.0.1:", "-vault-key vault_"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "sk_test_") {
+		t.Errorf("the demo printed its Stripe secret:\n%s", out.String())
+	}
+}
