@@ -164,7 +164,14 @@ func TestConcurrentSameKeyGetsOne409(t *testing.T) {
 		first <- out{ch, err}
 	}()
 	<-arrived
-	// The first request is executing: the ledger already holds the charge.
+	// The script answers as the request arrives, before the charge is
+	// stored; once it is, the first request is held while executing and
+	// the ledger already holds the charge.
+	for deadline := time.Now().Add(10 * time.Second); srv.Count("cus_1") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the held request never stored its charge")
+		}
+	}
 	if n := srv.Count("cus_1"); n != 1 {
 		t.Fatalf("Count while executing = %d; want 1", n)
 	}
