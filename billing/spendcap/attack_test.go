@@ -1,7 +1,10 @@
 package spendcap_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
 )
@@ -42,5 +45,31 @@ func TestAttackCountedKeyReusedByOtherVaultKey(t *testing.T) {
 	t.Logf("small-cap key resend status %d; paid at fake %d; small key usage %+v", a.status, total, px.Usage(small))
 	if total > 0 && px.Usage(small).Spent < 5000 && a.status < 300 {
 		t.Errorf("vault key with cap 10 moved %d at the fake, counted %d", total, px.Usage(small).Spent)
+	}
+}
+
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *stepClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// A clock stepped back over midnight and forward again (an NTP step) must
+// not give a PerDay key a fresh cap each time its window changes.
+func TestAttackPerDayClockSteppedBackAcrossMidnight(t *testing.T) {
+	t.Parallel()
+	midnight := time.Date(2026, 9, 2, 0, 0, 0, 0, time.UTC)
+	clk := &stepClock{t: midnight.Add(time.Second)}
+	srv, px := newProxy(t, billingtest.ProxyConfig{Clock: clk})
+	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerDay})
+	for i, at := range []time.Time{midnight.Add(time.Second), midnight.Add(-time.Second), midnight.Add(2 * time.Second)} {
+		clk.Set(at)
+		a := post(t, px.URL, vaultKey, fmt.Sprintf("day-%d", i), fmt.Sprintf("cus_%d", i), 1000)
+		t.Logf("at %s: status %d", at.Format(time.TimeOnly), a.status)
+	}
+	if total, n := paid(srv); total > 1000 {
+		t.Errorf("daily cap 1000 within 3 seconds of clock time: %d payments moved %d at the fake", n, total)
 	}
 }
