@@ -2,6 +2,9 @@ package spendcap_test
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,5 +98,54 @@ func TestAttackCountedKeyOutlivesStripeAfterClockStepBack(t *testing.T) {
 	t.Logf("resend status %d replayed=%q; %d payments moved %d; proxy spent %d", a.status, a.header.Get("Idempotent-Replayed"), n, total, px.Usage(vaultKey).Spent)
 	if total > 1000 {
 		t.Errorf("cap 1000: moved %d at the fake", total)
+	}
+}
+
+// Amount spellings, content types, methods and path tricks: none moves
+// more than the cap at the fake.
+func TestAttackSpellingsMethodsPaths(t *testing.T) {
+	t.Parallel()
+	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
+	meta := "&currency=usd&customer=cus_1"
+	cases := []struct{ method, path, ctype, body string }{
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=5000&amount=1" + meta},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=1&amount=5000" + meta},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=%2B5000" + meta},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=0005000" + meta},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=5000%00" + meta},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "am%6Funt=5000" + meta},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=5000;x=1" + meta},
+		{"POST", "/v1/charges", "APPLICATION/X-WWW-FORM-URLENCODED; charset=utf-8", "amount=5000" + meta},
+		{"POST", "/v1/charges", "application/json", `{"amount":5000,"currency":"usd","customer":"cus_1"}`},
+		{"POST", "/v1/charges", "", "amount=5000" + meta},
+		{"POST", "/v1/charges?amount=5000", "application/x-www-form-urlencoded", "currency=usd&customer=cus_1"},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=18446744073709556616" + meta},
+		{"PUT", "/v1/charges", "application/x-www-form-urlencoded", "amount=5000" + meta},
+		{"POST", "/v1/charges/../payment_intents", "application/x-www-form-urlencoded", "amount=5000&confirm=true" + meta},
+		{"POST", "/v1/charges/%2E%2E/payment_intents", "application/x-www-form-urlencoded", "amount=5000&confirm=true" + meta},
+		{"POST", "/v1/charges%2F..%2Fpayment_intents", "application/x-www-form-urlencoded", "amount=5000&confirm=true" + meta},
+		{"POST", "//v1/charges", "application/x-www-form-urlencoded", "amount=5000" + meta},
+		{"POST", "/V1/charges", "application/x-www-form-urlencoded", "amount=5000" + meta},
+		{"POST", "/v1/payment_intents", "application/x-www-form-urlencoded", "amount=5000&confirm=true" + meta},
+	}
+	for i, c := range cases {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(px.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct := ""
+		if c.ctype != "" {
+			ct = "Content-Type: " + c.ctype + "\r\n"
+		}
+		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nIdempotency-Key: sp-%d\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s", c.method, c.path, vaultKey, i, ct, len(c.body), c.body)
+		b, _ := io.ReadAll(conn)
+		conn.Close()
+		line, _, _ := strings.Cut(string(b), "\r\n")
+		total, _ := paid(srv)
+		t.Logf("%s %s %q: %s; moved so far %d", c.method, c.path, c.body, line, total)
+	}
+	if total, n := paid(srv); total > 1000 {
+		t.Errorf("cap 1000: %d payments moved %d at the fake", n, total)
 	}
 }
