@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -147,5 +148,44 @@ func TestAttackSpellingsMethodsPaths(t *testing.T) {
 	}
 	if total, n := paid(srv); total > 1000 {
 		t.Errorf("cap 1000: %d payments moved %d at the fake", n, total)
+	}
+}
+
+// Replays through the proxy, from another vault key, and after a lost
+// answer, are never counted twice; a lost answer resent after Stripe forgot
+// the key is counted as the charge it is.
+func TestAttackReplaysCountedOnce(t *testing.T) {
+	t.Parallel()
+	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	const other = "vault_key_test_other_00000000000000008"
+	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
+	px.IssueKey(billingtest.VaultKey{Key: other, CapAmount: 1000})
+	post(t, px.URL, vaultKey, "r-1", "cus_1", 400)
+	post(t, px.URL, vaultKey, "r-1", "cus_1", 400) // replay
+	post(t, px.URL, other, "r-1", "cus_1", 400)    // replay via another vault key
+	srv.FailNext(billingtest.Match{IdempotencyKey: "r-2"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	req, _ := http.NewRequest("POST", px.URL+"/v1/charges", strings.NewReader("amount=300&currency=usd&customer=cus_2&metadata%5B"+billingtest.DefaultPeriodKey+"%5D=2026-09"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+vaultKey)
+	req.Header.Set("Idempotency-Key", "r-2")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Logf("cut: status %d", resp.StatusCode)
+	}
+	// The same request, parameters in another order: a replay.
+	req, _ = http.NewRequest("POST", px.URL+"/v1/charges", strings.NewReader("customer=cus_2&currency=usd&metadata%5B"+billingtest.DefaultPeriodKey+"%5D=2026-09&amount=300"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+vaultKey)
+	req.Header.Set("Idempotency-Key", "r-2")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	total, n := paid(srv)
+	u, uo := px.Usage(vaultKey), px.Usage(other)
+	t.Logf("reordered resend: status %d replayed=%q; fake moved %d in %d; spent %d + %d", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), total, n, u.Spent, uo.Spent)
+	if u.Spent+uo.Spent != total {
+		t.Errorf("fake moved %d, proxy counted %d", total, u.Spent+uo.Spent)
 	}
 }
