@@ -144,8 +144,8 @@ func (p *Proxy) SetCap(key string, capAmount int64) {
 	}
 }
 
-// KillSwitch, when on, makes the proxy refuse every request with 401
-// until it is turned off.
+// KillSwitch makes the proxy refuse every request with 401 while on is
+// true, until it is turned off.
 func (p *Proxy) KillSwitch(on bool) { p.handler.Suspend(on) }
 
 // LoseAnswers makes the proxy settle each forwarded request for which lose

@@ -175,8 +175,8 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
 
-// Suspend, when on, makes the proxy refuse every request with 401 until it
-// is turned off. Requests already forwarded finish.
+// Suspend makes the proxy refuse every request with 401 while on is true,
+// until it is turned off. Requests already forwarded finish.
 func (p *Proxy) Suspend(on bool) { p.suspended.Store(on) }
 
 // SetBeforeReply installs f, called after a forwarded request is settled

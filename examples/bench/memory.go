@@ -29,8 +29,8 @@ type memConfig struct {
 type memResult struct {
 	Charged   int
 	Seconds   float64
-	VmHWMKiB  int64
-	VmRSSKiB  int64
+	VmHWMKiB  int64 //lint:ignore ST1003 named as /proc/self/status names it
+	VmRSSKiB  int64 //lint:ignore ST1003 named as /proc/self/status names it
 	Completed bool
 }
 
