@@ -189,3 +189,28 @@ func TestAttackReplaysCountedOnce(t *testing.T) {
 		t.Errorf("fake moved %d, proxy counted %d", total, u.Spent+uo.Spent)
 	}
 }
+
+// A cap lowered while a request is in flight: the request admitted under
+// the old cap finishes, and nothing more is admitted until the spend is
+// back under the new cap.
+func TestAttackCapLoweredInFlight(t *testing.T) {
+	t.Parallel()
+	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
+	release := make(chan struct{})
+	srv.FailNext(billingtest.Match{IdempotencyKey: "slow"}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
+	done := make(chan answer)
+	go func() { done <- post(t, px.URL, vaultKey, "slow", "cus_1", 800) }()
+	for px.Usage(vaultKey).Reserved == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	px.SetCap(vaultKey, 500)
+	b := post(t, px.URL, vaultKey, "after", "cus_2", 100)
+	close(release)
+	a := <-done
+	total, n := paid(srv)
+	t.Logf("in flight: %d; after lowering: %d; fake moved %d in %d; usage %+v", a.status, b.status, total, n, px.Usage(vaultKey))
+	if b.status < 300 {
+		t.Errorf("admitted %d with 800 reserved under a cap lowered to 500", 100)
+	}
+}
