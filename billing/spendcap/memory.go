@@ -96,8 +96,11 @@ func (s *MemoryStore) Entries() []Entry {
 	return slices.Clone(s.log)
 }
 
+// roll starts a new window when now is past the current one. A clock
+// stepped back keeps the current window: going back to an earlier one
+// would give its cap afresh.
 func (k *memKey) roll(now time.Time) {
-	if w := window(k.Per, now); !w.Equal(k.window) {
+	if w := window(k.Per, now); w.After(k.window) {
 		k.window, k.spent = w, 0
 	}
 }

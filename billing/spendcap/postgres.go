@@ -197,7 +197,7 @@ func (s *PostgresStore) Usage(ctx context.Context, id string, now time.Time) (Us
 	if err != nil {
 		return Usage{}, fmt.Errorf("spendcap: usage of %s: %w", id, err)
 	}
-	if !window(parsePer(per), now).Equal(start) {
+	if window(parsePer(per), now).After(start) {
 		u.Spent = 0
 	}
 	return u, nil
@@ -246,7 +246,7 @@ FROM spendcap_keys WHERE key_id = $1 FOR UPDATE`, r.KeyID).
 			k.ExpiresAt = *expires
 		}
 		newSpent, newWindowStart = spent, start
-		if w := window(k.Per, r.Now); !w.Equal(start.UTC()) {
+		if w := window(k.Per, r.Now); w.After(start) {
 			newSpent, newWindowStart = 0, w
 		}
 		if r.IdempotencyKey != "" {
@@ -322,7 +322,7 @@ RETURNING key_id, idempotency_key, amount, reserved_at, since, count_for_us`, r.
 			return err
 		}
 		if o != Released {
-			if w := window(parsePer(per), now); !w.Equal(start.UTC()) {
+			if w := window(parsePer(per), now); w.After(start) {
 				start, spent = w, 0
 			}
 			spent += held.Amount

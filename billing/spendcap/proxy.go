@@ -3,6 +3,8 @@ package spendcap
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,9 +103,11 @@ type ProxyConfig struct {
 // Once an idempotency key has been counted, a resend with it reserves
 // nothing, as long as Stripe surely remembers the key: KeyLifetime minus
 // ClockSkew after the earliest Stripe can have first seen it (see
-// [IdemState]). Then a resend is reserved like a new request. Idempotency
-// keys are tracked over all vault keys, as Stripe scopes them to the
-// secret the proxy holds.
+// [IdemState]). Then a resend is reserved like a new request. Only the
+// same request counts as a resend: the same idempotency key from the same
+// vault key to the same endpoint with the same parameters. Any other use
+// of a key is reserved, as Stripe executes it afresh when it never stored
+// the key (a 5xx before execution, a request lost on the way).
 type Proxy struct {
 	upstream    *url.URL
 	stripeKey   string
@@ -212,7 +216,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	now := p.clock.Now()
 	adm, err := p.store.Admit(ctx, Request{
-		KeyID: e.KeyID, Method: r.Method, Path: r.URL.Path, IdempotencyKey: e.IdempotencyKey,
+		KeyID: e.KeyID, Method: r.Method, Path: r.URL.Path, IdempotencyKey: countedKey(e.KeyID, r, body),
 		Amount: amount, Now: now, CountFor: p.countFor, Window: p.countFor + p.timeout + 2*p.skew,
 	})
 	if err != nil {
@@ -280,6 +284,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(resp.body)
+}
+
+// countedKey names r's idempotency key in the store: the key the client
+// sent, scoped to the vault key, the endpoint and the parameters. A resend
+// reserves nothing only if it is the same request: the upstream executes a
+// request with other parameters afresh when it never stored the key (a
+// 5xx before execution, a connection lost before arrival), so a key
+// counted for one request must not let another through unreserved.
+func countedKey(keyID string, r *http.Request, body []byte) string {
+	k := r.Header.Get("Idempotency-Key")
+	if k == "" {
+		return ""
+	}
+	canon := string(body)
+	if q, err := url.ParseQuery(canon); err == nil {
+		canon = q.Encode() // sorted: parameters in another order are the same request
+	}
+	h := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\n" + canon))
+	return keyID + " " + hex.EncodeToString(h[:16]) + " " + k
 }
 
 // hook calls the function installed by SetBeforeReply for a forwarded
