@@ -58,6 +58,11 @@
 //     reservation held: its amount counts against the cap from then on, so
 //     the cap is reached early, never passed. Raise the cap or issue a new
 //     key.
+//   - The proxy's clock stepping back by more than ProxyConfig.ClockSkew:
+//     a key it counted then looks younger to it than it is to Stripe, so a
+//     resend after Stripe has forgotten the key passes as a replay and is
+//     charged without a reservation. Run the proxy replicas on clocks kept
+//     by NTP that slew rather than step.
 //   - A cap is a bound, not a judgement: it does not tell right charges from
 //     wrong ones below it.
 package spendcap
