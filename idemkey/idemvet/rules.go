@@ -310,7 +310,7 @@ func (c *checker) checkWrites(fd *ast.FuncDecl) {
 			if obj, _, _ := types.LookupFieldOrMethod(t, true, nil, "IdempotencyKey"); obj == nil {
 				continue
 			}
-			if c.lacksKey(fd, a) {
+			if c.lacksKey(fd, call, a) {
 				c.report(call.Pos(), NoKey,
 					"%s sends a Stripe write without an idempotency key: stripe-go then makes a random key for this call only, so any retry around it (a job rerun, a queue redelivery, a retry loop, a restart) makes a second %s. "+
 						"Set params.IdempotencyKey from what identifies the operation (customer, period: idemkey.For)",
@@ -326,10 +326,10 @@ func objectOf(fn *types.Func) string {
 	return p[strings.LastIndex(p, "/")+1:] + " object"
 }
 
-// lacksKey reports whether the params a are sure to carry no key: nil, a
-// literal without one, or a local variable built from such a literal that
-// never gets a key and is never handed to other code.
-func (c *checker) lacksKey(fd *ast.FuncDecl, a ast.Expr) bool {
+// lacksKey reports whether the params a of the write call are sure to carry
+// no key: nil, a literal without one, or a local variable built from such a
+// literal that gets no key and is handed to no other code before the write.
+func (c *checker) lacksKey(fd *ast.FuncDecl, call *ast.CallExpr, a ast.Expr) bool {
 	a = ast.Unparen(a)
 	if isNil(a) {
 		return true
@@ -358,9 +358,32 @@ func (c *checker) lacksKey(fd *ast.FuncDecl, a ast.Expr) bool {
 				return false
 			}
 		}
-		return !c.mayGetKey(fd, v)
+		return !c.mayGetKey(fd, call, v)
 	}
 	return false
+}
+
+// runsBefore reports whether code at pos may run before the write call:
+// it comes first, or shares a loop with the call, or fd jumps backwards.
+func runsBefore(fd *ast.FuncDecl, call *ast.CallExpr, pos token.Pos) bool {
+	if pos < call.Pos() {
+		return true
+	}
+	before := false
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.ForStmt, *ast.RangeStmt:
+			if within(n, call.Pos()) && within(n, pos) {
+				before = true
+			}
+		case *ast.BranchStmt:
+			if n.Tok == token.GOTO {
+				before = true
+			}
+		}
+		return !before
+	})
+	return before
 }
 
 func litHasKey(lit *ast.CompositeLit) bool {
@@ -376,10 +399,10 @@ func litHasKey(lit *ast.CompositeLit) bool {
 	return found
 }
 
-// mayGetKey reports whether v's key may be set in fd or v leaves fd's
-// sight: any use other than reading or writing a field, calling a stripe-go
-// method with it, or a stripe-go write.
-func (c *checker) mayGetKey(fd *ast.FuncDecl, v *types.Var) bool {
+// mayGetKey reports whether v's key may be set in fd before the write call,
+// or v leaves fd's sight before it: any use other than reading or writing a
+// field, calling a stripe-go method with it, or a stripe-go write.
+func (c *checker) mayGetKey(fd *ast.FuncDecl, call *ast.CallExpr, v *types.Var) bool {
 	info := c.pass.TypesInfo
 	may := false
 	var stack []ast.Node
@@ -390,7 +413,7 @@ func (c *checker) mayGetKey(fd *ast.FuncDecl, v *types.Var) bool {
 		}
 		stack = append(stack, n)
 		id, ok := n.(*ast.Ident)
-		if !ok || info.Uses[id] != v {
+		if !ok || info.Uses[id] != v || !runsBefore(fd, call, id.Pos()) {
 			return true
 		}
 		parent := stack[len(stack)-2]

@@ -40,6 +40,16 @@ func packageLevel(customer string) error {
 	return err
 }
 
+// A use after the write cannot give that write a key.
+func usedAfter(customer string, show func(any)) error {
+	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
+	_, err := charge.New(p) // want `charge.New sends a Stripe write`
+	show(p)
+	q := p
+	_ = q
+	return err
+}
+
 // ---- not reported ----
 
 func withKey(customer, period string) error {
@@ -83,6 +93,33 @@ func handedOver(customer string) error {
 	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
 	setKey(p)
 	_, err := charges.New(p)
+	return err
+}
+
+// In a loop, code after the write runs before the next one.
+func handedOverInLoop(customers []string) error {
+	p := &stripe.ChargeParams{}
+	for _, c := range customers {
+		p.Customer = stripe.String(c)
+		if _, err := charges.New(p); err != nil {
+			return err
+		}
+		setKey(p)
+	}
+	return nil
+}
+
+// A jump back may run code after the write before it.
+func handedOverByGoto(customer string) error {
+	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
+	n := 0
+again:
+	_, err := charges.New(p)
+	if err != nil && n == 0 {
+		setKey(p)
+		n++
+		goto again
+	}
 	return err
 }
 
