@@ -63,12 +63,36 @@ func (c *checker) checkKeys(f *ast.File, fd *ast.FuncDecl) {
 	for _, s := range c.sinks(fd) {
 		var origins []origin
 		c.trace(s.key, func(o origin) { origins = append(origins, o) })
-		bs := c.boundaries(f, s.node.Pos())
+		bs := c.retries(s, c.boundaries(f, s.node.Pos()))
 		if c.checkRetryKey(s, origins, bs) || c.checkFreshKey(f, s, origins, bs) {
 			continue
 		}
 		c.checkFixedKey(f, fd, s, origins)
 	}
+}
+
+// retries drops from bs the loops and recursions that walk a collection:
+// the request changes from pass to pass with the loop's counter or the
+// parameters the recursive call changes, so each pass is a new operation,
+// not another attempt of one.
+func (c *checker) retries(s sink, bs []boundary) []boundary {
+	var req []origin
+	for _, r := range s.request {
+		c.trace(r, func(o origin) { req = append(req, o) })
+	}
+	var out []boundary
+	for _, b := range bs {
+		walk := false
+		for _, o := range req {
+			if o.v != nil && b.passVars[o.v] {
+				walk = true
+			}
+		}
+		if !walk {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func (c *checker) checkRetryKey(s sink, origins []origin, bs []boundary) bool {
