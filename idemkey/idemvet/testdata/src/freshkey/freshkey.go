@@ -89,4 +89,3 @@ func freshMetadata(customer, period string) error {
 	_, err := charges.New(p)
 	return err
 }
-
