@@ -322,7 +322,11 @@ func (c *checker) checkWrites(fd *ast.FuncDecl) {
 			return true
 		}
 		fn, ok := typeutilCallee(info, call).(*types.Func)
-		if !ok || fn.Pkg() == nil || !stripeAny.MatchString(fn.Pkg().Path()) || stripeRoot.MatchString(fn.Pkg().Path()) || !writeMethod.MatchString(fn.Name()) || !reportableWrite(fn.Pkg().Path()) {
+		if !ok || fn.Pkg() == nil || !writeMethod.MatchString(fn.Name()) {
+			return true
+		}
+		res := writeResource(fn)
+		if res == "" {
 			return true
 		}
 		sig := fn.Type().(*types.Signature)
@@ -338,16 +342,58 @@ func (c *checker) checkWrites(fd *ast.FuncDecl) {
 				c.report(call.Pos(), NoKey,
 					"%s sends a Stripe write without an idempotency key: stripe-go then makes a random key for this call only, so any retry around it (a job rerun, a queue redelivery, a retry loop, a restart) makes a second %s. "+
 						"Set params.IdempotencyKey from what identifies the operation (customer, period: idemkey.For)",
-					types.ExprString(call.Fun), objectOf(fn))
+					types.ExprString(call.Fun), res+" object")
 			}
 		}
 		return true
 	})
 }
 
-func objectOf(fn *types.Func) string {
-	p := fn.Pkg().Path()
-	return p[strings.LastIndex(p, "/")+1:] + " object"
+// v82ff's stripe.Client: sc.V1Charges.Create is a method of the root
+// package's v1ChargeService.
+var rootService = regexp.MustCompile(`^v[0-9]+([A-Za-z]+)Service$`)
+
+// writeResource returns the stripe-go resource (charge, paymentintent)
+// that fn writes, if its writes are checked for a key, or "".
+func writeResource(fn *types.Func) string {
+	path := fn.Pkg().Path()
+	if !stripeAny.MatchString(path) {
+		return ""
+	}
+	if !stripeRoot.MatchString(path) {
+		if !reportableWrite(path) {
+			return ""
+		}
+		return path[strings.LastIndex(path, "/")+1:]
+	}
+	recv := fn.Type().(*types.Signature).Recv()
+	if recv == nil {
+		return ""
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, ok := t.(*types.Named)
+	if !ok {
+		return ""
+	}
+	m := rootService.FindStringSubmatch(n.Obj().Name())
+	if m == nil || strings.HasPrefix(m[1], "TestHelpers") {
+		return ""
+	}
+	// v1BillingMeterEventService, v1TreasuryOutboundPaymentService: the
+	// resource is the name's end.
+	res, best := strings.ToLower(m[1]), ""
+	for r := range moneyPkgs {
+		if strings.HasSuffix(res, r) && len(r) > len(best) {
+			best = r
+		}
+	}
+	if best == "" && allWrites {
+		return res
+	}
+	return best
 }
 
 // lacksKey reports whether the params a of the write call are sure to carry
@@ -373,9 +419,17 @@ func (c *checker) lacksKey(fd *ast.FuncDecl, call *ast.CallExpr, a ast.Expr) boo
 			return false
 		}
 		for _, d := range c.defs[v] {
+			if d.kind == defZero {
+				continue // var p stripe.ChargeParams
+			}
 			rhs := ast.Unparen(d.rhs)
 			if u, ok := rhs.(*ast.UnaryExpr); ok && u.Op == token.AND {
 				rhs = u.X
+			}
+			if call, ok := rhs.(*ast.CallExpr); ok && len(call.Args) == 1 {
+				if b, ok := typeutilCallee(c.pass.TypesInfo, call).(*types.Builtin); ok && b.Name() == "new" {
+					continue // new(stripe.ChargeParams)
+				}
 			}
 			lit, ok := rhs.(*ast.CompositeLit)
 			if !ok || litHasKey(lit) {
@@ -396,6 +450,12 @@ func runsBefore(fd *ast.FuncDecl, call *ast.CallExpr, pos token.Pos) bool {
 	before := false
 	ast.Inspect(fd.Body, func(n ast.Node) bool {
 		switch n := n.(type) {
+		case *ast.FuncLit:
+			// A write in a function literal runs when the literal is
+			// called, maybe after code that follows it.
+			if within(n, call.Pos()) && !within(n, pos) {
+				before = true
+			}
 		case *ast.ForStmt, *ast.RangeStmt:
 			if within(n, call.Pos()) && within(n, pos) {
 				before = true
@@ -552,9 +612,23 @@ func (c *checker) constString(e ast.Expr) (string, bool) {
 	if tv, ok := c.pass.TypesInfo.Types[e]; ok && tv.Value != nil && tv.Value.Kind() == constant.String {
 		return constant.StringVal(tv.Value), true
 	}
-	if id, ok := ast.Unparen(e).(*ast.Ident); ok {
-		if v := c.localVar(id); v != nil && len(c.defs[v]) == 1 && c.defs[v][0].rhs != nil {
+	switch x := ast.Unparen(e).(type) {
+	case *ast.Ident:
+		if v := c.localVar(x); v != nil && len(c.defs[v]) == 1 && c.defs[v][0].rhs != nil {
 			return c.constString(c.defs[v][0].rhs)
+		}
+	case *ast.CallExpr:
+		// fmt.Sprintf("SELECT pg_advisory_unlock(%d)", key): the format.
+		if fn, ok := typeutilCallee(c.pass.TypesInfo, x).(*types.Func); ok && fn.Pkg() != nil && fn.Pkg().Path() == "fmt" &&
+			strings.HasPrefix(fn.Name(), "Sprint") && len(x.Args) > 0 {
+			return c.constString(x.Args[0])
+		}
+	case *ast.BinaryExpr:
+		// "SELECT pg_advisory_unlock(" + strconv.FormatInt(key, 10) + ")"
+		if x.Op == token.ADD {
+			l, lok := c.constString(x.X)
+			r, rok := c.constString(x.Y)
+			return l + "?" + r, lok || rok
 		}
 	}
 	return "", false

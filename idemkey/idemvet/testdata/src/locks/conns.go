@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jmoiron/sqlx"
@@ -25,6 +26,11 @@ type store struct{ db *sql.DB }
 
 func (s *store) unlock(ctx context.Context, key int64) error {
 	_, err := s.db.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_unlock(%d)", key)) // want `pg_advisory_unlock sent through a \*sql.DB`
+	return err
+}
+
+func concatenated(ctx context.Context, db *sqlx.DB, key int64) error {
+	_, err := db.ExecContext(ctx, "SELECT pg_advisory_lock("+strconv.FormatInt(key, 10)+")") // want `session advisory lock taken through a \*sqlx.DB`
 	return err
 }
 
