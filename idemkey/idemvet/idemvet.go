@@ -332,6 +332,8 @@ func (c *checker) traceSeen(e ast.Expr, seen map[*types.Var]bool, yield func(ori
 		}
 	case *ast.FuncLit:
 		return
+	case *ast.KeyValueExpr:
+		c.traceSeen(e.Value, seen, yield)
 	case *ast.CompositeLit:
 		for _, el := range e.Elts {
 			if kv, ok := el.(*ast.KeyValueExpr); ok {

@@ -172,7 +172,9 @@ func (c *checker) requestOf(fd *ast.FuncDecl, x ast.Expr) []ast.Expr {
 		for i, l := range as.Lhs {
 			if sel, ok := l.(*ast.SelectorExpr); ok && sel.Sel.Name != "IdempotencyKey" {
 				if r := rootIdent(sel.X); r != nil && c.pass.TypesInfo.ObjectOf(r) == v {
-					out = append(out, as.Rhs[i])
+					// Field: value, as in a literal, so the field's name
+					// is kept (see customerOf).
+					out = append(out, &ast.KeyValueExpr{Key: sel.Sel, Colon: as.Rhs[i].Pos(), Value: as.Rhs[i]})
 				}
 			}
 		}

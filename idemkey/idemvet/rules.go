@@ -159,18 +159,120 @@ func (c *checker) checkFreshKey(f *ast.File, s sink, origins []origin, bs []boun
 // field read itself.
 func (c *checker) expand(origins []origin) []origin {
 	var out []origin
-	for _, o := range origins {
+	var add func(o origin, depth int)
+	add = func(o origin, depth int) {
 		out = append(out, o)
-		if o.kind == oField {
-			c.trace(o.sel.X, func(b origin) {
-				if b.kind == oField {
-					b.kind = oField // nested field: its base is traced below
-				}
-				out = append(out, b)
-			})
+		if o.kind == oField && depth < 4 {
+			// c.cfg.Key: c.cfg, then c.
+			c.trace(o.sel.X, func(b origin) { add(b, depth+1) })
 		}
 	}
+	for _, o := range origins {
+		add(o, 0)
+	}
 	return out
+}
+
+// customerOf returns the values the request gives its Customer field.
+func customerOf(request []ast.Expr) []ast.Expr {
+	var out []ast.Expr
+	for _, r := range request {
+		ast.Inspect(r, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false
+			case *ast.KeyValueExpr:
+				if id, ok := n.Key.(*ast.Ident); ok && id.Name == "Customer" {
+					out = append(out, n.Value)
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// perOperation reports whether recv, whose field the key is read from, is
+// built per operation rather than once for many: the request's customer
+// comes from recv too, or recv's type is built with its key field made
+// from a value that also fills another field (&op{customer: c, key:
+// "charge:" + c + ":" + period}). A customer given as a parameter of fd
+// says recv serves many customers.
+func (c *checker) perOperation(fd *ast.FuncDecl, recv *types.Var, s sink, keyOrigins []origin) bool {
+	fromRecv := false
+	for _, e := range customerOf(s.request) {
+		var os []origin
+		c.trace(e, func(o origin) { os = append(os, o) })
+		for _, o := range c.expand(os) {
+			switch {
+			case o.kind == oParam && o.v == recv:
+				fromRecv = true
+			case o.kind == oParam && c.params[o.v] == fd:
+				return false
+			}
+		}
+	}
+	if fromRecv {
+		return true
+	}
+	fields := map[string]bool{}
+	for _, o := range keyOrigins {
+		if o.kind == oField {
+			if id, ok := ast.Unparen(o.sel.X).(*ast.Ident); ok && c.pass.TypesInfo.Uses[id] == recv {
+				fields[o.sel.Sel.Name] = true
+			}
+		}
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	paramsOf := func(e ast.Expr) map[*types.Var]bool {
+		ps := map[*types.Var]bool{}
+		c.trace(e, func(o origin) {
+			if (o.kind == oParam || o.kind == oRangeVar) && !isContext(o.v.Type()) {
+				ps[o.v] = true
+			}
+		})
+		return ps
+	}
+	found := false
+	for _, f := range c.pass.Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok || found || !types.Identical(c.pass.TypesInfo.TypeOf(lit), t) {
+				return !found
+			}
+			var keyPs []map[*types.Var]bool
+			others := map[*types.Var]bool{}
+			for _, el := range lit.Elts {
+				kv, ok := el.(*ast.KeyValueExpr)
+				if !ok {
+					continue
+				}
+				id, ok := kv.Key.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				if fields[id.Name] {
+					keyPs = append(keyPs, paramsOf(kv.Value))
+				} else {
+					for v := range paramsOf(kv.Value) {
+						others[v] = true
+					}
+				}
+			}
+			for _, ps := range keyPs {
+				for v := range ps {
+					if others[v] {
+						found = true
+					}
+				}
+			}
+			return !found
+		})
+	}
+	return found
 }
 
 func (c *checker) checkFixedKey(f *ast.File, fd *ast.FuncDecl, s sink, origins []origin) {
@@ -254,7 +356,7 @@ func (c *checker) checkFixedKey(f *ast.File, fd *ast.FuncDecl, s sink, origins [
 			break
 		}
 	}
-	if varying == nil {
+	if varying == nil || fromRecv && c.perOperation(fd, recv, s, all) {
 		return
 	}
 	where := "a package variable, set once per process"

@@ -49,6 +49,21 @@ func (c *Client) Charge(customer string) error {
 	return err
 }
 
+// A biller built per period, its key made from the period it also keeps:
+// the customer is a parameter, so one key serves many customers.
+type periodBiller struct{ period, key string }
+
+func newPeriodBiller(period string) *periodBiller {
+	return &periodBiller{period: period, key: "charge-" + period}
+}
+
+func (b *periodBiller) Charge(customer string) error {
+	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
+	p.IdempotencyKey = stripe.String(b.key) // want `idempotency key b.key is a field of b, set once when it was built, so every call of Charge sends the same key whatever customer it is given`
+	_, err := charges.New(p)
+	return err
+}
+
 // ---- not reported ----
 
 // An operation built per customer and period: its key is its own.
