@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/ksuid"
 	stripe "github.com/stripe/stripe-go/v79"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Retry loops of other shapes, keys from other sources, keys set in other
@@ -28,7 +29,7 @@ func breakOnSuccess(customer string, n int) error {
 	var err error
 	for attempt := 0; attempt < n; attempt++ {
 		p := params(customer)
-		p.IdempotencyKey = stripe.String(customer + "-" + strconv.Itoa(attempt)) // want `the loop at line 29 repeats the request after an error, and it includes the counter attempt`
+		p.IdempotencyKey = stripe.String(customer + "-" + strconv.Itoa(attempt)) // want `the loop at line [0-9]+ repeats the request after an error, and it includes the counter attempt`
 		_, err = charges.New(p)
 		if err == nil {
 			break
@@ -40,7 +41,7 @@ func breakOnSuccess(customer string, n int) error {
 func sleepContinue(customer string) error {
 	for {
 		p := params(customer)
-		p.IdempotencyKey = stripe.String(time.Now().Format(time.RFC3339Nano)) // want `the loop at line 41 repeats the request after an error, and it is made by time.Now\(\) inside it`
+		p.IdempotencyKey = stripe.String(time.Now().Format(time.RFC3339Nano)) // want `the loop at line [0-9]+ repeats the request after an error, and it is made by time.Now\(\) inside it`
 		_, err := charges.New(p)
 		if err != nil {
 			time.Sleep(time.Second)
@@ -112,7 +113,7 @@ func errgroupPerAttempt(ctx context.Context, customer string) error {
 		g.Go(func() error {
 			p := params(customer)
 			p.Context = ctx
-			p.IdempotencyKey = stripe.String(xid.New().String()) // want `the loop at line 110 repeats the request after an error, and it is made by xid.New\(\) inside it`
+			p.IdempotencyKey = stripe.String(xid.New().String()) // want `the loop at line [0-9]+ repeats the request after an error, and it is made by xid.New\(\) inside it`
 			_, err := charges.New(p)
 			return err
 		})
@@ -160,7 +161,7 @@ func sources(customer string) {
 func headers(ctx context.Context, body string) error {
 	for attempt := 0; attempt < 3; attempt++ {
 		req, _ := http.NewRequestWithContext(ctx, "POST", "https://api.stripe.com/v1/charges", nil)
-		req.Header = http.Header{"Idempotency-Key": {uuid.NewString()}} // want `the loop at line 161 repeats the request after an error, and it is made by uuid.NewString\(\) inside it`
+		req.Header = http.Header{"Idempotency-Key": {uuid.NewString()}} // want `the loop at line [0-9]+ repeats the request after an error, and it is made by uuid.NewString\(\) inside it`
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil || resp.StatusCode >= 500 {
 			continue
@@ -190,6 +191,30 @@ func restyHeaders(c *resty.Client, body string) error {
 		}
 	}
 	return err
+}
+
+// A loop over a ticker's channel that stops on success.
+func ticker(customer string, tick <-chan time.Time) error {
+	n := 0
+	for range tick {
+		n++
+		p := params(customer)
+		p.IdempotencyKey = stripe.String(fmt.Sprint(customer, "-", n)) // want `the loop at line [0-9]+ repeats the request after an error, and it includes the counter n`
+		if _, err := charges.New(p); err == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Kubernetes' wait.ExponentialBackoff calls its condition once per attempt.
+func k8sWait(customer string) error {
+	return wait.ExponentialBackoff(wait.Backoff{Steps: 5}, func() (bool, error) {
+		p := params(customer)
+		p.IdempotencyKey = stripe.String(uuid.NewString()) // want `runs once per attempt of wait.ExponentialBackoff, and it is made by uuid.NewString\(\)`
+		_, err := charges.New(p)
+		return err == nil, nil
+	})
 }
 
 // ---- not reported ----
@@ -277,4 +302,15 @@ func storedKey(ks keyStore, customer string) error {
 		}
 	}
 	return nil
+}
+
+// A loop over a channel of customers, skipping one on error: a walk.
+func fromQueue(queue <-chan string, period string) {
+	for c := range queue {
+		p := params(c)
+		p.IdempotencyKey = stripe.String("charge-" + c + "-" + period)
+		if _, err := charges.New(p); err != nil {
+			continue
+		}
+	}
 }
