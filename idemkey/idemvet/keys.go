@@ -443,7 +443,7 @@ type boundary struct {
 	loop     bool
 }
 
-var retryPkgHint = regexp.MustCompile(`(?i)(retry|backoff|retrier|matryer/try|failsafe)`)
+var retryPkgHint = regexp.MustCompile(`(?i)(retry|backoff|retrier|matryer/try|failsafe|apimachinery/pkg/util/wait)`)
 
 // retryHelper returns the name of the retry helper call calls, or "".
 func (c *checker) retryHelper(call *ast.CallExpr) string {
@@ -657,7 +657,16 @@ func (c *checker) boundaries(f *ast.File, pos token.Pos) []boundary {
 					what: "the loop at line " + fmt.Sprint(c.pass.Fset.Position(n.Pos()).Line) + " repeats the request after an error"})
 			}
 		case *ast.RangeStmt:
-			if t, ok := info.TypeOf(n.X).Underlying().(*types.Basic); ok && t.Info()&types.IsInteger != 0 && c.isRetryLoop(n, nil, n.Body) {
+			// range 3, range ticker.C: passes of one operation (a range
+			// over a collection is a walk, see fixedkey).
+			counted := false
+			switch t := info.TypeOf(n.X).Underlying().(type) {
+			case *types.Basic:
+				counted = t.Info()&types.IsInteger != 0
+			case *types.Chan:
+				counted = true
+			}
+			if counted && c.isRetryLoop(n, nil, n.Body) {
 				vars := map[*types.Var]bool{}
 				for _, e := range []ast.Expr{n.Key, n.Value} {
 					if id, ok := e.(*ast.Ident); ok {

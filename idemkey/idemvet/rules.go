@@ -46,13 +46,33 @@ func (c *checker) report(pos token.Pos, category, format string, args ...any) {
 	c.reported[pos] = true
 	msg := fmt.Sprintf(format, args...)
 	p := c.pass.Fset.Position(pos)
-	for _, line := range []int{p.Line, p.Line - 1} {
+	lines := []int{p.Line, p.Line - 1}
+	// A directive above a statement covers all of its lines.
+	for _, f := range c.pass.Files {
+		if f.FileStart <= pos && pos < f.FileEnd {
+			path, _ := astutil.PathEnclosingInterval(f, pos, pos)
+			for _, n := range path {
+				if st, ok := n.(ast.Stmt); ok {
+					if _, block := st.(*ast.BlockStmt); !block {
+						l := c.pass.Fset.Position(st.Pos()).Line
+						lines = append(lines, l, l-1)
+						break
+					}
+				}
+			}
+		}
+	}
+	bare := false
+	for _, line := range lines {
 		if reason, ok := c.ignores[p.Filename][line]; ok {
 			if reason != "" {
 				return
 			}
-			msg += " (the //idemvet:ignore next to it is not honoured without a reason after it)"
+			bare = true
 		}
+	}
+	if bare {
+		msg += " (the //idemvet:ignore next to it is not honoured without a reason after it)"
 	}
 	c.pass.Report(analysis.Diagnostic{Pos: pos, Category: category, Message: msg})
 }
