@@ -292,6 +292,12 @@ func (c *checker) traceSeen(e ast.Expr, seen map[*types.Var]bool, yield func(ori
 		// A qualified identifier: pkg.Var.
 		c.traceSeen(e.Sel, seen, yield)
 	case *ast.CallExpr:
+		if isAtomicAdd(c.pass.TypesInfo, e) {
+			// seq.Add(1): a counter, new on every call like a local
+			// counter++ (and like it, the same sequence on every run).
+			yield(origin{kind: oCounter, pos: e.Pos(), desc: "the atomic counter " + types.ExprString(e)})
+			return
+		}
 		if src := c.sourceName(e); src != "" {
 			yield(origin{kind: oSource, pos: e.Pos(), desc: src})
 			return
@@ -386,8 +392,6 @@ var sourceFuncs = map[string]map[string]bool{
 	"github.com/sony/sonyflake":                  {"NextID": true},
 	"github.com/sony/sonyflake/v2":               {"NextID": true},
 	"go.mongodb.org/mongo-driver/bson/primitive": {"NewObjectID": true},
-	// A counter shared by every call: Int64.Add, atomic.AddInt64.
-	"sync/atomic": {"Add": true, "AddInt32": true, "AddInt64": true, "AddUint32": true, "AddUint64": true, "AddUintptr": true},
 }
 
 // sourceName returns a description of the call if it returns a new value
@@ -430,6 +434,13 @@ func (c *checker) sourceName(call *ast.CallExpr) string {
 		return shortName(fn) + "() (which returns " + f.Source + ")"
 	}
 	return ""
+}
+
+// isAtomicAdd reports whether call adds to a sync/atomic counter:
+// n.Add(1), atomic.AddInt64(&n, 1).
+func isAtomicAdd(info *types.Info, call *ast.CallExpr) bool {
+	fn, ok := typeutilCallee(info, call).(*types.Func)
+	return ok && fn.Pkg() != nil && fn.Pkg().Path() == "sync/atomic" && strings.HasPrefix(fn.Name(), "Add")
 }
 
 func shortName(fn *types.Func) string {

@@ -146,11 +146,11 @@ func sources(customer string) {
 		if _, err := charges.New(p); err == nil {
 			return
 		}
-		p.IdempotencyKey = stripe.String(fmt.Sprint(customer, seq.Add(1))) // want `it is made by Int64.Add\(\) inside it`
+		p.IdempotencyKey = stripe.String(fmt.Sprint(customer, seq.Add(1))) // want `it includes the atomic counter seq.Add\(1\), which changes on every pass`
 		if _, err := charges.New(p); err == nil {
 			return
 		}
-		p.IdempotencyKey = stripe.String(fmt.Sprint(customer, atomic.AddInt64(&hits, 1))) // want `it is made by atomic.AddInt64\(\) inside it`
+		p.IdempotencyKey = stripe.String(fmt.Sprint(customer, atomic.AddInt64(&hits, 1))) // want `it includes the atomic counter atomic.AddInt64\(&hits, 1\), which changes on every pass`
 		if _, err := charges.New(p); err == nil {
 			return
 		}
@@ -302,6 +302,17 @@ func storedKey(ks keyStore, customer string) error {
 		}
 	}
 	return nil
+}
+
+// Operations numbered by a shared counter, the customer and the key alike:
+// the same numbering on every run.
+func numbered(customers []string) {
+	for range 3 {
+		i := seq.Add(1)
+		p := params(customers[i])
+		p.IdempotencyKey = stripe.String(fmt.Sprint("k", i))
+		charges.New(p)
+	}
 }
 
 // A loop over a channel of customers, skipping one on error: a walk.
