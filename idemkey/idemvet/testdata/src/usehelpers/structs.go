@@ -28,3 +28,16 @@ func structStable(customer, period string) error {
 		return err
 	}, backoff.NewExponentialBackOff())
 }
+
+// Known limit: a struct filled in after it is built is not followed.
+func structFilledLater(customer string) error {
+	return backoff.Retry(func() error {
+		var op helpers.Op
+		op.Customer = customer
+		op.Key = helpers.NewKey()
+		p := &stripe.ChargeParams{Customer: stripe.String(op.Customer)}
+		p.IdempotencyKey = stripe.String(op.Key)
+		_, err := charges.New(p)
+		return err
+	}, backoff.NewExponentialBackOff())
+}
