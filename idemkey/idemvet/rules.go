@@ -736,8 +736,17 @@ func (c *checker) constString(e ast.Expr) (string, bool) {
 	}
 	switch x := ast.Unparen(e).(type) {
 	case *ast.Ident:
-		if v := c.localVar(x); v != nil && len(c.defs[v]) == 1 && c.defs[v][0].rhs != nil {
-			return c.constString(c.defs[v][0].rhs)
+		// The one value given to a local variable (var q string does not count).
+		if v := c.localVar(x); v != nil {
+			var rhs []ast.Expr
+			for _, d := range c.defs[v] {
+				if d.kind != defZero {
+					rhs = append(rhs, d.rhs)
+				}
+			}
+			if len(rhs) == 1 && rhs[0] != nil {
+				return c.constString(rhs[0])
+			}
 		}
 	case *ast.CallExpr:
 		// fmt.Sprintf("SELECT pg_advisory_unlock(%d)", key): the format.

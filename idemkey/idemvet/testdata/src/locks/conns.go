@@ -34,6 +34,13 @@ func concatenated(ctx context.Context, db *sqlx.DB, key int64) error {
 	return err
 }
 
+func declaredQuery(ctx context.Context, db *sql.DB, key int64) error {
+	var q string
+	q = "SELECT pg_advisory_unlock($1)"
+	_, err := db.ExecContext(ctx, q, key) // want `pg_advisory_unlock sent through a \*sql.DB`
+	return err
+}
+
 // ---- not reported ----
 
 func pgxConn(ctx context.Context, dsn string, key int64) error {
