@@ -252,7 +252,7 @@ func (p *Postgres) Apply(ctx context.Context, u Update) (Applied, error) {
 		}
 		if tag.RowsAffected() == 0 {
 			tx.Rollback(ctx)
-			var result string
+			result := "its record was pruned meanwhile"
 			p.db.QueryRow(ctx, "SELECT result FROM "+p.names.events+" WHERE id = $1", u.EventID).Scan(&result)
 			c, err := p.Get(ctx, u.Key)
 			if err != nil && !errors.Is(err, ErrNotFound) {
