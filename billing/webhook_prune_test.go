@@ -364,3 +364,26 @@ func TestWebhookPruneAcrossProcesses(t *testing.T) {
 		t.Errorf("next run = %+v with %d requests to Stripe", again.Progress, len(e.srv.Log())-before)
 	}
 }
+
+// failingPrune is a claim store whose PruneEvents fails.
+type failingPrune struct{ claim.Store }
+
+func (failingPrune) PruneEvents(context.Context, time.Duration) (int, error) {
+	return 0, errors.New("connection reset")
+}
+
+// A failure to prune does not stop Reconcile: the claims are settled, and
+// the error comes back with the complete summary, saying what failed.
+func TestReconcilePruneFails(t *testing.T) {
+	e := newEnv(t)
+	key := e.crashedClaim("cus_1", amount)
+	e.ageClaim(key, time.Hour)
+	b := e.biller(func(c *billing.Config) { c.Claims = failingPrune{e.store} })
+	sum, err := b.Reconcile(context.Background(), nil)
+	if err == nil || !strings.Contains(err.Error(), "pruning webhook event records") || !strings.Contains(err.Error(), "connection reset") {
+		t.Fatalf("Reconcile = %v, want the pruning error", err)
+	}
+	if sum.Total != 1 || e.claimOf("cus_1").State != claim.StateSucceeded || e.count("cus_1") != 1 {
+		t.Fatalf("summary %+v, claim %+v, %d charges; want the claim settled once", sum.Progress, e.claimOf("cus_1"), e.count("cus_1"))
+	}
+}
