@@ -106,19 +106,19 @@ type Setup struct {
 // Env is one run: the PostgreSQL cluster, a database in it, the fake
 // Stripe, the declined customers, the children and the planned events.
 type Env struct {
-	Setup
-	Cluster     *pgtest.Cluster
-	DatabaseURL string
-	Pool        *pgxpool.Pool // the harness's own connections
-	Fake        *billingtest.Server
-	Declined    map[string]bool
-	ToCharge    int // customers not declined
-	LogDir      string
-	Rand        *rand.Rand
+	Pool     *pgxpool.Pool // the harness's own connections
+	Fake     *billingtest.Server
+	Declined map[string]bool
+	LogDir   string     // where the children log
+	Rand     *rand.Rand // drew the declines and the events; the example's to use for its own
 
-	wall   time.Time
-	procs  []*Proc
-	events []Event
+	s        Setup
+	cluster  *pgtest.Cluster
+	dbURL    string
+	toCharge int // customers not declined
+	wall     time.Time
+	procs    []*Proc
+	events   []Event
 }
 
 // Start starts PostgreSQL with a fresh database and serves the fake with
@@ -130,7 +130,7 @@ func Start(ctx context.Context, s Setup) (*Env, error) {
 	if s.Out == nil {
 		s.Out = io.Discard
 	}
-	e := &Env{Setup: s, wall: time.Now(), Rand: rand.New(rand.NewPCG(uint64(s.Seed), s.Stream))}
+	e := &Env{s: s, wall: time.Now(), Rand: rand.New(rand.NewPCG(uint64(s.Seed), s.Stream))}
 	err := e.start(ctx)
 	if err != nil {
 		e.Close()
@@ -141,31 +141,31 @@ func Start(ctx context.Context, s Setup) (*Env, error) {
 
 func (e *Env) start(ctx context.Context) error {
 	var err error
-	if e.Cluster, err = pgtest.Start(ctx); err != nil {
+	if e.cluster, err = pgtest.Start(ctx); err != nil {
 		return err
 	}
-	if e.DatabaseURL, err = e.Cluster.NewDatabase(ctx); err != nil {
+	if e.dbURL, err = e.cluster.NewDatabase(ctx); err != nil {
 		return err
 	}
-	if e.Pool, err = pgxpool.New(ctx, e.DatabaseURL); err != nil {
+	if e.Pool, err = pgxpool.New(ctx, e.dbURL); err != nil {
 		return err
 	}
-	random, err := billingtest.RandomFaults(e.Seed, e.Rates)
+	random, err := billingtest.RandomFaults(e.s.Seed, e.s.Rates)
 	if err != nil {
 		return err
 	}
 	e.Fake = billingtest.NewServer(billingtest.Config{Script: random})
 	e.Declined = map[string]bool{}
-	for i := range e.Customers {
-		if e.Rand.Float64() < e.DeclineFraction {
+	for i := range e.s.Customers {
+		if e.Rand.Float64() < e.s.DeclineFraction {
 			e.Declined[CustomerID(i)] = true
 			e.Fake.Decline(CustomerID(i), "insufficient_funds")
 		}
 	}
-	e.ToCharge = e.Customers - len(e.Declined)
-	e.LogDir = e.Setup.LogDir
+	e.toCharge = e.s.Customers - len(e.Declined)
+	e.LogDir = e.s.LogDir
 	if e.LogDir == "" {
-		e.LogDir, err = os.MkdirTemp("", "billonce-"+e.Name+"-")
+		e.LogDir, err = os.MkdirTemp("", "billonce-"+e.s.Name+"-")
 		return err
 	}
 	return os.MkdirAll(e.LogDir, 0o755)
@@ -186,14 +186,14 @@ func (e *Env) Close() {
 	if e.Pool != nil {
 		e.Pool.Close()
 	}
-	if e.Cluster != nil {
-		e.Cluster.Stop()
+	if e.cluster != nil {
+		e.cluster.Stop()
 	}
 }
 
 // Logf writes a progress line to Out, stamped with the time since Start.
 func (e *Env) Logf(format string, args ...any) {
-	fmt.Fprintf(e.Out, "%s "+format+"\n", append([]any{time.Since(e.wall).Round(time.Millisecond)}, args...)...)
+	fmt.Fprintf(e.s.Out, "%s "+format+"\n", append([]any{time.Since(e.wall).Round(time.Millisecond)}, args...)...)
 }
 
 // Elapsed is the time since Start.
@@ -201,14 +201,14 @@ func (e *Env) Elapsed() time.Duration { return time.Since(e.wall) }
 
 // Errorf is an error of the harness, prefixed with its Name.
 func (e *Env) Errorf(format string, args ...any) error {
-	return fmt.Errorf(e.Name+": "+format, args...)
+	return fmt.Errorf(e.s.Name+": "+format, args...)
 }
 
 // ProcURL is the database URL for a child: its connections carry
 // application name appName (so they can be found and terminated) and its
 // pool holds at most maxConns.
 func (e *Env) ProcURL(appName string, maxConns int) string {
-	u, _ := url.Parse(e.DatabaseURL)
+	u, _ := url.Parse(e.dbURL)
 	q := u.Query()
 	q.Set("application_name", appName)
 	q.Set("pool_max_conns", fmt.Sprint(maxConns))
@@ -232,14 +232,14 @@ type Proc struct {
 func (e *Env) StartProc(index, gen int, config any) (*Proc, error) {
 	raw, err := json.Marshal(config)
 	if err != nil {
-		return nil, e.Errorf("%s config: %w", e.ProcName, err)
+		return nil, e.Errorf("%s config: %w", e.s.ProcName, err)
 	}
-	cmd := exec.Command(e.Exe)
-	cmd.Env = append(os.Environ(), e.ProcEnv+"="+string(raw))
-	cmd.Stdout, cmd.Stderr = e.Out, e.Out
+	cmd := exec.Command(e.s.Exe)
+	cmd.Env = append(os.Environ(), e.s.ProcEnv+"="+string(raw))
+	cmd.Stdout, cmd.Stderr = e.s.Out, e.s.Out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, e.Errorf("starting %s %d: %w", e.ProcName, index, err)
+		return nil, e.Errorf("starting %s %d: %w", e.s.ProcName, index, err)
 	}
 	p := &Proc{Index: index, Gen: gen, cmd: cmd, done: make(chan struct{})}
 	go func() { p.Err = cmd.Wait(); close(p.done) }()
@@ -302,7 +302,7 @@ type Event struct {
 // charged at the fake, so they land mid-run however fast the machine is.
 func (e *Env) Plan(n int, kind string) {
 	for range n {
-		e.events = append(e.events, Event{At: int(float64(e.ToCharge) * (0.05 + 0.8*e.Rand.Float64())), Kind: kind})
+		e.events = append(e.events, Event{At: int(float64(e.toCharge) * (0.05 + 0.8*e.Rand.Float64())), Kind: kind})
 	}
 	slices.SortStableFunc(e.events, func(a, b Event) int { return a.At - b.At })
 }
@@ -326,7 +326,7 @@ func (e *Env) EventsLeft() int { return len(e.events) }
 // again; paid is the progress logged.
 func (e *Env) RestartPostgres(ctx context.Context, down time.Duration, paid int) error {
 	e.Logf("restarting PostgreSQL (down %v) at %d charged", down, paid)
-	if err := e.Cluster.Restart(ctx, down); err != nil {
+	if err := e.cluster.Restart(ctx, down); err != nil {
 		return e.Errorf("restarting PostgreSQL: %w", err)
 	}
 	return nil
@@ -335,7 +335,7 @@ func (e *Env) RestartPostgres(ctx context.Context, down time.Duration, paid int)
 // CleanUp removes a temporary log directory if ok, and returns the
 // directory the logs are kept in ("" if removed).
 func (e *Env) CleanUp(ok bool) string {
-	if ok && e.Setup.LogDir == "" {
+	if ok && e.s.LogDir == "" {
 		os.RemoveAll(e.LogDir)
 		return ""
 	}
