@@ -16,11 +16,11 @@ import (
 func TestChargeRenewsLeaseWhileSending(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	short, err := claim.NewPostgres(e.pool, claim.Config{Lease: 400 * time.Millisecond})
+	short, err := claim.NewPostgres(e.pool, claim.Config{Lease: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv.FailNext(billingtest.Match{Customer: "cus_slow"}, billingtest.Fault{Kind: billingtest.FaultSlow, Delay: 1800 * time.Millisecond})
+	e.srv.FailNext(billingtest.Match{Customer: "cus_slow"}, billingtest.Fault{Kind: billingtest.FaultSlow, Delay: 7500 * time.Millisecond})
 	slow := e.biller(func(c *billing.Config) { c.Claims = short })
 	done := make(chan error, 1)
 	go func() {
@@ -28,7 +28,7 @@ func TestChargeRenewsLeaseWhileSending(t *testing.T) {
 		done <- err
 	}()
 	for range 3 {
-		time.Sleep(500 * time.Millisecond) // more than the lease each time
+		time.Sleep(2200 * time.Millisecond) // more than the lease each time
 		_, err := e.biller(func(c *billing.Config) { c.Claims = short }).Charge(context.Background(), "cus_slow", period, nil)
 		var inProgress *billing.ChargeError
 		if !errors.As(err, &inProgress) || !errors.Is(err, billing.ErrInProgress) {

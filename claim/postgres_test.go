@@ -96,7 +96,7 @@ func TestMultiProcessOneWinner(t *testing.T) {
 		cmds[i] = cmd
 	}
 	// Open the start line once all three wait at it (polling a real external process).
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var waiting int
 		if err := gate.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting); err != nil {
