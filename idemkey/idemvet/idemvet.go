@@ -1,6 +1,7 @@
 package idemvet
 
 import (
+	"fmt"
 	"go/ast"
 	"go/token"
 	"go/types"
@@ -17,7 +18,7 @@ var Analyzer = &analysis.Analyzer{
 	Doc:       "report idempotency keys that change between attempts, keys shared by different operations, Stripe writes without a key, and advisory locks taken or released through a connection pool",
 	URL:       "https://pkg.go.dev/github.com/billonce/billonce/idemkey/idemvet",
 	Run:       run,
-	FactTypes: []analysis.Fact{new(keyParams), new(freshResult)},
+	FactTypes: []analysis.Fact{new(keyParams), new(freshResult), new(freshFields)},
 }
 
 // keyParams marks a function whose parameters at these indexes end up as
@@ -35,6 +36,13 @@ type freshResult struct{ Source string }
 func (*freshResult) AFact()           {}
 func (f *freshResult) String() string { return "freshResult(" + f.Source + ")" }
 
+// freshFields marks a function returning a struct (or a pointer to one)
+// whose fields at these names are made from a random source or the clock.
+type freshFields struct{ Source map[string]string }
+
+func (*freshFields) AFact()           {}
+func (f *freshFields) String() string { return fmt.Sprintf("freshFields(%v)", f.Source) }
+
 // checker holds what run learns about one package.
 type checker struct {
 	pass     *analysis.Pass
@@ -44,6 +52,7 @@ type checker struct {
 	params   map[*types.Var]ast.Node // -> the *ast.FuncDecl or *ast.FuncLit declaring it
 	keyParam map[*types.Func][]int
 	fresh    map[*types.Func]string
+	freshFld map[*types.Func]map[string]string
 	// retried holds functions and function-valued variables that run once
 	// per attempt: passed to a retry helper, or called from such a
 	// function.
@@ -62,6 +71,7 @@ func run(pass *analysis.Pass) (any, error) {
 		params:       map[*types.Var]ast.Node{},
 		keyParam:     map[*types.Func][]int{},
 		fresh:        map[*types.Func]string{},
+		freshFld:     map[*types.Func]map[string]string{},
 		retriedFuncs: map[*types.Func]string{},
 		retriedVars:  map[*types.Var]string{},
 		ignores:      map[string]map[int]string{},
@@ -104,6 +114,7 @@ const (
 	defCounter                // v++, v += n
 	defRange                  // for k, v := range x
 	defOpaque                 // assigned from something not traced
+	defZero                   // var v T: the zero value, then filled in by code not traced
 )
 
 type def struct {
@@ -176,6 +187,8 @@ func (c *checker) collectDefs(fd *ast.FuncDecl) {
 					c.addDef(name, def{pos: n.Values[i].Pos(), rhs: n.Values[i]})
 				case len(n.Values) == 1:
 					c.addDef(name, def{pos: n.Values[0].Pos(), rhs: n.Values[0]})
+				case len(n.Values) == 0:
+					c.addDef(name, def{pos: name.Pos(), kind: defZero})
 				}
 			}
 		case *ast.RangeStmt:
@@ -257,8 +270,8 @@ func (c *checker) traceSeen(e ast.Expr, seen map[*types.Var]bool, yield func(ori
 				yield(origin{kind: oCounter, pos: d.pos, v: v, desc: "the counter " + v.Name()})
 			case defRange:
 				yield(origin{kind: oRangeVar, pos: d.pos, v: v, loop: d.loop, desc: v.Name()})
-			case defOpaque:
-				yield(origin{kind: oOpaque, pos: d.pos, v: v})
+			case defOpaque, defZero:
+				yield(origin{kind: oOpaque, pos: d.pos, v: v, desc: v.Name()})
 			default:
 				c.traceSeen(d.rhs, seen, yield)
 			}
@@ -266,6 +279,10 @@ func (c *checker) traceSeen(e ast.Expr, seen map[*types.Var]bool, yield func(ori
 	case *ast.SelectorExpr:
 		if sel, ok := info.Selections[e]; ok {
 			if sel.Kind() == types.FieldVal {
+				if src, pos := c.freshField(e); src != "" {
+					yield(origin{kind: oSource, pos: pos, desc: src})
+					return
+				}
 				yield(origin{kind: oField, pos: e.Pos(), sel: e, desc: types.ExprString(e)})
 				return
 			}
@@ -275,6 +292,12 @@ func (c *checker) traceSeen(e ast.Expr, seen map[*types.Var]bool, yield func(ori
 		// A qualified identifier: pkg.Var.
 		c.traceSeen(e.Sel, seen, yield)
 	case *ast.CallExpr:
+		if isAtomicAdd(c.pass.TypesInfo, e) {
+			// seq.Add(1): a counter, new on every call like a local
+			// counter++ (and like it, the same sequence on every run).
+			yield(origin{kind: oCounter, pos: e.Pos(), desc: "the atomic counter " + types.ExprString(e)})
+			return
+		}
 		if src := c.sourceName(e); src != "" {
 			yield(origin{kind: oSource, pos: e.Pos(), desc: src})
 			return
@@ -290,19 +313,33 @@ func (c *checker) traceSeen(e ast.Expr, seen map[*types.Var]bool, yield func(ori
 			// same arguments (a method reading state, a lookup).
 			yield(origin{kind: oOpaque, pos: e.Pos(), desc: types.ExprString(e.Fun)})
 		}
+		args := yield
 		switch f := ast.Unparen(e.Fun).(type) {
 		case *ast.SelectorExpr:
-			if _, ok := info.Selections[f]; ok {
+			if sel, ok := info.Selections[f]; ok {
 				c.traceSeen(f.X, seen, yield)
+				if sel.Kind() == types.MethodVal && !c.pureCall(e) {
+					// store.Reserve(id, uuid.NewString()): a method that
+					// reads state may return a saved value rather than
+					// the new one it is given.
+					args = func(o origin) {
+						if o.kind == oSource {
+							o.kind = oOpaque
+						}
+						yield(o)
+					}
+				}
 			}
 		case *ast.FuncLit:
 			return
 		}
 		for _, a := range e.Args {
-			c.traceSeen(a, seen, yield)
+			c.traceSeen(a, seen, args)
 		}
 	case *ast.FuncLit:
 		return
+	case *ast.KeyValueExpr:
+		c.traceSeen(e.Value, seen, yield)
 	case *ast.CompositeLit:
 		for _, el := range e.Elts {
 			if kv, ok := el.(*ast.KeyValueExpr); ok {
@@ -373,7 +410,7 @@ func (c *checker) sourceName(call *ast.CallExpr) string {
 			return shortName(fn) + "()"
 		}
 		return ""
-	case recv == nil && sourceFuncs[path][name]:
+	case sourceFuncs[path][name]: // functions, and generators' methods (node.Generate)
 		if name == "Must" || name == "MustNew" {
 			// uuid.Must(uuid.NewRandom()): the argument decides.
 			for _, a := range call.Args {
@@ -397,6 +434,13 @@ func (c *checker) sourceName(call *ast.CallExpr) string {
 		return shortName(fn) + "() (which returns " + f.Source + ")"
 	}
 	return ""
+}
+
+// isAtomicAdd reports whether call adds to a sync/atomic counter:
+// n.Add(1), atomic.AddInt64(&n, 1).
+func isAtomicAdd(info *types.Info, call *ast.CallExpr) bool {
+	fn, ok := typeutilCallee(info, call).(*types.Func)
+	return ok && fn.Pkg() != nil && fn.Pkg().Path() == "sync/atomic" && strings.HasPrefix(fn.Name(), "Add")
 }
 
 func shortName(fn *types.Func) string {

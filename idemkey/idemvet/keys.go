@@ -52,6 +52,16 @@ func (c *checker) sinks(fd *ast.FuncDecl) []sink {
 				}
 			}
 		case *ast.CompositeLit:
+			// http.Header{"Idempotency-Key": {k}}, map[string]string{...}
+			// handed to a client's SetHeaders.
+			if _, ok := info.TypeOf(n).Underlying().(*types.Map); ok {
+				for _, el := range n.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok && isKeyHeaderName(info, kv.Key) {
+						out = append(out, sink{node: kv.Value, key: kv.Value, how: "the Idempotency-Key header"})
+					}
+				}
+				return true
+			}
 			// &XParams{Params: stripe.Params{IdempotencyKey: k}, Customer: c}:
 			// the request is both literals' other fields.
 			for _, el := range n.Elts {
@@ -89,8 +99,8 @@ func (c *checker) sinks(fd *ast.FuncDecl) []sink {
 			switch {
 			case fn.Name() == "SetIdempotencyKey" && len(n.Args) == 1 && sel != nil:
 				out = append(out, sink{node: n.Args[0], key: n.Args[0], how: "SetIdempotencyKey", request: c.requestOf(fd, sel.X)})
-			case (fn.Name() == "Set" || fn.Name() == "Add") && len(n.Args) == 2 && sel != nil &&
-				isHeader(info.TypeOf(sel.X)) && isKeyHeaderName(info, n.Args[0]):
+			case headerSetter.MatchString(fn.Name()) && len(n.Args) == 2 && sel != nil && isKeyHeaderName(info, n.Args[0]):
+				// http.Header's Set and Add, resty's SetHeader, ...
 				out = append(out, sink{node: n.Args[1], key: n.Args[1], how: "the Idempotency-Key header", request: c.requestOf(fd, sel.X)})
 			default:
 				for _, i := range c.keyParamsOf(fn) {
@@ -111,6 +121,8 @@ func (c *checker) sinks(fd *ast.FuncDecl) []sink {
 	})
 	return out
 }
+
+var headerSetter = regexp.MustCompile(`^(Set|Add)(Header)?$`)
 
 func isKeyField(info *types.Info, sel *ast.SelectorExpr) bool {
 	s, ok := info.Selections[sel]
@@ -160,7 +172,9 @@ func (c *checker) requestOf(fd *ast.FuncDecl, x ast.Expr) []ast.Expr {
 		for i, l := range as.Lhs {
 			if sel, ok := l.(*ast.SelectorExpr); ok && sel.Sel.Name != "IdempotencyKey" {
 				if r := rootIdent(sel.X); r != nil && c.pass.TypesInfo.ObjectOf(r) == v {
-					out = append(out, as.Rhs[i])
+					// Field: value, as in a literal, so the field's name
+					// is kept (see customerOf).
+					out = append(out, &ast.KeyValueExpr{Key: sel.Sel, Colon: as.Rhs[i].Pos(), Value: as.Rhs[i]})
 				}
 			}
 		}
@@ -239,6 +253,12 @@ func (c *checker) computeFacts() {
 				c.keyParam[fn] = idx
 				changed = true
 			}
+			if _, done := c.freshFld[fn]; !done && returnsStruct(sig) {
+				if m := c.freshFieldsOf(fd); len(m) > 0 {
+					c.freshFld[fn] = m
+					changed = true
+				}
+			}
 			if _, done := c.fresh[fn]; !done && returnsIDLike(sig) {
 				if src := c.freshReturn(fd); src != "" {
 					c.fresh[fn] = src
@@ -261,6 +281,112 @@ func (c *checker) computeFacts() {
 			c.pass.ExportObjectFact(fn, &freshResult{Source: src})
 		}
 	}
+	for fn, m := range c.freshFld {
+		// Other packages can read only exported fields.
+		exp := map[string]string{}
+		for f, src := range m {
+			if token.IsExported(f) {
+				exp[f] = src
+			}
+		}
+		if fn.Exported() && len(exp) > 0 {
+			c.pass.ExportObjectFact(fn, &freshFields{Source: exp})
+		}
+	}
+}
+
+func returnsStruct(sig *types.Signature) bool {
+	if sig.Results().Len() == 0 {
+		return false
+	}
+	t := sig.Results().At(0).Type()
+	if p, ok := t.Underlying().(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	_, ok := t.Underlying().(*types.Struct)
+	return ok
+}
+
+// freshFieldsOf returns the fields of the struct fd returns that are made
+// from a random source or the clock: return T{Key: uuid.NewString()}.
+func (c *checker) freshFieldsOf(fd *ast.FuncDecl) map[string]string {
+	var m map[string]string
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.ReturnStmt:
+			if len(n.Results) == 0 {
+				return true
+			}
+			r := ast.Unparen(n.Results[0])
+			if u, ok := r.(*ast.UnaryExpr); ok && u.Op == token.AND {
+				r = ast.Unparen(u.X)
+			}
+			lit, ok := r.(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			for _, el := range lit.Elts {
+				kv, ok := el.(*ast.KeyValueExpr)
+				if !ok {
+					continue
+				}
+				id, ok := kv.Key.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				c.trace(kv.Value, func(o origin) {
+					if o.kind == oSource {
+						if m == nil {
+							m = map[string]string{}
+						}
+						if m[id.Name] == "" {
+							m[id.Name] = o.desc
+						}
+					}
+				})
+			}
+		}
+		return true
+	})
+	return m
+}
+
+// freshField reports whether the field read sel is a field made from a
+// random source by the function that built its struct: op.Key after
+// op := NewOp(...). It returns a description and where the call is.
+func (c *checker) freshField(sel *ast.SelectorExpr) (string, token.Pos) {
+	var calls []*ast.CallExpr
+	switch x := ast.Unparen(sel.X).(type) {
+	case *ast.CallExpr:
+		calls = append(calls, x)
+	case *ast.Ident:
+		if v := c.localVar(x); v != nil {
+			for _, d := range c.defs[v] {
+				if call, ok := ast.Unparen(d.rhs).(*ast.CallExpr); ok {
+					calls = append(calls, call)
+				}
+			}
+		}
+	}
+	for _, call := range calls {
+		fn, ok := typeutilCallee(c.pass.TypesInfo, call).(*types.Func)
+		if !ok || fn.Pkg() == nil {
+			continue
+		}
+		m := c.freshFld[fn]
+		if m == nil && fn.Pkg() != c.pass.Pkg {
+			var f freshFields
+			if c.pass.ImportObjectFact(fn.Origin(), &f) {
+				m = f.Source
+			}
+		}
+		if src := m[sel.Sel.Name]; src != "" {
+			return shortName(fn) + "() (which returns " + src + " in " + sel.Sel.Name + ")", call.Pos()
+		}
+	}
+	return "", token.NoPos
 }
 
 // returnsIDLike reports whether the first result could be an id or key:
@@ -309,10 +435,15 @@ type boundary struct {
 	from, to  token.Pos
 	what      string              // "the function passed to backoff.Retry", ...
 	attemptNo map[*types.Var]bool // parameters carrying the attempt number
-	loop      bool
+	// passVars change from one pass to the next (a loop's counter, a
+	// parameter changed by a recursive call): a request made from them is
+	// a new request on every pass, so the code walks a collection rather
+	// than retrying one request.
+	passVars map[*types.Var]bool
+	loop     bool
 }
 
-var retryPkgHint = regexp.MustCompile(`(?i)(retry|backoff|retrier|matryer/try|failsafe)`)
+var retryPkgHint = regexp.MustCompile(`(?i)(retry|backoff|retrier|matryer/try|failsafe|apimachinery/pkg/util/wait)`)
 
 // retryHelper returns the name of the retry helper call calls, or "".
 func (c *checker) retryHelper(call *ast.CallExpr) string {
@@ -504,6 +635,17 @@ func (c *checker) boundaries(f *ast.File, pos token.Pos) []boundary {
 			case fn != nil && c.retriedFuncs[fn] != "":
 				out = append(out, boundary{node: n, from: n.Pos(), to: n.End(),
 					what: n.Name.Name + " runs once per attempt of " + c.retriedFuncs[fn]})
+			case fn != nil:
+				if changed, ok := c.selfRetry(fn, n); ok {
+					b := boundary{node: n, from: n.Pos(), to: n.End(), passVars: changed, attemptNo: map[*types.Var]bool{},
+						what: n.Name.Name + " calls itself again after an error"}
+					for v := range changed {
+						if bt, ok := v.Type().Underlying().(*types.Basic); ok && bt.Info()&types.IsInteger != 0 {
+							b.attemptNo[v] = true
+						}
+					}
+					out = append(out, b)
+				}
 			}
 		case *ast.ForStmt:
 			if c.isRetryLoop(n, n.Cond, n.Body) {
@@ -511,17 +653,94 @@ func (c *checker) boundaries(f *ast.File, pos token.Pos) []boundary {
 				if n.Init != nil {
 					from = n.Init.End()
 				}
-				out = append(out, boundary{node: n, from: from, to: n.End(), loop: true,
+				out = append(out, boundary{node: n, from: from, to: n.End(), loop: true, passVars: c.forVars(n),
 					what: "the loop at line " + fmt.Sprint(c.pass.Fset.Position(n.Pos()).Line) + " repeats the request after an error"})
 			}
 		case *ast.RangeStmt:
-			if t, ok := info.TypeOf(n.X).Underlying().(*types.Basic); ok && t.Info()&types.IsInteger != 0 && c.isRetryLoop(n, nil, n.Body) {
-				out = append(out, boundary{node: n, from: n.Pos(), to: n.End(), loop: true,
+			// range 3, range ticker.C: passes of one operation (a range
+			// over a collection is a walk, see fixedkey).
+			counted := false
+			switch t := info.TypeOf(n.X).Underlying().(type) {
+			case *types.Basic:
+				counted = t.Info()&types.IsInteger != 0
+			case *types.Chan:
+				counted = true
+			}
+			if counted && c.isRetryLoop(n, nil, n.Body) {
+				vars := map[*types.Var]bool{}
+				for _, e := range []ast.Expr{n.Key, n.Value} {
+					if id, ok := e.(*ast.Ident); ok {
+						if v := c.localVar(id); v != nil {
+							vars[v] = true
+						}
+					}
+				}
+				out = append(out, boundary{node: n, from: n.Pos(), to: n.End(), loop: true, passVars: vars,
 					what: "the loop at line " + fmt.Sprint(c.pass.Fset.Position(n.Pos()).Line) + " repeats the request after an error"})
 			}
 		}
 	}
 	return out
+}
+
+// forVars returns the variables a for loop's init declares and its post
+// statement changes.
+func (c *checker) forVars(n *ast.ForStmt) map[*types.Var]bool {
+	vars := map[*types.Var]bool{}
+	add := func(e ast.Expr) {
+		if id, ok := ast.Unparen(e).(*ast.Ident); ok {
+			if v := c.localVar(id); v != nil {
+				vars[v] = true
+			}
+		}
+	}
+	for _, st := range []ast.Stmt{n.Init, n.Post} {
+		switch st := st.(type) {
+		case *ast.AssignStmt:
+			for _, l := range st.Lhs {
+				add(l)
+			}
+		case *ast.IncDecStmt:
+			add(st.X)
+		}
+	}
+	return vars
+}
+
+// selfRetry reports whether fd retries by calling itself: it calls itself
+// and tests an error. It returns the parameters the call changes.
+func (c *checker) selfRetry(fn *types.Func, fd *ast.FuncDecl) (map[*types.Var]bool, bool) {
+	info := c.pass.TypesInfo
+	var params []*types.Var
+	sig := fn.Type().(*types.Signature)
+	for i := range sig.Params().Len() {
+		params = append(params, sig.Params().At(i))
+	}
+	self, testsErr := false, false
+	changed := map[*types.Var]bool{}
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			if typeutilCallee(info, n) != fn {
+				return true
+			}
+			self = true
+			for i, a := range n.Args {
+				if i >= len(params) || sig.Variadic() && i >= len(params)-1 {
+					break
+				}
+				if id, ok := ast.Unparen(a).(*ast.Ident); !ok || info.Uses[id] != params[i] {
+					changed[params[i]] = true
+				}
+			}
+		case *ast.IfStmt:
+			if c.mentionsError(n.Cond) {
+				testsErr = true
+			}
+		}
+		return true
+	})
+	return changed, self && testsErr
 }
 
 // isRetryLoop reports whether a loop repeats after an error: it stops on
@@ -551,6 +770,19 @@ func (c *checker) isRetryLoop(loop ast.Node, cond ast.Expr, body *ast.BlockStmt)
 		switch n := n.(type) {
 		case *ast.FuncLit, *ast.ForStmt, *ast.RangeStmt:
 			return false // a nested loop retries for itself
+		case *ast.SwitchStmt:
+			// switch { case err == nil: break attempts }: an unlabelled
+			// break in a case leaves the switch only.
+			if n.Tag != nil {
+				return true
+			}
+			for _, cc := range n.Body.List {
+				for _, e := range cc.(*ast.CaseClause).List {
+					if c.errCompare(e, token.EQL) && exitsNested(cc) || c.mentionsError(e) && hasContinue(cc) {
+						found = true
+					}
+				}
+			}
 		case *ast.IfStmt:
 			switch {
 			case c.errCompare(n.Cond, token.EQL) && exits(n.Body):
@@ -605,7 +837,13 @@ func isNil(e ast.Expr) bool {
 
 // exits reports whether n leaves the loop: a return, or a break that is
 // not inside a nested switch, select or loop.
-func exits(n ast.Node) bool {
+func exits(n ast.Node) bool { return exitsFrom(n, false) }
+
+// exitsNested is exits for code inside a switch or select: only a return
+// or a labelled break leaves the loop.
+func exitsNested(n ast.Node) bool { return exitsFrom(n, true) }
+
+func exitsFrom(n ast.Node, nested0 bool) bool {
 	found := false
 	var walk func(n ast.Node, nested bool)
 	walk = func(n ast.Node, nested bool) {
@@ -628,7 +866,7 @@ func exits(n ast.Node) bool {
 			return true
 		})
 	}
-	walk(n, false)
+	walk(n, nested0)
 	return found
 }
 

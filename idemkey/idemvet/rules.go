@@ -46,13 +46,33 @@ func (c *checker) report(pos token.Pos, category, format string, args ...any) {
 	c.reported[pos] = true
 	msg := fmt.Sprintf(format, args...)
 	p := c.pass.Fset.Position(pos)
-	for _, line := range []int{p.Line, p.Line - 1} {
+	lines := []int{p.Line, p.Line - 1}
+	// A directive above a statement covers all of its lines.
+	for _, f := range c.pass.Files {
+		if f.FileStart <= pos && pos < f.FileEnd {
+			path, _ := astutil.PathEnclosingInterval(f, pos, pos)
+			for _, n := range path {
+				if st, ok := n.(ast.Stmt); ok {
+					if _, block := st.(*ast.BlockStmt); !block {
+						l := c.pass.Fset.Position(st.Pos()).Line
+						lines = append(lines, l, l-1)
+						break
+					}
+				}
+			}
+		}
+	}
+	bare := false
+	for _, line := range lines {
 		if reason, ok := c.ignores[p.Filename][line]; ok {
 			if reason != "" {
 				return
 			}
-			msg += " (the //idemvet:ignore next to it is not honoured without a reason after it)"
+			bare = true
 		}
+	}
+	if bare {
+		msg += " (the //idemvet:ignore next to it is not honoured without a reason after it)"
 	}
 	c.pass.Report(analysis.Diagnostic{Pos: pos, Category: category, Message: msg})
 }
@@ -63,12 +83,36 @@ func (c *checker) checkKeys(f *ast.File, fd *ast.FuncDecl) {
 	for _, s := range c.sinks(fd) {
 		var origins []origin
 		c.trace(s.key, func(o origin) { origins = append(origins, o) })
-		bs := c.boundaries(f, s.node.Pos())
+		bs := c.retries(s, c.boundaries(f, s.node.Pos()))
 		if c.checkRetryKey(s, origins, bs) || c.checkFreshKey(f, s, origins, bs) {
 			continue
 		}
 		c.checkFixedKey(f, fd, s, origins)
 	}
+}
+
+// retries drops from bs the loops and recursions that walk a collection:
+// the request changes from pass to pass with the loop's counter or the
+// parameters the recursive call changes, so each pass is a new operation,
+// not another attempt of one.
+func (c *checker) retries(s sink, bs []boundary) []boundary {
+	var req []origin
+	for _, r := range s.request {
+		c.trace(r, func(o origin) { req = append(req, o) })
+	}
+	var out []boundary
+	for _, b := range bs {
+		walk := false
+		for _, o := range req {
+			if o.v != nil && b.passVars[o.v] {
+				walk = true
+			}
+		}
+		if !walk {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func (c *checker) checkRetryKey(s sink, origins []origin, bs []boundary) bool {
@@ -135,18 +179,120 @@ func (c *checker) checkFreshKey(f *ast.File, s sink, origins []origin, bs []boun
 // field read itself.
 func (c *checker) expand(origins []origin) []origin {
 	var out []origin
-	for _, o := range origins {
+	var add func(o origin, depth int)
+	add = func(o origin, depth int) {
 		out = append(out, o)
-		if o.kind == oField {
-			c.trace(o.sel.X, func(b origin) {
-				if b.kind == oField {
-					b.kind = oField // nested field: its base is traced below
-				}
-				out = append(out, b)
-			})
+		if o.kind == oField && depth < 4 {
+			// c.cfg.Key: c.cfg, then c.
+			c.trace(o.sel.X, func(b origin) { add(b, depth+1) })
 		}
 	}
+	for _, o := range origins {
+		add(o, 0)
+	}
 	return out
+}
+
+// customerOf returns the values the request gives its Customer field.
+func customerOf(request []ast.Expr) []ast.Expr {
+	var out []ast.Expr
+	for _, r := range request {
+		ast.Inspect(r, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false
+			case *ast.KeyValueExpr:
+				if id, ok := n.Key.(*ast.Ident); ok && id.Name == "Customer" {
+					out = append(out, n.Value)
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// perOperation reports whether recv, whose field the key is read from, is
+// built per operation rather than once for many: the request's customer
+// comes from recv too, or recv's type is built with its key field made
+// from a value that also fills another field (&op{customer: c, key:
+// "charge:" + c + ":" + period}). A customer given as a parameter of fd
+// says recv serves many customers.
+func (c *checker) perOperation(fd *ast.FuncDecl, recv *types.Var, s sink, keyOrigins []origin) bool {
+	fromRecv := false
+	for _, e := range customerOf(s.request) {
+		var os []origin
+		c.trace(e, func(o origin) { os = append(os, o) })
+		for _, o := range c.expand(os) {
+			switch {
+			case o.kind == oParam && o.v == recv:
+				fromRecv = true
+			case o.kind == oParam && c.params[o.v] == fd:
+				return false
+			}
+		}
+	}
+	if fromRecv {
+		return true
+	}
+	fields := map[string]bool{}
+	for _, o := range keyOrigins {
+		if o.kind == oField {
+			if id, ok := ast.Unparen(o.sel.X).(*ast.Ident); ok && c.pass.TypesInfo.Uses[id] == recv {
+				fields[o.sel.Sel.Name] = true
+			}
+		}
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	paramsOf := func(e ast.Expr) map[*types.Var]bool {
+		ps := map[*types.Var]bool{}
+		c.trace(e, func(o origin) {
+			if (o.kind == oParam || o.kind == oRangeVar) && !isContext(o.v.Type()) {
+				ps[o.v] = true
+			}
+		})
+		return ps
+	}
+	found := false
+	for _, f := range c.pass.Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok || found || !types.Identical(c.pass.TypesInfo.TypeOf(lit), t) {
+				return !found
+			}
+			var keyPs []map[*types.Var]bool
+			others := map[*types.Var]bool{}
+			for _, el := range lit.Elts {
+				kv, ok := el.(*ast.KeyValueExpr)
+				if !ok {
+					continue
+				}
+				id, ok := kv.Key.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				if fields[id.Name] {
+					keyPs = append(keyPs, paramsOf(kv.Value))
+				} else {
+					for v := range paramsOf(kv.Value) {
+						others[v] = true
+					}
+				}
+			}
+			for _, ps := range keyPs {
+				for v := range ps {
+					if others[v] {
+						found = true
+					}
+				}
+			}
+			return !found
+		})
+	}
+	return found
 }
 
 func (c *checker) checkFixedKey(f *ast.File, fd *ast.FuncDecl, s sink, origins []origin) {
@@ -230,7 +376,7 @@ func (c *checker) checkFixedKey(f *ast.File, fd *ast.FuncDecl, s sink, origins [
 			break
 		}
 	}
-	if varying == nil {
+	if varying == nil || fromRecv && c.perOperation(fd, recv, s, all) {
 		return
 	}
 	where := "a package variable, set once per process"
@@ -298,7 +444,11 @@ func (c *checker) checkWrites(fd *ast.FuncDecl) {
 			return true
 		}
 		fn, ok := typeutilCallee(info, call).(*types.Func)
-		if !ok || fn.Pkg() == nil || !stripeAny.MatchString(fn.Pkg().Path()) || stripeRoot.MatchString(fn.Pkg().Path()) || !writeMethod.MatchString(fn.Name()) || !reportableWrite(fn.Pkg().Path()) {
+		if !ok || fn.Pkg() == nil || !writeMethod.MatchString(fn.Name()) {
+			return true
+		}
+		res := writeResource(fn)
+		if res == "" {
 			return true
 		}
 		sig := fn.Type().(*types.Signature)
@@ -314,16 +464,58 @@ func (c *checker) checkWrites(fd *ast.FuncDecl) {
 				c.report(call.Pos(), NoKey,
 					"%s sends a Stripe write without an idempotency key: stripe-go then makes a random key for this call only, so any retry around it (a job rerun, a queue redelivery, a retry loop, a restart) makes a second %s. "+
 						"Set params.IdempotencyKey from what identifies the operation (customer, period: idemkey.For)",
-					types.ExprString(call.Fun), objectOf(fn))
+					types.ExprString(call.Fun), res+" object")
 			}
 		}
 		return true
 	})
 }
 
-func objectOf(fn *types.Func) string {
-	p := fn.Pkg().Path()
-	return p[strings.LastIndex(p, "/")+1:] + " object"
+// v82ff's stripe.Client: sc.V1Charges.Create is a method of the root
+// package's v1ChargeService.
+var rootService = regexp.MustCompile(`^v[0-9]+([A-Za-z]+)Service$`)
+
+// writeResource returns the stripe-go resource (charge, paymentintent)
+// that fn writes, if its writes are checked for a key, or "".
+func writeResource(fn *types.Func) string {
+	path := fn.Pkg().Path()
+	if !stripeAny.MatchString(path) {
+		return ""
+	}
+	if !stripeRoot.MatchString(path) {
+		if !reportableWrite(path) {
+			return ""
+		}
+		return path[strings.LastIndex(path, "/")+1:]
+	}
+	recv := fn.Type().(*types.Signature).Recv()
+	if recv == nil {
+		return ""
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	n, ok := t.(*types.Named)
+	if !ok {
+		return ""
+	}
+	m := rootService.FindStringSubmatch(n.Obj().Name())
+	if m == nil || strings.HasPrefix(m[1], "TestHelpers") {
+		return ""
+	}
+	// v1BillingMeterEventService, v1TreasuryOutboundPaymentService: the
+	// resource is the name's end.
+	res, best := strings.ToLower(m[1]), ""
+	for r := range moneyPkgs {
+		if strings.HasSuffix(res, r) && len(r) > len(best) {
+			best = r
+		}
+	}
+	if best == "" && allWrites {
+		return res
+	}
+	return best
 }
 
 // lacksKey reports whether the params a of the write call are sure to carry
@@ -349,9 +541,17 @@ func (c *checker) lacksKey(fd *ast.FuncDecl, call *ast.CallExpr, a ast.Expr) boo
 			return false
 		}
 		for _, d := range c.defs[v] {
+			if d.kind == defZero {
+				continue // var p stripe.ChargeParams
+			}
 			rhs := ast.Unparen(d.rhs)
 			if u, ok := rhs.(*ast.UnaryExpr); ok && u.Op == token.AND {
 				rhs = u.X
+			}
+			if call, ok := rhs.(*ast.CallExpr); ok && len(call.Args) == 1 {
+				if b, ok := typeutilCallee(c.pass.TypesInfo, call).(*types.Builtin); ok && b.Name() == "new" {
+					continue // new(stripe.ChargeParams)
+				}
 			}
 			lit, ok := rhs.(*ast.CompositeLit)
 			if !ok || litHasKey(lit) {
@@ -372,6 +572,12 @@ func runsBefore(fd *ast.FuncDecl, call *ast.CallExpr, pos token.Pos) bool {
 	before := false
 	ast.Inspect(fd.Body, func(n ast.Node) bool {
 		switch n := n.(type) {
+		case *ast.FuncLit:
+			// A write in a function literal runs when the literal is
+			// called, maybe after code that follows it.
+			if within(n, call.Pos()) && !within(n, pos) {
+				before = true
+			}
 		case *ast.ForStmt, *ast.RangeStmt:
 			if within(n, call.Pos()) && within(n, pos) {
 				before = true
@@ -528,9 +734,32 @@ func (c *checker) constString(e ast.Expr) (string, bool) {
 	if tv, ok := c.pass.TypesInfo.Types[e]; ok && tv.Value != nil && tv.Value.Kind() == constant.String {
 		return constant.StringVal(tv.Value), true
 	}
-	if id, ok := ast.Unparen(e).(*ast.Ident); ok {
-		if v := c.localVar(id); v != nil && len(c.defs[v]) == 1 && c.defs[v][0].rhs != nil {
-			return c.constString(c.defs[v][0].rhs)
+	switch x := ast.Unparen(e).(type) {
+	case *ast.Ident:
+		// The one value given to a local variable (var q string does not count).
+		if v := c.localVar(x); v != nil {
+			var rhs []ast.Expr
+			for _, d := range c.defs[v] {
+				if d.kind != defZero {
+					rhs = append(rhs, d.rhs)
+				}
+			}
+			if len(rhs) == 1 && rhs[0] != nil {
+				return c.constString(rhs[0])
+			}
+		}
+	case *ast.CallExpr:
+		// fmt.Sprintf("SELECT pg_advisory_unlock(%d)", key): the format.
+		if fn, ok := typeutilCallee(c.pass.TypesInfo, x).(*types.Func); ok && fn.Pkg() != nil && fn.Pkg().Path() == "fmt" &&
+			strings.HasPrefix(fn.Name(), "Sprint") && len(x.Args) > 0 {
+			return c.constString(x.Args[0])
+		}
+	case *ast.BinaryExpr:
+		// "SELECT pg_advisory_unlock(" + strconv.FormatInt(key, 10) + ")"
+		if x.Op == token.ADD {
+			l, lok := c.constString(x.X)
+			r, rok := c.constString(x.Y)
+			return l + "?" + r, lok || rok
 		}
 	}
 	return "", false

@@ -39,6 +39,17 @@ func viaHelper(customer string) error {
 	return err
 }
 
+// A walk over customers by index (not a retry loop) with a random key.
+func walkRandom(customers []string, n int) {
+	for i := 0; i < n; i++ {
+		p := &stripe.ChargeParams{Customer: stripe.String(customers[i])}
+		p.IdempotencyKey = stripe.String(uuid.NewString()) // want `idempotency key made by uuid.NewString\(\) for this one request`
+		if _, err := charges.New(p); err != nil {
+			continue
+		}
+	}
+}
+
 // ---- not reported ----
 
 // Made once and reused by every pass of a loop that resends it.

@@ -21,3 +21,17 @@ func ChargeParams(ctx context.Context, customer, key string) *stripe.ChargeParam
 
 // NewKey returns a new value every call.
 func NewKey() string { return uuid.NewString() }
+
+// Op is one charge, its key made when it is built.
+type Op struct {
+	Customer string
+	Key      string
+}
+
+// NewOp returns an operation with a new random key every call.
+func NewOp(customer string) Op { return Op{Customer: customer, Key: uuid.NewString()} }
+
+// NewOpFor returns an operation keyed by its identity.
+func NewOpFor(customer, period string) *Op {
+	return &Op{Customer: customer, Key: "charge:" + customer + ":" + period}
+}

@@ -15,6 +15,15 @@ func silenced(customer string) {
 	charges.New(&stripe.ChargeParams{Customer: stripe.String(customer)}) //idemvet:ignore same, on the line itself
 }
 
+// The directive above a statement covers the statement's later lines.
+func multiLine(customer string) {
+	//idemvet:ignore a one-off charge in a test fixture
+	charges.New(&stripe.ChargeParams{
+		Customer: stripe.String(customer),
+		Params:   stripe.Params{IdempotencyKey: stripe.String(uuid.NewString())},
+	})
+}
+
 func noReason(customer string) {
 	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
 	//idemvet:ignore

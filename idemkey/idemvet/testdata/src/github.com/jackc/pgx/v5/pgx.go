@@ -8,3 +8,9 @@ type Tx interface {
 	QueryRow(ctx context.Context, sql string, args ...any) Row
 	Commit(ctx context.Context) error
 }
+
+type Conn struct{}
+
+func Connect(ctx context.Context, dsn string) (*Conn, error)                   { return nil, nil }
+func (c *Conn) Exec(ctx context.Context, sql string, args ...any) (any, error) { return nil, nil }
+func (c *Conn) QueryRow(ctx context.Context, sql string, args ...any) Row      { return nil }

@@ -13,10 +13,11 @@ func (p *Params) SetIdempotencyKey(s string) { p.IdempotencyKey = &s }
 func (p *Params) AddMetadata(k, v string)    {}
 
 type ChargeParams struct {
-	Params   `form:"*"`
-	Amount   *int64
-	Currency *string
-	Customer *string
+	Params      `form:"*"`
+	Amount      *int64
+	Description *string
+	Currency    *string
+	Customer    *string
 }
 
 type PaymentIntentParams struct {

@@ -1,0 +1,6 @@
+package xid
+
+type ID [12]byte
+
+func New() ID                { return ID{} }
+func (id ID) String() string { return "" }
