@@ -23,9 +23,13 @@
 //     reported.
 //   - [nokey] a stripe-go New/Create/Confirm/Pay/Capture/Increment write of
 //     a resource that moves or bills money whose params surely carry no key
-//     (-allwrites: every resource), through the resource packages, client.API
-//     or v82's stripe.Client. Update is not reported: a repeated update sets
-//     the same values again.
+//     (-allwrites: every resource), through the resource packages (sub,
+//     subitem and subschedule of stripe-go before v74 too), client.API or
+//     v82's stripe.Client. Params surely carry no key when they are nil, a
+//     literal without one, or a local variable or function result built
+//     from those (in any package) that gets no key and reaches no other
+//     code before the write. Update is not reported: a repeated update
+//     sets the same values again.
 //   - [poollock] pg_advisory_lock/unlock through *pgxpool.Pool, *sql.DB or
 //     *sqlx.DB instead of one pinned connection; [xactlock] a transaction
 //     advisory lock through a pool outside a transaction.
@@ -52,6 +56,9 @@
 //     also keeps in another field (&Biller{period: p, key: "charge-" + p}),
 //     when the request names no customer: it is taken for a value built
 //     per operation;
+//   - a keyless write whose params come from the caller, a slice, a map or
+//     a struct field (for _, p := range lines { InvoiceItems.New(p) }): it
+//     cannot tell whether other code gave them a key;
 //   - a pool hidden behind an interface (sqlc's DBTX) or SQL held in a
 //     non-constant variable;
 //   - requests sent with raw net/http to Stripe without any Idempotency-Key

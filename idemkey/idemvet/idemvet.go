@@ -18,7 +18,7 @@ var Analyzer = &analysis.Analyzer{
 	Doc:       "report idempotency keys that change between attempts, keys shared by different operations, Stripe writes without a key, and advisory locks taken or released through a connection pool",
 	URL:       "https://pkg.go.dev/github.com/billonce/billonce/idemkey/idemvet",
 	Run:       run,
-	FactTypes: []analysis.Fact{new(keyParams), new(freshResult), new(freshFields)},
+	FactTypes: []analysis.Fact{new(keyParams), new(freshResult), new(freshFields), new(keylessResult)},
 }
 
 // keyParams marks a function whose parameters at these indexes end up as
@@ -43,6 +43,14 @@ type freshFields struct{ Source map[string]string }
 func (*freshFields) AFact()           {}
 func (f *freshFields) String() string { return fmt.Sprintf("freshFields(%v)", f.Source) }
 
+// keylessResult marks a function whose first result is Stripe params that
+// are sure to carry no idempotency key: every return builds them afresh
+// without one (or returns nil).
+type keylessResult struct{}
+
+func (*keylessResult) AFact()         {}
+func (*keylessResult) String() string { return "keylessResult" }
+
 // checker holds what run learns about one package.
 type checker struct {
 	pass     *analysis.Pass
@@ -53,6 +61,7 @@ type checker struct {
 	keyParam map[*types.Func][]int
 	fresh    map[*types.Func]string
 	freshFld map[*types.Func]map[string]string
+	keyless  map[*types.Func]bool
 	// retried holds functions and function-valued variables that run once
 	// per attempt: passed to a retry helper, or called from such a
 	// function.
@@ -72,6 +81,7 @@ func run(pass *analysis.Pass) (any, error) {
 		keyParam:     map[*types.Func][]int{},
 		fresh:        map[*types.Func]string{},
 		freshFld:     map[*types.Func]map[string]string{},
+		keyless:      map[*types.Func]bool{},
 		retriedFuncs: map[*types.Func]string{},
 		retriedVars:  map[*types.Var]string{},
 		ignores:      map[string]map[int]string{},

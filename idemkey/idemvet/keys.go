@@ -259,6 +259,10 @@ func (c *checker) computeFacts() {
 					changed = true
 				}
 			}
+			if !c.keyless[fn] && returnsParams(sig) && c.returnsKeyless(fd) {
+				c.keyless[fn] = true
+				changed = true
+			}
 			if _, done := c.fresh[fn]; !done && returnsIDLike(sig) {
 				if src := c.freshReturn(fd); src != "" {
 					c.fresh[fn] = src
@@ -274,6 +278,11 @@ func (c *checker) computeFacts() {
 	for fn, idx := range c.keyParam {
 		if fn.Exported() {
 			c.pass.ExportObjectFact(fn, &keyParams{Index: idx})
+		}
+	}
+	for fn := range c.keyless {
+		if fn.Exported() {
+			c.pass.ExportObjectFact(fn, &keylessResult{})
 		}
 	}
 	for fn, src := range c.fresh {

@@ -420,6 +420,12 @@ var moneyPkgs = map[string]bool{
 	"outboundpayment": true, "outboundtransfer": true, "inboundtransfer": true,
 }
 
+// oldNames are the names stripe-go gave these packages before v74.
+var oldNames = map[string]string{
+	"sub": "subscription", "subitem": "subscriptionitem", "subschedule": "subscriptionschedule",
+	"reversal": "transferreversal",
+}
+
 var allWrites bool
 
 func init() {
@@ -427,13 +433,20 @@ func init() {
 		"report keyless writes of every stripe-go resource, not only those that move or bill money")
 }
 
-// reportableWrite reports whether a write in this stripe-go package is
-// checked for a key.
-func reportableWrite(path string) bool {
+// packageResource returns the resource of a stripe-go package whose writes
+// are checked for a key, or "".
+func packageResource(path string) string {
 	if strings.Contains(path, "/testhelpers") {
-		return false // test-mode helpers: no money moves
+		return "" // test-mode helpers: no money moves
 	}
-	return allWrites || moneyPkgs[path[strings.LastIndex(path, "/")+1:]]
+	name := path[strings.LastIndex(path, "/")+1:]
+	if long, ok := oldNames[name]; ok {
+		name = long
+	}
+	if !allWrites && !moneyPkgs[name] {
+		return ""
+	}
+	return name
 }
 
 func (c *checker) checkWrites(fd *ast.FuncDecl) {
@@ -483,10 +496,7 @@ func writeResource(fn *types.Func) string {
 		return ""
 	}
 	if !stripeRoot.MatchString(path) {
-		if !reportableWrite(path) {
-			return ""
-		}
-		return path[strings.LastIndex(path, "/")+1:]
+		return packageResource(path)
 	}
 	recv := fn.Type().(*types.Signature).Recv()
 	if recv == nil {
@@ -521,7 +531,7 @@ func writeResource(fn *types.Func) string {
 // lacksKey reports whether the params a of the write call are sure to carry
 // no key: nil, a literal without one, or a local variable built from such a
 // literal that gets no key and is handed to no other code before the write.
-func (c *checker) lacksKey(fd *ast.FuncDecl, call *ast.CallExpr, a ast.Expr) bool {
+func (c *checker) lacksKey(fd *ast.FuncDecl, call ast.Node, a ast.Expr) bool {
 	a = ast.Unparen(a)
 	if isNil(a) {
 		return true
@@ -532,6 +542,8 @@ func (c *checker) lacksKey(fd *ast.FuncDecl, call *ast.CallExpr, a ast.Expr) boo
 	switch a := a.(type) {
 	case *ast.CompositeLit:
 		return !litHasKey(a)
+	case *ast.CallExpr:
+		return c.keylessCall(a)
 	case *ast.Ident:
 		v := c.localVar(a)
 		if v == nil {
@@ -548,9 +560,12 @@ func (c *checker) lacksKey(fd *ast.FuncDecl, call *ast.CallExpr, a ast.Expr) boo
 			if u, ok := rhs.(*ast.UnaryExpr); ok && u.Op == token.AND {
 				rhs = u.X
 			}
-			if call, ok := rhs.(*ast.CallExpr); ok && len(call.Args) == 1 {
+			if call, ok := rhs.(*ast.CallExpr); ok {
 				if b, ok := typeutilCallee(c.pass.TypesInfo, call).(*types.Builtin); ok && b.Name() == "new" {
 					continue // new(stripe.ChargeParams)
+				}
+				if c.keylessCall(call) {
+					continue // p := buildParams(customer)
 				}
 			}
 			lit, ok := rhs.(*ast.CompositeLit)
@@ -563,9 +578,55 @@ func (c *checker) lacksKey(fd *ast.FuncDecl, call *ast.CallExpr, a ast.Expr) boo
 	return false
 }
 
+// keylessCall reports whether call is to a function that builds params
+// without a key (keylessResult).
+func (c *checker) keylessCall(call *ast.CallExpr) bool {
+	fn, ok := typeutilCallee(c.pass.TypesInfo, call).(*types.Func)
+	if !ok {
+		return false
+	}
+	if c.keyless[fn] {
+		return true
+	}
+	var f keylessResult
+	return fn.Pkg() != c.pass.Pkg && c.pass.ImportObjectFact(fn.Origin(), &f)
+}
+
+// returnsParams reports whether sig's first result, and no other, can
+// carry an idempotency key (Stripe params or a pointer to them).
+func returnsParams(sig *types.Signature) bool {
+	r := sig.Results()
+	for i := range r.Len() {
+		obj, _, _ := types.LookupFieldOrMethod(r.At(i).Type(), true, nil, "IdempotencyKey")
+		if _, isField := obj.(*types.Var); isField != (i == 0) {
+			return false
+		}
+	}
+	return r.Len() > 0
+}
+
+// returnsKeyless reports whether every return of fd gives params sure to
+// carry no key.
+func (c *checker) returnsKeyless(fd *ast.FuncDecl) bool {
+	some, all := false, true
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.ReturnStmt:
+			if len(n.Results) == 0 || !c.lacksKey(fd, n, n.Results[0]) {
+				all = false
+			}
+			some = true
+		}
+		return all
+	})
+	return some && all
+}
+
 // runsBefore reports whether code at pos may run before the write call:
 // it comes first, or shares a loop with the call, or fd jumps backwards.
-func runsBefore(fd *ast.FuncDecl, call *ast.CallExpr, pos token.Pos) bool {
+func runsBefore(fd *ast.FuncDecl, call ast.Node, pos token.Pos) bool {
 	if pos < call.Pos() {
 		return true
 	}
@@ -608,7 +669,7 @@ func litHasKey(lit *ast.CompositeLit) bool {
 // mayGetKey reports whether v's key may be set in fd before the write call,
 // or v leaves fd's sight before it: any use other than reading or writing a
 // field, calling a stripe-go method with it, or a stripe-go write.
-func (c *checker) mayGetKey(fd *ast.FuncDecl, call *ast.CallExpr, v *types.Var) bool {
+func (c *checker) mayGetKey(fd *ast.FuncDecl, call ast.Node, v *types.Var) bool {
 	info := c.pass.TypesInfo
 	may := false
 	var stack []ast.Node

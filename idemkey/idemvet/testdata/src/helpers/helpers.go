@@ -35,3 +35,8 @@ func NewOp(customer string) Op { return Op{Customer: customer, Key: uuid.NewStri
 func NewOpFor(customer, period string) *Op {
 	return &Op{Customer: customer, Key: "charge:" + customer + ":" + period}
 }
+
+// PlainChargeParams builds params without a key.
+func PlainChargeParams(customer string) *stripe.ChargeParams {
+	return &stripe.ChargeParams{Customer: stripe.String(customer)}
+}

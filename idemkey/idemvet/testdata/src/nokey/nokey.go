@@ -6,6 +6,9 @@ import (
 	"github.com/stripe/stripe-go/v79/customer"
 	"github.com/stripe/stripe-go/v79/paymentintent"
 	"github.com/stripe/stripe-go/v79/testhelpers/testclock"
+
+	stripe72 "github.com/stripe/stripe-go/v72"
+	"github.com/stripe/stripe-go/v72/sub"
 )
 
 var charges charge.Client
@@ -50,7 +53,83 @@ func usedAfter(customer string, show func(any)) error {
 	return err
 }
 
+// Params built without a key by another function.
+func fromBuilder(customer string) error {
+	_, err := charges.New(build(customer)) // want `charges.New sends a Stripe write`
+	return err
+}
+
+func fromBuilderVar(customer string) error {
+	p := build(customer)
+	p.Description = stripe.String("monthly")
+	_, err := charges.New(p) // want `charges.New sends a Stripe write`
+	return err
+}
+
+func build(customer string) *stripe.ChargeParams {
+	return &stripe.ChargeParams{Customer: stripe.String(customer)}
+}
+
+func buildChecked(customer string) (*stripe.ChargeParams, error) {
+	if customer == "" {
+		return nil, errEmpty
+	}
+	p := build(customer)
+	p.Amount = stripe.Int64(100)
+	return p, nil
+}
+
+var errEmpty error
+
+func fromTwoLevels(customer string) error {
+	p, err := buildChecked(customer)
+	if err != nil {
+		return err
+	}
+	_, err = charges.New(p) // want `charges.New sends a Stripe write`
+	return err
+}
+
+// stripe-go before v74 names the subscription package sub.
+func oldSubscription(customer string) error {
+	_, err := sub.New(&stripe72.SubscriptionParams{Customer: stripe72.String(customer)}) // want `sub.New sends a Stripe write without an idempotency key: .* makes a second subscription object`
+	return err
+}
+
 // ---- not reported ----
+
+func builderThenKey(customer, period string) error {
+	p := build(customer)
+	p.SetIdempotencyKey("charge:" + customer + ":" + period)
+	_, err := charges.New(p)
+	return err
+}
+
+// One path of the builder sets a key.
+func buildMaybeKeyed(customer, key string) *stripe.ChargeParams {
+	if key != "" {
+		return &stripe.ChargeParams{Params: stripe.Params{IdempotencyKey: stripe.String(key)}}
+	}
+	return build(customer)
+}
+
+func fromMaybeKeyed(customer, key string) error {
+	_, err := charges.New(buildMaybeKeyed(customer, key))
+	return err
+}
+
+// The builder hands out a value it keeps: someone else may have keyed it.
+var cached = map[string]*stripe.ChargeParams{}
+
+func buildCached(customer string) *stripe.ChargeParams {
+	p := cached[customer]
+	return p
+}
+
+func fromCache(customer string) error {
+	_, err := charges.New(buildCached(customer))
+	return err
+}
 
 func withKey(customer, period string) error {
 	p := &stripe.ChargeParams{Customer: stripe.String(customer)}
@@ -121,15 +200,6 @@ again:
 		goto again
 	}
 	return err
-}
-
-func fromHelper(customer string) error {
-	_, err := charges.New(build(customer))
-	return err
-}
-
-func build(customer string) *stripe.ChargeParams {
-	return &stripe.ChargeParams{Customer: stripe.String(customer)}
 }
 
 // Reads and updates: a repeated read changes nothing and a repeated update

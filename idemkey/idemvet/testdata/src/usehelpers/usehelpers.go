@@ -27,3 +27,13 @@ func shared(ctx context.Context, customers []string) {
 func fine(ctx context.Context, customer, period string) {
 	charges.New(helpers.ChargeParams(ctx, customer, "charge:"+customer+":"+period))
 }
+
+func keylessFromHelper(customer string) {
+	charges.New(helpers.PlainChargeParams(customer)) // want `charges.New sends a Stripe write without an idempotency key`
+}
+
+func keyedAfterHelper(customer, period string) {
+	p := helpers.PlainChargeParams(customer)
+	p.SetIdempotencyKey("charge:" + customer + ":" + period)
+	charges.New(p)
+}
