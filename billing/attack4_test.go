@@ -5,9 +5,13 @@ package billing_test
 // the fake Stripe's ledger.
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +21,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 )
 
@@ -447,4 +452,36 @@ func TestAttack4ClaimTableChangedWithinWindow(t *testing.T) {
 	}
 	t.Logf("run on the new table: %+v", sum.Progress)
 	wantAllOnce(t, e.srv, ids)
+}
+
+// A configuration printed whole, the way start-up code and panics print
+// them (fmt verbs, slog's text and JSON handlers), shows no secret: not the
+// Stripe key in billing.Config, nor the vault key in spendcap.Config.
+func TestAttack4ConfigsPrintNoSecret(t *testing.T) {
+	const vault = "vault_live_S3cretVaultKeyNeverPrint9876"
+	secret := strings.TrimPrefix(secretKey, "sk_test_")
+	secret = secret[:len(secret)-4]
+	vsecret := vault[:len(vault)-4]
+	values := map[string]any{
+		"billing.Config":                   billing.Config{SecretKey: secretKey, StripeURL: "https://api.stripe.com", Scope: "s"},
+		"billing.Config with a credential": billing.Config{SecretKey: vault, Credential: secretKey},
+		"*billing.Config":                  &billing.Config{SecretKey: secretKey},
+		"spendcap.Config":                  spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vault},
+		"*spendcap.Config":                 &spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vault},
+	}
+	for name, v := range values {
+		var outs []string
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%t", "%o"} {
+			outs = append(outs, verb+" "+fmt.Sprintf(verb, v))
+		}
+		var text, js bytes.Buffer
+		slog.New(slog.NewTextHandler(&text, nil)).Info("start", "config", v)
+		slog.New(slog.NewJSONHandler(&js, nil)).Info("start", "config", v)
+		outs = append(outs, "slog text "+text.String(), "slog json "+js.String())
+		for _, out := range outs {
+			if strings.Contains(out, secret) || strings.Contains(out, vsecret) {
+				t.Errorf("%s prints a secret: %.200s", name, out)
+			}
+		}
+	}
 }
