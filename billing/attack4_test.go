@@ -469,6 +469,12 @@ func TestAttack4ConfigsPrintNoSecret(t *testing.T) {
 		"spendcap.Config":                  spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vault},
 		"*spendcap.Config":                 &spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vault},
 	}
+	px, err := spendcap.NewProxy(spendcap.ProxyConfig{Upstream: "https://api.stripe.com", StripeKey: secretKey, Store: spendcap.NewMemoryStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values["spendcap.ProxyConfig"] = spendcap.ProxyConfig{Upstream: "https://api.stripe.com", StripeKey: secretKey}
+	values["*spendcap.Proxy"] = px
 	for name, v := range values {
 		var outs []string
 		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%t", "%o"} {

@@ -570,7 +570,8 @@ var periodRE = regexp.MustCompile(`^[0-9]{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12][0-9]|
 // ValidatePeriod reports whether period is a billing period billonce
 // accepts: a month ("2026-09") or a day ("2026-09-15"). Charge and Run
 // check it themselves; call it to check a period given on a command line
-// before anything else.
+// before anything else. A month and a day in it are different periods,
+// each billed once: a customer billed for both is charged twice.
 func ValidatePeriod(period string) error { return checkPeriod(period) }
 
 func checkPeriod(period string) error {

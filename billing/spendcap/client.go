@@ -305,13 +305,7 @@ func (c Config) GoString() string { return c.String() }
 
 // Format prints String for every verb, so that no verb falls back to
 // printing the fields, secrets included.
-func (c Config) Format(f fmt.State, verb rune) {
-	if verb == 'q' {
-		fmt.Fprintf(f, "%q", c.String())
-		return
-	}
-	io.WriteString(f, c.String())
-}
+func (c Config) Format(f fmt.State, verb rune) { formatString(f, verb, c.String()) }
 
 // LogValue implements [slog.LogValuer] with the vault key redacted.
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
@@ -326,13 +320,7 @@ func (t Transport) GoString() string { return t.String() }
 
 // Format prints String for every verb, so that no verb (%d, %t, %o, …)
 // falls back to printing the fields, secrets included.
-func (t Transport) Format(f fmt.State, verb rune) {
-	if verb == 'q' {
-		fmt.Fprintf(f, "%q", t.String())
-		return
-	}
-	io.WriteString(f, t.String())
-}
+func (t Transport) Format(f fmt.State, verb rune) { formatString(f, verb, t.String()) }
 
 // LogValue implements [slog.LogValuer] with the vault key redacted.
 func (t Transport) LogValue() slog.Value {

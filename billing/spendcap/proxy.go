@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -120,6 +121,50 @@ type Proxy struct {
 	tr          http.RoundTripper
 	suspended   atomic.Bool
 	beforeReply atomic.Pointer[func(*http.Request)]
+}
+
+// String describes the configuration without the Stripe secret, so that
+// a ProxyConfig printed whole, by start-up code or a panic, leaks nothing.
+func (c ProxyConfig) String() string {
+	secret := "(none)"
+	if c.StripeKey != "" {
+		secret = "****"
+	}
+	return fmt.Sprintf("spendcap.ProxyConfig{Upstream: %s, StripeKey: %s, Store: %T, CapStatus: %d, KeyLifetime: %v, ClockSkew: %v, UpstreamTimeout: %v}",
+		idemkey.RedactRawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
+}
+
+// GoString is String, so %#v redacts too.
+func (c ProxyConfig) GoString() string { return c.String() }
+
+// Format prints String for every verb, so that no verb falls back to
+// printing the fields, the secret included.
+func (c ProxyConfig) Format(f fmt.State, verb rune) { formatString(f, verb, c.String()) }
+
+// LogValue implements [slog.LogValuer] without the secret.
+func (c ProxyConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// String describes the proxy without the Stripe secret it holds.
+func (p *Proxy) String() string {
+	return fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", idemkey.RedactURL(p.upstream), p.store)
+}
+
+// GoString is String, so %#v redacts too.
+func (p *Proxy) GoString() string { return p.String() }
+
+// Format prints String for every verb, so that no verb falls back to
+// printing the fields, the secret included.
+func (p *Proxy) Format(f fmt.State, verb rune) { formatString(f, verb, p.String()) }
+
+// LogValue implements [slog.LogValuer] without the secret.
+func (p *Proxy) LogValue() slog.Value { return slog.StringValue(p.String()) }
+
+func formatString(f fmt.State, verb rune, s string) {
+	if verb == 'q' {
+		fmt.Fprintf(f, "%q", s)
+		return
+	}
+	io.WriteString(f, s)
 }
 
 // NewProxy validates cfg and returns a Proxy. Errors wrap
