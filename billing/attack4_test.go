@@ -227,6 +227,46 @@ func (s *cancelStore) Reopen(ctx context.Context, key, owner, ep, cred string) e
 	return s.Store.Reopen(ctx, key, owner, ep, cred)
 }
 
+// batchCancelStore is a cancelStore that also records in batches, as
+// claim.Postgres does, so that a Run takes the batching path; with
+// failDone its n-th batch fails to record the successes it carries (the
+// database went away after Stripe answered).
+type batchCancelStore struct {
+	*cancelStore
+	pg     *claim.Postgres
+	failAt int // fail the failAt-th batch that records successes; 0: never
+	mu     sync.Mutex
+	dones  int
+}
+
+func (s *batchCancelStore) failed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failAt > 0 && s.dones >= s.failAt
+}
+
+func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration, checks []claim.SendCheck, done []claim.Success) ([]error, []error) {
+	if s.failAt > 0 {
+		if len(done) > 0 {
+			s.mu.Lock()
+			s.dones++
+			n := s.dones
+			s.mu.Unlock()
+			if n == s.failAt {
+				checkErrs, _ := s.pg.CheckSendSucceed(ctx, w, checks, nil)
+				doneErrs := make([]error, len(done))
+				for i := range doneErrs {
+					doneErrs[i] = errors.New("connection reset by peer")
+				}
+				return checkErrs, doneErrs
+			}
+		}
+		return s.pg.CheckSendSucceed(ctx, w, checks, done)
+	}
+	defer s.step()()
+	return s.pg.CheckSendSucceed(ctx, w, checks, done)
+}
+
 // cancelTransport cancels the request's context once Stripe has answered,
 // before the body is read: the charge exists and the caller stops.
 type cancelTransport struct {
@@ -262,6 +302,13 @@ func TestAttack4CancelAtEveryStep(t *testing.T) {
 			_, err := b.Charge(ctx, id, period, nil)
 			return err
 		}},
+		{"batched run", func(ctx context.Context, b *billing.Biller, id string) error {
+			s, err := b.Run(ctx, period, billing.Customers(id), nil)
+			if err == nil && !s.Complete() {
+				err = errors.New("run not complete")
+			}
+			return err
+		}},
 		{"run", func(ctx context.Context, b *billing.Biller, id string) error {
 			s, err := b.Run(ctx, period, billing.Customers(id), nil)
 			if err == nil && !s.Complete() {
@@ -272,20 +319,35 @@ func TestAttack4CancelAtEveryStep(t *testing.T) {
 	}
 	e := newEnv(t)
 	for _, f := range flows {
-		for _, where := range []string{"store-before", "store-after", "http"} {
+		wheres := []string{"store-before", "store-after", "http"}
+		if f.name == "batched run" {
+			wheres = append(wheres, "record-fails")
+		}
+		for _, where := range wheres {
 			for at := 1; at <= 12; at++ {
-				id := "cus_" + f.name + "_" + where + "_" + string(rune('a'+at))
+				id := "cus_" + strings.ReplaceAll(f.name, " ", "_") + "_" + where + "_" + string(rune('a'+at))
 				ctx, cancel := context.WithCancel(context.Background())
 				cs := &cancelStore{Store: e.store, at: at, before: where == "store-before", cancel: cancel}
+				var store claim.Store = cs
+				var bs *batchCancelStore
+				if f.name == "batched run" {
+					bs = &batchCancelStore{cancelStore: cs, pg: e.store}
+					if where == "record-fails" {
+						bs.failAt = at
+					}
+					store = bs
+				}
 				ct := &cancelTransport{at: at, cancel: cancel}
-				if where != "http" {
-					cs.at = at
-					ct.at = -1
-				} else {
+				switch where {
+				case "http":
 					cs.at = -1
+				case "record-fails":
+					cs.at, ct.at = -1, -1
+				default:
+					ct.at = -1
 				}
 				b := e.biller(func(c *billing.Config) {
-					c.Claims = cs
+					c.Claims = store
 					c.HTTPClient = &http.Client{Transport: ct}
 				})
 				err := f.run(ctx, b, id)
@@ -293,7 +355,12 @@ func TestAttack4CancelAtEveryStep(t *testing.T) {
 				if err == nil && e.count(id) != 1 {
 					t.Errorf("%s: reported success with %d charges", id, e.count(id))
 				}
-				// The next run, at once.
+				if err == nil && where == "record-fails" && bs.failed() {
+					t.Errorf("%s: a run whose success was not recorded returned no error", id)
+				}
+				// The next run, once the first one's lease is over (a
+				// runner whose database went away cannot release).
+				e.exec(`UPDATE billonce_claims SET lease_until = now() WHERE customer = $1 AND state = 'pending'`, id)
 				if err := f.run(context.Background(), e.biller(), id); err != nil {
 					t.Errorf("%s: next run: %v", id, err)
 				}
@@ -304,7 +371,13 @@ func TestAttack4CancelAtEveryStep(t *testing.T) {
 				ct.mu.Lock()
 				reqs := ct.n
 				ct.mu.Unlock()
+				if where == "record-fails" {
+					bs.mu.Lock()
+					calls = bs.dones
+					bs.mu.Unlock()
+				}
 				if (where == "http" && at > reqs) || (where != "http" && at > calls) {
+					t.Logf("%s %s: %d steps", f.name, where, at-1)
 					break
 				}
 			}
