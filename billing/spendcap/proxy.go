@@ -54,9 +54,11 @@ type ProxyConfig struct {
 	// 402 or 412.
 	CapStatus int
 	// KeyLifetime is how long the upstream keeps an idempotency key
-	// (DefaultKeyLifetime); ClockSkew (DefaultClockSkew) is subtracted
-	// from it. A key counted longer ago than that is reserved again when
-	// it is resent: the upstream may charge it anew.
+	// (DefaultKeyLifetime, and at most that: Stripe keeps keys for at
+	// least 24 hours, and may forget them from then on); ClockSkew
+	// (DefaultClockSkew) is subtracted from it. A key counted longer ago
+	// than that is reserved again when it is resent: the upstream may
+	// charge it anew.
 	KeyLifetime, ClockSkew time.Duration
 	// UpstreamTimeout bounds one forwarded request
 	// (DefaultUpstreamTimeout). A request that times out keeps its
@@ -198,6 +200,9 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	}
 	if cfg.ClockSkew < 0 || cfg.KeyLifetime <= cfg.ClockSkew {
 		return nil, invalid("ProxyConfig.KeyLifetime %v must be above ClockSkew %v, which must not be negative", cfg.KeyLifetime, cfg.ClockSkew)
+	}
+	if cfg.KeyLifetime > DefaultKeyLifetime {
+		return nil, invalid("ProxyConfig.KeyLifetime %v is above Stripe's %v: Stripe may forget a key once it is 24 hours old, and a resend the proxy took for a replay would then be charged without a reservation; leave it zero or lower it", cfg.KeyLifetime, DefaultKeyLifetime)
 	}
 	if cfg.UpstreamTimeout == 0 {
 		cfg.UpstreamTimeout = DefaultUpstreamTimeout
