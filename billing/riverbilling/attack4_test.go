@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
@@ -117,4 +118,58 @@ func TestAttack4SpendCapAcrossDays(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A job's first run loses Stripe's answer; before its retry the workers
+// are redeployed with another configuration: the other API, a rotated
+// secret key, another scope. No retry sends the key blind: the job waits
+// (snoozed until the key's window has passed) or is cancelled with the
+// reason, and a run a day later settles it by search. One charge.
+func TestAttack4WorkerConfigChangedBetweenAttempts(t *testing.T) {
+	changes := map[string]func(*billing.Config){
+		"api":   func(c *billing.Config) { c.API = billing.PaymentIntents; c.Price = pmPrice },
+		"key":   func(c *billing.Config) { c.Credential = "sk_test_rotated_key_2" },
+		"scope": func(c *billing.Config) { c.Scope = "billonce-v2" },
+	}
+	for name, change := range changes {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, billingtest.Config{})
+			c := e.client(e.riverConfig(e.biller(), nil))
+			e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+			e.searchDown()
+			first := e.workJob(e.worker(e.biller(oneAttempt)), e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period}))
+			if first.EventKind != river.EventKindJobFailed {
+				t.Fatalf("first run: %s", first.EventKind)
+			}
+			// The retry, with search still down: nothing can settle it.
+			w := e.worker(e.biller(change))
+			res := e.workJob(w, first.Job)
+			e.srv.SetScript(nil)
+			t.Logf("retry after the change: %s %v", res.EventKind, lastErr(res.Job))
+			if n := e.count("cus_1"); n != 1 {
+				t.Fatalf("%d charges after the retry", n)
+			}
+			e.advance(25 * time.Hour)
+			if res.Job.State != rivertype.JobStateCancelled && res.Job.State != rivertype.JobStateCompleted {
+				res = e.workJob(w, res.Job)
+				t.Logf("a day later: %s %v", res.EventKind, lastErr(res.Job))
+			}
+			// Whatever the job did, a Run of the first configuration
+			// settles the period.
+			sum, err := e.biller().Run(context.Background(), period, billing.Customers("cus_1"), nil)
+			t.Logf("run of the first configuration: %+v %v", sum.Progress, err)
+			billingtest.RequireChargedOnce(t, e.srv, "cus_1", period)
+		})
+	}
+}
+
+func pmPrice(context.Context, string, string) (billing.Price, error) {
+	return billing.Price{Amount: amount, Currency: "usd", PaymentMethod: "pm_card_visa"}, nil
+}
+
+func lastErr(j *rivertype.JobRow) string {
+	if len(j.Errors) == 0 {
+		return ""
+	}
+	return j.Errors[len(j.Errors)-1].Error
 }
