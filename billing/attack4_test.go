@@ -564,3 +564,34 @@ func TestAttack4ConfigsPrintNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// A customer declined 120 times in a row (a dunning process re-billing
+// daily, say), then paid by re-bill 122: Charge and Run report the period
+// as billed, however many re-bills came before.
+func TestAttack4ManyRebillsThenPaid(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.Decline("cus_m", "insufficient_funds")
+	if _, err := e.b.Charge(ctx, "cus_m", period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatal(err)
+	}
+	for a := 2; a <= 121; a++ {
+		if _, err := e.b.Rebill(ctx, "cus_m", period, a, nil); !errors.Is(err, billing.ErrDeclined) {
+			t.Fatalf("Rebill(%d): %v", a, err)
+		}
+	}
+	e.srv.Honor("cus_m")
+	paid, err := e.b.Rebill(ctx, "cus_m", period, 122, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.b.Charge(ctx, "cus_m", period, nil)
+	if err != nil || r.StripeID != paid.StripeID {
+		t.Errorf("Charge after re-bill 122 paid: %v, %v; want AlreadyBilled %s", r.Outcome, err, paid.StripeID)
+	}
+	sum, err := e.b.Run(ctx, period, billing.Customers("cus_m"), nil)
+	if err != nil || !sum.Complete() {
+		t.Errorf("Run after re-bill 122 paid: %+v, %v", sum.Progress, err)
+	}
+	billingtest.RequireChargedOnce(t, e.srv, "cus_m", period)
+}

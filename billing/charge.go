@@ -275,11 +275,12 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 // afterFailure answers for a failed attempt: a later re-bill that succeeded
 // means the period is billed, and its receipt is returned; otherwise the
 // latest failure, whose *ChargeError names the next attempt to re-bill with.
-// Re-bills are few, so the walk is short.
+// Re-bills are numbered one after the other (see checkRebill), so the walk
+// ends at the first attempt without a claim: one lookup per re-bill made.
 func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
 	last := j
 	if j.attempt > 0 {
-		for a := j.attempt + 1; a <= j.attempt+maxRebillWalk; a++ {
+		for a := j.attempt + 1; a <= maxAttempt; a++ {
 			key, err := b.keyFor(j.customer, j.period, a)
 			if err != nil {
 				break
@@ -302,9 +303,6 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 	e.Code, e.AfterProcessing = failed.FailureCode, !failed.ProcessingAt.IsZero()
 	return Receipt{}, e
 }
-
-// maxRebillWalk bounds how many later attempts afterFailure looks at.
-const maxRebillWalk = 100
 
 func (b *Biller) receipt(j job, id string, o Outcome) Receipt {
 	return Receipt{Customer: j.customer, Period: j.period, StripeID: id, Amount: j.price.Amount,
