@@ -6,6 +6,7 @@ package billing_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -351,12 +352,23 @@ func TestAttack3WebhookSecretsNeverShown(t *testing.T) {
 	// A dispute about a payment the fake does not know: reading it fails.
 	disp := []byte(`{"id":"evt_attack3_disp","object":"event","api_version":"` + billingtest.APIVersion + `","created":1,"type":"charge.dispute.created","data":{"object":{"id":"dp_x","object":"dispute","charge":"ch_nosuch","reason":"fraudulent"}}}`)
 	_, body2 := h.post(disp, billingtest.Sign(disp, whsec, time.Now()))
-	for _, s := range []string{body1, body2, h.logs.String()} {
+	// An event the claim table cannot take: acknowledged, logged and
+	// observed as not applied.
+	long := chargeEvent(t, "evt_attack3_long", "charge.succeeded", "ch_long", "succeeded", strings.Repeat("k", 300), "cus_s", time.Now())
+	_, body3 := h.post(long.Body, billingtest.Sign(long.Body, whsec, time.Now()))
+	var observed []string
+	for _, e := range h.observed() {
+		observed = append(observed, fmt.Sprintf("%v %+v", e.Err, e))
+	}
+	for _, s := range append([]string{body1, body2, body3, h.logs.String()}, observed...) {
 		for _, secret := range []string{whsec, secretKey, "whsec_other", secretKey[len(secretKey)-8:]} {
 			if strings.Contains(s, secret) {
 				t.Fatalf("%q shows a secret: %s", secret, s)
 			}
 		}
 	}
-	t.Logf("answers: %q, %q", body1, body2)
+	if len(observed) != 2 {
+		t.Errorf("observed %d events, want the two not applied", len(observed))
+	}
+	t.Logf("answers: %q, %q, %q", body1, body2, body3)
 }

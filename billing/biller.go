@@ -192,7 +192,8 @@ type Config struct {
 	// far as its claim (EventOutcome), in Charge, Rebill, Run and Reconcile,
 	// for metrics; and when a webhook or Reconcile learns that a payment
 	// settled, was refunded or was disputed (EventSettled, EventRefunded,
-	// EventDisputed). It must be fast and safe for concurrent use.
+	// EventDisputed), or that a webhook event cannot be applied
+	// (EventNotApplied). It must be fast and safe for concurrent use.
 	Observe func(Event)
 
 	// SettleAfter is how long a payment may be processing (a bank debit
@@ -200,6 +201,16 @@ type Config struct {
 	// GET per claim under RateLimit. Webhooks ([Biller.Webhook]) usually
 	// settle it sooner. Defaults to DefaultSettleAfter.
 	SettleAfter time.Duration
+	// EventRetention is how long the claim store keeps the record of each
+	// webhook event it applied (the record that makes a redelivery a
+	// duplicate). Reconcile deletes older records (claim.Store.PruneEvents),
+	// a batch at a time. Stripe retries a delivery for up to 3 days and an
+	// event can be resent by hand for up to 30 days; an event delivered
+	// again after its record is gone is applied again and changes nothing,
+	// because claims only move forward. Defaults to DefaultEventRetention;
+	// at least 30 days; a negative value keeps every record (prune with
+	// claim.Store.PruneEvents yourself, or never).
+	EventRetention time.Duration
 }
 
 // Event is what [Config.Observe] receives.
@@ -230,6 +241,8 @@ type Event struct {
 	Refunded int64
 	// Dispute is the dispute's id and reason (EventDisputed).
 	Dispute string
+	// EventID is the Stripe event's id (EventNotApplied).
+	EventID string
 }
 
 // EventKind tells what an [Event] reports.
@@ -251,6 +264,13 @@ const (
 	// EventDisputed: a payment was disputed (Dispute). The claim stays
 	// billed: a dispute is not a reason to bill again.
 	EventDisputed
+	// EventNotApplied: a correctly signed webhook event could not be
+	// applied and never will be (EventID, StripeID if known, Err): its
+	// payment is not on this Stripe account, or it names a key or an id
+	// longer than the claim table takes. It was answered 200, so that
+	// Stripe does not deliver it again, and logged as an error. It deserves
+	// a look.
+	EventNotApplied
 )
 
 // Outcome tells how a charge came to be billed, in a [Receipt] and an
@@ -357,6 +377,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.StripeURL = cmp.Or(cfg.StripeURL, DefaultStripeURL)
 	cfg.WindowMargin = cmp.Or(cfg.WindowMargin, DefaultWindowMargin)
 	cfg.SettleAfter = cmp.Or(cfg.SettleAfter, DefaultSettleAfter)
+	cfg.EventRetention = cmp.Or(cfg.EventRetention, DefaultEventRetention)
 	if cfg.Retry.Classify == nil {
 		cfg.Retry.Classify = Classify
 	}
@@ -397,6 +418,8 @@ func (cfg Config) validate() error {
 		return invalid("Config.WindowMargin %v is below %v: claims would be reconciled by search before Stripe has indexed their first payment", cfg.WindowMargin, minWindowMargin)
 	case cfg.SettleAfter < 0:
 		return invalid("Config.SettleAfter %v must not be negative", cfg.SettleAfter)
+	case cfg.EventRetention > 0 && cfg.EventRetention < minEventRetention:
+		return invalid("Config.EventRetention %v is shorter than 30 days, for which Stripe can still resend an event: use at least 720h (the default is %v), or a negative value to keep every record", cfg.EventRetention, DefaultEventRetention)
 	case cfg.InProgressWait < 0:
 		return invalid("Config.InProgressWait %v must not be negative", cfg.InProgressWait)
 	}

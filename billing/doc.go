@@ -110,7 +110,9 @@
 // nobody twice; pass a [lock.Locker] in [RunOptions] so that only one of
 // them does the work.
 // [Biller.Reconcile] settles claims that crashed runners left pending, of
-// its own Config.Scope only. A claim table holds one live claim per
+// its own Config.Scope only, reads payments that have been processing
+// longer than Config.SettleAfter, and prunes the records of webhook events
+// older than Config.EventRetention (see below). A claim table holds one live claim per
 // customer and period, whatever the scope: products that bill the same
 // customers for the same periods use a claim table each.
 //
@@ -140,6 +142,26 @@
 // (or waiting for that first send) can make a replica with another secret
 // key or endpoint find the key's window long past, search, find nothing
 // yet, and charge again under its own key.
+//
+// # Webhooks
+//
+// [Biller.Webhook] is the handler for Stripe's events: it verifies their
+// signature (400 if it is wrong) and applies each to the claim of its
+// payment with [claim.Store.Apply], once: a redelivery is a duplicate.
+// An event that can never be applied is answered 200 and reported
+// (EventNotApplied), so that Stripe does not retry it for days; a failure
+// that may pass (the claim store, a read from Stripe) is answered 5xx, so
+// that Stripe delivers again.
+//
+// The record of an applied event is what makes a redelivery a duplicate.
+// Reconcile deletes records older than Config.EventRetention, 90 days by
+// default: three times the 30 days for which Stripe can resend an event
+// (it retries a failed delivery for 3). Pruning belongs to Reconcile
+// because Reconcile is the periodic job every deployment already
+// schedules; the store's PruneEvents is there for services that do not.
+// An event delivered after its record was pruned is applied again and
+// changes nothing, since claims only move forward: it is answered
+// "unchanged", is not reported to Config.Observe, and charges nobody.
 //
 // # Charges or PaymentIntents
 //

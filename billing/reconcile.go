@@ -183,6 +183,12 @@ func (b *Biller) waitSearch(ctx context.Context) error {
 // unknown scope (made before scopes were recorded) whose key this Biller
 // derives: another product's claims on the same table are left to that
 // product's Biller.
+//
+// Last, Reconcile deletes the records of webhook events older than
+// Config.EventRetention (90 days by default) from the claim store, a batch
+// at a time: Reconcile is the job an operator already schedules, and the
+// records are needed only while Stripe may still deliver an event again.
+// A failure to prune is returned, with the complete Summary.
 func (b *Biller) Reconcile(ctx context.Context, opts *ReconcileOptions) (Summary, error) {
 	var o ReconcileOptions
 	if opts != nil {
@@ -238,12 +244,19 @@ func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Sum
 			return r.sum, err
 		}
 	}
+	var pruneErr error
+	if ctx.Err() == nil && r.stopErr == nil {
+		pruneErr = b.pruneEvents(ctx)
+	}
 	sum := r.sum
 	sum.Elapsed = time.Since(start)
 	if r.stopErr != nil {
 		return sum, fmt.Errorf("billing: reconciliation stopped: %w", r.stopErr)
 	}
-	return sum, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return sum, err
+	}
+	return sum, pruneErr
 }
 
 // jobFromClaim rebuilds the charge a pending claim stands for, with the

@@ -17,6 +17,15 @@ import (
 // may be processing before Reconcile reads it from Stripe.
 const DefaultSettleAfter = time.Hour
 
+// DefaultEventRetention is Config.EventRetention's default: how long the
+// record of an applied webhook event is kept, three times the 30 days for
+// which Stripe can resend an event.
+const DefaultEventRetention = 90 * 24 * time.Hour
+
+// minEventRetention is the shortest Config.EventRetention: the 30 days
+// for which an event can be resent from Stripe's dashboard or API.
+const minEventRetention = 30 * 24 * time.Hour
+
 // Payments that settle later
 //
 // A bank debit (ACH, SEPA, BACS) exists at Stripe long before it settles:
@@ -221,6 +230,23 @@ func (b *Biller) settledByEvent(ctx context.Context, j job, out created, serr er
 	}
 	if a.Outcome == claim.Changed {
 		b.applied(ctx, "answer", a)
+	}
+	return nil
+}
+
+// pruneEvents deletes the records of webhook events older than
+// Config.EventRetention, unless it is negative.
+func (b *Biller) pruneEvents(ctx context.Context) error {
+	if b.cfg.EventRetention < 0 {
+		return nil
+	}
+	n, err := b.cfg.Claims.PruneEvents(ctx, b.cfg.EventRetention)
+	if n > 0 {
+		b.log.LogAttrs(ctx, slogInfo, "billonce: pruned the records of old webhook events",
+			slog.Int("pruned", n), slog.Duration("older_than", b.cfg.EventRetention))
+	}
+	if err != nil {
+		return fmt.Errorf("billing: pruning webhook event records older than %v (%d deleted): %w", b.cfg.EventRetention, n, err)
 	}
 	return nil
 }

@@ -1098,3 +1098,10 @@ func (s *simStore) Unsettled(ctx context.Context, scope string, olderThan time.D
 	}
 	return s.inner.Unsettled(ctx, scope, olderThan)
 }
+
+func (s *simStore) PruneEvents(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := s.alive(); err != nil {
+		return 0, err
+	}
+	return s.inner.PruneEvents(ctx, olderThan)
+}

@@ -91,8 +91,21 @@ var webhookTypes = map[string]bool{
 // leave the claim where the newest left it. Events of other types, and
 // events about payments without billonce's metadata or without a claim
 // (another product's, another environment's), are answered 200 and
-// ignored. A failure to reach the claim store is answered 500, so that
-// Stripe delivers the event again.
+// ignored. A failure to reach the claim store is answered 500, and a
+// failure to read a dispute's or refund's payment from Stripe 503, so
+// that Stripe delivers the event again. An event that can never be
+// applied (its payment does not exist on this account, or it names a key
+// or an id the claim table does not take) is answered 200 so that Stripe
+// does not deliver it again for days, logged as an error and reported to
+// Config.Observe as EventNotApplied.
+//
+// The record of each applied event is kept for Config.EventRetention (90
+// days by default, well past the 30 days for which Stripe can resend an
+// event); Reconcile deletes older ones. An event delivered again after
+// its record is gone is applied again and, claims only moving forward,
+// changes nothing: it is answered "unchanged", is logged at debug level
+// (an event about another payment than the claim's is warned about again,
+// as the first time) and is not reported to Observe.
 //
 // The event's API version is not checked against stripe-go's: the handler
 // reads only fields that every version has (ids, status, metadata,
@@ -173,10 +186,14 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	u, err := h.update(ctx, ev)
 	if err != nil {
-		// Reading the disputed payment from Stripe failed: let Stripe
+		if missingPayment(err) {
+			h.notApplied(ctx, w, ev, "", log, "its payment does not exist on this Stripe account (check that Config.SecretKey is of the account and mode the endpoint is registered in)", err)
+			return
+		}
+		// Reading the payment from Stripe failed for now: let Stripe
 		// deliver the event again.
-		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the disputed payment; Stripe will deliver the event again", append(log, slog.Any("error", err))...)
-		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the disputed payment from Stripe; deliver again")
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the event's payment; Stripe will deliver the event again", append(log, slog.Any("error", err))...)
+		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the event's payment from Stripe; deliver again")
 		return
 	}
 	if u.Key == "" {
@@ -193,8 +210,9 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusOK, "ignored: no claim for this payment")
 		return
 	case errors.Is(err, claim.ErrInvalid):
-		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event cannot be applied", append(log, slog.Any("error", err))...)
-		answer(w, http.StatusBadRequest, "billonce webhook: the event cannot be applied: "+strings.TrimPrefix(err.Error(), claim.ErrInvalid.Error()+": "))
+		// What the claim table refuses is the event's content, which a
+		// redelivery repeats: no answer but 200 stops them.
+		h.notApplied(ctx, w, ev, u.StripeID, log, strings.TrimPrefix(err.Error(), claim.ErrInvalid.Error()+": "), err)
 		return
 	case err != nil:
 		h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
@@ -211,6 +229,27 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
 	}
 	answer(w, http.StatusOK, strings.ToLower(a.Outcome.String()))
+}
+
+// notApplied acknowledges a signed event that cannot be applied, now or
+// on any redelivery: 200, so that Stripe does not deliver it again for
+// days (and disable the endpoint), an error in the log and an
+// EventNotApplied to Config.Observe, saying why.
+func (h *webhookHandler) notApplied(ctx context.Context, w http.ResponseWriter, ev stripe.Event, stripeID string, log []slog.Attr, why string, err error) {
+	h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied and acknowledged; Stripe will not deliver it again",
+		append(log, slog.String("reason", why), slog.Any("error", err))...)
+	h.b.observe(Event{Kind: EventNotApplied, EventID: ev.ID, StripeID: stripeID,
+		Err: fmt.Errorf("billing: webhook event %s (%s) not applied: %s: %w", ev.ID, ev.Type, why, err)})
+	answer(w, http.StatusOK, "not applied: "+why)
+}
+
+// missingPayment tells whether reading an event's payment failed because
+// Stripe has no such payment on this account: a redelivery finds none
+// either. Every other failure (the network, a 5xx, a rate limit, a
+// refused key that an operator can fix) may pass.
+func missingPayment(err error) bool {
+	var se *stripe.Error
+	return errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound && se.Code == stripe.ErrorCodeResourceMissing
 }
 
 // signatureProblem says what is wrong with a delivery, in words that

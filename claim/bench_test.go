@@ -3,7 +3,9 @@ package claim_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/billonce/billonce/claim"
 )
@@ -46,4 +48,80 @@ func BenchmarkClaimBatch(b *testing.B) {
 			b.ReportMetric(float64(run*size)/b.Elapsed().Seconds(), "claims/s")
 		})
 	}
+}
+
+// BenchmarkPruneEvents prunes 200,000 old event records from a table
+// that also holds 100,000 recent ones, while another goroutine applies
+// new events to a claim, and reports how long those Applies waited at
+// worst, and at worst during a second without pruning: pruning works a
+// batch at a time, so they never wait for it all.
+//
+//	go test ./claim -run '^$' -bench PruneEvents -benchtime 1x
+func BenchmarkPruneEvents(b *testing.B) {
+	ctx := context.Background()
+	s, pool := newPostgres(b, claim.Config{})
+	if _, err := s.Claim(ctx, claim.Request{Customer: "cus_1", Period: "2025-01", Key: "k1", Amount: 4200, Currency: "usd", Owner: "bench"}); err != nil {
+		b.Fatal(err)
+	}
+	const old, recent = 200_000, 100_000
+	var worst, total time.Duration
+	var applies int
+	// The same Applies for a second without pruning: the baseline.
+	var quiet time.Duration
+	for n, end := 0, time.Now().Add(time.Second); time.Now().Before(end); n++ {
+		start := time.Now()
+		u := claim.Update{EventID: fmt.Sprintf("evt_quiet_%d", n), EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: int64(n), Created: time.Now()}
+		if _, err := s.Apply(ctx, u); err != nil {
+			b.Fatal(err)
+		}
+		quiet = max(quiet, time.Since(start))
+	}
+	pool.Exec(ctx, "TRUNCATE billonce_claims_events")
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		_, err := pool.Exec(ctx, `INSERT INTO billonce_claims_events (id, type, key, stripe_id, created, result, received_at)
+			SELECT 'evt_'||$1::int||'_'||g, 'charge.succeeded', 'k1', 'py_1', now(), 'Unchanged: nothing new',
+				CASE WHEN g <= $2 THEN now() - interval '100 days' ELSE now() END
+			FROM generate_series(1, $3::int) g`, i, old, old+recent)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pool.Exec(ctx, "ANALYZE billonce_claims_events")
+		b.StartTimer()
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				start := time.Now()
+				u := claim.Update{EventID: fmt.Sprintf("evt_new_%d_%d", i, n), EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: int64(n), Created: time.Now()}
+				if _, err := s.Apply(ctx, u); err != nil {
+					b.Error(err)
+					return
+				}
+				d := time.Since(start)
+				worst, total, applies = max(worst, d), total+d, applies+1
+			}
+		}()
+		n, err := s.PruneEvents(ctx, 90*24*time.Hour)
+		close(done)
+		wg.Wait()
+		if err != nil || n != old {
+			b.Fatalf("PruneEvents = %d, %v; want %d", n, err, old)
+		}
+		b.StopTimer()
+		pool.Exec(ctx, "TRUNCATE billonce_claims_events")
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(old*b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(worst.Microseconds())/1000, "worst-apply-ms")
+	b.ReportMetric(float64(quiet.Microseconds())/1000, "worst-apply-ms-without-prune")
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(max(applies, 1)), "mean-apply-ms")
 }

@@ -82,6 +82,16 @@ type Store interface {
 	// least olderThan on the store's clock, oldest first, of scope and of
 	// unknown scope, or all of them when scope is "".
 	Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error)
+	// PruneEvents deletes the records of the events Apply recorded more
+	// than olderThan ago on the store's clock, and returns how many it
+	// deleted. An event delivered again after its record is gone is
+	// applied again and changes nothing (see [Store.Apply]), so the
+	// records are needed only while Stripe may still send the event: keep
+	// them longer than its redeliveries (see the package documentation).
+	// It deletes a batch at a time, each in its own short transaction, so
+	// webhook deliveries never wait long behind it; it stops early, with
+	// ctx's error, when ctx is done.
+	PruneEvents(ctx context.Context, olderThan time.Duration) (int, error)
 }
 
 // A Request asks to charge Amount of Currency to Customer for Period under
@@ -274,6 +284,9 @@ type Claim struct {
 	// EventAt is Stripe's creation time of the latest event, or read of
 	// the payment, applied to the claim; zero if none was.
 	EventAt time.Time
+	// DisputeAt is Stripe's creation time of the event of Dispute; zero
+	// if there is none, or it was recorded before billonce kept this time.
+	DisputeAt time.Time
 }
 
 // Outcome tells the caller of Claim what to do.

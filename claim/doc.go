@@ -81,9 +81,33 @@
 // older event arriving after a newer one changes nothing ([Unchanged]);
 // the two terminal states never replace each other. Refunds (the amount
 // refunded so far only grows) and disputes (the latest by Stripe's
-// creation time) are recorded on the claim without changing its state:
-// they are not a reason to bill again. An event for a payment other than
-// the one the claim records changes nothing ([OtherPayment]).
+// creation time of its event, Claim.DisputeAt; of two created in the same
+// second, the greater id) are recorded on the claim without changing its
+// state: they are not a reason to bill again. An event for a payment
+// other than the one the claim records changes nothing ([OtherPayment]).
+//
+// # Pruning the events table
+//
+// The events table gains a row per event applied. [Postgres.PruneEvents]
+// deletes the rows received longer ago than a given age, on the database
+// clock, oldest first, 1000 rows per statement, each statement its own
+// short transaction (rows another pruner holds are skipped), so that a
+// webhook delivery never waits long behind it, however large the table.
+// billing.Biller.Reconcile calls it with Config.EventRetention, 90 days
+// by default; a service that does not run Reconcile schedules it itself
+// (daily is plenty).
+//
+// A row is needed only while Stripe may deliver its event again: Stripe
+// retries a delivery for up to 3 days, and an event can be resent from
+// the dashboard or the API for up to 30 days. Keep rows longer than that.
+// Should an event come after its row was deleted anyway, it is applied
+// again, as if new, and changes nothing: the claim already knows as much
+// or more, so the answer is [Unchanged] (not [Duplicate]), and the row is
+// recorded again. States never move back, a refund is never counted twice
+// (the amount is Stripe's running total, not an increment), an older
+// dispute never replaces a newer one, and nothing is sent to Stripe. An
+// event about another payment than the claim's is [OtherPayment] again,
+// as it was the first time.
 //
 // [Postgres.Unsettled] lists claims processing for longer than a given
 // age, for callers that read their payments instead of receiving events.

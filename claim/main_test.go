@@ -50,6 +50,10 @@ func bothStores(t *testing.T, lease time.Duration, f func(t *testing.T, h harnes
 			if err != nil {
 				t.Fatal(err)
 			}
+			_, err = pool.Exec(context.Background(), `UPDATE billonce_claims_events SET received_at = received_at - $1::bigint * interval '1 microsecond'`, d.Microseconds())
+			if err != nil {
+				t.Fatal(err)
+			}
 		}})
 	})
 	t.Run("memory", func(t *testing.T) {

@@ -25,8 +25,14 @@ type Memory struct {
 	mu    sync.Mutex
 	byKey map[string]*Claim
 	live  map[[2]string]string // (customer, period) -> key of its pending, processing or succeeded claim
-	// events maps the id of every event applied to its result.
-	events map[string]string
+	// events maps the id of every event applied to its record.
+	events map[string]memEvent
+}
+
+// memEvent is the record of an applied event.
+type memEvent struct {
+	result   string
+	received time.Time
 }
 
 // NewMemory returns an empty in-memory store. Only cfg.Lease is used. It

@@ -84,6 +84,7 @@ func namesFor(cfg Config) names {
 		"{{live_index}}", pgx.Identifier{cfg.Table + "_live"}.Sanitize(),
 		"{{pending_index}}", pgx.Identifier{cfg.Table + "_pending"}.Sanitize(),
 		"{{processing_index}}", pgx.Identifier{cfg.Table + "_processing"}.Sanitize(),
+		"{{events_received_index}}", pgx.Identifier{cfg.Table + "_events_received"}.Sanitize(),
 		// PostgreSQL's name for the first migration's check on state.
 		"{{state_check}}", pgx.Identifier{cfg.Table + "_state_check"}.Sanitize(),
 	)
@@ -141,7 +142,7 @@ func colsOf(x string) string {
 	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint,
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
 	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
-	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at`)
+	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -349,11 +350,11 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	var c Claim
 	var state string
 	var ageMicros, sentMicros int64
-	var reconciled, processing, settled, eventAt *time.Time
+	var reconciled, processing, settled, eventAt, disputeAt *time.Time
 	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Leases,
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
 		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
-		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt)
+		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}
@@ -363,7 +364,7 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	for _, t := range [...]struct {
 		src *time.Time
 		dst *time.Time
-	}{{reconciled, &c.ReconciledAt}, {processing, &c.ProcessingAt}, {settled, &c.SettledAt}, {eventAt, &c.EventAt}} {
+	}{{reconciled, &c.ReconciledAt}, {processing, &c.ProcessingAt}, {settled, &c.SettledAt}, {eventAt, &c.EventAt}, {disputeAt, &c.DisputeAt}} {
 		if t.src != nil {
 			*t.dst = *t.src
 		}

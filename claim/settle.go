@@ -161,8 +161,8 @@ func decide(c Claim, u Update) change {
 		n.Refunded = u.Refunded
 		did = append(did, fmt.Sprintf("refunded %d", u.Refunded))
 	}
-	if u.Dispute != "" && u.Dispute != c.Dispute && (c.Dispute == "" || !u.Created.Before(c.EventAt)) {
-		n.Dispute = u.Dispute
+	if u.Dispute != "" && u.Dispute != c.Dispute && newerDispute(c, u) {
+		n.Dispute, n.DisputeAt = u.Dispute, u.Created
 		did = append(did, "dispute "+u.Dispute)
 	}
 	if did == nil {
@@ -178,6 +178,22 @@ func decide(c Claim, u Update) change {
 	ch.outcome, ch.next = Changed, n
 	ch.reason = fmt.Sprint(did)
 	return ch
+}
+
+// newerDispute tells whether u's dispute replaces c's: the one Stripe
+// created later wins, whatever other events arrived in between. Stripe's
+// times are whole seconds, so of two disputes created in the same second
+// the greater id wins: the same one in every order of delivery, and again
+// when either is delivered after its record was pruned.
+func newerDispute(c Claim, u Update) bool {
+	if c.Dispute == "" {
+		return true
+	}
+	at := c.DisputeAt
+	if at.IsZero() {
+		at = c.EventAt // recorded before DisputeAt was kept: as late as it can be
+	}
+	return u.Created.After(at) || u.Created.Equal(at) && u.Dispute > c.Dispute
 }
 
 func validateAge(d time.Duration) error {
@@ -236,7 +252,7 @@ func (p *Postgres) Apply(ctx context.Context, u Update) (Applied, error) {
 		}
 		if tag.RowsAffected() == 0 {
 			tx.Rollback(ctx)
-			var result string
+			result := "its record was pruned meanwhile"
 			p.db.QueryRow(ctx, "SELECT result FROM "+p.names.events+" WHERE id = $1", u.EventID).Scan(&result)
 			c, err := p.Get(ctx, u.Key)
 			if err != nil && !errors.Is(err, ErrNotFound) {
@@ -262,12 +278,12 @@ func (p *Postgres) finishApply(ctx context.Context, tx pgx.Tx, u Update, c Claim
 	if ch.outcome == Changed {
 		n := ch.next
 		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, stripe_id = $3, failure_code = $4, last_error = $5,
-			refunded = $6, dispute = $7, event_at = $8, updated_at = now(),
+			refunded = $6, dispute = $7, event_at = $8, dispute_at = $11, updated_at = now(),
 			processing_at = CASE WHEN $9 THEN coalesce(processing_at, now()) ELSE processing_at END,
 			settled_at = CASE WHEN $10 THEN now() ELSE settled_at END
 			WHERE key = $1 RETURNING `+colsOf("t"),
 			u.Key, string(n.State), n.StripeID, n.FailureCode, n.LastError, n.Refunded, n.Dispute, n.EventAt,
-			ch.processing, ch.settled)
+			ch.processing, ch.settled, nullTime(n.DisputeAt))
 		var err error
 		if out.Claim, err = scanClaim(row); err != nil {
 			return Applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventType, u.Key, err)
@@ -316,12 +332,12 @@ func (m *Memory) Apply(ctx context.Context, u Update) (Applied, error) {
 	defer m.mu.Unlock()
 	now := time.Now()
 	c, ok := m.byKey[u.Key]
-	if result, seen := m.events[u.EventID]; u.EventID != "" && seen {
+	if rec, seen := m.events[u.EventID]; u.EventID != "" && seen {
 		var snap Claim
 		if ok {
 			snap = m.snapshot(c, now)
 		}
-		return Applied{Outcome: Duplicate, Claim: snap, Before: snap, Reason: "event applied before: " + result}, nil
+		return Applied{Outcome: Duplicate, Claim: snap, Before: snap, Reason: "event applied before: " + rec.result}, nil
 	}
 	if !ok {
 		return Applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
@@ -344,9 +360,9 @@ func (m *Memory) Apply(ctx context.Context, u Update) (Applied, error) {
 	}
 	if u.EventID != "" {
 		if m.events == nil {
-			m.events = make(map[string]string)
+			m.events = make(map[string]memEvent)
 		}
-		m.events[u.EventID] = out.Outcome.String() + ": " + out.Reason
+		m.events[u.EventID] = memEvent{result: out.Outcome.String() + ": " + out.Reason, received: now}
 	}
 	out.Claim = m.snapshot(c, now)
 	return out, nil
@@ -360,4 +376,63 @@ func (m *Memory) Unsettled(ctx context.Context, scope string, olderThan time.Dur
 	return m.listState(StateProcessing, func(c *Claim, now time.Time) bool {
 		return now.Sub(c.ProcessingAt) >= olderThan && (scope == "" || c.Scope == scope || c.Scope == "")
 	}, func(c Claim) time.Time { return c.ProcessingAt }), nil
+}
+
+// pruneBatch is how many event records one statement of PruneEvents
+// deletes: a few milliseconds of work, so that an Apply recording an event
+// again never waits long for the rows it conflicts with.
+const pruneBatch = 1000
+
+// PruneEvents deletes the records of events applied more than olderThan
+// ago, a batch at a time. See [Store].
+func (p *Postgres) PruneEvents(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := validateAge(olderThan); err != nil {
+		return 0, err
+	}
+	// SKIP LOCKED: two pruners at once (Reconcile of two scopes) take
+	// different rows instead of waiting for each other.
+	sql := "WITH doomed AS (SELECT id FROM " + p.names.events + ` WHERE received_at <= now() - $1::bigint * interval '1 microsecond'
+		ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+		DELETE FROM ` + p.names.events + " e USING doomed WHERE e.id = doomed.id"
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		tag, err := p.db.Exec(ctx, sql, olderThan.Microseconds(), pruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("claim: pruning event records older than %v (%d deleted so far): %w", olderThan, total, err)
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < pruneBatch {
+			return total, nil
+		}
+	}
+}
+
+// PruneEvents deletes the records of events applied more than olderThan
+// ago. See [Store].
+func (m *Memory) PruneEvents(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := validateAge(olderThan); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cutoff := time.Now().Add(-olderThan)
+	n := 0
+	for id, rec := range m.events {
+		if !rec.received.After(cutoff) {
+			delete(m.events, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// nullTime is t, or NULL for the zero time.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -2,21 +2,18 @@ package main
 
 import (
 	"context"
-	"maps"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/internal/chaos"
 )
 
 // TestMain turns the test binary into a runner when the harness re-executes
 // it.
 func TestMain(m *testing.M) {
-	if raw, ok := os.LookupEnv(runnerEnv); ok {
-		os.Exit(runnerMain(raw))
-	}
+	chaos.Child(runnerEnv, runnerMain)
 	os.Exit(m.Run())
 }
 
@@ -44,7 +41,7 @@ func TestChaosSmall(t *testing.T) {
 		AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
 		Timeout: 90 * time.Second,
 		LogDir:  t.TempDir(),
-		Out:     tWriter{t},
+		Out:     chaos.LogWriter(t),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -85,61 +82,4 @@ func TestConfigRefusesTimeoutBeyondSlowFault(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run accepted an attempt timeout equal to the slow fault's delay")
 	}
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
-}
-
-// TestVerifyCatches feeds the ledger check a broken ledger: it must count
-// each kind of breakage, or a green chaos run would prove nothing.
-func TestVerifyCatches(t *testing.T) {
-	cfg := Config{Customers: 5, Period: "2026-09"}
-	pay := func(id string, i int, amount int64) billingtest.Payment {
-		return billingtest.Payment{ID: id, Customer: customerID(i), Amount: amount, Currency: "usd", Paid: true, Period: cfg.Period}
-	}
-	ok := func(i int) int64 { return price(i).Amount }
-	good := []billingtest.Payment{pay("ch_0", 0, ok(0)), pay("ch_1", 1, ok(1)), pay("ch_2", 2, ok(2)), pay("ch_3", 3, ok(3))}
-	goodClaims := map[string]claimRow{
-		customerID(0): {"succeeded", "ch_0"}, customerID(1): {"succeeded", "ch_1"},
-		customerID(2): {"succeeded", "ch_2"}, customerID(3): {"succeeded", "ch_3"},
-		customerID(4): {"failed", ""},
-	}
-	declined := map[string]bool{customerID(4): true}
-
-	tests := []struct {
-		name                            string
-		payments                        []billingtest.Payment
-		claims                          map[string]claimRow
-		duplicates, missing, mismatches int
-	}{
-		{"clean", good, goodClaims, 0, 0, 0},
-		{"second charge", append(slices.Clone(good), pay("ch_9", 2, ok(2))), goodClaims, 1, 0, 0},
-		{"missing charge", good[1:], goodClaims, 0, 1, 1},
-		{"wrong amount", append([]billingtest.Payment{pay("ch_0", 0, ok(0)+1)}, good[1:]...), goodClaims, 0, 0, 1},
-		{"declined customer charged", append(slices.Clone(good), pay("ch_4", 4, ok(4))), goodClaims, 0, 0, 1},
-		{"charge without succeeded claim", good, with(goodClaims, customerID(1), claimRow{"pending", ""}), 0, 0, 1},
-		{"claim names another charge", good, with(goodClaims, customerID(1), claimRow{"succeeded", "ch_x"}), 0, 0, 1},
-		{"claim for unknown customer", good, with(goodClaims, "cus_x", claimRow{"succeeded", "ch_x"}), 0, 0, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var fig Figures
-			verify(cfg, tt.payments, tt.claims, declined, &fig)
-			if fig.Duplicates != tt.duplicates || fig.Missing != tt.missing || fig.Mismatches != tt.mismatches {
-				t.Errorf("duplicates %d, missing %d, mismatches %d; want %d, %d, %d (%v)",
-					fig.Duplicates, fig.Missing, fig.Mismatches, tt.duplicates, tt.missing, tt.mismatches, fig.Problems)
-			}
-		})
-	}
-}
-
-func with(m map[string]claimRow, k string, v claimRow) map[string]claimRow {
-	m = maps.Clone(m)
-	m[k] = v
-	return m
 }

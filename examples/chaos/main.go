@@ -22,14 +22,11 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/internal/chaos"
 )
 
 func main() {
-	// A runner must never fall through to the harness: that would start
-	// runners of its own.
-	if raw, ok := os.LookupEnv(runnerEnv); ok {
-		os.Exit(runnerMain(raw))
-	}
+	chaos.Child(runnerEnv, runnerMain)
 	cfg := Config{Rates: map[billingtest.FaultKind]float64{}}
 	flag.IntVar(&cfg.Customers, "customers", 2000, "customers to bill")
 	flag.IntVar(&cfg.Runners, "runners", 3, "runner processes billing the same period at once")
@@ -39,24 +36,10 @@ func main() {
 	flag.IntVar(&cfg.DBRestarts, "db-restarts", 1, "PostgreSQL restarts at random points of the run")
 	flag.DurationVar(&cfg.DBDown, "db-down", 500*time.Millisecond, "how long PostgreSQL stays down on a restart")
 	flag.IntVar(&cfg.Terminations, "terminations", 2, "times to pg_terminate_backend every runner connection")
-	rate := func(k billingtest.FaultKind, name string, def float64, what string) {
-		flag.Func(name, fmt.Sprintf("probability of %s per request (default %v)", what, def), func(s string) error {
-			var v float64
-			if _, err := fmt.Sscan(s, &v); err != nil {
-				return err
-			}
-			cfg.Rates[k] = v
-			return nil
-		})
-		cfg.Rates[k] = def
-	}
-	rate(billingtest.FaultCut, "cut", 0.05, "commit, then cut the response (the lost answer)")
-	rate(billingtest.FaultDrop, "drop", 0, "commit, then drop the connection without a byte")
-	rate(billingtest.FaultSlow, "slow", 0.01, "commit, then answer after 2s, beyond the attempt timeout")
-	rate(billingtest.FaultErrorBefore, "error-before", 0.02, "500 before commit")
-	rate(billingtest.FaultErrorAfter, "error-after", 0.02, "500 after commit (stored and replayed)")
-	rate(billingtest.FaultInFlight, "in-flight", 0.02, "409 idempotency_key_in_use")
-	rate(billingtest.FaultLockTimeout, "lock-timeout", 0.02, "429 lock_timeout")
+	chaos.FaultFlags(flag.CommandLine, cfg.Rates, map[billingtest.FaultKind]float64{
+		billingtest.FaultCut: 0.05, billingtest.FaultDrop: 0, billingtest.FaultSlow: 0.01, billingtest.FaultErrorBefore: 0.02,
+		billingtest.FaultErrorAfter: 0.02, billingtest.FaultInFlight: 0.02, billingtest.FaultLockTimeout: 0.02,
+	})
 	flag.Float64Var(&cfg.DeclineFraction, "declines", 0.02, "fraction of customers whose card always declines")
 	flag.IntVar(&cfg.Concurrency, "concurrency", 8, "charges in flight per runner")
 	flag.IntVar(&cfg.BatchSize, "batch", 200, "claims per database round trip")

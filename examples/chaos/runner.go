@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/chaos"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -42,21 +42,14 @@ type runnerConfig struct {
 	Deadline                               time.Time
 }
 
-// customerID and price define the run: customer i owes price(i) cents.
-func customerID(i int) string { return fmt.Sprintf("cus_%07d", i) }
-
-func price(i int) billing.Price {
-	return billing.Price{Amount: 100 + int64(i*7919%9900), Currency: "usd"}
-}
-
 // items yields customers start, start+1, … n-1, 0, … start-1, each with its
 // price.
 func items(n, start int) iter.Seq2[billing.Item, error] {
 	return func(yield func(billing.Item, error) bool) {
 		for k := range n {
 			i := (start + k) % n
-			p := price(i)
-			if !yield(billing.Item{Customer: customerID(i), Price: &p}, nil) {
+			p := chaos.Price(i)
+			if !yield(billing.Item{Customer: chaos.CustomerID(i), Price: &p}, nil) {
 				return
 			}
 		}
@@ -65,12 +58,7 @@ func items(n, start int) iter.Seq2[billing.Item, error] {
 
 // runnerMain is a runner process: it bills the period until one Run leaves
 // nothing pending, then exits 0. It exits 2 if the deadline passes first.
-func runnerMain(raw string) int {
-	var cfg runnerConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "chaos runner: bad %s: %v\n", runnerEnv, err)
-		return 3
-	}
+func runnerMain(cfg runnerConfig) int {
 	logf, err := os.OpenFile(cfg.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos runner: %v\n", err)

@@ -19,18 +19,15 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/internal/chaos"
 )
 
 func main() {
-	// A worker must never fall through to the harness.
-	if raw, ok := os.LookupEnv(workerEnv); ok {
-		os.Exit(workerMain(raw))
-	}
+	chaos.Child(workerEnv, workerMain)
 	cfg := Config{Rates: map[billingtest.FaultKind]float64{}}
 	flag.IntVar(&cfg.Customers, "customers", 10000, "customers to bill")
 	flag.IntVar(&cfg.Workers, "workers", 3, "worker processes, each a River client")
@@ -40,20 +37,10 @@ func main() {
 	flag.IntVar(&cfg.Kills, "kills", 2, "worker processes to SIGKILL (and restart) at seeded points of the run")
 	flag.IntVar(&cfg.DBRestarts, "db-restarts", 1, "PostgreSQL restarts at seeded points of the run")
 	flag.DurationVar(&cfg.DBDown, "db-down", 500*time.Millisecond, "how long PostgreSQL stays down on a restart")
-	rate := func(k billingtest.FaultKind, name string, def float64, what string) {
-		flag.Func(name, fmt.Sprintf("probability of %s per request (default %v)", what, def), func(s string) error {
-			v, err := strconv.ParseFloat(s, 64)
-			cfg.Rates[k] = v
-			return err
-		})
-		cfg.Rates[k] = def
-	}
-	rate(billingtest.FaultCut, "cut", 0.03, "commit, then cut the response (the lost answer)")
-	rate(billingtest.FaultSlow, "slow", 0.005, "commit, then answer after 2s, beyond the attempt timeout")
-	rate(billingtest.FaultErrorBefore, "error-before", 0.01, "500 before commit")
-	rate(billingtest.FaultErrorAfter, "error-after", 0.01, "500 after commit (stored and replayed)")
-	rate(billingtest.FaultInFlight, "in-flight", 0.01, "409 idempotency_key_in_use")
-	rate(billingtest.FaultLockTimeout, "lock-timeout", 0.01, "429 lock_timeout")
+	chaos.FaultFlags(flag.CommandLine, cfg.Rates, map[billingtest.FaultKind]float64{
+		billingtest.FaultCut: 0.03, billingtest.FaultSlow: 0.005, billingtest.FaultErrorBefore: 0.01,
+		billingtest.FaultErrorAfter: 0.01, billingtest.FaultInFlight: 0.01, billingtest.FaultLockTimeout: 0.01,
+	})
 	flag.Float64Var(&cfg.DeclineFraction, "declines", 0.02, "fraction of customers whose card always declines")
 	flag.DurationVar(&cfg.Lease, "lease", 3*time.Second, "claim lease: how long a killed worker's claims wait before others resume them")
 	flag.DurationVar(&cfg.AttemptTimeout, "attempt-timeout", time.Second, "per-attempt timeout (must be below the slow fault's 2s)")

@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/internal/chaos"
 )
 
 // TestMain turns the test binary into a worker when the harness re-executes
 // it.
 func TestMain(m *testing.M) {
-	if raw, ok := os.LookupEnv(workerEnv); ok {
-		os.Exit(workerMain(raw))
-	}
+	chaos.Child(workerEnv, workerMain)
 	os.Exit(m.Run())
 }
 
@@ -42,7 +41,7 @@ func TestRiverChaosSmall(t *testing.T) {
 		ThroughputCustomers: 100,
 		Timeout:             150 * time.Second,
 		LogDir:              t.TempDir(),
-		Out:                 tWriter{t},
+		Out:                 chaos.LogWriter(t),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -61,11 +60,4 @@ func TestRiverChaosSmall(t *testing.T) {
 	if fig.Kills == 0 || fig.DBRestarts == 0 || fig.Faults[billingtest.FaultCut] == 0 || fig.Replays == 0 {
 		t.Errorf("kills %d, DB restarts %d, cuts %d, replays %d; want each > 0", fig.Kills, fig.DBRestarts, fig.Faults[billingtest.FaultCut], fig.Replays)
 	}
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
 }

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"iter"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/riverbilling"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/chaos"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -39,27 +37,12 @@ type workerConfig struct {
 	LogPath                        string
 }
 
-// customerID and price define the run: customer i owes price(i) cents.
-// Jobs carry the customer only; the Biller's PriceFunc prices them.
-func customerID(i int) string { return fmt.Sprintf("cus_%07d", i) }
-
-func price(i int) billing.Price {
-	return billing.Price{Amount: 100 + int64(i*7919%9900), Currency: "usd"}
-}
-
-func priceOf(_ context.Context, customer, _ string) (billing.Price, error) {
-	i, err := strconv.Atoi(strings.TrimPrefix(customer, "cus_"))
-	if err != nil {
-		return billing.Price{}, fmt.Errorf("no price for %q", customer)
-	}
-	return price(i), nil
-}
-
-// customers yields the n customers of a period, without prices.
+// customers yields the n customers of a period, without prices: jobs carry
+// the customer only; the Biller's Config.Price (chaos.PriceOf) prices them.
 func customers(n int) iter.Seq2[billing.Item, error] {
 	return func(yield func(billing.Item, error) bool) {
 		for i := range n {
-			if !yield(billing.Item{Customer: customerID(i)}, nil) {
+			if !yield(billing.Item{Customer: chaos.CustomerID(i)}, nil) {
 				return
 			}
 		}
@@ -76,7 +59,7 @@ func biller(pool *pgxpool.Pool, stripeURL, owner string, lease, attemptTimeout t
 		SecretKey: "sk_test_river_chaos",
 		StripeURL: stripeURL,
 		Claims:    store,
-		Price:     priceOf,
+		Price:     chaos.PriceOf,
 		RateLimit: -1,
 		Retry: retry.Policy{InitialInterval: 10 * time.Millisecond, MaxInterval: 200 * time.Millisecond, MaxAttempts: 8,
 			AttemptTimeout: attemptTimeout, MaxElapsed: 10 * time.Second},
@@ -87,12 +70,7 @@ func biller(pool *pgxpool.Pool, stripeURL, owner string, lease, attemptTimeout t
 
 // workerMain is a worker process: a River client with the charge and
 // fan-out workers and the period's periodic fan-out, until SIGTERM.
-func workerMain(raw string) int {
-	var cfg workerConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "river-chaos worker: bad %s: %v\n", workerEnv, err)
-		return 3
-	}
+func workerMain(cfg workerConfig) int {
 	logf, err := os.OpenFile(cfg.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "river-chaos worker: %v\n", err)
