@@ -499,6 +499,39 @@ func (b Biller) String() string {
 	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, idemkey.RedactRawURL(b.cfg.StripeURL), b.cfg.Owner)
 }
 
+// String describes the configuration without its secret key: the key
+// shows only whether it is set, the credential only as the fingerprint
+// claims record, and the Stripe URL redacted. A Config printed whole, by
+// start-up code or a panic, leaks nothing.
+func (c Config) String() string {
+	secret, cred := "(none)", "(SecretKey)"
+	if c.SecretKey != "" {
+		secret = "****"
+	}
+	if c.Credential != "" {
+		cred = fingerprint(c.Credential)
+	}
+	return fmt.Sprintf("billing.Config{SecretKey: %s, Credential: %s, StripeURL: %s, API: %s, Scope: %s, Owner: %s, Claims: %T, RateLimit: %v, WindowMargin: %v, InProgressWait: %v, SettleAfter: %v}",
+		secret, cred, idemkey.RedactRawURL(c.StripeURL), c.API, c.Scope, c.Owner, c.Claims, c.RateLimit, c.WindowMargin, c.InProgressWait, c.SettleAfter)
+}
+
+// GoString is String, so that %#v does not print the secret key either.
+func (c Config) GoString() string { return c.String() }
+
+// Format prints String for every verb, so that no verb falls back to
+// printing the fields, secrets included.
+func (c Config) Format(f fmt.State, verb rune) {
+	if verb == 'q' {
+		fmt.Fprintf(f, "%q", c.String())
+		return
+	}
+	io.WriteString(f, c.String())
+}
+
+// LogValue implements [slog.LogValuer]: what String shows, for every
+// handler.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // GoString is String, so that %#v does not print the secret key either.
 func (b Biller) GoString() string { return b.String() }
 
@@ -560,7 +593,8 @@ var periodRE = regexp.MustCompile(`^[0-9]{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12][0-9]|
 // ValidatePeriod reports whether period is a billing period billonce
 // accepts: a month ("2026-09") or a day ("2026-09-15"). Charge and Run
 // check it themselves; call it to check a period given on a command line
-// before anything else.
+// before anything else. A month and a day in it are different periods,
+// each billed once: a customer billed for both is charged twice.
 func ValidatePeriod(period string) error { return checkPeriod(period) }
 
 func checkPeriod(period string) error {

@@ -56,13 +56,44 @@ func (b *Biller) Charge(ctx context.Context, customer, period string, opts *Char
 // attempt has its own key, so this is the one way to charge a customer
 // twice for one period, and it never happens on its own: a person or a
 // dunning process decides it. Rebill with the same attempt is as
-// idempotent as Charge.
+// idempotent as Charge. Attempts follow one another: a re-bill whose
+// attempt-1 has no claim (a skipped number, or a customer never charged)
+// is refused with [ErrInvalid] before anything is claimed or sent, so
+// that Charge and Run, which look for re-bills in order from the declined
+// attempt, always find the one that paid.
 func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, opts *ChargeOptions) (Receipt, error) {
 	if attempt < 2 || attempt > maxAttempt {
 		return Receipt{}, chargeErr(job{customer: customer, period: period, attempt: attempt}, nil, "",
 			invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to %d", attempt, maxAttempt))
 	}
 	return b.bill(ctx, customer, period, opts.price(), attempt)
+}
+
+// checkRebill refuses a re-bill whose attempt has no claim yet and does
+// not follow a claimed attempt: re-bills are numbered one after the other,
+// so that Charge and Run, which walk the attempts in order from the
+// declined one, find a re-bill that succeeded and report the period as
+// billed. Its errors are *ChargeError.
+func (b *Biller) checkRebill(ctx context.Context, j job) error {
+	_, err := b.cfg.Claims.Get(ctx, j.key.String())
+	if !errors.Is(err, claim.ErrNotFound) {
+		if err != nil {
+			return chargeErr(j, nil, "looking up the re-bill's claim", err)
+		}
+		return nil // this re-bill is claimed already: resume or report it
+	}
+	prev, err := b.keyFor(j.customer, j.period, j.attempt-1)
+	if err != nil {
+		return chargeErr(j, nil, "", invalid("%v", err))
+	}
+	_, err = b.cfg.Claims.Get(ctx, prev.String())
+	switch {
+	case errors.Is(err, claim.ErrNotFound):
+		return chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s; a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, j.attempt-1, b.cfg.Scope))
+	case err != nil:
+		return chargeErr(j, nil, fmt.Sprintf("looking up attempt %d", j.attempt-1), err)
+	}
+	return nil
 }
 
 // job is one customer's charge, prepared and checked.
@@ -153,6 +184,11 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	if err != nil {
 		return Receipt{}, err
 	}
+	if attempt > 1 {
+		if err := b.checkRebill(ctx, j); err != nil {
+			return Receipt{}, err
+		}
+	}
 	start := time.Now()
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
@@ -239,11 +275,12 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 // afterFailure answers for a failed attempt: a later re-bill that succeeded
 // means the period is billed, and its receipt is returned; otherwise the
 // latest failure, whose *ChargeError names the next attempt to re-bill with.
-// Re-bills are few, so the walk is short.
+// Re-bills are numbered one after the other (see checkRebill), so the walk
+// ends at the first attempt without a claim: one lookup per re-bill made.
 func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
 	last := j
 	if j.attempt > 0 {
-		for a := j.attempt + 1; a <= j.attempt+maxRebillWalk; a++ {
+		for a := j.attempt + 1; a <= maxAttempt; a++ {
 			key, err := b.keyFor(j.customer, j.period, a)
 			if err != nil {
 				break
@@ -266,9 +303,6 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 	e.Code, e.AfterProcessing = failed.FailureCode, !failed.ProcessingAt.IsZero()
 	return Receipt{}, e
 }
-
-// maxRebillWalk bounds how many later attempts afterFailure looks at.
-const maxRebillWalk = 100
 
 func (b *Biller) receipt(j job, id string, o Outcome) Receipt {
 	return Receipt{Customer: j.customer, Period: j.period, StripeID: id, Amount: j.price.Amount,

@@ -283,6 +283,10 @@ func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 	return job{customer: c.Customer, period: c.Period, price: p, key: key, attempt: c.Attempt, owner: b.newOwner()}, nil
 }
 
+// maxLegacyAttempt bounds the attempts attemptOf tries for a claim that
+// does not record its own.
+const maxLegacyAttempt = 100
+
 // attemptOf returns the billing attempt c's key stands for if this Biller
 // derives that key, 0 if it does not. Claims made before scopes and
 // attempts were recorded are recognised by deriving their key again.
@@ -293,7 +297,7 @@ func (b *Biller) attemptOf(c claim.Claim) int {
 		}
 		return max(c.Attempt, 1)
 	}
-	for a := 1; a <= maxRebillWalk; a++ {
+	for a := 1; a <= maxLegacyAttempt; a++ {
 		if k, err := b.keyFor(c.Customer, c.Period, a); err == nil && k.String() == c.Key {
 			return a
 		}

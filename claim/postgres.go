@@ -23,6 +23,14 @@ const (
 type Config struct {
 	// Table is the claim table's name: letters, digits and underscores, at
 	// most 50 characters. Defaults to DefaultTable.
+	//
+	// Table and Schema name the record of who was billed. A run pointed
+	// at another table (a renamed Table or Schema, or a search_path that
+	// finds another schema's table when Schema is empty) knows none of
+	// the earlier claims: within Stripe's 24-hour window it resends the
+	// same keys and Stripe replays them, but past it a claim it does not
+	// have is charged again. Keep them fixed, and set Schema where
+	// replicas' search_paths may differ.
 	Table string
 	// Schema holds the table. Defaults to the connection's search_path.
 	Schema string

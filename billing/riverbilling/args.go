@@ -35,7 +35,9 @@ type ChargeArgs struct {
 	Period   string `json:"period"`
 	// Attempt is 0 or 1 for the first charge. 2 and above re-bill after a
 	// decline ([billing.Biller.Rebill]): a new key, decided by a person or
-	// a dunning process, never by a retry.
+	// a dunning process, never by a retry. Re-bills follow one another: a
+	// job for attempt n whose attempt n-1 has no claim is cancelled as
+	// invalid, without charging.
 	Attempt int `json:"attempt,omitempty"`
 }
 

@@ -289,6 +289,27 @@ func (t *Transport) scrub(s string) string {
 	return strings.ReplaceAll(s, t.key, redactVaultKey(t.key))
 }
 
+// String describes the configuration with the vault key redacted, so that
+// a Config printed whole, by start-up code or a panic, leaks nothing.
+func (c Config) String() string {
+	base := "(default)"
+	if c.Base != nil {
+		base = fmt.Sprintf("%T", c.Base)
+	}
+	return fmt.Sprintf("spendcap.Config{ProxyURL: %s, VaultKey: %s, Base: %s, AllowInsecure: %t}",
+		idemkey.RedactRawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
+}
+
+// GoString is String, so %#v redacts too.
+func (c Config) GoString() string { return c.String() }
+
+// Format prints String for every verb, so that no verb falls back to
+// printing the fields, secrets included.
+func (c Config) Format(f fmt.State, verb rune) { formatString(f, verb, c.String()) }
+
+// LogValue implements [slog.LogValuer] with the vault key redacted.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // String describes the transport with the vault key redacted.
 func (t Transport) String() string {
 	return fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key))
@@ -299,13 +320,7 @@ func (t Transport) GoString() string { return t.String() }
 
 // Format prints String for every verb, so that no verb (%d, %t, %o, …)
 // falls back to printing the fields, secrets included.
-func (t Transport) Format(f fmt.State, verb rune) {
-	if verb == 'q' {
-		fmt.Fprintf(f, "%q", t.String())
-		return
-	}
-	io.WriteString(f, t.String())
-}
+func (t Transport) Format(f fmt.State, verb rune) { formatString(f, verb, t.String()) }
 
 // LogValue implements [slog.LogValuer] with the vault key redacted.
 func (t Transport) LogValue() slog.Value {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -53,9 +54,11 @@ type ProxyConfig struct {
 	// 402 or 412.
 	CapStatus int
 	// KeyLifetime is how long the upstream keeps an idempotency key
-	// (DefaultKeyLifetime); ClockSkew (DefaultClockSkew) is subtracted
-	// from it. A key counted longer ago than that is reserved again when
-	// it is resent: the upstream may charge it anew.
+	// (DefaultKeyLifetime, and at most that: Stripe keeps keys for at
+	// least 24 hours, and may forget them from then on); ClockSkew
+	// (DefaultClockSkew) is subtracted from it. A key counted longer ago
+	// than that is reserved again when it is resent: the upstream may
+	// charge it anew.
 	KeyLifetime, ClockSkew time.Duration
 	// UpstreamTimeout bounds one forwarded request
 	// (DefaultUpstreamTimeout). A request that times out keeps its
@@ -122,6 +125,50 @@ type Proxy struct {
 	beforeReply atomic.Pointer[func(*http.Request)]
 }
 
+// String describes the configuration without the Stripe secret, so that
+// a ProxyConfig printed whole, by start-up code or a panic, leaks nothing.
+func (c ProxyConfig) String() string {
+	secret := "(none)"
+	if c.StripeKey != "" {
+		secret = "****"
+	}
+	return fmt.Sprintf("spendcap.ProxyConfig{Upstream: %s, StripeKey: %s, Store: %T, CapStatus: %d, KeyLifetime: %v, ClockSkew: %v, UpstreamTimeout: %v}",
+		idemkey.RedactRawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
+}
+
+// GoString is String, so %#v redacts too.
+func (c ProxyConfig) GoString() string { return c.String() }
+
+// Format prints String for every verb, so that no verb falls back to
+// printing the fields, the secret included.
+func (c ProxyConfig) Format(f fmt.State, verb rune) { formatString(f, verb, c.String()) }
+
+// LogValue implements [slog.LogValuer] without the secret.
+func (c ProxyConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// String describes the proxy without the Stripe secret it holds.
+func (p *Proxy) String() string {
+	return fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", idemkey.RedactURL(p.upstream), p.store)
+}
+
+// GoString is String, so %#v redacts too.
+func (p *Proxy) GoString() string { return p.String() }
+
+// Format prints String for every verb, so that no verb falls back to
+// printing the fields, the secret included.
+func (p *Proxy) Format(f fmt.State, verb rune) { formatString(f, verb, p.String()) }
+
+// LogValue implements [slog.LogValuer] without the secret.
+func (p *Proxy) LogValue() slog.Value { return slog.StringValue(p.String()) }
+
+func formatString(f fmt.State, verb rune, s string) {
+	if verb == 'q' {
+		fmt.Fprintf(f, "%q", s)
+		return
+	}
+	io.WriteString(f, s)
+}
+
 // NewProxy validates cfg and returns a Proxy. Errors wrap
 // [ErrInvalid] and never contain the Stripe secret.
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
@@ -153,6 +200,9 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	}
 	if cfg.ClockSkew < 0 || cfg.KeyLifetime <= cfg.ClockSkew {
 		return nil, invalid("ProxyConfig.KeyLifetime %v must be above ClockSkew %v, which must not be negative", cfg.KeyLifetime, cfg.ClockSkew)
+	}
+	if cfg.KeyLifetime > DefaultKeyLifetime {
+		return nil, invalid("ProxyConfig.KeyLifetime %v is above Stripe's %v: Stripe may forget a key once it is 24 hours old, and a resend the proxy took for a replay would then be charged without a reservation; leave it zero or lower it", cfg.KeyLifetime, DefaultKeyLifetime)
 	}
 	if cfg.UpstreamTimeout == 0 {
 		cfg.UpstreamTimeout = DefaultUpstreamTimeout
