@@ -62,8 +62,8 @@ func TestAttack4RebillSkippedNumberThenCharge(t *testing.T) {
 	if err != nil || !sum.Complete() {
 		t.Errorf("Run after Rebill(2) = %+v, %v; want complete", sum.Progress, err)
 	}
-	if _, err := e.b.Rebill(ctx, "cus_s", period, 3, nil); err == nil {
-		t.Error("Rebill(3) after a paid Rebill(2) succeeded")
+	if r3, err := e.b.Rebill(ctx, "cus_s", period, 3, nil); err != nil || r3.Outcome != billing.AlreadyBilled || r3.StripeID != r2.StripeID {
+		t.Errorf("Rebill(3) after a paid Rebill(2) = %+v, %v; want AlreadyBilled with %s", r3, err, r2.StripeID)
 	}
 	billingtest.RequireChargedOnce(t, e.srv, "cus_s", period)
 }

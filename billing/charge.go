@@ -53,10 +53,12 @@ func (b *Biller) Charge(ctx context.Context, customer, period string, opts *Char
 // Rebill bills customer for period again after a definitive failure (an
 // [ErrDeclined]), as billing attempt number attempt: 2 for the first
 // re-bill, ChargeError.Attempt+1 in general, at most 10,000. Each
-// attempt has its own key, so this is the one way to charge a customer
-// twice for one period, and it never happens on its own: a person or a
-// dunning process decides it. Rebill with the same attempt is as
-// idempotent as Charge. Attempts follow one another: a re-bill whose
+// attempt has its own key, so this is the one way to try a second payment
+// for one period, and it never happens on its own: a person or a dunning
+// process decides it. Rebill with the same attempt is as idempotent as
+// Charge, and a period already paid by an earlier attempt (or processing)
+// is never charged again: Rebill returns that attempt's receipt with
+// Outcome AlreadyBilled. Attempts follow one another: a re-bill whose
 // attempt-1 has no claim (a skipped number, or a customer never charged)
 // is refused with [ErrInvalid] before anything is claimed or sent, so
 // that Charge and Run, which look for re-bills in order from the declined
@@ -69,31 +71,41 @@ func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt in
 	return b.bill(ctx, customer, period, opts.price(), attempt)
 }
 
-// checkRebill refuses a re-bill whose attempt has no claim yet and does
-// not follow a claimed attempt: re-bills are numbered one after the other,
-// so that Charge and Run, which walk the attempts in order from the
-// declined one, find a re-bill that succeeded and report the period as
-// billed. Its errors are *ChargeError.
-func (b *Biller) checkRebill(ctx context.Context, j job) error {
-	_, err := b.cfg.Claims.Get(ctx, j.key.String())
+// checkRebill looks at the attempts before a re-bill that has no claim yet.
+// If one of them paid (or is processing), the period is billed: its
+// receipt is returned with billed set, and nothing is claimed or sent. A
+// re-bill whose attempt-1 has no claim is refused: re-bills are numbered
+// one after the other, so that Charge and Run, which walk the attempts in
+// order from the declined one, find a re-bill that succeeded and report
+// the period as billed. Its errors are *ChargeError.
+func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool, err error) {
+	_, err = b.cfg.Claims.Get(ctx, j.key.String())
 	if !errors.Is(err, claim.ErrNotFound) {
 		if err != nil {
-			return chargeErr(j, nil, "looking up the re-bill's claim", err)
+			return Receipt{}, false, chargeErr(j, nil, "looking up the re-bill's claim", err)
 		}
-		return nil // this re-bill is claimed already: resume or report it
+		return Receipt{}, false, nil // this re-bill is claimed already: resume or report it
 	}
-	prev, err := b.keyFor(j.customer, j.period, j.attempt-1)
-	if err != nil {
-		return chargeErr(j, nil, "", invalid("%v", err))
+	for a := 1; a < j.attempt; a++ {
+		key, err := b.keyFor(j.customer, j.period, a)
+		if err != nil {
+			return Receipt{}, false, chargeErr(j, nil, "", invalid("%v", err))
+		}
+		c, err := b.cfg.Claims.Get(ctx, key.String())
+		switch {
+		case errors.Is(err, claim.ErrNotFound):
+			return Receipt{}, false, chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s; a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
+		case err != nil:
+			return Receipt{}, false, chargeErr(j, nil, fmt.Sprintf("looking up attempt %d", a), err)
+		case c.State == claim.StateSucceeded || c.State == claim.StateProcessing:
+			paid := j
+			paid.key, paid.attempt, paid.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
+			r := b.receipt(paid, c.StripeID, AlreadyBilled)
+			r.Processing = c.State == claim.StateProcessing
+			return r, true, nil
+		}
 	}
-	_, err = b.cfg.Claims.Get(ctx, prev.String())
-	switch {
-	case errors.Is(err, claim.ErrNotFound):
-		return chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s; a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, j.attempt-1, b.cfg.Scope))
-	case err != nil:
-		return chargeErr(j, nil, fmt.Sprintf("looking up attempt %d", j.attempt-1), err)
-	}
-	return nil
+	return Receipt{}, false, nil
 }
 
 // job is one customer's charge, prepared and checked.
@@ -184,12 +196,17 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	if err != nil {
 		return Receipt{}, err
 	}
+	start := time.Now()
 	if attempt > 1 {
-		if err := b.checkRebill(ctx, j); err != nil {
+		r, billed, err := b.checkRebill(ctx, j)
+		if err != nil {
 			return Receipt{}, err
 		}
+		if billed {
+			b.outcome(j, start, r, nil)
+			return r, nil
+		}
 	}
-	start := time.Now()
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
 		res, err := b.cfg.Claims.Claim(ctx, b.request(j))

@@ -592,3 +592,40 @@ func TestChargeAfterSuccessfulRebill(t *testing.T) {
 	}
 	wantCount(t, e, "cus_r", 1)
 }
+
+// A re-bill of a period that is billed already charges nothing and says
+// which attempt paid, as Charge does.
+func TestRebillOfABilledPeriodReportsIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	paid, err := e.b.Charge(ctx, "cus_paid", period, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, attempt := range []int{2, 3, 2} {
+		r, err := e.b.Rebill(ctx, "cus_paid", period, attempt, nil)
+		if err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != paid.StripeID || r.Attempt != 1 {
+			t.Fatalf("Rebill(%d) after attempt 1 paid = %+v, %v; want AlreadyBilled by attempt 1 with %s", attempt, r, err, paid.StripeID)
+		}
+	}
+	billingtest.RequireChargedOnce(t, e.srv, "cus_paid", period)
+
+	// Declined, re-billed with success, then re-billed again.
+	e.srv.Decline("cus_late", "card_declined")
+	if _, err := e.b.Charge(ctx, "cus_late", period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("Charge: %v; want declined", err)
+	}
+	e.srv.Honor("cus_late")
+	r2, err := e.b.Rebill(ctx, "cus_late", period, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, attempt := range []int{3, 4} {
+		r, err := e.b.Rebill(ctx, "cus_late", period, attempt, nil)
+		if err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != r2.StripeID || r.Attempt != 2 {
+			t.Fatalf("Rebill(%d) after attempt 2 paid = %+v, %v; want AlreadyBilled by attempt 2 with %s", attempt, r, err, r2.StripeID)
+		}
+	}
+	billingtest.RequireChargedOnce(t, e.srv, "cus_late", period)
+}
