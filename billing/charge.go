@@ -108,6 +108,37 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 	return Receipt{}, false, nil
 }
 
+// checkChain looks again, once a re-bill has won its claim, for the claims
+// of the attempts before it. checkRebill saw them, but one that was pending
+// then (a re-bill under way) may since have been abandoned, which deletes
+// it: sending now would leave the skipped number checkRebill refuses. The
+// won claim holds the period's one live claim, so no earlier attempt can
+// be claimed or abandoned from now on: what this check sees stays true.
+// A gap abandons the claim just won, before anything is sent. Its errors
+// are *ChargeError.
+func (b *Biller) checkChain(ctx context.Context, j job) error {
+	for a := 1; a < j.attempt; a++ {
+		key, err := b.keyFor(j.customer, j.period, a)
+		if err != nil {
+			return chargeErr(j, nil, "", invalid("%v", err))
+		}
+		_, err = b.cfg.Claims.Get(ctx, key.String())
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, claim.ErrNotFound) {
+			err = chargeErr(j, nil, fmt.Sprintf("looking up attempt %d", a), err)
+		} else {
+			err = chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s any more (it was abandoned unsent meanwhile); a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
+		}
+		if aerr := b.cfg.Claims.Abandon(context.WithoutCancel(ctx), j.key.String(), j.owner); aerr != nil {
+			b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent re-bill claim; it is resumed once its lease expires", attrs(j, "error", aerr)...)
+		}
+		return err
+	}
+	return nil
+}
+
 // job is one customer's charge, prepared and checked.
 type job struct {
 	customer, period string
@@ -212,6 +243,12 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
 		if err != nil {
 			return Receipt{}, chargeErr(j, nil, "claiming", err)
+		}
+		if attempt > 1 && res.Outcome == claim.Won {
+			if err := b.checkChain(ctx, j); err != nil {
+				b.outcome(j, start, Receipt{}, err)
+				return Receipt{}, err
+			}
 		}
 		r, err := b.settleClaim(ctx, j, res)
 		if !errors.Is(err, ErrInProgress) || !time.Now().Before(deadline) {
