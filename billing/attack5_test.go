@@ -6,6 +6,7 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -102,4 +103,64 @@ func TestAttack5RebillRacingAbandonedPredecessor(t *testing.T) {
 		t.Errorf("the customer paid, but Run reports %+v, %v", sum.Progress, err)
 	}
 	billingtest.RequireChargedOnce(t, e.srv, cus, period)
+}
+
+// Rebill(2) while attempt 1 is still processing answers AlreadyBilled
+// (processing); attempt 1 then fails when it settles, learnt from its
+// webhook events or, with no webhook at all, by Reconcile's poll days
+// later. Charge and Run must then say declined (not billed), and the
+// same Rebill(2) must now bill, once.
+func TestAttack5RebillDuringProcessingThenFailed(t *testing.T) {
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		for _, viaHook := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/webhook=%v", api, viaHook), func(t *testing.T) {
+				t.Parallel()
+				const cus = "cus_ach5"
+				h := newHookEnv(t, api, map[string]billingtest.Async{cus: {After: 72 * time.Hour, FailureCode: "insufficient_funds"}})
+				ctx := context.Background()
+				r1, err := h.b.Charge(ctx, cus, period, nil)
+				if err != nil || !r1.Processing {
+					t.Fatalf("Charge = %+v, %v; want processing", r1, err)
+				}
+				r2, err := h.b.Rebill(ctx, cus, period, 2, nil)
+				if err != nil || r2.Outcome != billing.AlreadyBilled || !r2.Processing || r2.Attempt != 1 {
+					t.Fatalf("Rebill(2) during processing = %+v, %v; want AlreadyBilled, processing, attempt 1", r2, err)
+				}
+				h.srv.Advance(73 * time.Hour)
+				if viaHook {
+					h.deliverAll()
+				} else {
+					h.exec("UPDATE billonce_claims SET processing_at = processing_at - interval '73 hours'")
+					if _, err := h.b.Reconcile(ctx, nil); err != nil {
+						t.Logf("Reconcile: %v", err)
+					}
+				}
+				if c := h.claimOf(cus); c.State != claim.StateFailed {
+					t.Fatalf("attempt 1 is %s after failing at settlement, want failed", c.State)
+				}
+				if r, err := h.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+					t.Errorf("Charge after the failed settlement = %+v, %v; want declined", r, err)
+				}
+				sum, _ := h.b.Run(ctx, period, billing.Customers(cus), nil)
+				if sum.Complete() && sum.Declined+sum.DeclinedAfterProcessing == 0 {
+					t.Errorf("Run after the failed settlement reports billed: %+v", sum.Progress)
+				}
+				h.srv.SettleLater(cus, billingtest.Async{})
+				if r, err := h.b.Rebill(ctx, cus, period, 2, nil); err != nil || r.Attempt != 2 || r.Outcome == billing.AlreadyBilled {
+					t.Fatalf("Rebill(2) after the failed settlement = %+v, %v; want attempt 2 created", r, err)
+				}
+				h.srv.Advance(time.Minute)
+				if r, err := h.b.Rebill(ctx, cus, period, 2, nil); err != nil || r.Attempt != 2 {
+					t.Errorf("Rebill(2) again = %+v, %v", r, err)
+				}
+				if _, err := h.b.Rebill(ctx, cus, period, 3, nil); err != nil {
+					t.Errorf("Rebill(3) after a paid attempt 2: %v", err)
+				}
+				if r, err := h.b.Charge(ctx, cus, period, nil); err != nil || r.Attempt != 2 {
+					t.Errorf("Charge after a paid attempt 2 = %+v, %v", r, err)
+				}
+				billingtest.RequireChargedOnce(t, h.srv, cus, period)
+			})
+		}
+	}
 }
