@@ -65,7 +65,9 @@ func TestAttack5RebillJobWhileEarlierAttemptProcessing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("queueing attempt 3 again: job %d, skipped as duplicate: %v", res2.Job.ID, res2.UniqueSkippedAsDuplicate)
-	waitJob(t, e, res2.Job.ID, func(j *rivertype.JobRow) bool { return j.State == rivertype.JobStateCompleted || j.State == rivertype.JobStateCancelled })
+	waitJob(t, e, res2.Job.ID, func(j *rivertype.JobRow) bool {
+		return j.State == rivertype.JobStateCompleted || j.State == rivertype.JobStateCancelled
+	})
 	e.srv.SettleNow()
 	if n := e.count(cus); n != 1 {
 		t.Fatalf("customer charged %d times after the re-bill job finished; want 1 (jobs: %v)", n, e.state())
