@@ -503,34 +503,34 @@ func (b Biller) String() string {
 // shows only whether it is set, the credential only as the fingerprint
 // claims record, and the Stripe URL redacted. A Config printed whole, by
 // start-up code or a panic, leaks nothing.
-func (c Config) String() string {
+func (cfg Config) String() string {
 	secret, cred := "(none)", "(SecretKey)"
-	if c.SecretKey != "" {
+	if cfg.SecretKey != "" {
 		secret = "****"
 	}
-	if c.Credential != "" {
-		cred = fingerprint(c.Credential)
+	if cfg.Credential != "" {
+		cred = fingerprint(cfg.Credential)
 	}
 	return fmt.Sprintf("billing.Config{SecretKey: %s, Credential: %s, StripeURL: %s, API: %s, Scope: %s, Owner: %s, Claims: %T, RateLimit: %v, WindowMargin: %v, InProgressWait: %v, SettleAfter: %v}",
-		secret, cred, idemkey.RedactRawURL(c.StripeURL), c.API, c.Scope, c.Owner, c.Claims, c.RateLimit, c.WindowMargin, c.InProgressWait, c.SettleAfter)
+		secret, cred, idemkey.RedactRawURL(cfg.StripeURL), cfg.API, cfg.Scope, cfg.Owner, cfg.Claims, cfg.RateLimit, cfg.WindowMargin, cfg.InProgressWait, cfg.SettleAfter)
 }
 
 // GoString is String, so that %#v does not print the secret key either.
-func (c Config) GoString() string { return c.String() }
+func (cfg Config) GoString() string { return cfg.String() }
 
 // Format prints String for every verb, so that no verb falls back to
 // printing the fields, secrets included.
-func (c Config) Format(f fmt.State, verb rune) {
+func (cfg Config) Format(f fmt.State, verb rune) {
 	if verb == 'q' {
-		fmt.Fprintf(f, "%q", c.String())
+		fmt.Fprintf(f, "%q", cfg.String())
 		return
 	}
-	io.WriteString(f, c.String())
+	io.WriteString(f, cfg.String())
 }
 
 // LogValue implements [slog.LogValuer]: what String shows, for every
 // handler.
-func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+func (cfg Config) LogValue() slog.Value { return slog.StringValue(cfg.String()) }
 
 // GoString is String, so that %#v does not print the secret key either.
 func (b Biller) GoString() string { return b.String() }
