@@ -62,7 +62,10 @@ func (b *Biller) Charge(ctx context.Context, customer, period string, opts *Char
 // attempt-1 has no claim (a skipped number, or a customer never charged)
 // is refused with [ErrInvalid] before anything is claimed or sent, so
 // that Charge and Run, which look for re-bills in order from the declined
-// attempt, always find the one that paid.
+// attempt, always find the one that paid. A re-bill made while an earlier
+// attempt is still being sent, or pending with an unknown outcome, waits
+// for it like Charge does for another runner: ErrInProgress, with
+// ChargeError.Until its claim's lease.
 func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, opts *ChargeOptions) (Receipt, error) {
 	if attempt < 2 || attempt > maxAttempt {
 		return Receipt{}, chargeErr(job{customer: customer, period: period, attempt: attempt}, nil, "",
@@ -137,6 +140,27 @@ func (b *Biller) checkChain(ctx context.Context, j job) error {
 		return err
 	}
 	return nil
+}
+
+// underWay tells a re-bill that meets another attempt of its period being
+// sent (or left pending with an unknown outcome), which holds the period's
+// one live claim, to wait: that attempt's outcome decides whether this one
+// may bill, so it is an ErrInProgress, not a refusal. It returns nil for
+// any other error.
+func (b *Biller) underWay(j job, err error) *ChargeError {
+	var m *claim.MismatchError
+	if !errors.As(err, &m) {
+		return nil
+	}
+	c := m.Existing
+	if c.State != claim.StatePending || c.Key == j.key.String() || c.Scope != b.cfg.Scope ||
+		c.Customer != j.customer || c.Period != j.period {
+		return nil
+	}
+	e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is under way, claimed by %s until %s",
+		c.Attempt, c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
+	e.Until = c.LeaseUntil
+	return e
 }
 
 // job is one customer's charge, prepared and checked.
@@ -241,16 +265,20 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
 		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
-		if err != nil {
+		var r Receipt
+		if e := b.underWay(j, err); e != nil {
+			err = e
+		} else if err != nil {
 			return Receipt{}, chargeErr(j, nil, "claiming", err)
-		}
-		if attempt > 1 && res.Outcome == claim.Won {
-			if err := b.checkChain(ctx, j); err != nil {
-				b.outcome(j, start, Receipt{}, err)
-				return Receipt{}, err
+		} else {
+			if attempt > 1 && res.Outcome == claim.Won {
+				if err := b.checkChain(ctx, j); err != nil {
+					b.outcome(j, start, Receipt{}, err)
+					return Receipt{}, err
+				}
 			}
+			r, err = b.settleClaim(ctx, j, res)
 		}
-		r, err := b.settleClaim(ctx, j, res)
 		if !errors.Is(err, ErrInProgress) || !time.Now().Before(deadline) {
 			b.outcome(j, start, r, err)
 			return r, err
@@ -317,6 +345,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 			return b.elsewhere(ctx, j, c)
 		}
 	case claim.Mismatch:
+		if e := b.underWay(j, &claim.MismatchError{Existing: c}); e != nil {
+			return Receipt{}, e
+		}
 		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
 	case claim.Won:
 		j.won = true

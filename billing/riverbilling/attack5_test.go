@@ -95,3 +95,67 @@ func waitJob(t *testing.T, e *env, id int64, done func(*rivertype.JobRow) bool) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A re-bill job for attempt 3 runs while attempt 2 is still being sent
+// (held at Stripe); attempt 2 is then declined, the card works again and
+// the dunning process queues attempt 3 again, as the decline says. The
+// customer must be billed by attempt 3.
+func TestAttack5RebillJobWhileEarlierAttemptSending(t *testing.T) {
+	const cus = "cus_held_river5"
+	e := newEnv(t, billingtest.Config{})
+	ctx := context.Background()
+	// A short lease: the job waits for attempt 2's lease to end.
+	short, err := claim.NewPostgres(e.pool, claim.Config{Lease: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.biller(func(c *billing.Config) { c.Claims = short })
+	e.srv.Decline(cus, "insufficient_funds")
+	if _, err := b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("attempt 1: %v, want declined", err)
+	}
+	release := make(chan struct{})
+	e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Rebill(ctx, cus, period, 2, nil)
+		done <- err
+	}()
+	k2, _ := b.Key(cus, period, 2)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := e.store.Get(ctx, k2.String()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("attempt 2 never claimed")
+		}
+	}
+	c := e.client(e.riverConfig(b, nil))
+	e.start(c)
+	res, err := c.Insert(ctx, riverbilling.ChargeArgs{Customer: cus, Period: period, Attempt: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := waitJob(t, e, res.Job.ID, func(j *rivertype.JobRow) bool { return j.AttemptedAt != nil && j.State != rivertype.JobStateRunning })
+	t.Logf("attempt 3's job while attempt 2 is being sent: %s", job.State)
+	close(release)
+	if err := <-done; !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("attempt 2: %v, want declined", err)
+	}
+	// The card works again; the dunning process queues attempt 3, as
+	// attempt 2's decline says.
+	e.srv.Honor(cus)
+	res2, err := c.Insert(ctx, riverbilling.ChargeArgs{Customer: cus, Period: period, Attempt: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("queueing attempt 3 again: job %d, skipped as duplicate: %v", res2.Job.ID, res2.UniqueSkippedAsDuplicate)
+	waitJob(t, e, res2.Job.ID, func(j *rivertype.JobRow) bool {
+		return j.State == rivertype.JobStateCompleted || j.State == rivertype.JobStateCancelled
+	})
+	t.Logf("jobs: %v", e.state())
+	var errs string
+	e.pool.QueryRow(ctx, "SELECT errors::text FROM river_job WHERE id = $1", res.Job.ID).Scan(&errs)
+	t.Logf("job errors: %s", errs)
+	billingtest.RequireChargedOnce(t, e.srv, cus, period)
+}
