@@ -157,9 +157,16 @@ func (b *Biller) underWay(j job, err error) *ChargeError {
 		c.Customer != j.customer || c.Period != j.period {
 		return nil
 	}
-	e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is under way, claimed by %s until %s",
-		c.Attempt, c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
-	e.Until = c.LeaseUntil
+	if c.Owner != "" && time.Now().Before(c.LeaseUntil) {
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is being sent, claimed by %s until %s",
+			c.Attempt, c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
+		e.Until = c.LeaseUntil
+		return e
+	}
+	// Nobody is sending it: its outcome is unknown until Charge, Run or
+	// Reconcile resumes it with its key. Try again in a minute.
+	e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is pending with an unknown outcome; Charge, Run or Reconcile settles it with its key", c.Attempt), nil)
+	e.Until = time.Now().Add(time.Minute)
 	return e
 }
 
