@@ -62,7 +62,10 @@ func (b *Biller) Charge(ctx context.Context, customer, period string, opts *Char
 // attempt-1 has no claim (a skipped number, or a customer never charged)
 // is refused with [ErrInvalid] before anything is claimed or sent, so
 // that Charge and Run, which look for re-bills in order from the declined
-// attempt, always find the one that paid.
+// attempt, always find the one that paid. A re-bill made while an earlier
+// attempt is still being sent, or pending with an unknown outcome, waits
+// for it like Charge does for another runner: ErrInProgress, with
+// ChargeError.Until its claim's lease.
 func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, opts *ChargeOptions) (Receipt, error) {
 	if attempt < 2 || attempt > maxAttempt {
 		return Receipt{}, chargeErr(job{customer: customer, period: period, attempt: attempt}, nil, "",
@@ -106,6 +109,65 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 		}
 	}
 	return Receipt{}, false, nil
+}
+
+// checkChain looks again, once a re-bill has won its claim, for the claims
+// of the attempts before it. checkRebill saw them, but one that was pending
+// then (a re-bill under way) may since have been abandoned, which deletes
+// it: sending now would leave the skipped number checkRebill refuses. The
+// won claim holds the period's one live claim, so no earlier attempt can
+// be claimed or abandoned from now on: what this check sees stays true.
+// A gap abandons the claim just won, before anything is sent. Its errors
+// are *ChargeError.
+func (b *Biller) checkChain(ctx context.Context, j job) error {
+	for a := 1; a < j.attempt; a++ {
+		key, err := b.keyFor(j.customer, j.period, a)
+		if err != nil {
+			return chargeErr(j, nil, "", invalid("%v", err))
+		}
+		_, err = b.cfg.Claims.Get(ctx, key.String())
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, claim.ErrNotFound) {
+			err = chargeErr(j, nil, fmt.Sprintf("looking up attempt %d", a), err)
+		} else {
+			err = chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s any more (it was abandoned unsent meanwhile); a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
+		}
+		if aerr := b.cfg.Claims.Abandon(context.WithoutCancel(ctx), j.key.String(), j.owner); aerr != nil {
+			b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent re-bill claim; it is resumed once its lease expires", attrs(j, "error", aerr)...)
+		}
+		return err
+	}
+	return nil
+}
+
+// underWay tells a re-bill that meets another attempt of its period being
+// sent (or left pending with an unknown outcome), which holds the period's
+// one live claim, to wait: that attempt's outcome decides whether this one
+// may bill, so it is an ErrInProgress, not a refusal. It returns nil for
+// any other error.
+func (b *Biller) underWay(j job, err error) *ChargeError {
+	var m *claim.MismatchError
+	if !errors.As(err, &m) {
+		return nil
+	}
+	c := m.Existing
+	if c.State != claim.StatePending || c.Key == j.key.String() || c.Scope != b.cfg.Scope ||
+		c.Customer != j.customer || c.Period != j.period {
+		return nil
+	}
+	if c.Owner != "" && time.Now().Before(c.LeaseUntil) {
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is being sent, claimed by %s until %s",
+			c.Attempt, c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
+		e.Until = c.LeaseUntil
+		return e
+	}
+	// Nobody is sending it: its outcome is unknown until Charge, Run or
+	// Reconcile resumes it with its key. Try again in a minute.
+	e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is pending with an unknown outcome; Charge, Run or Reconcile settles it with its key", c.Attempt), nil)
+	e.Until = time.Now().Add(time.Minute)
+	return e
 }
 
 // job is one customer's charge, prepared and checked.
@@ -210,10 +272,20 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
 		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
-		if err != nil {
+		var r Receipt
+		if e := b.underWay(j, err); e != nil {
+			err = e
+		} else if err != nil {
 			return Receipt{}, chargeErr(j, nil, "claiming", err)
+		} else {
+			if attempt > 1 && res.Outcome == claim.Won {
+				if err := b.checkChain(ctx, j); err != nil {
+					b.outcome(j, start, Receipt{}, err)
+					return Receipt{}, err
+				}
+			}
+			r, err = b.settleClaim(ctx, j, res)
 		}
-		r, err := b.settleClaim(ctx, j, res)
 		if !errors.Is(err, ErrInProgress) || !time.Now().Before(deadline) {
 			b.outcome(j, start, r, err)
 			return r, err
@@ -280,6 +352,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 			return b.elsewhere(ctx, j, c)
 		}
 	case claim.Mismatch:
+		if e := b.underWay(j, &claim.MismatchError{Existing: c}); e != nil {
+			return Receipt{}, e
+		}
 		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
 	case claim.Won:
 		j.won = true

@@ -45,7 +45,9 @@
 // A charge job completes when the customer is billed (now or before),
 // is cancelled on a decline (never retried: re-billing is a new job with
 // ChargeArgs.Attempt 2), is snoozed while another run holds the
-// customer's claim, and is retried with the same key when the outcome is
+// customer's claim (a re-bill also while an earlier attempt is still
+// being sent or processing: its outcome decides whether the re-bill
+// bills), and is retried with the same key when the outcome is
 // unknown, on a schedule that ends hours before the key's deadline (see
 // [DefaultMaxAttempts] for the arithmetic). A spend-cap, revoked-key,
 // permission or configuration answer cancels the job and pauses the

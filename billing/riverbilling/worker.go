@@ -72,7 +72,10 @@ type WorkerConfig struct {
 // Worker is the River worker of [ChargeArgs]: it bills one customer for one
 // period through a [billing.Biller] and tells River what became of it.
 //
-//   - Charged, or found already charged: the job completes.
+//   - Charged, or found already charged: the job completes. A re-bill
+//     job that finds an earlier attempt still processing (a bank debit)
+//     is snoozed for MaxRetryInterval at a time until that attempt
+//     settles; then it completes, or bills if the attempt failed.
 //   - Declined, or refused for the customer's own account or price: the job
 //     is cancelled with the reason and never retried. Billing again is a
 //     new job with ChargeArgs.Attempt 2 and above.
@@ -155,7 +158,17 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	if a.Attempt <= 1 {
 		_, err = w.biller.Charge(ctx, a.Customer, a.Period, nil)
 	} else {
-		_, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, nil)
+		var r billing.Receipt
+		r, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, nil)
+		if err == nil && r.Processing && r.Attempt < a.Attempt {
+			// An earlier attempt is still processing: the period is
+			// not billed yet. Completing the job would leave a
+			// completed job with these arguments, which River's
+			// uniqueness holds against the same re-bill queued again
+			// once that attempt fails; so the job waits for the
+			// outcome, then bills or completes.
+			return river.JobSnooze(w.cfg.MaxRetryInterval)
+		}
 	}
 	act := decide(err, time.Now())
 	switch act.kind {

@@ -1,0 +1,166 @@
+package billing_test
+
+// Attacks through the public API on re-bill numbering, webhook pruning and
+// acknowledged events. The oracle is the fake Stripe's ledger.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+)
+
+// pausingStore is a real claim store whose Claim and Abandon of chosen keys
+// first run a hook: it stands for a replica that is slow between two
+// statements (a GC pause, a slow network), placed exactly.
+type pausingStore struct {
+	*claim.Postgres
+	beforeClaim   map[string]func()
+	beforeAbandon map[string]func()
+}
+
+func (s *pausingStore) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
+	if f := s.beforeClaim[req.Key]; f != nil {
+		f()
+	}
+	return s.Postgres.Claim(ctx, req)
+}
+
+func (s *pausingStore) Abandon(ctx context.Context, key, owner string) error {
+	if f := s.beforeAbandon[key]; f != nil {
+		f()
+	}
+	return s.Postgres.Abandon(ctx, key, owner)
+}
+
+// Rebill(3) looks for attempt 2's claim while Rebill(2) is under way, and
+// finds it; Rebill(2) is then refused before execution (a revoked key) and
+// abandons its claim, which deletes it; Rebill(3) then claims and pays.
+// Attempt 2 has no claim and attempt 3 paid: the skipped number the check
+// is there to refuse. Charge and Run, walking from attempt 1's decline,
+// stop at attempt 2 and report a customer who has paid as declined.
+func TestAttack5RebillRacingAbandonedPredecessor(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const cus = "cus_race5"
+	e.srv.Decline(cus, "insufficient_funds")
+	if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("first charge: %v, want declined", err)
+	}
+	e.srv.Honor(cus)
+	k2, _ := e.b.Key(cus, period, 2)
+	k3, _ := e.b.Key(cus, period, 3)
+
+	checked := make(chan struct{}) // Rebill(3) has looked at attempt 2
+	done2 := make(chan struct{})   // Rebill(2) has returned
+	s2 := &pausingStore{Postgres: e.store, beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
+	s3 := &pausingStore{Postgres: e.store, beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
+	b2 := e.biller(func(c *billing.Config) { c.Claims = s2 })
+	b3 := e.biller(func(c *billing.Config) { c.Claims = s3 })
+
+	e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultRefuse, Status: http.StatusUnauthorized})
+	go func() {
+		defer close(done2)
+		_, err := b2.Rebill(ctx, cus, period, 2, nil)
+		t.Logf("Rebill(2): %v", err)
+	}()
+	// Rebill(3) may start only once Rebill(2) holds its claim.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := e.store.Get(ctx, k2.String()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Rebill(2) never claimed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r3, err3 := b3.Rebill(ctx, cus, period, 3, nil)
+	t.Logf("Rebill(3) = %+v, %v", r3, err3)
+	<-done2
+
+	if n := e.srv.CountPeriod(cus, period); n == 0 {
+		// Refused: the re-bill that follows the decline is attempt 2 again.
+		if !errors.Is(err3, billing.ErrInvalid) {
+			t.Fatalf("Rebill(3) paid nothing but reported %+v, %v; want ErrInvalid", r3, err3)
+		}
+		if _, err := e.b.Rebill(ctx, cus, period, 2, nil); err != nil {
+			t.Fatalf("Rebill(2) once the key is fixed: %v", err)
+		}
+	}
+	r, err := e.b.Charge(ctx, cus, period, nil)
+	if err != nil || r.Outcome != billing.AlreadyBilled {
+		t.Errorf("the customer paid, but Charge reports %+v, %v", r, err)
+	}
+	sum, err := e.b.Run(ctx, period, billing.Customers(cus), nil)
+	if err != nil || !sum.Complete() || sum.Declined != 0 {
+		t.Errorf("the customer paid, but Run reports %+v, %v", sum.Progress, err)
+	}
+	billingtest.RequireChargedOnce(t, e.srv, cus, period)
+}
+
+// Rebill(2) while attempt 1 is still processing answers AlreadyBilled
+// (processing); attempt 1 then fails when it settles, learnt from its
+// webhook events or, with no webhook at all, by Reconcile's poll days
+// later. Charge and Run must then say declined (not billed), and the
+// same Rebill(2) must now bill, once.
+func TestAttack5RebillDuringProcessingThenFailed(t *testing.T) {
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		for _, viaHook := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/webhook=%v", api, viaHook), func(t *testing.T) {
+				t.Parallel()
+				const cus = "cus_ach5"
+				h := newHookEnv(t, api, map[string]billingtest.Async{cus: {After: 72 * time.Hour, FailureCode: "insufficient_funds"}})
+				ctx := context.Background()
+				r1, err := h.b.Charge(ctx, cus, period, nil)
+				if err != nil || !r1.Processing {
+					t.Fatalf("Charge = %+v, %v; want processing", r1, err)
+				}
+				r2, err := h.b.Rebill(ctx, cus, period, 2, nil)
+				if err != nil || r2.Outcome != billing.AlreadyBilled || !r2.Processing || r2.Attempt != 1 {
+					t.Fatalf("Rebill(2) during processing = %+v, %v; want AlreadyBilled, processing, attempt 1", r2, err)
+				}
+				h.srv.Advance(73 * time.Hour)
+				if viaHook {
+					h.deliverAll()
+				} else {
+					h.exec("UPDATE billonce_claims SET processing_at = processing_at - interval '73 hours'")
+					if _, err := h.b.Reconcile(ctx, nil); err != nil {
+						t.Logf("Reconcile: %v", err)
+					}
+				}
+				if c := h.claimOf(cus); c.State != claim.StateFailed {
+					t.Fatalf("attempt 1 is %s after failing at settlement, want failed", c.State)
+				}
+				if r, err := h.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+					t.Errorf("Charge after the failed settlement = %+v, %v; want declined", r, err)
+				}
+				sum, _ := h.b.Run(ctx, period, billing.Customers(cus), nil)
+				if sum.Complete() && sum.Declined+sum.DeclinedAfterProcessing == 0 {
+					t.Errorf("Run after the failed settlement reports billed: %+v", sum.Progress)
+				}
+				h.srv.SettleLater(cus, billingtest.Async{})
+				if r, err := h.b.Rebill(ctx, cus, period, 2, nil); err != nil || r.Attempt != 2 || r.Outcome == billing.AlreadyBilled {
+					t.Fatalf("Rebill(2) after the failed settlement = %+v, %v; want attempt 2 created", r, err)
+				}
+				h.srv.Advance(time.Minute)
+				if r, err := h.b.Rebill(ctx, cus, period, 2, nil); err != nil || r.Attempt != 2 {
+					t.Errorf("Rebill(2) again = %+v, %v", r, err)
+				}
+				if _, err := h.b.Rebill(ctx, cus, period, 3, nil); err != nil {
+					t.Errorf("Rebill(3) after a paid attempt 2: %v", err)
+				}
+				if r, err := h.b.Charge(ctx, cus, period, nil); err != nil || r.Attempt != 2 {
+					t.Errorf("Charge after a paid attempt 2 = %+v, %v", r, err)
+				}
+				billingtest.RequireChargedOnce(t, h.srv, cus, period)
+			})
+		}
+	}
+}
