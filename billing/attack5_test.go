@@ -164,3 +164,88 @@ func TestAttack5RebillDuringProcessingThenFailed(t *testing.T) {
 		}
 	}
 }
+
+// The race above, but the replica running Rebill(3) dies right after
+// winning its claim, before it looks at the earlier attempts again. The
+// claim waits, pending and unsent, for its lease to end; a later Rebill(3)
+// resumes it. Resuming must look again too: attempt 2 has no claim, so
+// sending attempt 3 would leave the gap that makes Charge and Run report
+// a paying customer declined.
+func TestAttack5RebillResumedAfterCrashLooksAgain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const cus = "cus_crash5"
+	e.srv.Decline(cus, "insufficient_funds")
+	if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("first charge: %v, want declined", err)
+	}
+	e.srv.Honor(cus)
+	k2, _ := e.b.Key(cus, period, 2)
+	k3, _ := e.b.Key(cus, period, 3)
+
+	checked := make(chan struct{})
+	done2 := make(chan struct{})
+	s2 := &pausingStore{Postgres: e.store, beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
+	s3 := &pausingStore{Postgres: e.store, beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
+	b2 := e.biller(func(c *billing.Config) { c.Claims = s2 })
+	b3 := e.biller(func(c *billing.Config) { c.Claims = &crashing{pausingStore: s3, key: k3.String()} })
+
+	e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultRefuse, Status: http.StatusUnauthorized})
+	go func() {
+		defer close(done2)
+		_, err := b2.Rebill(ctx, cus, period, 2, nil)
+		t.Logf("Rebill(2): %v", err)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := e.store.Get(ctx, k2.String()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Rebill(2) never claimed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, err3 := b3.Rebill(ctx, cus, period, 3, nil)
+	<-done2
+	t.Logf("Rebill(3) on the replica that died: %v", err3)
+	if c, err := e.store.Get(ctx, k3.String()); err != nil || c.State != claim.StatePending {
+		t.Fatalf("attempt 3's claim after the crash: %+v, %v; want pending", c, err)
+	}
+	billingtest.RequireNotCharged(t, e.srv, cus, period)
+	if _, err := e.pool.Exec(ctx, "UPDATE billonce_claims SET lease_until = now() - interval '1 second' WHERE key = $1", k3.String()); err != nil {
+		t.Fatal(err)
+	}
+
+	r3, err := e.b.Rebill(ctx, cus, period, 3, nil)
+	t.Logf("Rebill(3) resumed = %+v, %v", r3, err)
+	if e.srv.CountPeriod(cus, period) == 0 {
+		if !errors.Is(err, billing.ErrInvalid) {
+			t.Fatalf("resumed Rebill(3) paid nothing but reported %+v, %v; want ErrInvalid", r3, err)
+		}
+		if _, err := e.b.Rebill(ctx, cus, period, 2, nil); err != nil {
+			t.Fatalf("Rebill(2): %v", err)
+		}
+	}
+	r, err := e.b.Charge(ctx, cus, period, nil)
+	if err != nil || r.Outcome != billing.AlreadyBilled {
+		t.Errorf("the customer paid, but Charge reports %+v, %v", r, err)
+	}
+	billingtest.RequireChargedOnce(t, e.srv, cus, period)
+}
+
+// crashing commits the claim of one key and then answers an error, as if
+// its process died right after the statement: the claim is won and
+// pending, and nothing was sent.
+type crashing struct {
+	*pausingStore
+	key string
+}
+
+func (s *crashing) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
+	res, err := s.pausingStore.Claim(ctx, req)
+	if err == nil && req.Key == s.key {
+		return res, errors.New("the runner died")
+	}
+	return res, err
+}

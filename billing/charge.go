@@ -111,14 +111,18 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 	return Receipt{}, false, nil
 }
 
-// checkChain looks again, once a re-bill has won its claim, for the claims
-// of the attempts before it. checkRebill saw them, but one that was pending
-// then (a re-bill under way) may since have been abandoned, which deletes
-// it: sending now would leave the skipped number checkRebill refuses. The
-// won claim holds the period's one live claim, so no earlier attempt can
-// be claimed or abandoned from now on: what this check sees stays true.
-// A gap abandons the claim just won, before anything is sent. Its errors
-// are *ChargeError.
+// checkChain looks again, once a re-bill has won or resumed its claim and
+// before anything is sent, for the claims of the attempts before it.
+// checkRebill saw them, but one that was pending then (a re-bill under
+// way) may since have been abandoned, which deletes it: sending now would
+// leave the skipped number checkRebill refuses. The claim held is the
+// period's one live claim, so no earlier attempt can be claimed or
+// abandoned while it lives: what this check sees stays true. Every path
+// that sends a re-bill's key (Charge, Rebill, Run, Reconcile) comes
+// through here first, so a gap seen on a resumed claim means its key was
+// never sent, and abandoning it is safe: a gap abandons the claim held,
+// before anything is sent. Attempt 1 has nothing before it. Its errors are
+// *ChargeError.
 func (b *Biller) checkChain(ctx context.Context, j job) error {
 	for a := 1; a < j.attempt; a++ {
 		key, err := b.keyFor(j.customer, j.period, a)
@@ -278,12 +282,6 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 		} else if err != nil {
 			return Receipt{}, chargeErr(j, nil, "claiming", err)
 		} else {
-			if attempt > 1 && res.Outcome == claim.Won {
-				if err := b.checkChain(ctx, j); err != nil {
-					b.outcome(j, start, Receipt{}, err)
-					return Receipt{}, err
-				}
-			}
 			r, err = b.settleClaim(ctx, j, res)
 		}
 		if !errors.Is(err, ErrInProgress) || !time.Now().Before(deadline) {
@@ -348,6 +346,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 	case claim.Resumed:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
 			attrs(j, "leases", c.Leases, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
+		if err := b.checkChain(ctx, j); err != nil {
+			return Receipt{}, err
+		}
 		if c.Endpoint != b.endpoint || c.Credential != b.credential {
 			return b.elsewhere(ctx, j, c)
 		}
@@ -357,6 +358,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 		}
 		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
 	case claim.Won:
+		if err := b.checkChain(ctx, j); err != nil {
+			return Receipt{}, err
+		}
 		j.won = true
 	default:
 		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
