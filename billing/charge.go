@@ -121,8 +121,9 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 // that sends a re-bill's key (Charge, Rebill, Run, Reconcile) comes
 // through here first, so a gap seen on a resumed claim means its key was
 // never sent, and abandoning it is safe: a gap abandons the claim held,
-// before anything is sent. Attempt 1 has nothing before it. Its errors are
-// *ChargeError.
+// before anything is sent. A lookup that fails is no gap: it abandons a
+// claim just won, and releases a resumed one, whose key may have executed
+// at Stripe. Attempt 1 has nothing before it. Its errors are *ChargeError.
 func (b *Biller) checkChain(ctx context.Context, j job) error {
 	for a := 1; a < j.attempt; a++ {
 		key, err := b.keyFor(j.customer, j.period, a)
@@ -134,7 +135,13 @@ func (b *Biller) checkChain(ctx context.Context, j job) error {
 			continue
 		}
 		if !errors.Is(err, claim.ErrNotFound) {
+			// No gap seen: a resumed claim's key may have executed at
+			// Stripe, so the claim stays pending with its key.
 			err = chargeErr(j, nil, fmt.Sprintf("looking up attempt %d", a), err)
+			if !j.won {
+				b.release(context.WithoutCancel(ctx), j, err)
+				return err
+			}
 		} else {
 			err = chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s any more (it was abandoned unsent meanwhile); a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
 		}
@@ -358,10 +365,10 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 		}
 		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
 	case claim.Won:
+		j.won = true
 		if err := b.checkChain(ctx, j); err != nil {
 			return Receipt{}, err
 		}
-		j.won = true
 	default:
 		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
 	}
