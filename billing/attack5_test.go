@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,4 +249,92 @@ func (s *crashing) Claim(ctx context.Context, req claim.Request) (claim.Result, 
 		return res, errors.New("the runner died")
 	}
 	return res, err
+}
+
+// While a re-bill is being sent, the period's outcome is not known: Charge
+// says so (ErrInProgress) instead of repeating the earlier decline, and Run
+// counts the customer pending, not declined.
+func TestChargeWhileRebillInFlightIsInProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	const cus = "cus_inflight"
+	e.srv.Decline(cus, "insufficient_funds")
+	if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("first charge: %v, want declined", err)
+	}
+	e.srv.Honor(cus)
+	release := make(chan struct{})
+	e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.b.Rebill(ctx, cus, period, 2, nil)
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); e.srv.CountPeriod(cus, period) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the re-bill's charge was never stored")
+		}
+	}
+	_, err := e.b.Charge(ctx, cus, period, nil)
+	if !errors.Is(err, billing.ErrInProgress) {
+		t.Errorf("Charge while the re-bill is sent: %v; want ErrInProgress", err)
+	}
+	sum, err := e.b.Run(ctx, period, billing.Customers(cus), nil)
+	if err != nil || sum.Declined != 0 || sum.Pending != 1 {
+		t.Errorf("Run while the re-bill is sent: %+v, %v; want 1 pending, 0 declined", sum.Progress, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Rebill(2): %v", err)
+	}
+	if r, err := e.b.Charge(ctx, cus, period, nil); err != nil || r.Outcome != billing.AlreadyBilled || r.Attempt != 2 {
+		t.Errorf("Charge after the re-bill paid: %+v, %v; want AlreadyBilled by attempt 2", r, err)
+	}
+	billingtest.RequireChargedOnce(t, e.srv, cus, period)
+}
+
+// A re-bill left pending with an unknown outcome (its caller gave up while
+// Stripe ran it): Charge says which call settles it, and that call does,
+// with the same key and no second charge.
+func TestChargeAfterRebillLeftUnknownSaysHowToSettle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	const cus = "cus_unknown2"
+	e.srv.Decline(cus, "insufficient_funds")
+	if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("first charge: %v, want declined", err)
+	}
+	e.srv.Honor(cus)
+	release := make(chan struct{})
+	e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
+	gaveUp, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.b.Rebill(gaveUp, cus, period, 2, nil)
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); e.srv.CountPeriod(cus, period) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the re-bill's charge was never stored")
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("Rebill(2) whose caller gave up: %v; want ErrOutcomeUnknown", err)
+	}
+	close(release)
+	_, err := e.b.Charge(ctx, cus, period, nil)
+	if !errors.Is(err, billing.ErrInProgress) || !strings.Contains(err.Error(), "Rebill with attempt 2") {
+		t.Fatalf("Charge after the re-bill was left unknown: %v; want ErrInProgress naming Rebill with attempt 2", err)
+	}
+	r, err := e.b.Rebill(ctx, cus, period, 2, nil)
+	if err != nil || r.Attempt != 2 {
+		t.Fatalf("Rebill(2) again: %+v, %v", r, err)
+	}
+	if r, err := e.b.Charge(ctx, cus, period, nil); err != nil || r.Outcome != billing.AlreadyBilled {
+		t.Errorf("Charge once the re-bill is settled: %+v, %v; want AlreadyBilled", r, err)
+	}
+	billingtest.RequireChargedOnce(t, e.srv, cus, period)
 }

@@ -174,9 +174,13 @@ func (b *Biller) underWay(j job, err error) *ChargeError {
 		e.Until = c.LeaseUntil
 		return e
 	}
-	// Nobody is sending it: its outcome is unknown until Charge, Run or
-	// Reconcile resumes it with its key. Try again in a minute.
-	e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is pending with an unknown outcome; Charge, Run or Reconcile settles it with its key", c.Attempt), nil)
+	// Nobody is sending it: its outcome is unknown until Reconcile, or a
+	// call for that attempt, resumes it with its key. Try again in a minute.
+	how := "Reconcile or Charge"
+	if c.Attempt > 1 {
+		how = fmt.Sprintf("Reconcile or Rebill with attempt %d", c.Attempt)
+	}
+	e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is pending with an unknown outcome; %s settles it with its key", c.Attempt, how), nil)
 	e.Until = time.Now().Add(time.Minute)
 	return e
 }
@@ -376,8 +380,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 }
 
 // afterFailure answers for a failed attempt: a later re-bill that succeeded
-// means the period is billed, and its receipt is returned; otherwise the
-// latest failure, whose *ChargeError names the next attempt to re-bill with.
+// means the period is billed, and its receipt is returned; one still under
+// way (pending) is ErrInProgress; otherwise the latest failure, whose
+// *ChargeError names the next attempt to re-bill with.
 // Re-bills are numbered one after the other (see checkRebill), so the walk
 // ends at the first attempt without a claim: one lookup per re-bill made.
 func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
@@ -389,8 +394,15 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 				break
 			}
 			c, err := b.cfg.Claims.Get(ctx, key.String())
-			if err != nil || c.State == claim.StatePending {
-				break // no such re-bill, or one still under way
+			if err != nil {
+				break // no such re-bill
+			}
+			if c.State == claim.StatePending {
+				// A re-bill under way: its outcome decides the period.
+				if e := b.underWay(j, &claim.MismatchError{Existing: c}); e != nil {
+					return Receipt{}, e
+				}
+				break
 			}
 			later := j
 			later.key, later.attempt, later.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}

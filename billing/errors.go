@@ -79,8 +79,11 @@ var (
 	// Stripe replays the charge if it was made.
 	ErrOutcomeUnknown = errors.New("billing: outcome unknown")
 	// ErrInProgress: another runner holds a live claim on the customer and
-	// period and may be charging right now. Until is when its lease ends;
-	// try again after that (or set Config.InProgressWait).
+	// period and may be charging right now, or another attempt of the
+	// period (a re-bill, or the attempt a re-bill follows) is pending and
+	// its outcome decides this one. Until is when its lease ends (a minute
+	// from now when nobody holds it); try again after that (or set
+	// Config.InProgressWait).
 	ErrInProgress = errors.New("billing: charge in progress elsewhere")
 	// ErrNeedsReconciliation: a pending claim is past its key's deadline and
 	// Stripe's search could not settle whether its charge exists. Sending

@@ -56,11 +56,15 @@ func TestAttack5RebillJobWhileEarlierAttemptProcessing(t *testing.T) {
 	e.srv.SettleLater(cus, billingtest.Async{})
 	_, err = b.Charge(ctx, cus, period, nil)
 	var ce *billing.ChargeError
-	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrDeclined) || ce.Attempt != 2 {
-		t.Fatalf("Charge after attempt 2 failed: %v; want attempt 2 declined", err)
+	switch {
+	case errors.As(err, &ce) && errors.Is(err, billing.ErrDeclined) && ce.Attempt == 2:
+	case errors.Is(err, billing.ErrInProgress):
+		// The waiting job for attempt 3 is already sending it.
+	default:
+		t.Fatalf("Charge after attempt 2 failed: %v; want attempt 2 declined, or attempt 3 in progress", err)
 	}
 	// The dunning process queues the next re-bill, as the decline says.
-	res2, err := c.Insert(ctx, riverbilling.ChargeArgs{Customer: cus, Period: period, Attempt: ce.Attempt + 1}, nil)
+	res2, err := c.Insert(ctx, riverbilling.ChargeArgs{Customer: cus, Period: period, Attempt: 3}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
