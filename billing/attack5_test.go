@@ -20,17 +20,26 @@ import (
 // pausingStore is a real claim store whose Claim and Abandon of chosen keys
 // first run a hook: it stands for a replica that is slow between two
 // statements (a GC pause, a slow network), placed exactly.
+//
+// A Claim of the key dieAfterClaim commits and then answers an error, as if
+// its process died right after the statement: the claim is won and
+// pending, and nothing was sent.
 type pausingStore struct {
 	*claim.Postgres
 	beforeClaim   map[string]func()
 	beforeAbandon map[string]func()
+	dieAfterClaim string
 }
 
 func (s *pausingStore) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
 	if f := s.beforeClaim[req.Key]; f != nil {
 		f()
 	}
-	return s.Postgres.Claim(ctx, req)
+	res, err := s.Postgres.Claim(ctx, req)
+	if err == nil && req.Key == s.dieAfterClaim {
+		return res, errors.New("the runner died")
+	}
+	return res, err
 }
 
 func (s *pausingStore) Abandon(ctx context.Context, key, owner string) error {
@@ -40,16 +49,16 @@ func (s *pausingStore) Abandon(ctx context.Context, key, owner string) error {
 	return s.Postgres.Abandon(ctx, key, owner)
 }
 
-// Rebill(3) looks for attempt 2's claim while Rebill(2) is under way, and
-// finds it; Rebill(2) is then refused before execution (a revoked key) and
-// abandons its claim, which deletes it; Rebill(3) then claims and pays.
-// Attempt 2 has no claim and attempt 3 paid: the skipped number the check
-// is there to refuse. Charge and Run, walking from attempt 1's decline,
-// stop at attempt 2 and report a customer who has paid as declined.
-func TestAttack5RebillRacingAbandonedPredecessor(t *testing.T) {
-	e := newEnv(t)
+// rebill3PastAbandoned2 declines cus's attempt 1, then runs the race: Rebill(3)
+// looks for attempt 2's claim while Rebill(2) is under way, and finds it;
+// Rebill(2) is then refused before execution (a revoked key) and abandons
+// its claim, which deletes it; Rebill(3) then claims. Attempt 2 has no
+// claim: if attempt 3 paid, that is the skipped number the check is there
+// to refuse. With die, Rebill(3)'s replica dies right after its claim
+// commits.
+func rebill3PastAbandoned2(t *testing.T, e *env, cus string, die bool) (billing.Receipt, error) {
+	t.Helper()
 	ctx := context.Background()
-	const cus = "cus_race5"
 	e.srv.Decline(cus, "insufficient_funds")
 	if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
 		t.Fatalf("first charge: %v, want declined", err)
@@ -62,6 +71,9 @@ func TestAttack5RebillRacingAbandonedPredecessor(t *testing.T) {
 	done2 := make(chan struct{})   // Rebill(2) has returned
 	s2 := &pausingStore{Postgres: e.store, beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
 	s3 := &pausingStore{Postgres: e.store, beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
+	if die {
+		s3.dieAfterClaim = k3.String()
+	}
 	b2 := e.biller(func(c *billing.Config) { c.Claims = s2 })
 	b3 := e.biller(func(c *billing.Config) { c.Claims = s3 })
 
@@ -72,20 +84,19 @@ func TestAttack5RebillRacingAbandonedPredecessor(t *testing.T) {
 		t.Logf("Rebill(2): %v", err)
 	}()
 	// Rebill(3) may start only once Rebill(2) holds its claim.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := e.store.Get(ctx, k2.String()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Rebill(2) never claimed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, func() bool { _, err := e.store.Get(ctx, k2.String()); return err == nil })
 	r3, err3 := b3.Rebill(ctx, cus, period, 3, nil)
-	t.Logf("Rebill(3) = %+v, %v", r3, err3)
 	<-done2
+	t.Logf("Rebill(3) = %+v, %v", r3, err3)
+	return r3, err3
+}
 
+// requireBilledOnceAfter checks the end of a re-bill race: a Rebill(3) that
+// paid nothing was refused as invalid, so Rebill(2) bills; either way
+// Charge reports the period billed and the fake holds one charge.
+func requireBilledOnceAfter(t *testing.T, e *env, cus string, r3 billing.Receipt, err3 error) {
+	t.Helper()
+	ctx := context.Background()
 	if n := e.srv.CountPeriod(cus, period); n == 0 {
 		// Refused: the re-bill that follows the decline is attempt 2 again.
 		if !errors.Is(err3, billing.ErrInvalid) {
@@ -99,11 +110,21 @@ func TestAttack5RebillRacingAbandonedPredecessor(t *testing.T) {
 	if err != nil || r.Outcome != billing.AlreadyBilled {
 		t.Errorf("the customer paid, but Charge reports %+v, %v", r, err)
 	}
-	sum, err := e.b.Run(ctx, period, billing.Customers(cus), nil)
+	billingtest.RequireChargedOnce(t, e.srv, cus, period)
+}
+
+// The race of rebill3PastAbandoned2: Charge and Run, walking from attempt
+// 1's decline, would stop at attempt 2 and report a paying customer as
+// declined.
+func TestAttack5RebillRacingAbandonedPredecessor(t *testing.T) {
+	e := newEnv(t)
+	const cus = "cus_race5"
+	r3, err3 := rebill3PastAbandoned2(t, e, cus, false)
+	requireBilledOnceAfter(t, e, cus, r3, err3)
+	sum, err := e.b.Run(context.Background(), period, billing.Customers(cus), nil)
 	if err != nil || !sum.Complete() || sum.Declined != 0 {
 		t.Errorf("the customer paid, but Run reports %+v, %v", sum.Progress, err)
 	}
-	billingtest.RequireChargedOnce(t, e.srv, cus, period)
 }
 
 // Rebill(2) while attempt 1 is still processing answers AlreadyBilled
@@ -166,50 +187,18 @@ func TestAttack5RebillDuringProcessingThenFailed(t *testing.T) {
 	}
 }
 
-// The race above, but the replica running Rebill(3) dies right after
-// winning its claim, before it looks at the earlier attempts again. The
-// claim waits, pending and unsent, for its lease to end; a later Rebill(3)
-// resumes it. Resuming must look again too: attempt 2 has no claim, so
-// sending attempt 3 would leave the gap that makes Charge and Run report
-// a paying customer declined.
+// The race of rebill3PastAbandoned2, but the replica running Rebill(3) dies
+// right after winning its claim, before it looks at the earlier attempts
+// again. The claim waits, pending and unsent, for its lease to end; a
+// later Rebill(3) resumes it. Resuming must look again too: attempt 2 has
+// no claim, so sending attempt 3 would leave the gap that makes Charge and
+// Run report a paying customer declined.
 func TestAttack5RebillResumedAfterCrashLooksAgain(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	const cus = "cus_crash5"
-	e.srv.Decline(cus, "insufficient_funds")
-	if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
-		t.Fatalf("first charge: %v, want declined", err)
-	}
-	e.srv.Honor(cus)
-	k2, _ := e.b.Key(cus, period, 2)
+	rebill3PastAbandoned2(t, e, cus, true)
 	k3, _ := e.b.Key(cus, period, 3)
-
-	checked := make(chan struct{})
-	done2 := make(chan struct{})
-	s2 := &pausingStore{Postgres: e.store, beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
-	s3 := &pausingStore{Postgres: e.store, beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
-	b2 := e.biller(func(c *billing.Config) { c.Claims = s2 })
-	b3 := e.biller(func(c *billing.Config) { c.Claims = &crashing{pausingStore: s3, key: k3.String()} })
-
-	e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultRefuse, Status: http.StatusUnauthorized})
-	go func() {
-		defer close(done2)
-		_, err := b2.Rebill(ctx, cus, period, 2, nil)
-		t.Logf("Rebill(2): %v", err)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := e.store.Get(ctx, k2.String()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Rebill(2) never claimed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	_, err3 := b3.Rebill(ctx, cus, period, 3, nil)
-	<-done2
-	t.Logf("Rebill(3) on the replica that died: %v", err3)
 	if c, err := e.store.Get(ctx, k3.String()); err != nil || c.State != claim.StatePending {
 		t.Fatalf("attempt 3's claim after the crash: %+v, %v; want pending", c, err)
 	}
@@ -217,38 +206,9 @@ func TestAttack5RebillResumedAfterCrashLooksAgain(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, "UPDATE billonce_claims SET lease_until = now() - interval '1 second' WHERE key = $1", k3.String()); err != nil {
 		t.Fatal(err)
 	}
-
 	r3, err := e.b.Rebill(ctx, cus, period, 3, nil)
 	t.Logf("Rebill(3) resumed = %+v, %v", r3, err)
-	if e.srv.CountPeriod(cus, period) == 0 {
-		if !errors.Is(err, billing.ErrInvalid) {
-			t.Fatalf("resumed Rebill(3) paid nothing but reported %+v, %v; want ErrInvalid", r3, err)
-		}
-		if _, err := e.b.Rebill(ctx, cus, period, 2, nil); err != nil {
-			t.Fatalf("Rebill(2): %v", err)
-		}
-	}
-	r, err := e.b.Charge(ctx, cus, period, nil)
-	if err != nil || r.Outcome != billing.AlreadyBilled {
-		t.Errorf("the customer paid, but Charge reports %+v, %v", r, err)
-	}
-	billingtest.RequireChargedOnce(t, e.srv, cus, period)
-}
-
-// crashing commits the claim of one key and then answers an error, as if
-// its process died right after the statement: the claim is won and
-// pending, and nothing was sent.
-type crashing struct {
-	*pausingStore
-	key string
-}
-
-func (s *crashing) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
-	res, err := s.pausingStore.Claim(ctx, req)
-	if err == nil && req.Key == s.key {
-		return res, errors.New("the runner died")
-	}
-	return res, err
+	requireBilledOnceAfter(t, e, cus, r3, err)
 }
 
 // While a re-bill is being sent, the period's outcome is not known: Charge
@@ -271,11 +231,7 @@ func TestChargeWhileRebillInFlightIsInProgress(t *testing.T) {
 		_, err := e.b.Rebill(ctx, cus, period, 2, nil)
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); e.srv.CountPeriod(cus, period) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the re-bill's charge was never stored")
-		}
-	}
+	waitFor(t, func() bool { return e.srv.CountPeriod(cus, period) > 0 }) // the re-bill's charge is stored
 	_, err := e.b.Charge(ctx, cus, period, nil)
 	if !errors.Is(err, billing.ErrInProgress) {
 		t.Errorf("Charge while the re-bill is sent: %v; want ErrInProgress", err)
@@ -315,11 +271,7 @@ func TestChargeAfterRebillLeftUnknownSaysHowToSettle(t *testing.T) {
 		_, err := e.b.Rebill(gaveUp, cus, period, 2, nil)
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); e.srv.CountPeriod(cus, period) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the re-bill's charge was never stored")
-		}
-	}
+	waitFor(t, func() bool { return e.srv.CountPeriod(cus, period) > 0 }) // the re-bill's charge is stored
 	cancel()
 	if err := <-done; !errors.Is(err, billing.ErrOutcomeUnknown) {
 		t.Fatalf("Rebill(2) whose caller gave up: %v; want ErrOutcomeUnknown", err)

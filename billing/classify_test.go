@@ -82,11 +82,7 @@ func TestClassify(t *testing.T) {
 			<-arrived
 			// The script answers as the request arrives, before the fake
 			// stores its charge and holds the answer: wait for the charge.
-			for deadline := time.Now().Add(10 * time.Second); srv.Count("c409r") == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the held request's charge was never stored")
-				}
-			}
+			waitFor(t, func() bool { return srv.Count("c409r") > 0 })
 			err := send(bg, "c409r", "key_c409r")
 			close(release)
 			if ferr := <-first; ferr != nil {
