@@ -153,17 +153,12 @@ func (b *Biller) checkChain(ctx context.Context, j job) error {
 	return nil
 }
 
-// underWay tells a re-bill that meets another attempt of its period being
+// underWay tells a call that meets c, another attempt of its period being
 // sent (or left pending with an unknown outcome), which holds the period's
 // one live claim, to wait: that attempt's outcome decides whether this one
 // may bill, so it is an ErrInProgress, not a refusal. It returns nil for
-// any other error.
-func (b *Biller) underWay(j job, err error) *ChargeError {
-	var m *claim.MismatchError
-	if !errors.As(err, &m) {
-		return nil
-	}
-	c := m.Existing
+// any other claim.
+func (b *Biller) underWay(j job, c claim.Claim) *ChargeError {
 	if c.State != claim.StatePending || c.Key == j.key.String() || c.Scope != b.cfg.Scope ||
 		c.Customer != j.customer || c.Period != j.period {
 		return nil
@@ -288,10 +283,16 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	for {
 		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
 		var r Receipt
-		if e := b.underWay(j, err); e != nil {
-			err = e
-		} else if err != nil {
-			return Receipt{}, chargeErr(j, nil, "claiming", err)
+		if err != nil {
+			var m *claim.MismatchError
+			var wait *ChargeError
+			if errors.As(err, &m) {
+				wait = b.underWay(j, m.Existing)
+			}
+			if wait == nil {
+				return Receipt{}, chargeErr(j, nil, "claiming", err)
+			}
+			err = wait
 		} else {
 			r, err = b.settleClaim(ctx, j, res)
 		}
@@ -364,7 +365,7 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 			return b.elsewhere(ctx, j, c)
 		}
 	case claim.Mismatch:
-		if e := b.underWay(j, &claim.MismatchError{Existing: c}); e != nil {
+		if e := b.underWay(j, c); e != nil {
 			return Receipt{}, e
 		}
 		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
@@ -399,7 +400,7 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 			}
 			if c.State == claim.StatePending {
 				// A re-bill under way: its outcome decides the period.
-				if e := b.underWay(j, &claim.MismatchError{Existing: c}); e != nil {
+				if e := b.underWay(j, c); e != nil {
 					return Receipt{}, e
 				}
 				break
