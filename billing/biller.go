@@ -462,10 +462,14 @@ func (cfg Config) limiter() *rate.Limiter {
 // wrapped so that every write leaves with its key, and no retries of
 // stripe-go's own.
 func (cfg Config) backend() stripe.Backend {
-	hc := &http.Client{Timeout: cfg.attemptTimeout()}
+	// Stripe's API never redirects, and a followed redirect would carry the
+	// secret key to another address (net/http keeps Authorization when only
+	// the port differs) or turn the POST into a GET. stripeShaped turns
+	// every 3xx into a refusal; CheckRedirect makes sure none is followed.
+	hc := &http.Client{Timeout: cfg.attemptTimeout(), CheckRedirect: refuseRedirect}
 	var base http.RoundTripper
 	if cfg.HTTPClient != nil {
-		hc.CheckRedirect, hc.Jar, base = cfg.HTTPClient.CheckRedirect, cfg.HTTPClient.Jar, cfg.HTTPClient.Transport
+		hc.Jar, base = cfg.HTTPClient.Jar, cfg.HTTPClient.Transport
 	}
 	if base == nil {
 		// http.DefaultTransport keeps two idle connections per host; a Run

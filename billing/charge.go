@@ -602,6 +602,9 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		var pi *stripe.PaymentIntent
 		if pi, err = b.intents.New(params); err == nil {
 			out = created{id: pi.ID, status: string(pi.Status), replayed: replayed(pi.LastResponse)}
+			if out.id == "" || out.status == "" {
+				err = notAPayment(pi.LastResponse)
+			}
 		}
 	default:
 		params := &stripe.ChargeParams{
@@ -613,6 +616,9 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		var ch *stripe.Charge
 		if ch, err = b.charges.New(params); err == nil {
 			out = created{id: ch.ID, status: string(ch.Status), replayed: replayed(ch.LastResponse)}
+			if out.id == "" || out.status == "" {
+				err = notAPayment(ch.LastResponse)
+			}
 		}
 	}
 	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Attempt: attempt, Duration: time.Since(start), Err: err})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79"
 
+	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -241,6 +242,9 @@ const maxRefusalBody = 64 << 10
 
 func (t stripeShaped) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
+	if err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return redirectRefused(req, resp), nil
+	}
 	if err != nil || resp.StatusCode < 400 || strings.HasPrefix(resp.Header.Get("Request-Id"), "req_") {
 		return resp, err
 	}
@@ -270,11 +274,56 @@ func (t stripeShaped) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		msg += " (" + ct + ")"
 	}
+	return stripeError(resp, resp.StatusCode, typ, msg), nil
+}
+
+// redirectRefused is the answer stripeShaped gives for a redirect: an
+// error in Stripe's shape, HTTP 421 Misdirected Request, which stops the
+// run with [ErrStripeRequest]. Stripe's API never redirects; the request
+// was not executed where it was sent, and is sent nowhere else.
+func redirectRefused(req *http.Request, resp *http.Response) *http.Response {
+	resp.Body.Close()
+	to := "no Location"
+	if loc, err := resp.Location(); err == nil {
+		to = idemkey.RedactURL(loc)
+	}
+	msg := fmt.Sprintf("the answer from %s is a redirect (HTTP %d %s to %s), and Stripe's API never redirects: billonce follows no redirect, so the secret key is sent to Config.StripeURL only; set Config.StripeURL to the address that answers",
+		req.URL.Host, resp.StatusCode, http.StatusText(resp.StatusCode), to)
+	return stripeError(resp, http.StatusMisdirectedRequest, "invalid_request_error", msg)
+}
+
+// refuseRedirect is the Biller's http.Client.CheckRedirect.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("billing: refusing to follow a redirect to %s: Stripe's API never redirects, and the secret key is sent to Config.StripeURL only", idemkey.RedactURL(req.URL))
+}
+
+// stripeError replaces resp's status and body with a Stripe error object
+// of type typ.
+func stripeError(resp *http.Response, status int, typ, msg string) *http.Response {
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "message": msg}})
+	resp.StatusCode, resp.Status = status, fmt.Sprintf("%d %s", status, http.StatusText(status))
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	resp.Header = resp.Header.Clone()
+	resp.Header.Del("Location")
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	resp.Header.Set("Content-Type", "application/json")
-	return resp, nil
+	return resp
+}
+
+// notAPayment is the error for an answer stripe-go decoded without error
+// that is not a payment: no id or no status (an empty object, a list, the
+// answer to a GET). It is never recorded as a charge: the run stops with
+// [ErrStripeRequest] and the claim stays pending, since whatever answered
+// may have executed the request.
+func notAPayment(r *stripe.APIResponse) error {
+	status := 0
+	if r != nil {
+		status = r.StatusCode
+	}
+	return &refusedRequest{kind: ErrStripeRequest, se: &stripe.Error{
+		HTTPStatusCode: status,
+		Type:           stripe.ErrorTypeInvalidRequest,
+		Msg:            fmt.Sprintf("the answer (HTTP %d) has no payment id or status, so it is not Stripe's answer to a charge: check Config.StripeURL", status),
+	}}
 }
