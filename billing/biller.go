@@ -135,7 +135,10 @@ type Config struct {
 	// idemkey.Transport, so no write leaves without its key, and an error
 	// answer that is not Stripe's, such as a web server's HTML 404, is put
 	// in Stripe's error shape so it is judged by its status); its Timeout is
-	// replaced by the per-attempt timeout of Retry. Defaults to a client on
+	// replaced by the per-attempt timeout of Retry, and its CheckRedirect
+	// by a refusal: Stripe never redirects, so a redirect from StripeURL
+	// stops a run with [ErrStripeRequest] and the secret key is sent
+	// nowhere but StripeURL. Defaults to a client on
 	// a clone of http.DefaultTransport that keeps 64 idle connections per
 	// host instead of 2, so a Run's workers reuse their connections.
 	HTTPClient *http.Client
