@@ -184,6 +184,10 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusOK, "ignored: event type not handled")
 		return
 	}
+	if ev.Data == nil || len(ev.Data.Raw) == 0 || string(ev.Data.Raw) == "null" {
+		h.notApplied(ctx, w, ev, "", log, "the event carries no data object", errNoEventData)
+		return
+	}
 	u, err := h.update(ctx, ev)
 	if err != nil {
 		if missingPayment(err) {
@@ -242,6 +246,9 @@ func (h *webhookHandler) notApplied(ctx context.Context, w http.ResponseWriter, 
 		Err: fmt.Errorf("billing: webhook event %s (%s) not applied: %s: %w", ev.ID, ev.Type, why, err)})
 	answer(w, http.StatusOK, "not applied: "+why)
 }
+
+// errNoEventData is the cause reported for a signed event without data.
+var errNoEventData = errors.New("billing: webhook event without data")
 
 // missingPayment tells whether reading an event's payment failed because
 // Stripe has no such payment on this account: a redelivery finds none
