@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -16,7 +17,8 @@ import (
 )
 
 // MaxNameLen is the longest name or namespace, in bytes, that [Advisory]
-// and [Lease] accept.
+// and [Lease] accept. Names and namespaces must also be valid UTF-8
+// without NUL bytes; anything else is refused with [ErrInvalid].
 const MaxNameLen = 200
 
 var (
@@ -92,6 +94,8 @@ func checkName(what, s string, mayBeEmpty bool) error {
 		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalid, what, len(s), MaxNameLen)
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s contains a NUL byte, which PostgreSQL text cannot hold; check how it is built", ErrInvalid, what)
 	}
 	return nil
 }

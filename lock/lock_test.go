@@ -75,6 +75,9 @@ func TestBadInput(t *testing.T) {
 		if _, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: strings.Repeat("n", lock.MaxNameLen+1)}); !errors.Is(err, lock.ErrInvalid) {
 			t.Errorf("oversized namespace: error = %v; want ErrInvalid", err)
 		}
+		if _, err := lock.NewLease(pool, lock.LeaseConfig{Namespace: "nul\x00"}); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("namespace with a NUL byte: error = %v; want ErrInvalid", err)
+		}
 	})
 
 	adv, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{})
@@ -86,7 +89,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range []lock.Locker{adv, lease} {
-		for _, name := range []string{"", strings.Repeat("x", lock.MaxNameLen+1), "bad\xffutf8"} {
+		for _, name := range []string{"", strings.Repeat("x", lock.MaxNameLen+1), "bad\xffutf8", "nul\x00byte"} {
 			if ran, err := lock.Do(ctx, g, name, job); ran || !errors.Is(err, lock.ErrInvalid) {
 				t.Errorf("%T.Do(%q) = %v, %v; want ErrInvalid", g, name, ran, err)
 			}
