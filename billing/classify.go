@@ -327,3 +327,19 @@ func notAPayment(r *stripe.APIResponse) error {
 		Msg:            fmt.Sprintf("the answer (HTTP %d) has no payment id or status, so it is not Stripe's answer to a charge: check Config.StripeURL", status),
 	}}
 }
+
+// notASearchResult is the error for an answer to a search that stripe-go
+// decoded without error but that is not a search result. Like
+// [notAPayment], it stops the run with [ErrStripeRequest] and settles
+// nothing: it is no evidence that Stripe holds no payment for the key.
+func notASearchResult(r *stripe.APIResponse) error {
+	status := 0
+	if r != nil {
+		status = r.StatusCode
+	}
+	return &refusedRequest{kind: ErrStripeRequest, se: &stripe.Error{
+		HTTPStatusCode: status,
+		Type:           stripe.ErrorTypeInvalidRequest,
+		Msg:            fmt.Sprintf("the answer (HTTP %d) to a search is not a search result, so it is not Stripe's: check Config.StripeURL", status),
+	}}
+}

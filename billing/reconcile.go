@@ -3,6 +3,7 @@ package billing
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -126,11 +127,21 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 	pis := b.intents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
 	for pis.Next() {
 		pi := pis.PaymentIntent()
+		if pi.ID == "" || pi.Status == "" {
+			return nil, notAPayment(pis.PaymentIntentSearchResult().LastResponse)
+		}
 		intents[pi.ID] = true
 		out = append(out, created{id: pi.ID, status: string(pi.Status)})
 	}
 	if err := pis.Err(); err != nil {
 		return nil, err
+	}
+	var last *stripe.APIResponse
+	if r := pis.PaymentIntentSearchResult(); r != nil {
+		last = r.LastResponse
+	}
+	if !isSearchResult(last) {
+		return nil, notASearchResult(last)
 	}
 	if err := b.waitSearch(ctx); err != nil {
 		return nil, err
@@ -138,12 +149,39 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 	chs := b.charges.Search(&stripe.ChargeSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
 	for chs.Next() {
 		ch := chs.Charge()
+		if ch.ID == "" || ch.Status == "" {
+			return nil, notAPayment(chs.ChargeSearchResult().LastResponse)
+		}
 		if ch.PaymentIntent != nil && intents[ch.PaymentIntent.ID] {
 			continue
 		}
 		out = append(out, created{id: ch.ID, status: string(ch.Status)})
 	}
-	return out, chs.Err()
+	if err := chs.Err(); err != nil {
+		return nil, err
+	}
+	last = nil
+	if r := chs.ChargeSearchResult(); r != nil {
+		last = r.LastResponse
+	}
+	if !isSearchResult(last) {
+		return nil, notASearchResult(last)
+	}
+	return out, nil
+}
+
+// isSearchResult reports whether r is Stripe's answer to a search: an
+// object "search_result". Anything else decoded without error (an empty
+// object, a list, a web server's JSON) says nothing about what Stripe
+// holds, and must never be taken for "no payment", which reopens a key.
+func isSearchResult(r *stripe.APIResponse) bool {
+	if r == nil {
+		return false
+	}
+	var v struct {
+		Object string `json:"object"`
+	}
+	return json.Unmarshal(r.RawJSON, &v) == nil && v.Object == "search_result"
 }
 
 // ReconcileOptions tunes a [Biller.Reconcile]. A nil *ReconcileOptions
