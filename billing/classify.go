@@ -317,15 +317,7 @@ func stripeError(resp *http.Response, status int, typ, msg string) *http.Respons
 // [ErrStripeRequest] and the claim stays pending, since whatever answered
 // may have executed the request.
 func notAPayment(r *stripe.APIResponse) error {
-	status := 0
-	if r != nil {
-		status = r.StatusCode
-	}
-	return &refusedRequest{kind: ErrStripeRequest, se: &stripe.Error{
-		HTTPStatusCode: status,
-		Type:           stripe.ErrorTypeInvalidRequest,
-		Msg:            fmt.Sprintf("the answer (HTTP %d) has no payment id or status, so it is not Stripe's answer to a charge: check Config.StripeURL", status),
-	}}
+	return notStripes(r, "has no payment id or status, so it is not Stripe's answer to a charge")
 }
 
 // notASearchResult is the error for an answer to a search that stripe-go
@@ -333,6 +325,12 @@ func notAPayment(r *stripe.APIResponse) error {
 // [notAPayment], it stops the run with [ErrStripeRequest] and settles
 // nothing: it is no evidence that Stripe holds no payment for the key.
 func notASearchResult(r *stripe.APIResponse) error {
+	return notStripes(r, "to a search is not a search result, so it is not Stripe's")
+}
+
+// notStripes is the run-stopping error for a 2xx answer that is not the
+// object Stripe answers with; what says what is wrong with it.
+func notStripes(r *stripe.APIResponse, what string) error {
 	status := 0
 	if r != nil {
 		status = r.StatusCode
@@ -340,6 +338,6 @@ func notASearchResult(r *stripe.APIResponse) error {
 	return &refusedRequest{kind: ErrStripeRequest, se: &stripe.Error{
 		HTTPStatusCode: status,
 		Type:           stripe.ErrorTypeInvalidRequest,
-		Msg:            fmt.Sprintf("the answer (HTTP %d) to a search is not a search result, so it is not Stripe's: check Config.StripeURL", status),
+		Msg:            fmt.Sprintf("the answer (HTTP %d) %s: check Config.StripeURL", status, what),
 	}}
 }
