@@ -38,7 +38,7 @@ func wantOneKey(t *testing.T, e *env, customer, key string) {
 	t.Helper()
 	for _, l := range e.srv.Log() {
 		if l.Method == "POST" && l.Customer == customer && l.IdempotencyKey != key {
-			t.Fatalf("a request for %s carried key %q, want %q (I1, I2)", customer, l.IdempotencyKey, key)
+			t.Fatalf("a request for %s carried key %q, want %q (key from intent; every write carries a key)", customer, l.IdempotencyKey, key)
 		}
 	}
 }
@@ -172,7 +172,7 @@ func TestChargeErrorAfterCommitSettledFromSearch(t *testing.T) {
 	}
 }
 
-// Seed: declines recorded and not retried (I6). Billing again is an
+// Seed: declines recorded and not retried (outcomes are final). Billing again is an
 // explicit re-bill under a new key.
 func TestChargeDeclineIsFinalUntilRebill(t *testing.T) {
 	t.Parallel()
@@ -224,7 +224,7 @@ func TestChargeDeclineIsFinalUntilRebill(t *testing.T) {
 	}
 }
 
-// I4: the price is part of the claim. A different amount for a pending
+// Same key, same charge: the price is part of the claim. A different amount for a pending
 // claim is refused before anything is sent.
 func TestChargePriceChangedUnderPendingClaim(t *testing.T) {
 	t.Parallel()
@@ -358,7 +358,7 @@ func TestChargeCrashAfterStripeBeforeSucceed(t *testing.T) {
 }
 
 // Seed: the window closes. A claim pending for 25 hours is reconciled with
-// Stripe's search before its key is sent again (I5).
+// Stripe's search before its key is sent again (the deadline).
 func TestChargeResumeAfterKeyWindow(t *testing.T) {
 	t.Parallel()
 	t.Run("charge exists: reconciled, not resent", func(t *testing.T) {
@@ -503,7 +503,7 @@ func TestChargeInProgressWait(t *testing.T) {
 	}
 }
 
-// Claim before send (I3): when the claim cannot be written, nothing is sent.
+// Claim before send: when the claim cannot be written, nothing is sent.
 func TestChargeClaimStoreDown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -628,4 +628,41 @@ func TestRebillOfABilledPeriodReportsIt(t *testing.T) {
 		}
 	}
 	billingtest.RequireChargedOnce(t, e.srv, "cus_late", period)
+}
+
+// Crash points after the database committed: Succeed, Fail and Reopen
+// that wrote their row but reported an error. The next call settles once.
+func TestStoreFailingAfterCommitChargesOnce(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	ctx := context.Background()
+	st := &failAfter{Store: e.store, fail: map[string]bool{"Succeed": true, "Fail": true, "Reopen": true}}
+	b := e.biller(oneAttempt, func(c *billing.Config) { c.Claims = st })
+
+	var rec *billing.ChargeError
+	if _, err := b.Charge(ctx, "cus_ok", period, nil); !(errors.As(err, &rec) && errors.Is(err, billing.ErrNotRecorded)) {
+		t.Fatalf("Succeed failing after commit = %v", err)
+	}
+	if r, err := b.Charge(ctx, "cus_ok", period, nil); err != nil || r.Outcome != billing.AlreadyBilled || e.count("cus_ok") != 1 {
+		t.Fatalf("after = %+v, %v; %d", r, err, e.count("cus_ok"))
+	}
+
+	e.srv.Decline("cus_decl", "")
+	b.Charge(ctx, "cus_decl", period, nil)
+	var failed *billing.ChargeError
+	if _, err := b.Charge(ctx, "cus_decl", period, nil); !(errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined)) {
+		t.Fatalf("after Fail failing after commit = %v", err)
+	}
+
+	e.crashedClaim("cus_reopen", amount)
+	e.advance(24 * time.Hour)
+	if _, err := b.Charge(ctx, "cus_reopen", period, nil); err == nil {
+		t.Fatal("Reopen failing after commit reported success")
+	}
+	e.exec("UPDATE billonce_claims SET lease_until = now() WHERE key = $1", e.key("cus_reopen"))
+	if r, err := b.Charge(ctx, "cus_reopen", period, nil); err != nil || e.count("cus_reopen") != 1 {
+		t.Fatalf("after = %+v, %v; %d", r, err, e.count("cus_reopen"))
+	}
+	if n := len(e.srv.Payments()); n != 3 {
+		t.Fatalf("%d payments, want 3", n)
+	}
 }

@@ -118,19 +118,61 @@
 //
 // # Invariants
 //
-// Whatever the configuration, the retries and the replicas:
+// Whatever the configuration, the retries and the replicas, billonce keeps
+// these promises. Code, comments and tests cite them by name.
 //
-//   - Claim before send: a claim is committed on its own, visible to every
+//  1. Key from intent: an idempotency key is a pure function of the
+//     business identity (scope, customer, period and the attempt number a
+//     person chose when re-billing), never of time, randomness, retry
+//     count, host or process.
+//  2. Every write carries a key: every POST to Stripe carries its key, and
+//     no transport or retry layer makes one up; a POST that reaches
+//     [idemkey.Transport] without a key is refused, not sent.
+//  3. Claim before send: a claim is committed on its own, visible to every
 //     replica, before the first byte goes to Stripe ([claim.NewPostgres]
 //     takes a pool, never a caller's transaction).
-//   - The deadline: no HTTP attempt carries a key once WindowMargin has
+//  4. Same key, same charge: a claim is resent only with its own key and
+//     its recorded amount and currency; a different amount for a claimed
+//     period is an error, never a new charge.
+//  5. The deadline: no HTTP attempt carries a key once WindowMargin has
 //     passed, on the database clock, since the key was first sent, unless
-//     a search made after that point found no payment for it.
-//   - Claim identity: a claim is resent only with its own key, amount and
-//     currency, to the endpoint and with the credential it was first sent
-//     with, unless search has settled it.
-//   - Owners are unique per Biller, whatever Config.Owner says: two
-//     replicas never take each other's live claims for their own.
+//     a search made after that point found no payment for it. It is
+//     checked before every attempt, so retries and waits in a Run's queue
+//     count (see Clocks below for the one exception).
+//  6. Outcomes are final: a decline is recorded and ends its key; billing
+//     again is an explicit re-bill under a new key, never an automatic
+//     retry.
+//  7. Honest locks: a [lock.Locker] holds its lock on one connection,
+//     releases it there or destroys the connection, and cancels the guarded
+//     job's context when the lock is lost.
+//  8. Stop on refusals: a spend cap, a revoked key or a missing permission
+//     stops the run; such an answer is never retried.
+//  9. No secrets in logs: secret keys and vault keys are redacted in every
+//     log line, error and printed value.
+//  10. Database time: leases, deadlines and staleness are read on the
+//     database's clock, which all replicas share, not the application's.
+//  11. A claim knows where its key went: it records the endpoint (charges
+//     or payment intents) and a non-secret fingerprint of the credential
+//     that sent it; a resume under another endpoint or credential searches
+//     first or refuses, and never sends blind.
+//  12. Claims stand on their own: a claim is durable before its key is
+//     sent whatever store the caller passed; a store that cannot promise
+//     that (a caller's transaction, one shared connection) is refused.
+//  13. Events once, in order: a webhook event is recorded by its ID in the
+//     transaction that applies it; a duplicate changes nothing, and an
+//     older event never moves a claim backwards.
+//  14. Owners are unique: each Biller's owner is its own, whatever
+//     Config.Owner says, so two replicas never take each other's live
+//     claims for their own.
+//
+// One limit: Rebill refuses an attempt number whose predecessor has no
+// claim, but a claim table written by an earlier build that did not may
+// hold a pending re-bill with a gap before it. Resuming such a claim
+// abandons it, even if its key reached Stripe, since for every claim this
+// package makes a gap means the key was never sent; Charge then reports
+// the earlier decline, and a re-bill made in answer once Stripe has
+// forgotten the key charges a second time. Settle such an earlier build's
+// pending re-bills (with its Reconcile) before upgrading.
 //
 // # Clocks
 //

@@ -2,10 +2,13 @@ package billing_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,4 +240,435 @@ func faults(seed int64, rates map[billingtest.FaultKind]float64) func(billingtes
 		panic(err)
 	}
 	return f
+}
+
+// rotatedKey is the Stripe key after a rotation.
+const rotatedKey = "sk_test_rotatedKey000000000000000000000000000abcd"
+
+// lateTransport delivers the first POST carrying key late: the request has
+// left the Biller (its CheckSend passed) but reaches Stripe only when
+// release is closed, as a request does that sits in a network or proxy
+// queue for part of its attempt timeout.
+type lateTransport struct {
+	base    http.RoundTripper
+	key     string
+	held    chan struct{} // closed once the request is held
+	release chan struct{}
+	once    sync.Once
+}
+
+func newLateTransport(key string) *lateTransport {
+	return &lateTransport{base: testTransport, key: key, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (t *lateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") == t.key {
+		first := false
+		t.once.Do(func() { first = true })
+		if first {
+			close(t.held)
+			<-t.release
+		}
+	}
+	return t.base.RoundTrip(r)
+}
+
+// dropThenRefuse is a fault script for customer's key: its first POST is
+// committed and the connection closed before a byte of the answer (a load
+// balancer closing a keep-alive connection); net/http resends the POST by
+// itself, as it does for any request with an Idempotency-Key on a reused
+// connection, and that resend is refused with refusal before execution.
+// Searches are down.
+func dropThenRefuse(key string, refusal billingtest.Fault) func(billingtest.Request) billingtest.Fault {
+	return func(r billingtest.Request) billingtest.Fault {
+		switch {
+		case strings.HasSuffix(r.Path, "/search"):
+			return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
+		case r.Method == http.MethodPost && r.IdempotencyKey == key && r.Attempt == 1:
+			return billingtest.Fault{Kind: billingtest.FaultDrop}
+		case r.Method == http.MethodPost && r.IdempotencyKey == key:
+			return refusal
+		}
+		return billingtest.Fault{}
+	}
+}
+
+// chargeEvent builds a signable event about a charge, as Stripe would send it.
+func chargeEvent(t *testing.T, id, typ, chargeID, status, key, customer string, created time.Time) billingtest.Event {
+	t.Helper()
+	obj := map[string]any{"id": chargeID, "object": "charge", "amount": amount, "amount_refunded": 0, "status": status,
+		"currency": "usd", "customer": customer, "created": created.Unix(), "failure_code": "insufficient_funds",
+		"metadata": map[string]string{billing.MetaKey: key, billing.MetaCustomer: customer, billing.MetaPeriod: period}}
+	body, err := json.Marshal(map[string]any{"id": id, "object": "event", "api_version": billingtest.APIVersion,
+		"created": created.Unix(), "type": typ, "livemode": false, "pending_webhooks": 1,
+		"data": map[string]any{"object": obj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return billingtest.Event{ID: id, Type: typ, ObjectID: chargeID, Created: created, Body: body}
+}
+
+func (h *hookEnv) deliverAll() {
+	h.tb.Helper()
+	for _, ev := range h.srv.Events() {
+		h.deliver(ev)
+	}
+}
+
+func (h *hookEnv) claimOf2(customer string, attempt int) claim.Claim {
+	h.tb.Helper()
+	k, err := h.b.Key(customer, period, attempt)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	c, err := h.store.Get(context.Background(), k.String())
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return c
+}
+
+func firstSendSafeDBClockJump(t *testing.T, change func(*billing.Config)) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rotated := e.biller(change)
+	var once bool
+	var bErr error
+	a := e.biller(func(c *billing.Config) {
+		c.Observe = func(ev billing.Event) {
+			if ev.Kind != billing.EventStripeCall || ev.Customer != "cus_1" || once {
+				return
+			}
+			once = true
+			// The database's clock jumps 25 hours: cus_2's lease and
+			// window are over as the database sees them.
+			e.exec(`UPDATE billonce_claims SET lease_until = now() - interval '1 second',
+				first_sent_at = first_sent_at - interval '25 hours', created_at = created_at - interval '25 hours'
+				WHERE key = $1`, e.key("cus_2"))
+			_, bErr = rotated.Charge(ctx, "cus_2", period, nil)
+		}
+	})
+	sum, err := a.Run(ctx, period, billing.Customers("cus_1", "cus_2"), &billing.RunOptions{Concurrency: 1, BatchSize: 2})
+	if !once {
+		t.Fatal("setup: the intrusion never ran")
+	}
+	if n := e.count("cus_2"); n != 1 {
+		t.Fatalf("cus_2 charged %d times; the rotated replica's Charge = %v; Run = %+v, %v", n, bErr, sum, err)
+	}
+}
+
+// cancelStore cancels the caller's context after its n-th call (counted
+// across all methods) returns, so that every later step meets a cancelled
+// context: a runner whose caller gives up at exactly that point.
+type cancelStore struct {
+	claim.Store
+	mu     sync.Mutex
+	calls  int
+	at     int
+	before bool // cancel before the n-th call instead of after it
+	cancel context.CancelFunc
+}
+
+func (s *cancelStore) step() func() {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	s.mu.Unlock()
+	if n == s.at && s.before {
+		s.cancel()
+	}
+	return func() {
+		if n == s.at && !s.before {
+			s.cancel()
+		}
+	}
+}
+
+func (s *cancelStore) Claim(ctx context.Context, r claim.Request) (claim.Result, error) {
+	defer s.step()()
+	return s.Store.Claim(ctx, r)
+}
+
+func (s *cancelStore) ClaimBatch(ctx context.Context, r []claim.Request) ([]claim.Result, error) {
+	defer s.step()()
+	return s.Store.ClaimBatch(ctx, r)
+}
+
+func (s *cancelStore) CheckSend(ctx context.Context, key, owner string, w time.Duration) error {
+	defer s.step()()
+	return s.Store.CheckSend(ctx, key, owner, w)
+}
+
+func (s *cancelStore) Succeed(ctx context.Context, key, id string) error {
+	defer s.step()()
+	return s.Store.Succeed(ctx, key, id)
+}
+
+func (s *cancelStore) Release(ctx context.Context, key, owner, why string) error {
+	defer s.step()()
+	return s.Store.Release(ctx, key, owner, why)
+}
+
+func (s *cancelStore) Abandon(ctx context.Context, key, owner string) error {
+	defer s.step()()
+	return s.Store.Abandon(ctx, key, owner)
+}
+
+func (s *cancelStore) Get(ctx context.Context, key string) (claim.Claim, error) {
+	defer s.step()()
+	return s.Store.Get(ctx, key)
+}
+
+func (s *cancelStore) Reopen(ctx context.Context, key, owner, ep, cred string) error {
+	defer s.step()()
+	return s.Store.Reopen(ctx, key, owner, ep, cred)
+}
+
+// batchCancelStore is a cancelStore that also records in batches, as
+// claim.Postgres does, so that a Run takes the batching path; with
+// failDone its n-th batch fails to record the successes it carries (the
+// database went away after Stripe answered).
+type batchCancelStore struct {
+	*cancelStore
+	pg     *claim.Postgres
+	failAt int // fail the failAt-th batch that records successes; 0: never
+	mu     sync.Mutex
+	dones  int
+}
+
+func (s *batchCancelStore) failed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failAt > 0 && s.dones >= s.failAt
+}
+
+func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration, checks []claim.SendCheck, done []claim.Success) ([]error, []error) {
+	if s.failAt > 0 {
+		if len(done) > 0 {
+			s.mu.Lock()
+			s.dones++
+			n := s.dones
+			s.mu.Unlock()
+			if n == s.failAt {
+				checkErrs, _ := s.pg.CheckSendSucceed(ctx, w, checks, nil)
+				doneErrs := make([]error, len(done))
+				for i := range doneErrs {
+					doneErrs[i] = errors.New("connection reset by peer")
+				}
+				return checkErrs, doneErrs
+			}
+		}
+		return s.pg.CheckSendSucceed(ctx, w, checks, done)
+	}
+	defer s.step()()
+	return s.pg.CheckSendSucceed(ctx, w, checks, done)
+}
+
+// cancelTransport cancels the request's context once Stripe has answered,
+// before the body is read: the charge exists and the caller stops.
+type cancelTransport struct {
+	mu     sync.Mutex
+	n, at  int
+	cancel context.CancelFunc
+}
+
+func (t *cancelTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := testTransport.RoundTrip(r)
+	t.mu.Lock()
+	t.n++
+	hit := t.n == t.at
+	t.mu.Unlock()
+	if hit {
+		t.cancel()
+	}
+	return resp, err
+}
+
+// ageAll moves every claim's times back by d on the database clock.
+func (e *env) ageAll(d time.Duration) {
+	e.tb.Helper()
+	e.exec(`UPDATE billonce_claims SET created_at = created_at - $1 * interval '1 microsecond',
+		first_sent_at = first_sent_at - $1 * interval '1 microsecond',
+		updated_at = updated_at - $1 * interval '1 microsecond',
+		lease_until = lease_until - $1 * interval '1 microsecond'`, d.Microseconds())
+}
+
+// pausingStore is a real claim store whose Claim and Abandon of chosen keys
+// first run a hook: it stands for a replica that is slow between two
+// statements (a GC pause, a slow network), placed exactly.
+//
+// A Claim of the key dieAfterClaim commits and then answers an error, as if
+// its process died right after the statement: the claim is won and
+// pending, and nothing was sent.
+type pausingStore struct {
+	*claim.Postgres
+	beforeClaim   map[string]func()
+	beforeAbandon map[string]func()
+	dieAfterClaim string
+}
+
+func (s *pausingStore) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
+	if f := s.beforeClaim[req.Key]; f != nil {
+		f()
+	}
+	res, err := s.Postgres.Claim(ctx, req)
+	if err == nil && req.Key == s.dieAfterClaim {
+		return res, errors.New("the runner died")
+	}
+	return res, err
+}
+
+func (s *pausingStore) Abandon(ctx context.Context, key, owner string) error {
+	if f := s.beforeAbandon[key]; f != nil {
+		f()
+	}
+	return s.Postgres.Abandon(ctx, key, owner)
+}
+
+// rebill3PastAbandoned2 declines cus's attempt 1, then runs the race: Rebill(3)
+// looks for attempt 2's claim while Rebill(2) is under way, and finds it;
+// Rebill(2) is then refused before execution (a revoked key) and abandons
+// its claim, which deletes it; Rebill(3) then claims. Attempt 2 has no
+// claim: if attempt 3 paid, that is the skipped number the check is there
+// to refuse. With die, Rebill(3)'s replica dies right after its claim
+// commits.
+func rebill3PastAbandoned2(t *testing.T, e *env, cus string, die bool) (billing.Receipt, error) {
+	t.Helper()
+	ctx := context.Background()
+	e.srv.Decline(cus, "insufficient_funds")
+	if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("first charge: %v, want declined", err)
+	}
+	e.srv.Honor(cus)
+	k2, _ := e.b.Key(cus, period, 2)
+	k3, _ := e.b.Key(cus, period, 3)
+
+	checked := make(chan struct{}) // Rebill(3) has looked at attempt 2
+	done2 := make(chan struct{})   // Rebill(2) has returned
+	s2 := &pausingStore{Postgres: e.store, beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
+	s3 := &pausingStore{Postgres: e.store, beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
+	if die {
+		s3.dieAfterClaim = k3.String()
+	}
+	b2 := e.biller(func(c *billing.Config) { c.Claims = s2 })
+	b3 := e.biller(func(c *billing.Config) { c.Claims = s3 })
+
+	e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultRefuse, Status: http.StatusUnauthorized})
+	go func() {
+		defer close(done2)
+		_, err := b2.Rebill(ctx, cus, period, 2, nil)
+		t.Logf("Rebill(2): %v", err)
+	}()
+	// Rebill(3) may start only once Rebill(2) holds its claim.
+	waitFor(t, func() bool { _, err := e.store.Get(ctx, k2.String()); return err == nil })
+	r3, err3 := b3.Rebill(ctx, cus, period, 3, nil)
+	<-done2
+	t.Logf("Rebill(3) = %+v, %v", r3, err3)
+	return r3, err3
+}
+
+// requireBilledOnceAfter checks the end of a re-bill race: a Rebill(3) that
+// paid nothing was refused as invalid, so Rebill(2) bills; either way
+// Charge reports the period billed and the fake holds one charge.
+func requireBilledOnceAfter(t *testing.T, e *env, cus string, r3 billing.Receipt, err3 error) {
+	t.Helper()
+	ctx := context.Background()
+	if n := e.srv.CountPeriod(cus, period); n == 0 {
+		// Refused: the re-bill that follows the decline is attempt 2 again.
+		if !errors.Is(err3, billing.ErrInvalid) {
+			t.Fatalf("Rebill(3) paid nothing but reported %+v, %v; want ErrInvalid", r3, err3)
+		}
+		if _, err := e.b.Rebill(ctx, cus, period, 2, nil); err != nil {
+			t.Fatalf("Rebill(2) once the key is fixed: %v", err)
+		}
+	}
+	r, err := e.b.Charge(ctx, cus, period, nil)
+	if err != nil || r.Outcome != billing.AlreadyBilled {
+		t.Errorf("the customer paid, but Charge reports %+v, %v", r, err)
+	}
+	billingtest.RequireChargedOnce(t, e.srv, cus, period)
+}
+
+// cancelAfterClaim is a real claim store whose caller stops (a shutdown, a
+// request's deadline) just as its claim of key returns.
+type cancelAfterClaim struct {
+	claim.Store
+	key    string
+	cancel context.CancelFunc
+}
+
+func (s cancelAfterClaim) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
+	res, err := s.Store.Claim(ctx, req)
+	if req.Key == s.key {
+		s.cancel()
+	}
+	return res, err
+}
+
+var errAfterDelegating = errors.New("the store answered after the row was written: connection lost")
+
+// failAfter is a claim store that writes, then reports a failure, for the
+// methods named in fail: a crash point after the database committed.
+type failAfter struct {
+	claim.Store
+	fail map[string]bool
+	mu   sync.Mutex
+}
+
+func (s *failAfter) should(m string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail[m] {
+		delete(s.fail, m) // once
+		return true
+	}
+	return false
+}
+
+func (s *failAfter) Succeed(ctx context.Context, key, id string) error {
+	if err := s.Store.Succeed(ctx, key, id); err != nil || !s.should("Succeed") {
+		return err
+	}
+	return errAfterDelegating
+}
+
+func (s *failAfter) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
+	if err := s.Store.Reopen(ctx, key, owner, endpoint, credential); err != nil || !s.should("Reopen") {
+		return err
+	}
+	return errAfterDelegating
+}
+
+func (s *failAfter) Fail(ctx context.Context, key, reason string) error {
+	if err := s.Store.Fail(ctx, key, reason); err != nil || !s.should("Fail") {
+		return err
+	}
+	return errAfterDelegating
+}
+
+func searchDown(r billingtest.Request) billingtest.Fault {
+	if strings.HasSuffix(r.Path, "/search") {
+		return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
+	}
+	return billingtest.Fault{}
+}
+
+// searchDownFrom fails every search from the n-th of its path on.
+func searchDownFrom(n int) func(billingtest.Request) billingtest.Fault {
+	return func(r billingtest.Request) billingtest.Fault {
+		if strings.HasSuffix(r.Path, "/search") && r.Attempt >= n {
+			return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
+		}
+		return billingtest.Fault{}
+	}
+}
+
+func posts(e *env, from int) int {
+	n := 0
+	for _, l := range e.srv.Log()[from:] {
+		if l.Method == http.MethodPost {
+			n++
+		}
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/lock"
 )
@@ -115,4 +116,63 @@ func TestReconcileLockHeldElsewhere(t *testing.T) {
 		t.Fatalf("Reconcile after the lock was released: %+v, %v", sum.Progress, err)
 	}
 	wantAllOnce(t, e.srv, []string{"cus_r"})
+}
+
+// A decline whose answer was lost is found by search past the deadline:
+// the claim fails, nothing is re-billed on its own, an explicit Rebill
+// charges once, and later Charges report the re-bill.
+func TestLostDeclineFoundBySearch(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	ctx := context.Background()
+	e.srv.Decline("cus_1", "insufficient_funds")
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.srv.SetScript(searchDown)
+	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err == nil {
+		t.Fatal("charge with a lost answer succeeded")
+	}
+	e.srv.SetScript(nil)
+	e.srv.Honor("cus_1")
+	e.advance(25 * time.Hour)
+	before := len(e.srv.Log())
+	_, err := e.b.Charge(ctx, "cus_1", period, nil)
+	var failed *billing.ChargeError
+	if !(errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined)) || posts(e, before) != 0 {
+		t.Fatalf("Charge past the deadline = %v (%d POSTs), want ErrDeclined and nothing sent", err, posts(e, before))
+	}
+	if _, err := e.b.Rebill(ctx, "cus_1", period, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.b.Charge(ctx, "cus_1", period, nil)
+	if err != nil || r.Attempt != 2 || e.count("cus_1") != 1 {
+		t.Fatalf("Charge after the re-bill = %+v, %v; %d charges", r, err, e.count("cus_1"))
+	}
+}
+
+// A decline answered with a stored 500 (outcome unknown) is found by the
+// in-window search and fails the claim; it is not retried.
+func TestDeclineBehindStored500FoundBySearch(t *testing.T) {
+	e := newEnv(t)
+	e.srv.Decline("cus_1", "")
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
+	_, err := e.b.Charge(context.Background(), "cus_1", period, nil)
+	var failed *billing.ChargeError
+	if !(errors.As(err, &failed) && errors.Is(err, billing.ErrDeclined)) || len(e.srv.Payments()) != 1 {
+		t.Fatalf("Charge = %v; %d payments", err, len(e.srv.Payments()))
+	}
+}
+
+// Several payments for one key (Stripe forgot the key once): search finds
+// both, nothing more is sent, and the caller is told to reconcile.
+func TestSearchFindingSeveralPaymentsForOneKey(t *testing.T) {
+	e := newEnv(t)
+	key := e.crashedClaim("cus_1", amount)
+	e.chargeDirect("cus_1", key, amount)
+	e.advance(25 * time.Hour)
+	e.chargeDirect("cus_1", key, amount)
+	before := len(e.srv.Log())
+	_, err := e.b.Charge(context.Background(), "cus_1", period, nil)
+	var needs *billing.ChargeError
+	if !(errors.As(err, &needs) && errors.Is(err, billing.ErrNeedsReconciliation)) || posts(e, before) != 0 || e.count("cus_1") != 2 {
+		t.Fatalf("Charge = %v; %d POSTs, %d charges", err, posts(e, before), e.count("cus_1"))
+	}
 }

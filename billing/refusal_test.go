@@ -43,7 +43,7 @@ func countingServer(t *testing.T, status int, contentType, body string) (*httpte
 	return s, n
 }
 
-// I6, I8: an answer that says the request could never work, for any
+// Outcomes are final, stop on refusals: an answer that says the request could never work, for any
 // customer, stops the run and decides nothing. A wrong URL, an unknown
 // parameter, a key in the wrong mode or expired, an API version Stripe does
 // not take, a proxy or web server that is not Stripe: every claim the run
@@ -163,7 +163,7 @@ func wantAllPending(t *testing.T, e *env) {
 	}
 }
 
-// I6: a refusal that is about one customer's own account or payment method
+// Outcomes are final: a refusal that is about one customer's own account or payment method
 // (a decline, a missing customer or payment method, a payment method in the
 // wrong state, an amount the currency does not allow) fails that customer's
 // claim and only that one; the run goes on and bills everyone else once.
@@ -233,4 +233,42 @@ func TestForeignServerErrorIsRetriedWithTheSameKey(t *testing.T) {
 		t.Fatalf("%d requests; want the 3 attempts of the policy (and a search)", got)
 	}
 	wantAllPending(t, e)
+}
+
+// After a Run stopped by ErrStripeAuth, a Run with a fixed key bills
+// everyone at once, as ErrStripeAuth's documented recovery says.
+//
+// Scenario: the Stripe key has expired. A Run claims its first batch, the
+// first send gets 401, the run stops with ErrStripeAuth and leaves the
+// claims pending "to be resumed with the same keys once the cause is
+// fixed" (errors.go). The operator fixes the cause the only way there is:
+// a new key. Stripe stored nothing for any of these keys (a 401 is refused
+// before execution), so sending them is safe.
+//
+// Expected: the next Run bills everyone once. A claim that recorded the
+// expired key's fingerprint, although no request under it ever executed,
+// would leave every claimed customer with ErrSentElsewhere, unbilled until
+// 23 h after the claim.
+func TestRunWithFixedKeyAfter401BillsEveryoneOnce(t *testing.T) {
+	e := newEnvWith(t, billingtest.Config{APIKeys: []string{rotatedKey}})
+	ctx := context.Background()
+	cs := customers(5)
+	_, err := e.b.Run(ctx, period, billing.Customers(cs...), nil)
+	if !errors.Is(err, billing.ErrStripeAuth) {
+		t.Fatalf("Run with the expired key = %v, want ErrStripeAuth", err)
+	}
+	fixed := e.biller(func(c *billing.Config) { c.SecretKey = rotatedKey })
+	sum, err := fixed.Run(ctx, period, billing.Customers(cs...), nil)
+	for _, c := range cs {
+		if n := e.count(c); n != 1 {
+			t.Errorf("%s charged %d times after the key was fixed, want 1", c, n)
+		}
+	}
+	if err != nil || !sum.Complete() {
+		var idErr *billing.ChargeError
+		if len(sum.Failures) > 0 && errors.As(sum.Failures[0], &idErr) && errors.Is(sum.Failures[0], billing.ErrSentElsewhere) {
+			t.Logf("first failure: %v", sum.Failures[0])
+		}
+		t.Errorf("Run with the fixed key = %+v, %v; want complete", sum.Progress, err)
+	}
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math/rand"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,7 +405,7 @@ func TestRunLockHeldElsewhere(t *testing.T) {
 	wantAllOnce(t, e.srv, []string{"cus_a", "cus_b"})
 }
 
-// I8: a key Stripe refuses stops the run at once; unsent claims stay
+// Stop on refusals: a key Stripe refuses stops the run at once; unsent claims stay
 // pending and another replica with a good key finishes the job.
 func TestRunStopsOnStripeAuth(t *testing.T) {
 	t.Parallel()
@@ -509,5 +511,117 @@ func TestRunChangedAmountIsInvalid(t *testing.T) {
 	}
 	if n := e.count("cus_1"); n != 1 {
 		t.Errorf("cus_1 charged %d times, want 1", n)
+	}
+}
+
+// The claim pool is closed, or every backend of the claim database is
+// terminated (a PostgreSQL restart as its clients see it), in the middle
+// of a Run, just after a Stripe call. The Run does not report the period
+// complete; the next Run, on a new pool, finishes it, and a Run a day later
+// charges nobody again.
+func TestRunClaimDatabaseLostMidRunFinishesNextRun(t *testing.T) {
+	for _, how := range []string{"pool closed", "backends terminated"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			ids := customers(60)
+			pool2, err := pgxpool.New(ctx, e.pool.Config().ConnString())
+			if err != nil {
+				t.Fatal(err)
+			}
+			store2, err := claim.NewPostgres(pool2, claim.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var calls atomic.Int64
+			b := e.biller(func(c *billing.Config) {
+				c.Claims = store2
+				c.Observe = func(ev billing.Event) {
+					if ev.Kind != billing.EventStripeCall || calls.Add(1) != 20 {
+						return
+					}
+					if how == "pool closed" {
+						go pool2.Close()
+						return
+					}
+					if _, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+						WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			sum, err := b.Run(ctx, period, billing.Customers(ids...), &billing.RunOptions{Concurrency: 4, BatchSize: 10})
+			t.Logf("interrupted run: %+v, %v", sum.Progress, err)
+			if err == nil && sum.Complete() && len(e.srv.Payments()) != len(ids) {
+				t.Errorf("run reported complete with %d of %d customers charged", len(e.srv.Payments()), len(ids))
+			}
+			if sum.Created > len(e.srv.Payments()) {
+				t.Errorf("run reported %d created, the fake holds %d", sum.Created, len(e.srv.Payments()))
+			}
+			pool2.Close()
+			e.exec(`UPDATE billonce_claims SET lease_until = now() - interval '1 second' WHERE state = 'pending'`)
+			sum, err = e.biller().Run(ctx, period, billing.Customers(ids...), nil)
+			if err != nil || !sum.Complete() {
+				t.Fatalf("next run: %+v, %v", sum.Progress, err)
+			}
+			wantAllOnce(t, e.srv, ids)
+			e.srv.Advance(25 * time.Hour)
+			e.ageAll(25 * time.Hour)
+			sum, err = e.biller().Run(ctx, period, billing.Customers(ids...), nil)
+			if err != nil || !sum.Complete() || sum.Created != 0 {
+				t.Fatalf("run a day later: %+v, %v", sum.Progress, err)
+			}
+			wantAllOnce(t, e.srv, ids)
+		})
+	}
+}
+
+// Many replicas and goroutines bill the same customers through seeded
+// faults (lost answers, stored and unstored 500s, lock timeouts); a clean
+// run then finishes. Everyone is charged exactly once. Run with -race.
+func TestConcurrentReplicasWithFaultsChargeOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.SetScript(faults(7, map[billingtest.FaultKind]float64{
+		billingtest.FaultCut: 0.15, billingtest.FaultErrorBefore: 0.1, billingtest.FaultErrorAfter: 0.1,
+		billingtest.FaultLockTimeout: 0.1, billingtest.FaultDrop: 0.05,
+	}))
+	cs := customers(20)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		b := e.biller(func(c *billing.Config) { c.Retry.MaxAttempts = 2 })
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(int64(i*10 + g)))
+				if g == 0 {
+					b.Run(ctx, period, billing.Customers(cs...), &billing.RunOptions{Concurrency: 4, BatchSize: 7})
+					return
+				}
+				for _, k := range rng.Perm(len(cs)) {
+					b.Charge(ctx, cs[k], period, nil)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	faults := 0
+	for _, n := range e.srv.Stats().Faults {
+		faults += int(n)
+	}
+	if faults < 10 {
+		t.Fatalf("only %d faults injected; the scenario did not happen", faults)
+	}
+	e.srv.SetScript(nil)
+	e.exec("UPDATE billonce_claims SET lease_until = now() WHERE state = 'pending'")
+	sum, err := e.biller().Run(ctx, period, billing.Customers(cs...), nil)
+	for _, c := range cs {
+		if n := e.count(c); n != 1 {
+			t.Errorf("%s charged %d times", c, n)
+		}
+	}
+	if err != nil || !sum.Complete() {
+		t.Errorf("final run = %+v, %v", sum.Progress, err)
 	}
 }

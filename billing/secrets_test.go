@@ -36,7 +36,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// I9: the secret key never appears in logs, errors or the Biller's own
+// No secrets in logs: the secret key never appears in logs, errors or the Biller's own
 // description, across retries, declines, unknown outcomes, reconciliation
 // and a 401 that stops a run.
 func TestSecretKeyNeverLeaks(t *testing.T) {
@@ -101,7 +101,7 @@ func TestSecretKeyNeverLeaks(t *testing.T) {
 	}
 }
 
-// I9 for URLs: a password or key in a Stripe or proxy URL (user info, query)
+// No secrets in logs, for URLs: a password or key in a Stripe or proxy URL (user info, query)
 // never shows in an error, in the Biller's or the transport's String,
 // GoString and %v/%+v/%#v, or in a log line, whether the URL parses or not.
 // Such URLs are refused at construction, with the URL redacted.
@@ -179,5 +179,135 @@ func TestURLCredentialsNeverLeak(t *testing.T) {
 	}
 	if len(texts) < 100 {
 		t.Fatalf("only %d texts checked", len(texts))
+	}
+}
+
+// No formatting verb shows a secret (no secrets in logs).
+//
+// Scenario: a Biller (or a VaultTransport) printed with a formatting verb
+// other than v/s/q/x/X, e.g. a mistaken log.Printf("%d billers: %v", b).
+// String, GoString and LogValue only cover those verbs; fmt prints the
+// struct's fields for every other verb, unexported ones included.
+//
+// Expected: no verb shows the secret key or the vault key; without the
+// guard, %d (and %t, %o, %e, ...) would print Config.SecretKey and the
+// vault key.
+func TestFormatVerbsNeverShowSecrets(t *testing.T) {
+	e := newEnv(t)
+	const vaultKey = "vault_live_S3cretVaultKeyNeverPrint9876"
+	vt, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimPrefix(secretKey, "sk_test_")
+	secret = secret[:len(secret)-4]
+	vsecret := vaultKey[:len(vaultKey)-4]
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%d", "%t", "%o"} {
+		for name, v := range map[string]any{"*Biller": e.b, "Biller": *e.b, "*VaultTransport": vt} {
+			out := fmt.Sprintf(verb, v)
+			if strings.Contains(out, secret) || strings.Contains(out, vsecret) {
+				t.Errorf("fmt %s of %s prints a secret: %.160s…", verb, name, out)
+			}
+		}
+	}
+}
+
+// The webhook secret and the Stripe key appear in no error, answer or log
+// line, whatever is wrong: a secret with white space, a delivery signed
+// with another secret, a dispute whose payment cannot be read.
+func TestWebhookSecretsNeverShown(t *testing.T) {
+	h := newHookEnv(t, billing.Charges, nil)
+	bad := "whsec_" + "leakme0123456789 x"
+	_, err := h.b.Webhook(billing.WebhookConfig{Secret: bad, Tolerance: -1})
+	if err == nil || strings.Contains(err.Error(), "leakme") {
+		t.Fatalf("Webhook with a bad secret: %v", err)
+	}
+	r, err := h.b.Charge(context.Background(), "cus_s", period, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := chargeEvent(t, "evt_attack3_secret", "charge.succeeded", r.StripeID, "succeeded", h.key("cus_s"), "cus_s", time.Now())
+	_, body1 := h.post(ev.Body, billingtest.Sign(ev.Body, "whsec_other0123456789", time.Now()))
+	// A dispute about a payment the fake does not know: reading it fails.
+	disp := []byte(`{"id":"evt_attack3_disp","object":"event","api_version":"` + billingtest.APIVersion + `","created":1,"type":"charge.dispute.created","data":{"object":{"id":"dp_x","object":"dispute","charge":"ch_nosuch","reason":"fraudulent"}}}`)
+	_, body2 := h.post(disp, billingtest.Sign(disp, whsec, time.Now()))
+	// An event the claim table cannot take: acknowledged, logged and
+	// observed as not applied.
+	long := chargeEvent(t, "evt_attack3_long", "charge.succeeded", "ch_long", "succeeded", strings.Repeat("k", 300), "cus_s", time.Now())
+	_, body3 := h.post(long.Body, billingtest.Sign(long.Body, whsec, time.Now()))
+	var observed []string
+	for _, e := range h.observed() {
+		observed = append(observed, fmt.Sprintf("%v %+v", e.Err, e))
+	}
+	for _, s := range append([]string{body1, body2, body3, h.logs.String()}, observed...) {
+		for _, secret := range []string{whsec, secretKey, "whsec_other", secretKey[len(secretKey)-8:]} {
+			if strings.Contains(s, secret) {
+				t.Fatalf("%q shows a secret: %s", secret, s)
+			}
+		}
+	}
+	if len(observed) != 2 {
+		t.Errorf("observed %d events, want the two not applied", len(observed))
+	}
+	t.Logf("answers: %q, %q, %q", body1, body2, body3)
+}
+
+// A configuration printed whole, the way start-up code and panics print
+// them (fmt verbs, slog's text and JSON handlers), shows no secret: not the
+// Stripe key in billing.Config, nor the vault key in spendcap.Config.
+func TestConfigsPrintNoSecret(t *testing.T) {
+	const vault = "vault_live_S3cretVaultKeyNeverPrint9876"
+	secret := strings.TrimPrefix(secretKey, "sk_test_")
+	secret = secret[:len(secret)-4]
+	vsecret := vault[:len(vault)-4]
+	values := map[string]any{
+		"billing.Config":                   billing.Config{SecretKey: secretKey, StripeURL: "https://api.stripe.com", Scope: "s"},
+		"billing.Config with a credential": billing.Config{SecretKey: vault, Credential: secretKey},
+		"*billing.Config":                  &billing.Config{SecretKey: secretKey},
+		"spendcap.Config":                  spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vault},
+		"*spendcap.Config":                 &spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: vault},
+	}
+	px, err := spendcap.NewProxy(spendcap.ProxyConfig{Upstream: "https://api.stripe.com", StripeKey: secretKey, Store: spendcap.NewMemoryStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values["spendcap.ProxyConfig"] = spendcap.ProxyConfig{Upstream: "https://api.stripe.com", StripeKey: secretKey}
+	values["*spendcap.Proxy"] = px
+	for name, v := range values {
+		var outs []string
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%t", "%o"} {
+			outs = append(outs, verb+" "+fmt.Sprintf(verb, v))
+		}
+		var text, js bytes.Buffer
+		slog.New(slog.NewTextHandler(&text, nil)).Info("start", "config", v)
+		slog.New(slog.NewJSONHandler(&js, nil)).Info("start", "config", v)
+		outs = append(outs, "slog text "+text.String(), "slog json "+js.String())
+		for _, out := range outs {
+			if strings.Contains(out, secret) || strings.Contains(out, vsecret) {
+				t.Errorf("%s prints a secret: %.200s", name, out)
+			}
+		}
+	}
+}
+
+// Secrets around the identity checks: neither the secret key nor the
+// Credential name shows in IdentityError or the log lines of a rotation.
+func TestNoSecretInIdentityErrors(t *testing.T) {
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEnv(t, oneAttempt, func(c *billing.Config) { c.Logger = logger })
+	ctx := context.Background()
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	e.b.Charge(ctx, "cus_1", period, nil)
+	rot := e.biller(oneAttempt, func(c *billing.Config) { c.Logger = logger; c.SecretKey = rotatedKey })
+	_, err := rot.Charge(ctx, "cus_1", period, nil)
+	if err == nil {
+		t.Fatal("rotated Charge succeeded within the window")
+	}
+	text := fmt.Sprintf("%v %+v %#v %s", err, err, err, logs.String())
+	for _, s := range []string{secretKey[8 : len(secretKey)-4], rotatedKey[8 : len(rotatedKey)-4]} {
+		if strings.Contains(text, s) {
+			t.Fatalf("a secret leaked: %s", text)
+		}
 	}
 }

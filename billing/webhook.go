@@ -41,7 +41,7 @@ type WebhookConfig struct {
 	MaxBody int64
 }
 
-// String describes the configuration without its secret (I9).
+// String describes the configuration without its secret (no secrets in logs).
 func (c WebhookConfig) String() string {
 	secret := "(none)"
 	if c.Secret != "" {

@@ -620,3 +620,202 @@ func TestWebhookSecretNeverPrinted(t *testing.T) {
 		t.Errorf("no redacted secret in:\n%s", out)
 	}
 }
+
+// A charge.failed delivered after charge.succeeded for the same payment
+// (out of order, or a forged-but-signed replay) must not reopen the period.
+func TestWebhookFailedAfterSucceededKeepsPayment(t *testing.T) {
+	h := newHookEnv(t, billing.Charges, nil)
+	ctx := context.Background()
+	r, err := h.b.Charge(ctx, "cus_a", period, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.deliverAll()
+	h.deliver(chargeEvent(t, "evt_attack3_failed", "charge.failed", r.StripeID, "failed", h.key("cus_a"), "cus_a", time.Now().Add(time.Minute)))
+	if c := h.claimOf("cus_a"); c.State != claim.StateSucceeded {
+		t.Fatalf("claim is %s after a late charge.failed", c.State)
+	}
+	if _, err := h.b.Run(ctx, period, billing.Customers("cus_a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	r2, err2 := h.b.Rebill(ctx, "cus_a", period, 2, nil)
+	if n := h.count("cus_a"); n != 1 {
+		t.Fatalf("cus_a charged %d times; Rebill = %+v, %v", n, r2, err2)
+	}
+}
+
+// A full refund, its events delivered, then Charge, Run and Reconcile
+// again: a refund is never a reason to bill again.
+func TestWebhookRefundThenRunChargesNothing(t *testing.T) {
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		t.Run(string(api), func(t *testing.T) {
+			h := newHookEnv(t, api, nil)
+			ctx := context.Background()
+			r, err := h.b.Charge(ctx, "cus_r", period, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.srv.Refund(r.StripeID, amount); err != nil {
+				t.Fatal(err)
+			}
+			h.deliverAll()
+			if _, err := h.b.Run(ctx, period, billing.Customers("cus_r"), nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.b.Reconcile(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.b.Charge(ctx, "cus_r", period, nil); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(h.srv.Payments()); n != 1 {
+				t.Fatalf("%d payments at Stripe after a refund and runs, want 1", n)
+			}
+		})
+	}
+}
+
+// Attempt 1 fails after processing; attempt 2 is created and succeeds; then
+// attempt 1's events arrive late (redelivered, and a forged success for a
+// new id). The period is billed once and stays so.
+func TestWebhookLateEventsForEarlierAttemptKeepPeriodBilledOnce(t *testing.T) {
+	h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_l": {After: time.Hour, FailureCode: "account_closed"}})
+	ctx := context.Background()
+	r1, err := h.b.Charge(ctx, "cus_l", period, nil)
+	if err != nil || !r1.Processing {
+		t.Fatalf("Charge = %+v, %v", r1, err)
+	}
+	h.srv.Advance(2 * time.Hour)
+	events := h.srv.Events()
+	for _, ev := range events {
+		h.deliver(ev)
+	}
+	if c := h.claimOf("cus_l"); c.State != claim.StateFailed {
+		t.Fatalf("attempt 1 is %s, want failed", c.State)
+	}
+	h.srv.SettleLater("cus_l", billingtest.Async{})
+	if _, err := h.b.Rebill(ctx, "cus_l", period, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.Advance(time.Minute)
+	for _, ev := range h.srv.Events()[len(events):] {
+		h.deliver(ev)
+	}
+	if c2 := h.claimOf2("cus_l", 2); c2.State != claim.StateSucceeded {
+		t.Fatalf("attempt 2 is %s, want succeeded", c2.State)
+	}
+	// Redeliver attempt 1's events in reverse, then a success about it.
+	for i := len(events) - 1; i >= 0; i-- {
+		h.post(events[i].Body, billingtest.Sign(events[i].Body, whsec, time.Now()))
+	}
+	h.deliver(chargeEvent(t, "evt_attack3_late", "charge.succeeded", r1.StripeID, "succeeded", h.key("cus_l"), "cus_l", time.Now()))
+	if _, err := h.b.Run(ctx, period, billing.Customers("cus_l"), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err3 := h.b.Rebill(ctx, "cus_l", period, 3, nil)
+	if n := h.count("cus_l"); n != 1 {
+		t.Fatalf("cus_l charged %d times; Rebill(3) = %v", n, err3)
+	}
+}
+
+// A Run dies between Stripe's answer (a bank debit, pending) and its
+// write; the payment settles, its webhook events arrive while the claim is
+// still pending, 25 hours pass on both clocks, and runs come back.
+func TestWebhookSettlesCrashedRunsPendingClaim(t *testing.T) {
+	for _, fail := range []string{"", "insufficient_funds"} {
+		t.Run("failure="+fail, func(t *testing.T) {
+			h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_c": {After: time.Hour, FailureCode: fail}})
+			ctx := context.Background()
+			key := h.crashedClaim("cus_c", amount)
+			h.chargeDirect("cus_c", key, amount)
+			h.srv.Advance(25 * time.Hour)
+			// Concurrent deliveries of every event, twice each.
+			evs := h.srv.Events()
+			done := make(chan struct{})
+			for i := 0; i < 2; i++ {
+				for _, ev := range evs {
+					go func() {
+						defer func() { done <- struct{}{} }()
+						h.post(ev.Body, billingtest.Sign(ev.Body, whsec, time.Now()))
+					}()
+				}
+			}
+			for i := 0; i < 2*len(evs); i++ {
+				<-done
+			}
+			h.ageClaim(key, 25*time.Hour)
+			sum, err := h.b.Run(ctx, period, billing.Customers("cus_c"), nil)
+			if _, err := h.b.Reconcile(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := 1
+			if fail != "" {
+				want = 0
+			}
+			if n, p := h.count("cus_c"), len(h.srv.Payments()); n != want || p != 1 {
+				t.Fatalf("cus_c: %d payments, %d counted, want 1 and %d; Run = %+v, %v; claim %+v", p, n, want, sum, err, h.claimOf("cus_c"))
+			}
+		})
+	}
+}
+
+// Every event of one payment (processing, settled, a partial refund, a
+// dispute) delivered to several replicas at once, three times each and in
+// both orders: the claim ends succeeded with the refund and the dispute,
+// and later runs bill nothing.
+func TestWebhookConcurrentEventsForOnePayment(t *testing.T) {
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		t.Run(string(api), func(t *testing.T) {
+			h := newHookEnv(t, api, map[string]billingtest.Async{"cus_e": {After: time.Hour}})
+			ctx := context.Background()
+			r, err := h.b.Charge(ctx, "cus_e", period, nil)
+			if err != nil || !r.Processing {
+				t.Fatalf("Charge = %+v, %v", r, err)
+			}
+			h.srv.Advance(2 * time.Hour)
+			if err := h.srv.Refund(r.StripeID, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.srv.Dispute(r.StripeID, "fraudulent"); err != nil {
+				t.Fatal(err)
+			}
+			evs := h.srv.Events()
+			done := make(chan int)
+			n := 0
+			for round := 0; round < 3; round++ {
+				for i := range evs {
+					ev := evs[i]
+					if round == 1 {
+						ev = evs[len(evs)-1-i]
+					}
+					n++
+					go func() {
+						status, _ := h.post(ev.Body, billingtest.Sign(ev.Body, whsec, time.Now()))
+						done <- status
+					}()
+				}
+			}
+			for i := 0; i < n; i++ {
+				if s := <-done; s != 200 {
+					t.Errorf("a delivery was answered %d", s)
+				}
+			}
+			c := h.claimOf("cus_e")
+			if c.State != claim.StateSucceeded || c.Refunded != 1000 || c.Dispute == "" {
+				t.Fatalf("claim after the events: state %s, refunded %d, dispute %q", c.State, c.Refunded, c.Dispute)
+			}
+			if _, err := h.b.Run(ctx, period, billing.Customers("cus_e"), nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.b.Reconcile(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if p := len(h.srv.Payments()); p != 1 || h.count("cus_e") != 1 {
+				t.Fatalf("%d payments, %d counted; want 1", p, h.count("cus_e"))
+			}
+			if rows := h.eventRows(); rows != len(evs) {
+				t.Fatalf("%d event rows for %d events", rows, len(evs))
+			}
+		})
+	}
+}

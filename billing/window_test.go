@@ -66,7 +66,7 @@ func (e *env) lostAnswer(b *billing.Biller, customer string) {
 
 func oneAttempt(c *billing.Config) { c.Retry.MaxAttempts = 1 }
 
-// I5: a pending claim resumed just inside the window margin whose retries
+// The deadline: a pending claim resumed just inside the window margin whose retries
 // run past 24 hours since its key was first sent must not send the key
 // again blind: Stripe has forgotten it, and a resend is a second charge.
 func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
@@ -91,7 +91,7 @@ func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
 	}
 }
 
-// I5 in a Run: a claim waiting in the queue behind a slow customer while
+// The deadline in a Run: a claim waiting in the queue behind a slow customer while
 // its key's window closes goes to reconciliation, not to a blind resend.
 func TestWindowDeadlineHoldsInRunQueue(t *testing.T) {
 	e := newEnv(t, oneAttempt)
@@ -118,7 +118,7 @@ func TestWindowDeadlineHoldsInRunQueue(t *testing.T) {
 	}
 }
 
-// I11: a claim remembers which API its key went to. A Biller switched to
+// A claim knows where its key went: it remembers which API its key went to. A Biller switched to
 // the other API that resumes it past the window must find the first
 // payment, whatever its object type, and not make a second one.
 func TestClaimRemembersEndpointAcrossAPISwitch(t *testing.T) {
@@ -136,7 +136,7 @@ func TestClaimRemembersEndpointAcrossAPISwitch(t *testing.T) {
 	}
 }
 
-// I11: within the window, a Biller on the other API that finds no payment
+// A claim knows where its key went: within the window, a Biller on the other API that finds no payment
 // for the key must neither send (Stripe would refuse the key as reused, or
 // a payment not yet searchable would be made twice) nor fail the claim: it
 // reports where the key went and leaves the claim for the Biller that made
@@ -173,7 +173,7 @@ func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
 	}
 }
 
-// I11: idempotency keys may be scoped per API key. A rotated secret key
+// A claim knows where its key went: idempotency keys may be scoped per API key. A rotated secret key
 // resuming a claim within the window must not send it under the new key;
 // search finds the first charge.
 func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
@@ -191,7 +191,7 @@ func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
 	}
 }
 
-// I11 with no payment to find: within the key's 24-hour window the rotated
+// A claim knows where its key went, with no payment to find: within the key's 24-hour window the rotated
 // Biller sends nothing; after it a search miss is trusted, the window is
 // reopened for the new credential and the customer is billed once.
 func TestRotatedCredentialWithNoPayment(t *testing.T) {
@@ -326,5 +326,55 @@ func TestNewRefusesImpossibleWindowArithmetic(t *testing.T) {
 		WindowMargin: 23*time.Hour + 50*time.Minute}
 	if _, err := billing.New(cfg); err != nil {
 		t.Errorf("New with a margin that fits = %v", err)
+	}
+}
+
+// A Run's first send of a claim it has just won trusts the claim's own
+// lease instead of asking the store again. Here the database clock jumps
+// forward (by more than the lease and a day, as a restored or re-synced
+// database server's would) between the claim and that send: the lease
+// ends early on the database's clock and another replica, on the other
+// API, takes the claim over. Stripe refuses the key on the other endpoint,
+// so the customer is charged once.
+func TestFirstSendAfterDBClockJumpChargesOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*billing.Config)
+	}{
+		// A replica with a rotated secret key is not in this table: it
+		// searches, finds nothing (the Run has not sent yet) and, with the
+		// claim 25 hours old on the database clock, sends under its own
+		// key, while the Run's first send goes out under the old one. A
+		// database clock that jumps forward by a day breaks the deadline
+		// whatever the shortcut (a request in flight at the jump meets the
+		// same replica); billonce assumes the database clock does not jump
+		// (see the package documentation, "Clocks").
+		{"payment intents", func(c *billing.Config) { c.API = billing.PaymentIntents }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { firstSendSafeDBClockJump(t, tc.change) })
+	}
+}
+
+// A runner paused between retries (here: rate-limited, 25 hours pass)
+// while another runner takes its claim over, reconciles and charges: when
+// it wakes, its next attempt is refused by CheckSend (lease lost).
+func TestPausedRunnerWakingAfterTakeoverSendsNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultLockTimeout})
+	var once sync.Once
+	var bR billing.Receipt
+	var bErr error
+	a := e.biller(func(c *billing.Config) {
+		c.Retry.Notify = func(retry.Event) {
+			once.Do(func() {
+				e.advance(25 * time.Hour)
+				bR, bErr = e.biller().Charge(ctx, "cus_1", period, nil)
+			})
+		}
+	})
+	_, aErr := a.Charge(ctx, "cus_1", period, nil)
+	if n := e.count("cus_1"); n != 1 || bErr != nil || !errors.Is(aErr, claim.ErrLeaseLost) {
+		t.Fatalf("cus_1 charged %d times; B = %+v, %v; A = %v", n, bR, bErr, aErr)
 	}
 }

@@ -25,7 +25,7 @@ func ExampleMigrations() {
 	}
 	// Output:
 	// 00001_billonce_claims_create.sql: CREATE SCHEMA IF NOT EXISTS "billing";
-	// 00002_billonce_claims_identity.sql: -- What a claim knows about where its key went (invariant I11) and the
+	// 00002_billonce_claims_identity.sql: -- What a claim knows about where its key went and the
 	// 00003_billonce_claims_settlement.sql: -- Payments that settle later (bank debits: ACH, SEPA, BACS) and the Stripe
 	// 00004_billonce_claims_event_pruning.sql: -- Records of applied Stripe events are pruned once they are older than
 }

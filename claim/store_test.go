@@ -235,7 +235,7 @@ func TestReleaseLetsTheNextRunResume(t *testing.T) {
 	})
 }
 
-// I5: the key's window starts when the claim is made and closes after the
+// The deadline: the key's window starts when the claim is made and closes after the
 // given window on the store's clock; a search that found nothing reopens
 // it, for the endpoint and credential that will send the key from then on.
 func TestKeyWindow(t *testing.T) {

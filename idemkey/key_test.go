@@ -40,8 +40,8 @@ func TestKnownAnswers(t *testing.T) {
 	}
 }
 
-// I1: a key is a pure function of its input.
-func TestForDeterministic_I1(t *testing.T) {
+// Key from intent: a key is a pure function of its input.
+func TestForDeterministic(t *testing.T) {
 	t.Parallel()
 	a, err := idemkey.For("charge", "cus_A", "2026-01")
 	if err != nil {

@@ -78,10 +78,10 @@ func mustFor(tb testing.TB, parts ...string) idemkey.Key {
 	return k
 }
 
-// I1, I2: the key is computed once, outside the retry loop; every attempt,
+// Key from intent, every write carries a key: the key is computed once, outside the retry loop; every attempt,
 // including one whose response was lost after the server received it,
 // carries that same key.
-func TestTransportSameKeyOnEveryRetry_I1_I2(t *testing.T) {
+func TestTransportSameKeyOnEveryRetry(t *testing.T) {
 	t.Parallel()
 	srv := newRecorder(t, func(n int, w http.ResponseWriter) {
 		switch n {
@@ -128,8 +128,8 @@ func TestTransportSameKeyOnEveryRetry_I1_I2(t *testing.T) {
 	}
 }
 
-// I2: a POST without a key is refused before a byte is sent.
-func TestTransportRefusesPostWithoutKey_I2(t *testing.T) {
+// Every write carries a key: a POST without a key is refused before a byte is sent.
+func TestTransportRefusesPostWithoutKey(t *testing.T) {
 	t.Parallel()
 	srv := newRecorder(t, nil)
 	client := &http.Client{Transport: &idemkey.Transport{}}
@@ -294,7 +294,7 @@ func TestTransportPassesOtherMethods(t *testing.T) {
 }
 
 // Errors may be logged: they carry no credentials from the URL.
-func TestTransportErrorsRedactURL_I9(t *testing.T) {
+func TestTransportErrorsRedactURL(t *testing.T) {
 	t.Parallel()
 	tr := &idemkey.Transport{}
 	for _, tt := range []struct {
@@ -326,8 +326,8 @@ func TestTransportErrorsRedactURL_I9(t *testing.T) {
 }
 
 // RedactURL and RedactRawURL keep scheme, host and path, and drop what may
-// hold a credential, whether the URL parses or not (I9).
-func TestRedactURL_I9(t *testing.T) {
+// hold a credential, whether the URL parses or not (no secrets in logs).
+func TestRedactURL(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ in, want string }{
 		{"https://user:s3cr3t@api.example.com/v1?api_key=sk_live_x#frag", "https://api.example.com/v1"},

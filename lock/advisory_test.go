@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// I7: three replicas start the same job at once; exactly one runs it. A
+// Honest locks: three replicas start the same job at once; exactly one runs it. A
 // later start, after it finished, runs it again.
 func TestAdvisoryThreeProcessesOneRuns(t *testing.T) {
 	pool, url := newPool(t, 0)
@@ -47,7 +47,7 @@ func TestAdvisoryThreeProcessesOneRuns(t *testing.T) {
 	}
 }
 
-// I7: terminating the holder's backend cancels the job in another process
+// Honest locks: terminating the holder's backend cancels the job in another process
 // with cause ErrLockLost, and the lock becomes free for others.
 func TestAdvisoryKilledBackendCancelsJobInOtherProcess(t *testing.T) {
 	pool, url := newPool(t, 0)
@@ -86,7 +86,7 @@ func TestAdvisoryKilledBackendCancelsJobInOtherProcess(t *testing.T) {
 	}
 }
 
-// I7: the same in one process, where the time from kill to cancellation is
+// Honest locks, the same in one process, where the time from kill to cancellation is
 // measured on one clock; Do reports the loss even when the job returns nil.
 func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
 	pool, _ := newPool(t, 0)
@@ -142,7 +142,7 @@ func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
 	}
 }
 
-// I7: after many guarded runs on a small pool, including jobs that fail,
+// Honest locks: after many guarded runs on a small pool, including jobs that fail,
 // panic or are cancelled, and runs that lose the race, no connection of the
 // pool holds an advisory lock (and none is held anywhere).
 func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {

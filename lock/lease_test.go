@@ -31,7 +31,7 @@ func leaseOwner(t *testing.T, pool *pgxpool.Pool, name string) string {
 	return owner
 }
 
-// I10: a holder whose process dies stops renewing; after the lease expires
+// Database time: a holder whose process dies stops renewing; after the lease expires
 // on the database clock another process takes over.
 func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
 	pool, url := newPool(t, 0)

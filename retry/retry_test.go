@@ -55,7 +55,7 @@ func repeat(err error, n int) []error {
 	return errs
 }
 
-// I2: no retry layer makes a key; every attempt carries the caller's key.
+// Every write carries a key: no retry layer makes a key; every attempt carries the caller's key.
 func TestSameKeyOnEveryAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		key := newKey(t, "cus_1", "2025-01")

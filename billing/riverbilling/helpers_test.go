@@ -271,3 +271,40 @@ func customers(n int) []string {
 }
 
 var quietLogger = slog.New(slog.DiscardHandler)
+
+const (
+	upstreamKey = "sk_test_51UpstreamHeldByProxyNeverLogMe00000wxyz"
+	vaultKey    = "vault_key_river_attack4_secret_tail_0123456789"
+)
+
+func pmPrice(context.Context, string, string) (billing.Price, error) {
+	return billing.Price{Amount: amount, Currency: "usd", PaymentMethod: "pm_card_visa"}, nil
+}
+
+func lastErr(j *rivertype.JobRow) string {
+	if len(j.Errors) == 0 {
+		return ""
+	}
+	return j.Errors[len(j.Errors)-1].Error
+}
+
+// waitJob waits until job id's row satisfies done, and returns it.
+func waitJob(t *testing.T, e *env, id int64, done func(*rivertype.JobRow) bool) *rivertype.JobRow {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var state string
+		var at *time.Time
+		if err := e.pool.QueryRow(context.Background(), "SELECT state::text, attempted_at FROM river_job WHERE id = $1", id).Scan(&state, &at); err != nil {
+			t.Fatal(err)
+		}
+		j := &rivertype.JobRow{ID: id, State: rivertype.JobState(state), AttemptedAt: at}
+		if done(j) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d still %s after 30s", id, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

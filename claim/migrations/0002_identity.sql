@@ -1,5 +1,5 @@
--- What a claim knows about where its key went (invariant I11) and the
--- window of Stripe's idempotency deadline (invariant I5). Rows made before
+-- What a claim knows about where its key went and the
+-- window of Stripe's idempotency deadline. Rows made before
 -- this migration get the "unknown" values and first_sent_at = created_at:
 -- their key may have reached Stripe as soon as the claim existed.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS scope text NOT NULL DEFAULT '';          -- the Biller scope that made the claim; '' = unknown (made before v2)

@@ -1,17 +1,19 @@
 package riverbilling_test
 
+// Re-bill jobs queued while an earlier attempt of the period is still
+// processing or being sent.
+
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river/rivertype"
-
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/riverbilling"
 	"github.com/billonce/billonce/claim"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // A dunning process declines attempt 1 and queues the re-bill, attempt 2,
@@ -21,7 +23,7 @@ import (
 // process queues attempt 3 again, as the decline says. That job must
 // still bill the customer: a job that reported the period billed while it
 // was not may not stand in for it.
-func TestAttack5RebillJobWhileEarlierAttemptProcessing(t *testing.T) {
+func TestRebillJobWhileEarlierAttemptProcessing(t *testing.T) {
 	const cus = "cus_ach_river5"
 	e := newEnv(t, billingtest.Config{})
 	ctx := context.Background()
@@ -79,32 +81,11 @@ func TestAttack5RebillJobWhileEarlierAttemptProcessing(t *testing.T) {
 	billingtest.RequireChargedOnce(t, e.srv, cus, period)
 }
 
-// waitJob waits until job id's row satisfies done, and returns it.
-func waitJob(t *testing.T, e *env, id int64, done func(*rivertype.JobRow) bool) *rivertype.JobRow {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var state string
-		var at *time.Time
-		if err := e.pool.QueryRow(context.Background(), "SELECT state::text, attempted_at FROM river_job WHERE id = $1", id).Scan(&state, &at); err != nil {
-			t.Fatal(err)
-		}
-		j := &rivertype.JobRow{ID: id, State: rivertype.JobState(state), AttemptedAt: at}
-		if done(j) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d still %s after 30s", id, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // A re-bill job for attempt 3 runs while attempt 2 is still being sent
 // (held at Stripe); attempt 2 is then declined, the card works again and
 // the dunning process queues attempt 3 again, as the decline says. The
 // customer must be billed by attempt 3.
-func TestAttack5RebillJobWhileEarlierAttemptSending(t *testing.T) {
+func TestRebillJobWhileEarlierAttemptSending(t *testing.T) {
 	const cus = "cus_held_river5"
 	e := newEnv(t, billingtest.Config{})
 	ctx := context.Background()
