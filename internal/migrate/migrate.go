@@ -9,10 +9,11 @@
 //
 // The files are plain SQL for the default names (billonce_claims,
 // spendcap_keys, billonce_lock_leases, in the connection's search_path):
-// `psql -v ON_ERROR_STOP=1 -f` applies them unchanged, in order, and so do
-// goose and golang-migrate. Each statement is idempotent and ends its line
-// with a semicolon, none is dollar-quoted, so tools that split a file on
-// semicolons take it as it is. Every file records its own version in the
+// `psql -v ON_ERROR_STOP=1 -f` applies them unchanged, in order, and goose
+// or golang-migrate take each file's text as a migration of theirs. Each
+// statement is idempotent and ends its line with a semicolon, none is
+// dollar-quoted, so tools that split a file on semicolons take it as it
+// is. Every file records its own version in the
 // owner's record table (the first creates the record), so a database
 // migrated by a tool is one [Set.Run] finds up to date.
 //
