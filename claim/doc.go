@@ -23,22 +23,40 @@
 //
 // # Migrations
 //
-// The table's schema is a series of numbered migrations built into the
-// package ([Migrations] lists them). Run [Postgres.Migrate] at start-up: it
-// applies, in one transaction, those the table has not had, and lists them
-// in a record table named after the claim table (billonce_claims_migrations
-// by default). It is safe from every replica at once, and upgrades a table
-// made by an earlier billonce in place. A binary older than the table
-// refuses to touch it ([ErrNewerSchema]).
+// billonce owns three sets of tables, each migrated the same way: this
+// package's claim table and its events, the spend-cap proxy's budgets
+// (package spendcap) and the lock's lease table (package lock). Each
+// schema is a series of numbered migrations, the files of the package's
+// migrations directory (claim/migrations/0001_create.sql, ...): plain SQL
+// for the default names, built into the package. A released migration
+// never changes; later versions of billonce only add new ones.
+//
+// Run [Postgres.Migrate] at start-up (spendcap and lock have the same
+// Migrate): it applies, in one transaction, those the table has not had,
+// and lists them in a record table named after the claim table
+// (billonce_claims_migrations by default). It is safe from every replica
+// at once (they wait for each other on an advisory lock), and upgrades a
+// table made by an earlier billonce in place. Once the table is up to date
+// it only reads the record, so the application's role needs no CREATE
+// privilege. A binary older than the table refuses to touch it
+// ([ErrNewerSchema]).
 //
 //	store, err := claim.NewPostgres(pool, claim.Config{})
 //	if err != nil { ... }
 //	if err := store.Migrate(ctx); err != nil { ... }
 //
-// Teams that migrate with their own tool (goose, golang-migrate, atlas) copy
-// each [Migration]'s SQL into a migration of theirs, once, in order. Every
-// migration is idempotent, so calling Migrate as well is harmless: it
-// records what the tool applied.
+// Teams that migrate with their own tools apply the files instead, in
+// order: `psql -v ON_ERROR_STOP=1 -f` takes them unchanged, and goose or
+// golang-migrate take each file's text as one migration of theirs (goose
+// after its "-- +goose Up" line), since each statement is idempotent, ends
+// its line with a semicolon and is not dollar-quoted. For another table name
+// or a schema, [Migrations] returns the files with the configured names in
+// place: the default identifiers (billonce_claims and the names built on
+// it) are replaced by the configured ones, quoted, so the SQL stays the
+// files' own. Every file lists its own version in the record table (the
+// first creates it), so Migrate recognizes a table made by psql or a tool
+// by its record, as it recognizes its own work: it finds nothing to do and
+// writes nothing.
 //
 // [Config] names the table and schema and sets the lease; its zero value
 // is usable. [NewPostgres] takes a *pgxpool.Pool and nothing else: every

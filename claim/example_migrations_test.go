@@ -9,8 +9,8 @@ import (
 
 // A team that applies migrations with goose writes each of billonce's into
 // a migration file of its own, once, and adds the new ones a billonce
-// upgrade brings. Calling Migrate afterwards is safe: it records them and
-// changes nothing else.
+// upgrade brings. Each lists itself in the migrations record, so Migrate
+// afterwards finds nothing to do.
 func ExampleMigrations() {
 	ms, err := claim.Migrations(claim.Config{Schema: "billing"})
 	if err != nil {
@@ -25,7 +25,7 @@ func ExampleMigrations() {
 	}
 	// Output:
 	// 00001_billonce_claims_create.sql: CREATE SCHEMA IF NOT EXISTS "billing";
-	// 00002_billonce_claims_identity.sql: -- What a claim knows about where its key went and the
+	// 00002_billonce_claims_identity.sql: -- What a claim knows about where its key went and the window of Stripe's
 	// 00003_billonce_claims_settlement.sql: -- Payments that settle later (bank debits: ACH, SEPA, BACS) and the Stripe
 	// 00004_billonce_claims_event_pruning.sql: -- Records of applied Stripe events are pruned once they are older than
 }

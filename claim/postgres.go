@@ -80,13 +80,6 @@ func namesFor(cfg Config) names {
 	n := names{table: table.Sanitize(), events: events.Sanitize()}
 	n.replacer = strings.NewReplacer(
 		"{{table}}", n.table,
-		"{{events}}", n.events,
-		"{{live_index}}", pgx.Identifier{cfg.Table + "_live"}.Sanitize(),
-		"{{pending_index}}", pgx.Identifier{cfg.Table + "_pending"}.Sanitize(),
-		"{{processing_index}}", pgx.Identifier{cfg.Table + "_processing"}.Sanitize(),
-		"{{events_received_index}}", pgx.Identifier{cfg.Table + "_events_received"}.Sanitize(),
-		// PostgreSQL's name for the first migration's check on state.
-		"{{state_check}}", pgx.Identifier{cfg.Table + "_state_check"}.Sanitize(),
 	)
 	return n
 }

@@ -47,8 +47,12 @@
 // application reaches PostgreSQL through PgBouncer (or another pooler) in
 // transaction mode, where session state, advisory locks included, does not
 // survive from one statement to the next. A holder that dies is replaced
-// after at most LeaseConfig.TTL. Call [Lease.Migrate] once; LeaseConfig.Table
-// names the table.
+// after at most LeaseConfig.TTL. LeaseConfig.Table names the table
+// (billonce_lock_leases by default). It is migrated as the claim table is
+// (package claim's documentation, under Migrations, says how):
+// [Lease.Migrate] at start-up from every replica, or the files of the
+// package's migrations directory applied with psql or a migration tool,
+// which list themselves in billonce_lock_leases_migrations.
 //
 // For a short critical section inside a transaction you already have,
 // [TryXact] takes a transaction-scoped advisory lock that ends with the

@@ -3,9 +3,11 @@ package lock
 import (
 	"context"
 	"crypto/rand"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"regexp"
@@ -14,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/billonce/billonce/internal/migrate"
 	"github.com/billonce/billonce/internal/nilness"
 )
 
@@ -22,7 +25,8 @@ import (
 const DefaultLeaseTTL = 30 * time.Second
 
 // DefaultLeaseTable is the table [Lease] keeps its leases in when
-// LeaseConfig.Table is empty. [Lease.Migrate] creates it.
+// LeaseConfig.Table is empty. [Lease.Migrate] creates it; the files of
+// the package's migrations directory create it too.
 const DefaultLeaseTable = "billonce_lock_leases"
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -31,8 +35,9 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // run concurrently with the job, and the lease rows must be committed as soon
 // as they are written, so a single *pgx.Conn or a pgx.Tx will not do. Each
 // statement stands alone, so a pool behind PgBouncer in transaction mode
-// works.
+// works. [Lease.Migrate] alone uses Begin, for one transaction.
 type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -125,22 +130,46 @@ func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
 		table: pgx.Identifier{cfg.Table}.Sanitize()}, nil
 }
 
-// Migrate creates the lease table if it does not exist.
+// ErrNewerSchema is returned by [Lease.Migrate] when the lease table was
+// migrated by a newer billonce than this binary. Migrate changes nothing
+// then; upgrade the binary.
+var ErrNewerSchema = migrate.ErrNewerSchema
+
+// leaseMigrationFiles holds the lease table's migrations, one file each,
+// named NNNN_name.sql with NNNN the version, written for
+// DefaultLeaseTable.
+//
+//go:embed migrations/*.sql
+var leaseMigrationFiles embed.FS
+
+var leaseMigrations = migrate.Load(leaseMigrationFiles, "migrations")
+
+// Migrate brings the lease table up to date: it applies each migration of
+// the package's migrations directory that the record table (named after
+// the lease table with _migrations appended) does not list, and lists it,
+// in one transaction under an advisory lock, so every replica may call it
+// at start-up at once. A table made by an earlier billonce is kept as it
+// is; one made by applying the files with psql or a migration tool is
+// found up to date. Once the table is up to date Migrate only reads the
+// record, so a role without CREATE privileges can call it. If the record
+// holds a version newer than this binary knows, it changes nothing and
+// returns an error wrapping [ErrNewerSchema].
 func (l *Lease) Migrate(ctx context.Context) error {
 	if l == nil {
 		return errNilGuard("*lock.Lease")
 	}
-	_, err := l.db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+l.table+` (
-		namespace  text        NOT NULL,
-		name       text        NOT NULL,
-		owner      text        NOT NULL,
-		locked_at  timestamptz NOT NULL,
-		lock_until timestamptz NOT NULL,
-		PRIMARY KEY (namespace, name))`)
-	if err != nil {
-		return fmt.Errorf("lock: creating %s: %w", l.table, err)
-	}
-	return nil
+	h := fnv.New64a()
+	h.Write([]byte("billonce/lock/migrate " + l.table))
+	return migrate.Set{
+		Owner:  "lock",
+		Record: l.cfg.Table + "_migrations", // at most 61 characters: Table is at most 50
+		Lock:   int64(h.Sum64()),
+		Migrations: migrate.Rename(leaseMigrations, migrate.Names{
+			Default: DefaultLeaseTable,
+			Tables:  []string{"", "_migrations"},
+			Name:    l.cfg.Table,
+		}),
+	}.Run(ctx, l.db)
 }
 
 func (l *Lease) log() *slog.Logger { return l.logger }

@@ -171,3 +171,26 @@ func TestLeaseLostCancelsJob(t *testing.T) {
 		t.Fatalf("the lost holder released the usurper's lease (owner now %q)", owner)
 	}
 }
+
+// Migrate lists its migration in a record named after the lease table,
+// upgrades a table an earlier billonce made with CREATE TABLE IF NOT
+// EXISTS and no record, and refuses a table a newer billonce migrated
+// (the runner's own tests, in internal/migrate, cover the rest).
+func TestLeaseMigrateRecord(t *testing.T) {
+	pool, _ := newPool(t, 0)
+	ctx := context.Background()
+	mustExec(t, pool, `CREATE TABLE other_leases (namespace text NOT NULL, name text NOT NULL, owner text NOT NULL,
+		locked_at timestamptz NOT NULL, lock_until timestamptz NOT NULL, PRIMARY KEY (namespace, name))`)
+	mustExec(t, pool, `INSERT INTO other_leases VALUES ('', 'job', 'someone', now(), now() + interval '1 hour')`)
+	g := newLease(t, pool, lock.LeaseConfig{Table: "other_leases"})
+	if n := count(t, pool, `SELECT count(*) FROM other_leases_migrations WHERE version = 1 AND name = 'create'`); n != 1 {
+		t.Errorf("other_leases_migrations lists migration 1 %d times; want once", n)
+	}
+	if _, err := g.Lock(ctx, "job"); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("Lock of a lease held before the upgrade: %v; want ErrNotAcquired", err)
+	}
+	mustExec(t, pool, `INSERT INTO other_leases_migrations (version, name) VALUES (99, 'future')`)
+	if err := g.Migrate(ctx); !errors.Is(err, lock.ErrNewerSchema) {
+		t.Errorf("Migrate with a newer record: %v; want ErrNewerSchema", err)
+	}
+}

@@ -41,10 +41,16 @@
 //
 // [MemoryStore] keeps everything in one process, for tests (package
 // billingtest serves a Proxy on it on loopback). [PostgresStore] keeps keys,
-// reservations, idempotency keys and audit rows in PostgreSQL, after
-// [PostgresStore.Migrate]; replicas of the proxy that share its database
-// share one budget, and concurrent requests on them never pass a cap
-// together. Vault keys are stored only as their KeyID.
+// reservations, idempotency keys and audit rows in PostgreSQL; replicas of
+// the proxy that share its database share one budget, and concurrent
+// requests on them never pass a cap together. Vault keys are stored only
+// as their KeyID.
+//
+// Its tables are migrated as the claim table is (package claim's
+// documentation, under Migrations, says how): [PostgresStore.Migrate] at
+// start-up from every replica, or the files of the package's migrations
+// directory applied with psql or a migration tool ([Migrations] returns
+// them), which list themselves in spendcap_migrations.
 //
 // # What it does not protect against
 //

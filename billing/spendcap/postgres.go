@@ -5,12 +5,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"regexp"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/billonce/billonce/internal/migrate"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -40,94 +38,46 @@ type Migration struct {
 	SQL     string
 }
 
-// ErrNewerSchema means the tables were migrated by a newer billonce than
-// this binary. [PostgresStore.Migrate] changes nothing then.
-var ErrNewerSchema = errors.New("spendcap: the spend-cap tables were migrated by a newer billonce; upgrade this binary")
+// ErrNewerSchema is returned by [PostgresStore.Migrate] when the tables
+// were migrated by a newer billonce than this binary. Migrate changes
+// nothing then; upgrade the binary.
+var ErrNewerSchema = migrate.ErrNewerSchema
 
+// migrationFiles holds the migrations, one file each, named NNNN_name.sql
+// with NNNN the version.
+//
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-var migrationFileRE = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+)\.sql$`)
+var migrations = migrate.Load(migrationFiles, "migrations")
 
 // Migrations returns the store's migrations in order, for teams that apply
-// migrations with their own tool. Each is idempotent.
+// migrations with their own tool: they are the files of the package's
+// migrations directory, byte for byte. Each is idempotent and records its
+// own version in spendcap_migrations, so calling [PostgresStore.Migrate]
+// afterwards finds nothing to do.
 func Migrations() []Migration {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	var ms []Migration
-	for _, e := range entries {
-		m := migrationFileRE.FindStringSubmatch(e.Name())
-		if m == nil {
-			panic(fmt.Sprintf("spendcap: migration file %q is not named NNNN_name.sql", e.Name()))
-		}
-		v, _ := strconv.Atoi(m[1])
-		if v != len(ms)+1 {
-			panic(fmt.Sprintf("spendcap: migration file %q has version %d, want %d", e.Name(), v, len(ms)+1))
-		}
-		sql, _ := fs.ReadFile(migrationFiles, "migrations/"+e.Name())
-		ms = append(ms, Migration{Version: v, Name: m[2], SQL: string(sql)})
+	ms := make([]Migration, len(migrations))
+	for i, m := range migrations {
+		ms[i] = Migration(m)
 	}
 	return ms
 }
 
-// migrateLock is the transaction advisory lock Migrate holds: "spendcap" in
-// ASCII.
-const migrateLock = 0x7370656e64636170
-
 // Migrate brings the tables up to date: it applies each migration that the
 // record table spendcap_migrations does not list, and lists it, in one
 // transaction under an advisory lock, so every replica may call it at
-// start-up at once. If the record holds a version newer than this binary
-// knows, it changes nothing and returns an error wrapping [ErrNewerSchema].
+// start-up at once. Once the tables are up to date it only reads the
+// record, so a role without CREATE privileges can call it. If the record
+// holds a version newer than this binary knows, it changes nothing and
+// returns an error wrapping [ErrNewerSchema].
 func (s *PostgresStore) Migrate(ctx context.Context) error {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("spendcap: migrate: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
-		return fmt.Errorf("spendcap: migrate: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
-		return fmt.Errorf("spendcap: migrate: taking the migration lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS spendcap_migrations (
-	version    integer     PRIMARY KEY,
-	name       text        NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-		return fmt.Errorf("spendcap: migrate: creating spendcap_migrations: %w", err)
-	}
-	rows, _ := tx.Query(ctx, "SELECT version FROM spendcap_migrations")
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return fmt.Errorf("spendcap: migrate: reading spendcap_migrations: %w", err)
-	}
-	ms := Migrations()
-	applied := make(map[int]bool)
-	for _, v := range versions {
-		if int(v) > len(ms) {
-			return fmt.Errorf("%w: spendcap_migrations lists version %d, and this binary knows versions 1 to %d (nothing was changed)", ErrNewerSchema, v, len(ms))
-		}
-		applied[int(v)] = true
-	}
-	for _, m := range ms {
-		if applied[m.Version] {
-			continue
-		}
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return fmt.Errorf("spendcap: migrate: applying migration %d (%s): %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO spendcap_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
-			return fmt.Errorf("spendcap: migrate: recording migration %d (%s): %w", m.Version, m.Name, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("spendcap: migrate: %w", err)
-	}
-	return nil
+	return migrate.Set{
+		Owner:      "spendcap",
+		Record:     "spendcap_migrations",
+		Lock:       0x7370656e64636170, // "spendcap" in ASCII
+		Migrations: migrations,
+	}.Run(ctx, s.db)
 }
 
 // IssueKey makes vaultKey valid with k, replacing any key of that name

@@ -1,6 +1,5 @@
--- The claim table: one row per idempotency key. {{table}}, {{live_index}}
--- and {{pending_index}} are replaced by the configured, quoted names.
-CREATE TABLE IF NOT EXISTS {{table}} (
+-- The claim table: one row per idempotency key.
+CREATE TABLE IF NOT EXISTS billonce_claims (
     key         text        PRIMARY KEY CHECK (key <> '' AND length(key) <= 255),
     customer    text        NOT NULL CHECK (customer <> '' AND length(customer) <= 255),
     period      text        NOT NULL CHECK (period <> '' AND length(period) <= 255),
@@ -20,7 +19,15 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 -- At most one live (pending or succeeded) claim per customer and period.
 -- A failed claim is terminal for its key and no longer holds the period:
 -- billing again is an explicit new claim under a new key.
-CREATE UNIQUE INDEX IF NOT EXISTS {{live_index}} ON {{table}} (customer, period) WHERE state <> 'failed';
+CREATE UNIQUE INDEX IF NOT EXISTS billonce_claims_live ON billonce_claims (customer, period) WHERE state <> 'failed';
 
 -- Reconciliation lists pending claims by age.
-CREATE INDEX IF NOT EXISTS {{pending_index}} ON {{table}} (created_at) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS billonce_claims_pending ON billonce_claims (created_at) WHERE state = 'pending';
+
+-- Which migrations the claim table has had: each migration lists itself.
+CREATE TABLE IF NOT EXISTS billonce_claims_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO billonce_claims_migrations (version, name) VALUES (1, 'create') ON CONFLICT (version) DO NOTHING;

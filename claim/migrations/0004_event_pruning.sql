@@ -7,11 +7,13 @@
 -- millions of rows can have it built first, without that lock, by running
 -- CREATE INDEX CONCURRENTLY with this name and column outside a
 -- transaction; this migration then finds it.
-CREATE INDEX IF NOT EXISTS {{events_received_index}} ON {{events}} (received_at);
+CREATE INDEX IF NOT EXISTS billonce_claims_events_received ON billonce_claims_events (received_at);
 
 -- Stripe's creation time of the recorded dispute: a dispute delivered
 -- late replaces the recorded one only if it is newer, whatever other
 -- events came in between (and so also when it is delivered again after
 -- its record was pruned). NULL for a dispute recorded before this column;
 -- event_at stands in for it.
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS dispute_at timestamptz;
+ALTER TABLE billonce_claims ADD COLUMN IF NOT EXISTS dispute_at timestamptz;
+
+INSERT INTO billonce_claims_migrations (version, name) VALUES (4, 'event_pruning') ON CONFLICT (version) DO NOTHING;

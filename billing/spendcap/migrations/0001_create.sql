@@ -51,3 +51,11 @@ CREATE TABLE IF NOT EXISTS spendcap_audit (
     kept            boolean     NOT NULL
 );
 CREATE INDEX IF NOT EXISTS spendcap_audit_key ON spendcap_audit (key_id, at);
+
+-- Which migrations the tables have had: each migration lists itself.
+CREATE TABLE IF NOT EXISTS spendcap_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO spendcap_migrations (version, name) VALUES (1, 'create') ON CONFLICT (version) DO NOTHING;
