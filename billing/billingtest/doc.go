@@ -131,7 +131,7 @@
 // # Another process
 //
 // A chaos run may serve the fake from its own process (Config.Addr).
-// examples/fake-stripe does, and serves the ledger and the settings as JSON
+// billing/billingtest/cmd/fake-stripe does, and serves the ledger and the settings as JSON
 // on a second address for processes that drive it over HTTP; the package
 // itself has no endpoints beyond Stripe's.
 //
