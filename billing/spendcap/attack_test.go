@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 )
 
 // A 500 that stored nothing at the upstream (error before execution) marks
@@ -19,8 +21,8 @@ import (
 // moves past the cap.
 func TestAttackUnknownThenBiggerAmountSameKey(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
 	srv.FailNext(billingtest.Match{IdempotencyKey: "k-unknown"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
 	if a := post(t, px.URL, vaultKey, "k-unknown", "cus_1", 100); a.status != 500 {
 		t.Fatalf("first: status %d, want 500", a.status)
@@ -38,10 +40,10 @@ func TestAttackUnknownThenBiggerAmountSameKey(t *testing.T) {
 // key another vault key got counted by an unknown outcome.
 func TestAttackCountedKeyReusedByOtherVaultKey(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	srv, px := newProxy(t, spendcaptest.Config{})
 	const small = "vault_key_test_small_00000000000000007"
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
-	px.IssueKey(billingtest.VaultKey{Key: small, CapAmount: 10})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
+	px.IssueKey(small, spendcap.Key{CapAmount: 10})
 	srv.FailNext(billingtest.Match{IdempotencyKey: "k-shared"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
 	post(t, px.URL, vaultKey, "k-shared", "cus_1", 100)
 	a := post(t, px.URL, small, "k-shared", "cus_2", 5000)
@@ -66,8 +68,8 @@ func TestAttackPerDayClockSteppedBackAcrossMidnight(t *testing.T) {
 	t.Parallel()
 	midnight := time.Date(2026, 9, 2, 0, 0, 0, 0, time.UTC)
 	clk := &stepClock{t: midnight.Add(time.Second)}
-	srv, px := newProxy(t, billingtest.ProxyConfig{Clock: clk})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerDay})
+	srv, px := newProxy(t, spendcaptest.Config{Clock: clk})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerDay})
 	for i, at := range []time.Time{midnight.Add(time.Second), midnight.Add(-time.Second), midnight.Add(2 * time.Second)} {
 		clk.Set(at)
 		a := post(t, px.URL, vaultKey, fmt.Sprintf("day-%d", i), fmt.Sprintf("cus_%d", i), 1000)
@@ -80,8 +82,8 @@ func TestAttackPerDayClockSteppedBackAcrossMidnight(t *testing.T) {
 
 func TestAttackSpellingsMethodsPaths(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
 	meta := "&currency=usd&customer=cus_1"
 	cases := []struct{ method, path, ctype, body string }{
 		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=5000&amount=1" + meta},
@@ -130,10 +132,10 @@ func TestAttackSpellingsMethodsPaths(t *testing.T) {
 // the key is counted as the charge it is.
 func TestAttackReplaysCountedOnce(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	srv, px := newProxy(t, spendcaptest.Config{})
 	const other = "vault_key_test_other_00000000000000008"
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
-	px.IssueKey(billingtest.VaultKey{Key: other, CapAmount: 1000})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
+	px.IssueKey(other, spendcap.Key{CapAmount: 1000})
 	post(t, px.URL, vaultKey, "r-1", "cus_1", 400)
 	post(t, px.URL, vaultKey, "r-1", "cus_1", 400) // replay
 	post(t, px.URL, other, "r-1", "cus_1", 400)    // replay via another vault key
@@ -169,8 +171,8 @@ func TestAttackReplaysCountedOnce(t *testing.T) {
 // back under the new cap.
 func TestAttackCapLoweredInFlight(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
 	release := make(chan struct{})
 	srv.FailNext(billingtest.Match{IdempotencyKey: "slow"}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
 	done := make(chan answer)

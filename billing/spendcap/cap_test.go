@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 )
 
 // Stripe forgets an idempotency key after 24 hours; a resend after that is
 // a new charge, and the proxy must count it as one.
 func TestProxyCountsAResendAfterStripeForgotTheKey(t *testing.T) {
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	if a := post(t, px.URL, vaultKey, "key-1", "cus_a", 600); a.status != http.StatusOK {
 		t.Fatalf("first: %d %v", a.status, a.body)
 	}
@@ -45,8 +47,8 @@ func TestProxyCountsAResendAfterStripeForgotTheKey(t *testing.T) {
 // proxy counts only the body, so it refuses writes with a query, and
 // amounts it cannot read as Stripe would.
 func TestProxyRefusesAmountsItCannotCount(t *testing.T) {
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	base := url.Values{"currency": {"usd"}, "customer": {"cus_q"}}.Encode()
 	for i, c := range []struct{ query, body, contentType string }{
 		{"?amount=5000", base, "application/x-www-form-urlencoded"},
@@ -98,9 +100,9 @@ func TestProxySumsCannotWrap(t *testing.T) {
 		rp.ServeHTTP(w, r)
 	}))
 	defer slow.Close()
-	px := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: slow.URL, StripeKey: upstreamKey, Clock: srv})
+	px := spendcaptest.NewProxy(spendcaptest.Config{Upstream: slow.URL, StripeKey: upstreamKey, Clock: srv})
 	defer px.Close()
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	post(t, px.URL, vaultKey, "a", "cus_1", 600)
 	done := make(chan answer)
 	go func() { done <- post(t, px.URL, vaultKey, "huge", "cus_2", huge) }()
@@ -127,8 +129,8 @@ func TestProxySumsCannotWrap(t *testing.T) {
 // replay, which the proxy releases. The proxy must never resend: each
 // request it forwards arrives at most once.
 func TestProxyNeverResendsUpstreamByItself(t *testing.T) {
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	post(t, px.URL, vaultKey, "warm", "cus_w", 100) // opens the connection the next request reuses
 	srv.FailNext(billingtest.Match{Customer: "cus_d"}, billingtest.Fault{Kind: billingtest.FaultDrop})
 	if a := post(t, px.URL, vaultKey, "dropped", "cus_d", 600); a.status != http.StatusBadGateway {
