@@ -97,9 +97,16 @@ type Config struct {
 // Stripe's Request-Id and error object, so it reaches the retry layer as a
 // *stripe.Error and is retried as usual.
 //
-// A Transport is safe for concurrent use. Printing it with fmt or slog
-// shows the proxy URL and a redacted key.
+// A Transport is safe for concurrent use. Printing it with fmt or slog, or
+// encoding it as JSON, shows no vault key.
 type Transport struct {
+	// c is behind a pointer: fmt prints a nested pointer as an address,
+	// and encoding/json and slog see no exported field, so a Transport
+	// printed or logged whole shows no vault key.
+	c *transportConfig
+}
+
+type transportConfig struct {
 	base  http.RoundTripper
 	proxy url.URL
 	key   string
@@ -123,7 +130,7 @@ func NewTransport(cfg Config) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &Transport{base: base, proxy: *u, key: cfg.VaultKey}, nil
+	return &Transport{&transportConfig{base: base, proxy: *u, key: cfg.VaultKey}}, nil
 }
 
 // Client returns a copy of base (a new client if nil) whose transport
@@ -200,17 +207,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, fmt.Errorf("spendcap: refusing to follow a redirect to %s: the vault key is sent only to the spend-cap proxy at %s, and Stripe's API does not redirect",
-			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.proxy))
+			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.c.proxy))
 	}
 	r2 := req.Clone(req.Context())
 	u := &url.URL{
-		Scheme:   t.proxy.Scheme,
-		Host:     t.proxy.Host,
-		Path:     t.proxy.Path + req.URL.Path,
+		Scheme:   t.c.proxy.Scheme,
+		Host:     t.c.proxy.Host,
+		Path:     t.c.proxy.Path + req.URL.Path,
 		RawQuery: req.URL.RawQuery,
 	}
-	if req.URL.RawPath != "" || t.proxy.RawPath != "" {
-		u.RawPath = t.proxy.EscapedPath() + req.URL.EscapedPath()
+	if req.URL.RawPath != "" || t.c.proxy.RawPath != "" {
+		u.RawPath = t.c.proxy.EscapedPath() + req.URL.EscapedPath()
 	}
 	r2.URL, r2.Host = u, ""
 	if r2.Header == nil {
@@ -221,9 +228,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			delete(r2.Header, name)
 		}
 	}
-	r2.Header["Authorization"] = []string{"Bearer " + t.key}
+	r2.Header["Authorization"] = []string{"Bearer " + t.c.key}
 
-	resp, err := t.base.RoundTrip(r2)
+	resp, err := t.c.base.RoundTrip(r2)
 	if err != nil {
 		return nil, err
 	}
@@ -286,45 +293,24 @@ func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Respo
 
 // scrub removes the vault key from text the proxy sent back.
 func (t *Transport) scrub(s string) string {
-	return strings.ReplaceAll(s, t.key, redactVaultKey(t.key))
+	return strings.ReplaceAll(s, t.c.key, redactVaultKey(t.c.key))
 }
 
-// String describes the configuration with the vault key redacted, so that
-// a Config printed whole, by start-up code or a panic, leaks nothing.
-func (c Config) String() string {
+// Format prints the configuration with the vault key redacted, for every
+// verb, so that a Config printed whole, by start-up code or a panic, leaks
+// nothing.
+func (c Config) Format(f fmt.State, verb rune) { formatString(f, verb, c.describe()) }
+
+// LogValue implements [slog.LogValuer] with the vault key redacted.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.describe()) }
+
+func (c Config) describe() string {
 	base := "(default)"
 	if c.Base != nil {
 		base = fmt.Sprintf("%T", c.Base)
 	}
 	return fmt.Sprintf("spendcap.Config{ProxyURL: %s, VaultKey: %s, Base: %s, AllowInsecure: %t}",
 		idemkey.RedactRawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
-}
-
-// GoString is String, so %#v redacts too.
-func (c Config) GoString() string { return c.String() }
-
-// Format prints String for every verb, so that no verb falls back to
-// printing the fields, secrets included.
-func (c Config) Format(f fmt.State, verb rune) { formatString(f, verb, c.String()) }
-
-// LogValue implements [slog.LogValuer] with the vault key redacted.
-func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
-
-// String describes the transport with the vault key redacted.
-func (t Transport) String() string {
-	return fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key))
-}
-
-// GoString is String, so %#v redacts too.
-func (t Transport) GoString() string { return t.String() }
-
-// Format prints String for every verb, so that no verb (%d, %t, %o, …)
-// falls back to printing the fields, secrets included.
-func (t Transport) Format(f fmt.State, verb rune) { formatString(f, verb, t.String()) }
-
-// LogValue implements [slog.LogValuer] with the vault key redacted.
-func (t Transport) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("proxy", idemkey.RedactURL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))
 }
 
 // ProxyError is a refusal by a spend-cap proxy: the request did not reach

@@ -40,11 +40,15 @@
 // # Stores
 //
 // [MemoryStore] keeps everything in one process, for tests (package
-// billingtest serves a Proxy on it on loopback). [PostgresStore] keeps keys,
+// spendcaptest serves a Proxy on it on loopback). [PostgresStore] keeps keys,
 // reservations, idempotency keys and audit rows in PostgreSQL, after
 // [PostgresStore.Migrate]; replicas of the proxy that share its database
 // share one budget, and concurrent requests on them never pass a cap
 // together. Vault keys are stored only as their KeyID.
+//
+// Command spendcap-proxy (billing/spendcap/cmd/spendcap-proxy) serves a
+// Proxy on a PostgresStore, with an admin API to issue and revoke vault
+// keys.
 //
 // # What it does not protect against
 //
