@@ -36,16 +36,6 @@ type Result struct {
 	Unexpected []Slot
 }
 
-// Extra returns how many charges beyond the first the duplicated slots
-// hold together.
-func (r Result) Extra() int {
-	n := 0
-	for _, s := range r.Duplicates {
-		n += len(r.Paid[s]) - 1
-	}
-	return n
-}
-
 // Check judges payments against want: a slot mapped to true must be
 // charged exactly once, a slot mapped to false never; a slot not in want
 // must not be charged either (pass want nil to learn only Paid and
