@@ -284,13 +284,13 @@ func TestVaultRefusalsAreTypedAndNotRetried(t *testing.T) {
 		t.Errorf("blocked endpoint also matches another sentinel: %v", err)
 	}
 
-	s.px.KillSwitch(true)
+	s.px.Suspend(true)
 	//idemvet:ignore the proxy refuses this write before Stripe sees it: no key needed
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
 	if !errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Fatalf("kill switch: %v; want ErrVaultKeyRevoked", err)
 	}
-	s.px.KillSwitch(false)
+	s.px.Suspend(false)
 	s.px.Revoke(vaultKey)
 	//idemvet:ignore the proxy refuses this write before Stripe sees it: no key needed
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
@@ -498,7 +498,7 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 			var n atomic.Int32
 			s.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
 				if r.Method == http.MethodPost && n.Add(1) == 5 {
-					s.px.KillSwitch(true)
+					s.px.Suspend(true)
 				}
 				return billingtest.Fault{}
 			})

@@ -97,16 +97,9 @@ type Config struct {
 // Stripe's Request-Id and error object, so it reaches the retry layer as a
 // *stripe.Error and is retried as usual.
 //
-// A Transport is safe for concurrent use. Printing it with fmt or slog, or
-// encoding it as JSON, shows no vault key.
+// A Transport is safe for concurrent use. Printing it with fmt or slog
+// shows the proxy URL and a redacted key; encoding/json sees no field.
 type Transport struct {
-	// c is behind a pointer: fmt prints a nested pointer as an address,
-	// and encoding/json and slog see no exported field, so a Transport
-	// printed or logged whole shows no vault key.
-	c *transportConfig
-}
-
-type transportConfig struct {
 	base  http.RoundTripper
 	proxy url.URL
 	key   string
@@ -130,7 +123,7 @@ func NewTransport(cfg Config) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &Transport{&transportConfig{base: base, proxy: *u, key: cfg.VaultKey}}, nil
+	return &Transport{base: base, proxy: *u, key: cfg.VaultKey}, nil
 }
 
 // Client returns a copy of base (a new client if nil) whose transport
@@ -207,17 +200,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, fmt.Errorf("spendcap: refusing to follow a redirect to %s: the vault key is sent only to the spend-cap proxy at %s, and Stripe's API does not redirect",
-			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.c.proxy))
+			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.proxy))
 	}
 	r2 := req.Clone(req.Context())
 	u := &url.URL{
-		Scheme:   t.c.proxy.Scheme,
-		Host:     t.c.proxy.Host,
-		Path:     t.c.proxy.Path + req.URL.Path,
+		Scheme:   t.proxy.Scheme,
+		Host:     t.proxy.Host,
+		Path:     t.proxy.Path + req.URL.Path,
 		RawQuery: req.URL.RawQuery,
 	}
-	if req.URL.RawPath != "" || t.c.proxy.RawPath != "" {
-		u.RawPath = t.c.proxy.EscapedPath() + req.URL.EscapedPath()
+	if req.URL.RawPath != "" || t.proxy.RawPath != "" {
+		u.RawPath = t.proxy.EscapedPath() + req.URL.EscapedPath()
 	}
 	r2.URL, r2.Host = u, ""
 	if r2.Header == nil {
@@ -228,9 +221,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			delete(r2.Header, name)
 		}
 	}
-	r2.Header["Authorization"] = []string{"Bearer " + t.c.key}
+	r2.Header["Authorization"] = []string{"Bearer " + t.key}
 
-	resp, err := t.c.base.RoundTrip(r2)
+	resp, err := t.base.RoundTrip(r2)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +286,7 @@ func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Respo
 
 // scrub removes the vault key from text the proxy sent back.
 func (t *Transport) scrub(s string) string {
-	return strings.ReplaceAll(s, t.c.key, redactVaultKey(t.c.key))
+	return strings.ReplaceAll(s, t.key, redactVaultKey(t.key))
 }
 
 // Format prints the configuration with the vault key redacted, for every
@@ -311,6 +304,12 @@ func (c Config) describe() string {
 	}
 	return fmt.Sprintf("spendcap.Config{ProxyURL: %s, VaultKey: %s, Base: %s, AllowInsecure: %t}",
 		idemkey.RedactRawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
+}
+
+// Format prints the transport with the vault key redacted, for every verb,
+// so that no verb (%d, %t, %o, …) falls back to printing the fields.
+func (t Transport) Format(f fmt.State, verb rune) {
+	formatString(f, verb, fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key)))
 }
 
 // ProxyError is a refusal by a spend-cap proxy: the request did not reach

@@ -278,7 +278,7 @@ func TestVaultKeyNeverPrinted(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&out, nil))
 	logger.Info("transport", "t", vt, "v", *vt)
 	slog.New(slog.NewTextHandler(&out, nil)).Info("transport", "t", vt)
-	fmt.Fprintf(&out, "%v %+v %#v %v %+v %#v\n", vt, vt, vt, *vt, *vt, *vt)
+	fmt.Fprintf(&out, "%v %+v %#v %s %v %+v %#v\n", vt, vt, vt, vt, *vt, *vt, *vt)
 
 	hc := &http.Client{Transport: vt}
 	api := stripeAPI(hc)

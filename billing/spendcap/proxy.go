@@ -84,7 +84,7 @@ type ProxyConfig struct {
 //	502 {"error":"Upstream request failed; the outcome is unknown"}
 //
 // Everything Stripe answers is passed back unchanged. A Proxy printed with
-// fmt or slog, or encoded as JSON, shows no secret.
+// fmt or slog shows no secret; encoding/json sees no field.
 //
 // # Counting spend
 //
@@ -116,11 +116,8 @@ type ProxyConfig struct {
 // of a key is reserved, as Stripe executes it afresh when it never stored
 // the key (a 5xx before execution, a request lost on the way).
 type Proxy struct {
-	upstream *url.URL
-	// stripeKey is behind a pointer: fmt prints a nested pointer as an
-	// address, and encoding/json and slog see no exported field, so a
-	// Proxy printed or logged whole shows no secret.
-	stripeKey   *string
+	upstream    *url.URL
+	stripeKey   string
 	store       Store
 	clock       interface{ Now() time.Time }
 	capStatus   int
@@ -147,6 +144,12 @@ func (c ProxyConfig) describe() string {
 	}
 	return fmt.Sprintf("spendcap.ProxyConfig{Upstream: %s, StripeKey: %s, Store: %T, CapStatus: %d, KeyLifetime: %v, ClockSkew: %v, UpstreamTimeout: %v}",
 		idemkey.RedactRawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
+}
+
+// Format prints the proxy without the Stripe secret it holds, for every
+// verb.
+func (p *Proxy) Format(f fmt.State, verb rune) {
+	formatString(f, verb, fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", idemkey.RedactURL(p.upstream), p.store))
 }
 
 func formatString(f fmt.State, verb rune, s string) {
@@ -203,7 +206,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	}
 	up.Path = strings.TrimRight(up.Path, "/")
 	return &Proxy{
-		upstream: up, stripeKey: &cfg.StripeKey, store: cfg.Store, clock: cfg.Clock,
+		upstream: up, stripeKey: cfg.StripeKey, store: cfg.Store, clock: cfg.Clock,
 		capStatus: cfg.CapStatus, countFor: cfg.KeyLifetime - cfg.ClockSkew, skew: cfg.ClockSkew,
 		timeout: cfg.UpstreamTimeout, tr: cfg.Transport,
 	}, nil
@@ -443,7 +446,7 @@ func (p *Proxy) forward(ctx context.Context, r *http.Request, body []byte) (*ups
 			out.Header[k] = v
 		}
 	}
-	out.Header.Set("Authorization", "Bearer "+*p.stripeKey)
+	out.Header.Set("Authorization", "Bearer "+p.stripeKey)
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
 		return nil, errors.New("upstream request failed")

@@ -248,14 +248,14 @@ func TestProxyRefusals(t *testing.T) {
 		t.Errorf("revoked key: %d %v; want 401 Vault key revoked", a.status, a.body)
 	}
 	px.IssueKey("vault_third", spendcap.Key{CapAmount: 100000})
-	px.KillSwitch(true)
+	px.Suspend(true)
 	if a := post(t, px.URL, "vault_third", "k1", "cus_1", 100); a.status != http.StatusUnauthorized {
 		t.Errorf("kill switch: status %d; want 401", a.status)
 	}
 	if st := srv.Stats(); st.Requests != 0 {
 		t.Fatalf("the fake Stripe saw %d requests; refusals must forward nothing", st.Requests)
 	}
-	px.KillSwitch(false)
+	px.Suspend(false)
 	if a := post(t, px.URL, "vault_third", "k1", "cus_1", 100); a.status != http.StatusOK {
 		t.Errorf("kill switch off: status %d %v; want 200", a.status, a.body)
 	}

@@ -1,7 +1,8 @@
 // Package spendcaptest serves the spend-cap proxy of package spendcap on
 // loopback for tests: [spendcap.Proxy] on a [spendcap.MemoryStore], with
 // the knobs a test needs to issue and revoke vault keys, change caps,
-// suspend every key and lose answers after Stripe committed. Its
+// suspend every key (the proxy's own Suspend) and lose answers after
+// Stripe committed. Its
 // accounting is the production handler's.
 //
 // Put it in front of the fake Stripe of package billingtest, on the fake's
@@ -43,16 +44,17 @@ type Config struct {
 	CapStatus int
 }
 
-// Proxy is a spend-cap proxy listening on loopback. Its methods are safe
-// for concurrent use.
+// Proxy is a spend-cap proxy listening on loopback: the [spendcap.Proxy]
+// it serves, whose Suspend refuses every request while on, and the knobs
+// of its store. Its methods are safe for concurrent use.
 type Proxy struct {
+	*spendcap.Proxy
 	// URL is the base URL, http://ipaddr:port with no trailing slash.
 	URL string
 
-	handler *spendcap.Proxy
-	store   *spendcap.MemoryStore
-	clock   interface{ Now() time.Time }
-	ts      *httptest.Server
+	store *spendcap.MemoryStore
+	clock interface{ Now() time.Time }
+	ts    *httptest.Server
 }
 
 // NewProxy starts a proxy on a free loopback port and returns it. It
@@ -75,7 +77,7 @@ func NewProxy(cfg Config) *Proxy {
 	ts := httptest.NewUnstartedServer(h)
 	ts.Config.ReadHeaderTimeout = 10 * time.Second
 	ts.Start()
-	return &Proxy{URL: ts.URL, handler: h, store: store, clock: cfg.Clock, ts: ts}
+	return &Proxy{Proxy: h, URL: ts.URL, store: store, clock: cfg.Clock, ts: ts}
 }
 
 type wallClock struct{}
@@ -111,19 +113,15 @@ func (p *Proxy) SetCap(vaultKey string, capAmount int64) {
 	}
 }
 
-// KillSwitch makes the proxy refuse every request with 401 while on is
-// true, until it is turned off.
-func (p *Proxy) KillSwitch(on bool) { p.handler.Suspend(on) }
-
 // LoseAnswers makes the proxy settle each forwarded request for which lose
 // returns true as usual, and then cut the client's connection without an
 // answer: the client cannot tell whether Stripe charged. nil turns it off.
 func (p *Proxy) LoseAnswers(lose func(*http.Request) bool) {
 	if lose == nil {
-		p.handler.SetBeforeReply(nil)
+		p.SetBeforeReply(nil)
 		return
 	}
-	p.handler.SetBeforeReply(func(r *http.Request) {
+	p.SetBeforeReply(func(r *http.Request) {
 		if lose(r) {
 			panic(http.ErrAbortHandler)
 		}
