@@ -94,5 +94,6 @@ func run() error {
 		return fmt.Errorf("payment intent: %v; want ErrEndpointNotAllowed", err)
 	}
 	fmt.Println("payment intent refused:", errors.Is(err, spendcap.ErrEndpointNotAllowed))
+	fmt.Println("the transport prints as", hc.Transport)
 	return nil
 }
