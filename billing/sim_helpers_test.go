@@ -19,6 +19,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/ledger"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -846,13 +847,25 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 		byPeriod[cp] = append(byPeriod[cp], c)
 	}
 	payByID := make(map[string]billingtest.Payment, len(pays))
+	lp := make([]ledger.Payment, len(pays))
+	for i, p := range pays {
+		lp[i] = ledger.Payment{Customer: p.Customer, Period: p.Period, Paid: p.Paid}
+	}
+	want := map[ledger.Slot]bool{}
+	for _, cust := range w.plan.customers {
+		for _, per := range w.plan.periods {
+			if !slices.Contains(w.plan.stopped, cust) {
+				want[ledger.Slot{Customer: cust, Period: per}] = true
+			}
+		}
+	}
+	verdict := ledger.Check(lp, want)
 	live := make(map[[2]string][]int) // indexes into pays
+	for s, idx := range verdict.Paid {
+		live[[2]string{s.Customer, s.Period}] = idx
+	}
 	for i, p := range pays {
 		payByID[p.ID] = p
-		if p.Paid {
-			cp := [2]string{p.Customer, p.Period}
-			live[cp] = append(live[cp], i)
-		}
 		if _, ok := byKey[simPayKey(p)]; !ok {
 			add("payment without claim", "", "%s", w.describePayment(i, p))
 		}
@@ -915,23 +928,19 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 	}
 
 	// Everyone billed, but for a decline left standing or a stop.
-	for _, cust := range w.plan.customers {
-		for _, per := range w.plan.periods {
-			cp := [2]string{cust, per}
-			if len(live[cp]) > 0 || slices.Contains(w.plan.stopped, cust) {
-				continue
-			}
-			cs := byPeriod[cp]
-			failedOnly := len(cs) > 0 && !slices.ContainsFunc(cs, func(c simClaim) bool { return c.State != string(claim.StateFailed) })
-			if failedOnly && slices.Contains(w.plan.declined, cust) && !slices.Contains(w.plan.rebill, cust) {
-				continue
-			}
-			var states []string
-			for _, c := range cs {
-				states = append(states, w.keyLabel(c.Key)+" "+c.State)
-			}
-			add("missing", "", "%s/%s has no live payment; claims %v", cust, per, states)
+	for _, s := range verdict.Missing {
+		cust, per := s.Customer, s.Period
+		cp := [2]string{cust, per}
+		cs := byPeriod[cp]
+		failedOnly := len(cs) > 0 && !slices.ContainsFunc(cs, func(c simClaim) bool { return c.State != string(claim.StateFailed) })
+		if failedOnly && slices.Contains(w.plan.declined, cust) && !slices.Contains(w.plan.rebill, cust) {
+			continue
 		}
+		var states []string
+		for _, c := range cs {
+			states = append(states, w.keyLabel(c.Key)+" "+c.State)
+		}
+		add("missing", "", "%s/%s has no live payment; claims %v", cust, per, states)
 	}
 	return out
 }

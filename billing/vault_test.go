@@ -22,6 +22,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/retry"
@@ -90,7 +91,7 @@ func (a *authRecorder) only(tb testing.TB, who, want string) {
 
 type stack struct {
 	srv      *billingtest.Server
-	px       *billingtest.Proxy
+	px       *spendcaptest.Proxy
 	proxyURL string // the proxy, behind a recorder
 	atStripe *authRecorder
 	atProxy  *authRecorder
@@ -98,7 +99,7 @@ type stack struct {
 
 // newStack starts a fake Stripe that accepts only upstreamKey, a fake proxy
 // in front of it, and recorders of the Authorization headers each sees.
-func newStack(tb testing.TB, pcfg billingtest.ProxyConfig) *stack {
+func newStack(tb testing.TB, pcfg spendcaptest.Config) *stack {
 	tb.Helper()
 	s := &stack{atStripe: &authRecorder{}, atProxy: &authRecorder{}}
 	s.srv = billingtest.NewServer(billingtest.Config{APIKeys: []string{upstreamKey}})
@@ -106,7 +107,7 @@ func newStack(tb testing.TB, pcfg billingtest.ProxyConfig) *stack {
 	stripeFront := httptest.NewServer(s.atStripe.wrap(reverse(tb, s.srv.URL)))
 	tb.Cleanup(stripeFront.Close)
 	pcfg.Upstream, pcfg.StripeKey, pcfg.Clock = stripeFront.URL, upstreamKey, s.srv
-	s.px = billingtest.NewProxy(pcfg)
+	s.px = spendcaptest.NewProxy(pcfg)
 	tb.Cleanup(s.px.Close)
 	proxyFront := httptest.NewServer(s.atProxy.wrap(reverse(tb, s.px.URL)))
 	tb.Cleanup(proxyFront.Close)
@@ -170,9 +171,9 @@ func paidTotal(srv *billingtest.Server) (total int64) {
 // charges again and again. Behind the proxy it stops at the cap.
 func TestVaultRunawayLoopStopsAtTheCap(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, billingtest.ProxyConfig{})
+	s := newStack(t, spendcaptest.Config{})
 	const capAmount, amount = 10000, 2999
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: capAmount, AllowedEndpoints: []string{"POST /v1/charges"}})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: capAmount, AllowedEndpoints: []string{"POST /v1/charges"}})
 	api := proxied(t, s.proxyURL)
 
 	var err error
@@ -202,8 +203,8 @@ func TestVaultRunawayLoopStopsAtTheCap(t *testing.T) {
 
 func TestVaultReplaysDoNotConsumeCap(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, billingtest.ProxyConfig{})
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 5000})
+	s := newStack(t, spendcaptest.Config{})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 5000})
 	api := proxied(t, s.proxyURL)
 	// The first response is lost after Stripe committed.
 	s.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
@@ -238,9 +239,9 @@ func TestVaultReplaysDoNotConsumeCap(t *testing.T) {
 
 func TestVaultConcurrentChargesAtTheEdge(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, billingtest.ProxyConfig{CapStatus: http.StatusPaymentRequired})
+	s := newStack(t, spendcaptest.Config{CapStatus: http.StatusPaymentRequired})
 	const amount, fit, n = 300, 20, 50
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: amount*fit + amount - 1})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: amount*fit + amount - 1})
 	api := proxied(t, s.proxyURL)
 	var ok, capped, other atomic.Int64
 	var wg sync.WaitGroup
@@ -266,8 +267,8 @@ func TestVaultConcurrentChargesAtTheEdge(t *testing.T) {
 
 func TestVaultRefusalsAreTypedAndNotRetried(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, billingtest.ProxyConfig{})
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100000, AllowedEndpoints: []string{"POST /v1/payment_intents"}})
+	s := newStack(t, spendcaptest.Config{})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 100000, AllowedEndpoints: []string{"POST /v1/payment_intents"}})
 	hc, err := spendcap.Client(s.proxyURL, vaultKey, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -283,13 +284,13 @@ func TestVaultRefusalsAreTypedAndNotRetried(t *testing.T) {
 		t.Errorf("blocked endpoint also matches another sentinel: %v", err)
 	}
 
-	s.px.KillSwitch(true)
+	s.px.Suspend(true)
 	//idemvet:ignore the proxy refuses this write before Stripe sees it: no key needed
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
 	if !errors.Is(err, spendcap.ErrVaultKeyRevoked) {
 		t.Fatalf("kill switch: %v; want ErrVaultKeyRevoked", err)
 	}
-	s.px.KillSwitch(false)
+	s.px.Suspend(false)
 	s.px.Revoke(vaultKey)
 	//idemvet:ignore the proxy refuses this write before Stripe sees it: no key needed
 	_, err = api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(100), Currency: stripe.String("usd")})
@@ -308,8 +309,8 @@ func TestVaultRefusalsAreTypedAndNotRetried(t *testing.T) {
 // retry layer retries it; only the proxy's own refusal stops.
 func TestVaultStripeRateLimitPassesThrough(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, billingtest.ProxyConfig{})
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100000})
+	s := newStack(t, spendcaptest.Config{})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 100000})
 	api := proxied(t, s.proxyURL)
 	for _, kind := range []billingtest.FaultKind{billingtest.FaultLockTimeout, billingtest.FaultRateLimit} {
 		s.srv.FailNext(billingtest.Match{}, billingtest.Fault{Kind: kind})
@@ -400,9 +401,9 @@ func checkClaims(tb testing.TB, b *billing.Biller, store *claim.Postgres, srv *b
 
 func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, billingtest.ProxyConfig{})
+	s := newStack(t, spendcaptest.Config{})
 	const amount = 3000
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 10000, Per: billingtest.PerDay})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 10000, Per: spendcap.PerDay})
 	var logs bytes.Buffer
 	b, store := billerBehind(t, s, amount, billing.Charges, &logs)
 	ids := customers(20)
@@ -448,7 +449,7 @@ func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 	// resend keys Stripe has forgotten, which billonce reconciles only by
 	// the database clock.) Claims abandoned in flight stay leased until the
 	// lease ends on the database clock, so run again until complete.
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100000, Per: billingtest.PerDay})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 100000, Per: spendcap.PerDay})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		sum, err = b.Run(ctx, "2026-09", billing.Customers(ids...), nil)
@@ -486,18 +487,18 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 		setup func(s *stack)
 	}{
 		{"endpoint not allowed", spendcap.ErrEndpointNotAllowed, billing.PaymentIntents, func(s *stack) {
-			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
+			s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1 << 40, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
 		}},
 		{"revoked", spendcap.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
-			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
+			s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1 << 40})
 			s.px.Revoke(vaultKey)
 		}},
 		{"kill switch mid-run", spendcap.ErrVaultKeyRevoked, billing.Charges, func(s *stack) {
-			s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 40})
+			s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1 << 40})
 			var n atomic.Int32
 			s.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
 				if r.Method == http.MethodPost && n.Add(1) == 5 {
-					s.px.KillSwitch(true)
+					s.px.Suspend(true)
 				}
 				return billingtest.Fault{}
 			})
@@ -506,7 +507,7 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStack(t, billingtest.ProxyConfig{})
+			s := newStack(t, spendcaptest.Config{})
 			tt.setup(s)
 			var logs bytes.Buffer
 			b, store := billerBehind(t, s, 500, tt.api, &logs)
@@ -554,8 +555,8 @@ func TestVaultBillerStopsOnRefusals(t *testing.T) {
 
 func TestVaultClassify(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, billingtest.ProxyConfig{})
-	s.px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100})
+	s := newStack(t, spendcaptest.Config{})
+	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 100})
 	api := proxied(t, s.proxyURL)
 	s.srv.FailNext(billingtest.Match{}, billingtest.Fault{Kind: billingtest.FaultLockTimeout})
 	_, err := api.Charges.New(vaultChargeParams("cus_1", "k1", 100))

@@ -21,8 +21,9 @@
 //	})
 //	charges := charge.Client{B: backend, Key: "sk_test_anything"}
 //
-// Apart from the standard library, the package imports only
-// [github.com/billonce/billonce/billing/spendcap], for its proxy.
+// The package imports only the standard library. The spend-cap proxy's
+// loopback fake, to put in front of this one, is package
+// [github.com/billonce/billonce/billing/spendcap/spendcaptest].
 //
 // # What it serves
 //
@@ -111,27 +112,10 @@
 // duplicates), in shuffled order, after random delays, retried while the
 // endpoint answers anything but 2xx.
 //
-// # A spend-cap proxy
-//
-// [NewProxy] serves the spend-cap proxy of package spendcap
-// ([spendcap.Proxy], with a [spendcap.MemoryStore]) on loopback in front of
-// a [Server]: it holds the real secret and accepts vault keys in its
-// place, each with a cap per run or per day (on the Server's clock when
-// ProxyConfig.Clock is the Server), an endpoint allowlist, [Proxy.Revoke]
-// and a [Proxy.KillSwitch]; [Proxy.LoseAnswers] cuts answers after Stripe
-// committed:
-//
-//	px := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: "sk_test_real", Clock: srv})
-//	defer px.Close()
-//	px.IssueKey(billingtest.VaultKey{Key: "vault_run_1", CapAmount: 5000, Per: billingtest.PerDay})
-//
-// Its accounting is the production handler's; see [spendcap.Proxy].
-// [Proxy.Usage] and [Proxy.Log] tell what it let through.
-//
 // # Another process
 //
 // A chaos run may serve the fake from its own process (Config.Addr).
-// examples/fake-stripe does, and serves the ledger and the settings as JSON
+// billing/billingtest/cmd/fake-stripe does, and serves the ledger and the settings as JSON
 // on a second address for processes that drive it over HTTP; the package
 // itself has no endpoints beyond Stripe's.
 //

@@ -2,8 +2,11 @@ package billingtest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/billonce/billonce/internal/ledger"
 )
 
 // Start starts a Server for one test and closes it when the test and its
@@ -24,8 +27,9 @@ func Start(tb testing.TB, cfg Config) *Server {
 // payments for the period, with their idempotency keys.
 func RequireChargedOnce(tb testing.TB, s *Server, customer, period string) {
 	tb.Helper()
-	if n := s.CountPeriod(customer, period); n != 1 {
-		tb.Fatalf("billingtest: customer %s was charged %d times for %s; want exactly once%s", customer, n, period, s.paymentsOf(customer, period))
+	slot := ledger.Slot{Customer: customer, Period: period}
+	if r := s.check(slot, true); slices.Contains(r.Missing, slot) || slices.Contains(r.Duplicates, slot) {
+		tb.Fatalf("billingtest: customer %s was charged %d times for %s; want exactly once%s", customer, len(r.Paid[slot]), period, s.paymentsOf(customer, period))
 	}
 }
 
@@ -33,9 +37,20 @@ func RequireChargedOnce(tb testing.TB, s *Server, customer, period string) {
 // moved money for customer in period.
 func RequireNotCharged(tb testing.TB, s *Server, customer, period string) {
 	tb.Helper()
-	if n := s.CountPeriod(customer, period); n != 0 {
-		tb.Fatalf("billingtest: customer %s was charged %d times for %s; want never%s", customer, n, period, s.paymentsOf(customer, period))
+	slot := ledger.Slot{Customer: customer, Period: period}
+	if r := s.check(slot, false); slices.Contains(r.Unexpected, slot) {
+		tb.Fatalf("billingtest: customer %s was charged %d times for %s; want never%s", customer, len(r.Paid[slot]), period, s.paymentsOf(customer, period))
 	}
+}
+
+// check judges s's ledger for one slot with the oracle of every
+// exactly-once test: once wants it charged exactly once, else never.
+func (s *Server) check(slot ledger.Slot, once bool) ledger.Result {
+	var ps []ledger.Payment
+	for _, p := range s.Payments() {
+		ps = append(ps, ledger.Payment{Customer: p.Customer, Period: p.Period, Paid: p.Paid})
+	}
+	return ledger.Check(ps, map[ledger.Slot]bool{slot: once})
 }
 
 // paymentsOf lists customer's payments for period, declined ones included,

@@ -21,6 +21,7 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/riverbilling"
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 )
 
 // insert inserts a charge job for customer without working it.
@@ -290,9 +291,9 @@ func TestRetryAfterPriceChangeIsRefused(t *testing.T) {
 // key nor the Stripe key shows up in the jobs' errors or the logs.
 func TestWorkersBehindSpendCapAcrossDays(t *testing.T) {
 	e := newEnv(t, billingtest.Config{APIKeys: []string{upstreamKey}})
-	px := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: e.srv.URL, StripeKey: upstreamKey, Clock: e.srv})
+	px := spendcaptest.NewProxy(spendcaptest.Config{Upstream: e.srv.URL, StripeKey: upstreamKey, Clock: e.srv})
 	t.Cleanup(px.Close)
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 3 * amount, Per: billingtest.PerDay})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 3 * amount, Per: spendcap.PerDay})
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	behind := func(opts ...func(*billing.Config)) *billing.Biller {

@@ -18,13 +18,14 @@ import (
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 )
 
 // Stripe forgets an idempotency key after 24 hours; a resend after that is
 // a new charge, and the proxy must count it as one.
 func TestProxyCountsAResendAfterStripeForgotTheKey(t *testing.T) {
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	if a := post(t, px.URL, vaultKey, "key-1", "cus_a", 600); a.status != http.StatusOK {
 		t.Fatalf("first: %d %v", a.status, a.body)
 	}
@@ -50,8 +51,8 @@ func TestProxyCountsAResendAfterStripeForgotTheKey(t *testing.T) {
 // proxy counts only the body, so it refuses writes with a query, and
 // amounts it cannot read as Stripe would.
 func TestProxyRefusesAmountsItCannotCount(t *testing.T) {
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	base := url.Values{"currency": {"usd"}, "customer": {"cus_q"}}.Encode()
 	for i, c := range []struct{ query, body, contentType string }{
 		{"?amount=5000", base, "application/x-www-form-urlencoded"},
@@ -103,9 +104,9 @@ func TestProxySumsCannotWrap(t *testing.T) {
 		rp.ServeHTTP(w, r)
 	}))
 	defer slow.Close()
-	px := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: slow.URL, StripeKey: upstreamKey, Clock: srv})
+	px := spendcaptest.NewProxy(spendcaptest.Config{Upstream: slow.URL, StripeKey: upstreamKey, Clock: srv})
 	defer px.Close()
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	post(t, px.URL, vaultKey, "a", "cus_1", 600)
 	done := make(chan answer)
 	go func() { done <- post(t, px.URL, vaultKey, "huge", "cus_2", huge) }()
@@ -132,8 +133,8 @@ func TestProxySumsCannotWrap(t *testing.T) {
 // replay, which the proxy releases. The proxy must never resend: each
 // request it forwards arrives at most once.
 func TestProxyNeverResendsUpstreamByItself(t *testing.T) {
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerRun})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	post(t, px.URL, vaultKey, "warm", "cus_w", 100) // opens the connection the next request reuses
 	srv.FailNext(billingtest.Match{Customer: "cus_d"}, billingtest.Fault{Kind: billingtest.FaultDrop})
 	if a := post(t, px.URL, vaultKey, "dropped", "cus_d", 600); a.status != http.StatusBadGateway {
@@ -157,8 +158,8 @@ func TestProxyNeverResendsUpstreamByItself(t *testing.T) {
 // moves past the cap.
 func TestUnknownOutcomeThenBiggerAmountStaysUnderCap(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
 	srv.FailNext(billingtest.Match{IdempotencyKey: "k-unknown"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
 	if a := post(t, px.URL, vaultKey, "k-unknown", "cus_1", 100); a.status != 500 {
 		t.Fatalf("first: status %d, want 500", a.status)
@@ -176,10 +177,10 @@ func TestUnknownOutcomeThenBiggerAmountStaysUnderCap(t *testing.T) {
 // key another vault key got counted by an unknown outcome.
 func TestKeyReusedByAnotherVaultKeyStaysUnderCap(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	srv, px := newProxy(t, spendcaptest.Config{})
 	const small = "vault_key_test_small_00000000000000007"
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
-	px.IssueKey(billingtest.VaultKey{Key: small, CapAmount: 10})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
+	px.IssueKey(small, spendcap.Key{CapAmount: 10})
 	srv.FailNext(billingtest.Match{IdempotencyKey: "k-shared"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
 	post(t, px.URL, vaultKey, "k-shared", "cus_1", 100)
 	a := post(t, px.URL, small, "k-shared", "cus_2", 5000)
@@ -205,8 +206,8 @@ func TestPerDayCapHoldsWhenClockStepsBackAcrossMidnight(t *testing.T) {
 	t.Parallel()
 	midnight := time.Date(2026, 9, 2, 0, 0, 0, 0, time.UTC)
 	clk := &stepClock{t: midnight.Add(time.Second)}
-	srv, px := newProxy(t, billingtest.ProxyConfig{Clock: clk})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, Per: billingtest.PerDay})
+	srv, px := newProxy(t, spendcaptest.Config{Clock: clk})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerDay})
 	for i, at := range []time.Time{midnight.Add(time.Second), midnight.Add(-time.Second), midnight.Add(2 * time.Second)} {
 		clk.Set(at)
 		a := post(t, px.URL, vaultKey, fmt.Sprintf("day-%d", i), fmt.Sprintf("cus_%d", i), 1000)
@@ -219,8 +220,8 @@ func TestPerDayCapHoldsWhenClockStepsBackAcrossMidnight(t *testing.T) {
 
 func TestCapCountsEverySpellingOfMethodAndPath(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges/*"}})
 	meta := "&currency=usd&customer=cus_1"
 	cases := []struct{ method, path, ctype, body string }{
 		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=5000&amount=1" + meta},
@@ -269,10 +270,10 @@ func TestCapCountsEverySpellingOfMethodAndPath(t *testing.T) {
 // the key is counted as the charge it is.
 func TestReplaysCountedOnce(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	srv, px := newProxy(t, spendcaptest.Config{})
 	const other = "vault_key_test_other_00000000000000008"
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
-	px.IssueKey(billingtest.VaultKey{Key: other, CapAmount: 1000})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
+	px.IssueKey(other, spendcap.Key{CapAmount: 1000})
 	post(t, px.URL, vaultKey, "r-1", "cus_1", 400)
 	post(t, px.URL, vaultKey, "r-1", "cus_1", 400) // replay
 	post(t, px.URL, other, "r-1", "cus_1", 400)    // replay via another vault key
@@ -308,8 +309,8 @@ func TestReplaysCountedOnce(t *testing.T) {
 // back under the new cap.
 func TestCapLoweredInFlightAdmitsNothingMore(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1000})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000})
 	release := make(chan struct{})
 	srv.FailNext(billingtest.Match{IdempotencyKey: "slow"}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
 	done := make(chan answer)

@@ -98,7 +98,7 @@ type Config struct {
 // *stripe.Error and is retried as usual.
 //
 // A Transport is safe for concurrent use. Printing it with fmt or slog
-// shows the proxy URL and a redacted key.
+// shows the proxy URL and a redacted key; encoding/json sees no field.
 type Transport struct {
 	base  http.RoundTripper
 	proxy url.URL
@@ -289,9 +289,15 @@ func (t *Transport) scrub(s string) string {
 	return strings.ReplaceAll(s, t.key, redactVaultKey(t.key))
 }
 
-// String describes the configuration with the vault key redacted, so that
-// a Config printed whole, by start-up code or a panic, leaks nothing.
-func (c Config) String() string {
+// Format prints the configuration with the vault key redacted, for every
+// verb, so that a Config printed whole, by start-up code or a panic, leaks
+// nothing.
+func (c Config) Format(f fmt.State, verb rune) { formatString(f, verb, c.describe()) }
+
+// LogValue implements [slog.LogValuer] with the vault key redacted.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.describe()) }
+
+func (c Config) describe() string {
 	base := "(default)"
 	if c.Base != nil {
 		base = fmt.Sprintf("%T", c.Base)
@@ -300,31 +306,10 @@ func (c Config) String() string {
 		idemkey.RedactRawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
 }
 
-// GoString is String, so %#v redacts too.
-func (c Config) GoString() string { return c.String() }
-
-// Format prints String for every verb, so that no verb falls back to
-// printing the fields, secrets included.
-func (c Config) Format(f fmt.State, verb rune) { formatString(f, verb, c.String()) }
-
-// LogValue implements [slog.LogValuer] with the vault key redacted.
-func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
-
-// String describes the transport with the vault key redacted.
-func (t Transport) String() string {
-	return fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key))
-}
-
-// GoString is String, so %#v redacts too.
-func (t Transport) GoString() string { return t.String() }
-
-// Format prints String for every verb, so that no verb (%d, %t, %o, …)
-// falls back to printing the fields, secrets included.
-func (t Transport) Format(f fmt.State, verb rune) { formatString(f, verb, t.String()) }
-
-// LogValue implements [slog.LogValuer] with the vault key redacted.
-func (t Transport) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("proxy", idemkey.RedactURL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))
+// Format prints the transport with the vault key redacted, for every verb,
+// so that no verb (%d, %t, %o, …) falls back to printing the fields.
+func (t Transport) Format(f fmt.State, verb rune) {
+	formatString(f, verb, fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key)))
 }
 
 // ProxyError is a refusal by a spend-cap proxy: the request did not reach

@@ -40,7 +40,7 @@
 // # Stores
 //
 // [MemoryStore] keeps everything in one process, for tests (package
-// billingtest serves a Proxy on it on loopback). [PostgresStore] keeps keys,
+// spendcaptest serves a Proxy on it on loopback). [PostgresStore] keeps keys,
 // reservations, idempotency keys and audit rows in PostgreSQL; replicas of
 // the proxy that share its database share one budget, and concurrent
 // requests on them never pass a cap together. Vault keys are stored only
@@ -51,6 +51,10 @@
 // start-up from every replica, or the files of the package's migrations
 // directory applied with psql or a migration tool ([Migrations] returns
 // them), which list themselves in spendcap_migrations.
+//
+// Command spendcap-proxy (billing/spendcap/cmd/spendcap-proxy) serves a
+// Proxy on a PostgresStore, with an admin API to issue and revoke vault
+// keys.
 //
 // # What it does not protect against
 //

@@ -6,6 +6,7 @@ import (
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/charge"
 )
@@ -16,9 +17,9 @@ import (
 func ExampleClient() {
 	stripeAPI := billingtest.NewServer(billingtest.Config{APIKeys: []string{"sk_test_held_by_proxy"}})
 	defer stripeAPI.Close()
-	proxy := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: stripeAPI.URL, StripeKey: "sk_test_held_by_proxy", Clock: stripeAPI})
+	proxy := spendcaptest.NewProxy(spendcaptest.Config{Upstream: stripeAPI.URL, StripeKey: "sk_test_held_by_proxy", Clock: stripeAPI})
 	defer proxy.Close()
-	proxy.IssueKey(billingtest.VaultKey{Key: "vault_run_2026_09", CapAmount: 5000, Per: billingtest.PerDay})
+	proxy.IssueKey("vault_run_2026_09", spendcap.Key{CapAmount: 5000, Per: spendcap.PerDay})
 
 	// The only change to an existing stripe-go setup: the HTTP client.
 	hc, err := spendcap.Client(proxy.URL, "vault_run_2026_09", nil)

@@ -13,8 +13,8 @@ type MemoryStore struct {
 	mu     sync.Mutex
 	keys   map[string]*memKey // by KeyID
 	nextID int64
-	held   map[int64]Reservation
-	idem   map[string]IdemState
+	held   map[int64]reservation
+	idem   map[string]idemState
 	log    []Entry
 }
 
@@ -28,7 +28,7 @@ type memKey struct {
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{keys: make(map[string]*memKey), held: make(map[int64]Reservation), idem: make(map[string]IdemState)}
+	return &MemoryStore{keys: make(map[string]*memKey), held: make(map[int64]reservation), idem: make(map[string]idemState)}
 }
 
 // IssueKey makes vaultKey valid with k, replacing any key of that name
@@ -105,22 +105,22 @@ func (k *memKey) roll(now time.Time) {
 	}
 }
 
-// Admit implements [Store].
-func (s *MemoryStore) Admit(_ context.Context, r Request) (Admission, error) {
+// admit implements [Store].
+func (s *MemoryStore) admit(_ context.Context, r admitRequest) (admission, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.keys[r.KeyID]
 	if k == nil {
-		return Admission{Refusal: UnknownKey}, nil
+		return admission{Refusal: refusedUnknownKey}, nil
 	}
 	k.roll(r.Now)
 	st := s.idem[r.IdempotencyKey]
-	a := decide(k.Key, k.revoked, k.spent, k.reserved, r.IdempotencyKey != "" && st.Counted(r.Now), r)
+	a := decide(k.Key, k.revoked, k.spent, k.reserved, r.IdempotencyKey != "" && st.counted(r.Now), r)
 	a, st = admitted(a, r, st)
-	if r.IdempotencyKey != "" && a.Refusal == Admitted {
+	if r.IdempotencyKey != "" && a.Refusal == notRefused {
 		s.idem[r.IdempotencyKey] = st
 	}
-	if a.Refusal == Admitted && a.Reservation.Amount > 0 {
+	if a.Refusal == notRefused && a.Reservation.Amount > 0 {
 		s.nextID++
 		a.Reservation.ID = s.nextID
 		k.reserved += a.Reservation.Amount
@@ -129,8 +129,8 @@ func (s *MemoryStore) Admit(_ context.Context, r Request) (Admission, error) {
 	return a, nil
 }
 
-// Settle implements [Store].
-func (s *MemoryStore) Settle(_ context.Context, r Reservation, o Outcome, now time.Time) error {
+// settle implements [Store].
+func (s *MemoryStore) settle(_ context.Context, r reservation, o outcome, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.held[r.ID]
@@ -143,18 +143,18 @@ func (s *MemoryStore) Settle(_ context.Context, r Reservation, o Outcome, now ti
 		return nil
 	}
 	k.reserved -= r.Amount
-	if o != Released {
+	if o != outcomeReleased {
 		k.roll(now)
 		k.spent += r.Amount
 	}
 	if r.IdempotencyKey != "" {
-		s.idem[r.IdempotencyKey] = s.idem[r.IdempotencyKey].Settled(r, o)
+		s.idem[r.IdempotencyKey] = s.idem[r.IdempotencyKey].settled(r, o)
 	}
 	return nil
 }
 
-// Record implements [Store].
-func (s *MemoryStore) Record(_ context.Context, e Entry) error {
+// record implements [Store].
+func (s *MemoryStore) record(_ context.Context, e Entry) error {
 	s.mu.Lock()
 	s.log = append(s.log, e)
 	s.mu.Unlock()

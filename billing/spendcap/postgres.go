@@ -14,7 +14,7 @@ import (
 )
 
 // PostgresStore is a [Store] in PostgreSQL, shared by every replica of a
-// proxy: Admit checks and reserves in one transaction that locks the
+// proxy: admit checks and reserves in one transaction that locks the
 // vault key's row, so replicas never reserve past a cap together. Its
 // tables are spendcap_keys, spendcap_reservations, spendcap_idempotency
 // and spendcap_audit; call [PostgresStore.Migrate] at start-up.
@@ -160,8 +160,8 @@ func parsePer(s string) Per {
 	return PerRun
 }
 
-// Admit implements [Store] in one transaction that locks the key's row.
-func (s *PostgresStore) Admit(ctx context.Context, r Request) (a Admission, err error) {
+// admit implements [Store] in one transaction that locks the key's row.
+func (s *PostgresStore) admit(ctx context.Context, r admitRequest) (a admission, err error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var (
 			k                        Key
@@ -170,7 +170,7 @@ func (s *PostgresStore) Admit(ctx context.Context, r Request) (a Admission, err 
 			revoked                  bool
 			start                    time.Time
 			spent, reserved          int64
-			st                       IdemState
+			st                       idemState
 			allowed                  []string
 			allowedNull              bool
 			newSpent, newWindowStart = int64(0), time.Time{}
@@ -179,7 +179,7 @@ func (s *PostgresStore) Admit(ctx context.Context, r Request) (a Admission, err 
 FROM spendcap_keys WHERE key_id = $1 FOR UPDATE`, r.KeyID).
 			Scan(&k.CapAmount, &per, &allowed, &allowedNull, &expires, &revoked, &start, &spent, &reserved)
 		if errors.Is(err, pgx.ErrNoRows) {
-			a = Admission{Refusal: UnknownKey}
+			a = admission{Refusal: refusedUnknownKey}
 			return nil
 		}
 		if err != nil {
@@ -209,9 +209,9 @@ FROM spendcap_keys WHERE key_id = $1 FOR UPDATE`, r.KeyID).
 			}
 			st = st.utc()
 		}
-		a = decide(k, revoked, newSpent, reserved, r.IdempotencyKey != "" && st.Counted(r.Now), r)
+		a = decide(k, revoked, newSpent, reserved, r.IdempotencyKey != "" && st.counted(r.Now), r)
 		a, st = admitted(a, r, st)
-		if a.Refusal != Admitted {
+		if a.Refusal != notRefused {
 			return nil
 		}
 		if r.IdempotencyKey != "" {
@@ -236,20 +236,20 @@ VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, r.KeyID, r.IdempotencyKey, res.Am
 		return nil
 	})
 	if err != nil {
-		return Admission{}, fmt.Errorf("spendcap: admitting a request for %s: %w", r.KeyID, err)
+		return admission{}, fmt.Errorf("spendcap: admitting a request for %s: %w", r.KeyID, err)
 	}
 	return a, nil
 }
 
-func (s IdemState) utc() IdemState {
-	return IdemState{ChainStart: s.ChainStart.UTC(), LastForward: s.LastForward.UTC(), CountedUntil: s.CountedUntil.UTC()}
+func (s idemState) utc() idemState {
+	return idemState{ChainStart: s.ChainStart.UTC(), LastForward: s.LastForward.UTC(), CountedUntil: s.CountedUntil.UTC()}
 }
 
-// Settle implements [Store] in one transaction.
-func (s *PostgresStore) Settle(ctx context.Context, r Reservation, o Outcome, now time.Time) error {
+// settle implements [Store] in one transaction.
+func (s *PostgresStore) settle(ctx context.Context, r reservation, o outcome, now time.Time) error {
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var (
-			held       Reservation
+			held       reservation
 			countForUS int64
 		)
 		err := tx.QueryRow(ctx, `DELETE FROM spendcap_reservations WHERE id = $1
@@ -271,7 +271,7 @@ RETURNING key_id, idempotency_key, amount, reserved_at, since, count_for_us`, r.
 			Scan(&per, &start, &spent); err != nil {
 			return err
 		}
-		if o != Released {
+		if o != outcomeReleased {
 			if w := window(parsePer(per), now); w.After(start) {
 				start, spent = w, 0
 			}
@@ -281,8 +281,8 @@ RETURNING key_id, idempotency_key, amount, reserved_at, since, count_for_us`, r.
 			held.KeyID, held.Amount, spent, start); err != nil {
 			return err
 		}
-		if held.IdempotencyKey != "" && o != Released {
-			until := IdemState{}.Settled(held, o).CountedUntil
+		if held.IdempotencyKey != "" && o != outcomeReleased {
+			until := idemState{}.settled(held, o).CountedUntil
 			if _, err := tx.Exec(ctx, "UPDATE spendcap_idempotency SET counted_until = greatest(counted_until, $2) WHERE idempotency_key = $1",
 				held.IdempotencyKey, until); err != nil {
 				return err
@@ -296,8 +296,8 @@ RETURNING key_id, idempotency_key, amount, reserved_at, since, count_for_us`, r.
 	return nil
 }
 
-// Record implements [Store].
-func (s *PostgresStore) Record(ctx context.Context, e Entry) error {
+// record implements [Store].
+func (s *PostgresStore) record(ctx context.Context, e Entry) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO spendcap_audit (at, key_id, method, path, idempotency_key, amount, status, refused, replayed, kept)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		e.Time, e.KeyID, e.Method, e.Path, e.IdempotencyKey, e.Amount, e.Status, string(e.Refused), e.Replayed, e.Kept)
@@ -316,7 +316,7 @@ FROM spendcap_audit WHERE $1 = '' OR key_id = $1 ORDER BY id`, id)
 		var e Entry
 		var refused string
 		err := row.Scan(&e.Time, &e.KeyID, &e.Method, &e.Path, &e.IdempotencyKey, &e.Amount, &e.Status, &refused, &e.Replayed, &e.Kept)
-		e.Refused = Refusal(refused)
+		e.Refused = refused
 		return e, err
 	})
 	if err != nil {

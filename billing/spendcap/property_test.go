@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 )
 
 var (
@@ -67,11 +69,11 @@ func capProperty(t *testing.T, seed uint64) (sent, refused, moved int64) {
 		t.Fatal(err)
 	}
 	srv.SetScript(script)
-	px := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: upstreamKey, Clock: srv})
+	px := spendcaptest.NewProxy(spendcaptest.Config{Upstream: srv.URL, StripeKey: upstreamKey, Clock: srv})
 	defer px.Close()
 	capAmount := 1000 + rng.Int64N(9000)
 	maxCap := capAmount
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: capAmount})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: capAmount})
 
 	workers := 2 + rng.IntN(4)
 	plans := make([][]propOp, workers)

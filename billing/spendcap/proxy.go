@@ -22,10 +22,12 @@ import (
 	"github.com/billonce/billonce/idemkey"
 )
 
+// maxBody is the largest request body the proxy reads.
+const maxBody = 1 << 20
+
 // Defaults for [ProxyConfig] fields left zero.
 const (
 	DefaultCapStatus = http.StatusTooManyRequests
-	DefaultMaxBody   = 1 << 20
 	// DefaultKeyLifetime is how long Stripe keeps an idempotency key.
 	DefaultKeyLifetime = 24 * time.Hour
 	// DefaultClockSkew is how far the proxy's clock may be ahead of
@@ -72,7 +74,7 @@ type ProxyConfig struct {
 // Proxy is a spend-cap proxy as an [http.Handler]: it holds the Stripe
 // secret, accepts vault keys in its place, forwards only allowed
 // endpoints, and refuses payments past a key's cap. Refusals are JSON
-// objects whose "error" member is a string, without a Request-Id header,
+// objects whose "error" member is a string, without a admitRequest-Id header,
 // as a [Transport] expects:
 //
 //	429 (or CapStatus) {"error":"Daily spend cap of $50 reached","cap":5000,"spent":4800,"requested":500}
@@ -81,7 +83,8 @@ type ProxyConfig struct {
 //	400 {"error":"..."}                         (a request whose amount the proxy cannot count)
 //	502 {"error":"Upstream request failed; the outcome is unknown"}
 //
-// Everything Stripe answers is passed back unchanged.
+// Everything Stripe answers is passed back unchanged. A Proxy printed with
+// fmt or slog shows no secret; encoding/json sees no field.
 //
 // # Counting spend
 //
@@ -105,8 +108,9 @@ type ProxyConfig struct {
 //
 // Once an idempotency key has been counted, a resend with it reserves
 // nothing, as long as Stripe surely remembers the key: KeyLifetime minus
-// ClockSkew after the earliest Stripe can have first seen it (see
-// [IdemState]). Then a resend is reserved like a new request. Only the
+// ClockSkew after the earliest Stripe can have first seen it: a chain of
+// resends each less than a key lifetime after the one before counts from
+// the first. Then a resend is reserved like a new request. Only the
 // same request counts as a resend: the same idempotency key from the same
 // vault key to the same endpoint with the same parameters. Any other use
 // of a key is reserved, as Stripe executes it afresh when it never stored
@@ -125,9 +129,15 @@ type Proxy struct {
 	beforeReply atomic.Pointer[func(*http.Request)]
 }
 
-// String describes the configuration without the Stripe secret, so that
-// a ProxyConfig printed whole, by start-up code or a panic, leaks nothing.
-func (c ProxyConfig) String() string {
+// Format prints the configuration without the Stripe secret, for every
+// verb, so that a ProxyConfig printed whole, by start-up code or a panic,
+// leaks nothing.
+func (c ProxyConfig) Format(f fmt.State, verb rune) { formatString(f, verb, c.describe()) }
+
+// LogValue implements [slog.LogValuer] without the secret.
+func (c ProxyConfig) LogValue() slog.Value { return slog.StringValue(c.describe()) }
+
+func (c ProxyConfig) describe() string {
 	secret := "(none)"
 	if c.StripeKey != "" {
 		secret = "****"
@@ -136,30 +146,11 @@ func (c ProxyConfig) String() string {
 		idemkey.RedactRawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
 }
 
-// GoString is String, so %#v redacts too.
-func (c ProxyConfig) GoString() string { return c.String() }
-
-// Format prints String for every verb, so that no verb falls back to
-// printing the fields, the secret included.
-func (c ProxyConfig) Format(f fmt.State, verb rune) { formatString(f, verb, c.String()) }
-
-// LogValue implements [slog.LogValuer] without the secret.
-func (c ProxyConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
-
-// String describes the proxy without the Stripe secret it holds.
-func (p *Proxy) String() string {
-	return fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", idemkey.RedactURL(p.upstream), p.store)
+// Format prints the proxy without the Stripe secret it holds, for every
+// verb.
+func (p *Proxy) Format(f fmt.State, verb rune) {
+	formatString(f, verb, fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", idemkey.RedactURL(p.upstream), p.store))
 }
-
-// GoString is String, so %#v redacts too.
-func (p *Proxy) GoString() string { return p.String() }
-
-// Format prints String for every verb, so that no verb falls back to
-// printing the fields, the secret included.
-func (p *Proxy) Format(f fmt.State, verb rune) { formatString(f, verb, p.String()) }
-
-// LogValue implements [slog.LogValuer] without the secret.
-func (p *Proxy) LogValue() slog.Value { return slog.StringValue(p.String()) }
 
 func formatString(f fmt.State, verb rune, s string) {
 	if verb == 'q' {
@@ -250,32 +241,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.KeyID = KeyID(bearer)
 	}
 	if p.suspended.Load() {
-		p.refuse(ctx, w, &e, http.StatusUnauthorized, Suspended, map[string]any{"error": "All vault keys are suspended"})
+		p.refuse(ctx, w, &e, http.StatusUnauthorized, refusedSuspended, map[string]any{"error": "All vault keys are suspended"})
 		return
 	}
 	if bearer == "" {
-		p.refuse(ctx, w, &e, http.StatusUnauthorized, UnknownKey, map[string]any{"error": "Unknown vault key"})
+		p.refuse(ctx, w, &e, http.StatusUnauthorized, refusedUnknownKey, map[string]any{"error": "Unknown vault key"})
 		return
 	}
 	body, amount, msg := p.read(r)
 	if msg != "" {
-		p.refuse(ctx, w, &e, http.StatusBadRequest, BadRequest, map[string]any{"error": msg})
+		p.refuse(ctx, w, &e, http.StatusBadRequest, refusedBadRequest, map[string]any{"error": msg})
 		return
 	}
 	e.Amount = amount
 
 	now := p.clock.Now()
-	adm, err := p.store.Admit(ctx, Request{
+	adm, err := p.store.admit(ctx, admitRequest{
 		KeyID: e.KeyID, Method: r.Method, Path: r.URL.Path, IdempotencyKey: countedKey(e.KeyID, r, body),
 		Amount: amount, Now: now, CountFor: p.countFor, Window: p.countFor + p.timeout + 2*p.skew,
 	})
 	if err != nil {
-		p.refuse(ctx, w, &e, http.StatusServiceUnavailable, StoreFailed, map[string]any{"error": "The spend-cap proxy cannot reach its budget store; nothing was sent"})
+		p.refuse(ctx, w, &e, http.StatusServiceUnavailable, refusedStore, map[string]any{"error": "The spend-cap proxy cannot reach its budget store; nothing was sent"})
 		return
 	}
 	switch adm.Refusal {
-	case Admitted:
-	case RefusedCap:
+	case notRefused:
+	case refusedCap:
 		what := "Spend cap of " + dollars(adm.Cap) + " for this key reached"
 		if adm.Per == PerDay {
 			what = "Daily spend cap of " + dollars(adm.Cap) + " reached"
@@ -283,47 +274,47 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if amount > adm.Cap {
 			what = "Amount " + dollars(amount) + " is above the spend cap of " + dollars(adm.Cap) + " for this key"
 		}
-		p.refuse(ctx, w, &e, p.capStatus, RefusedCap, map[string]any{"error": what, "cap": adm.Cap, "spent": adm.Used, "requested": amount})
+		p.refuse(ctx, w, &e, p.capStatus, refusedCap, map[string]any{"error": what, "cap": adm.Cap, "spent": adm.Used, "requested": amount})
 		return
-	case RefusedEP:
-		p.refuse(ctx, w, &e, http.StatusForbidden, RefusedEP, map[string]any{
+	case refusedEndpoint:
+		p.refuse(ctx, w, &e, http.StatusForbidden, refusedEndpoint, map[string]any{
 			"error":             fmt.Sprintf("Endpoint %s %s is not allowed for this vault key", r.Method, r.URL.Path),
 			"allowed_endpoints": adm.AllowedEndpoints,
 		})
 		return
-	case Revoked:
-		p.refuse(ctx, w, &e, http.StatusUnauthorized, Revoked, map[string]any{"error": "Vault key revoked"})
+	case refusedRevoked:
+		p.refuse(ctx, w, &e, http.StatusUnauthorized, refusedRevoked, map[string]any{"error": "Vault key revoked"})
 		return
-	case Expired:
-		p.refuse(ctx, w, &e, http.StatusUnauthorized, Expired, map[string]any{"error": "Vault key expired"})
+	case refusedExpired:
+		p.refuse(ctx, w, &e, http.StatusUnauthorized, refusedExpired, map[string]any{"error": "Vault key expired"})
 		return
 	default:
-		p.refuse(ctx, w, &e, http.StatusUnauthorized, UnknownKey, map[string]any{"error": "Unknown vault key"})
+		p.refuse(ctx, w, &e, http.StatusUnauthorized, refusedUnknownKey, map[string]any{"error": "Unknown vault key"})
 		return
 	}
 
 	resp, err := p.forward(ctx, r, body)
 	res := adm.Reservation
-	o := Released
+	o := outcomeReleased
 	switch {
 	case err != nil:
-		o = Unknown
+		o = outcomeUnknown
 	case resp.Header.Get("Idempotent-Replayed") == "true":
 		// A replay, of whatever status, moved nothing now; the request
 		// that executed was counted when it was answered.
 	case resp.StatusCode >= 500:
-		o = Unknown
+		o = outcomeUnknown
 	case resp.StatusCode < 300:
-		o = Charged
+		o = outcomeCharged
 	}
 	if res.Amount > 0 {
 		// A failed settlement leaves the amount reserved: the cap can
 		// only be reached too early, never passed.
-		_ = p.store.Settle(ctx, res, o, p.clock.Now())
-		e.Kept = o != Released
+		_ = p.store.settle(ctx, res, o, p.clock.Now())
+		e.Kept = o != outcomeReleased
 	}
 	if err != nil {
-		p.refuse(ctx, w, &e, http.StatusBadGateway, Upstream, map[string]any{"error": "Upstream request failed; the outcome is unknown"}, r)
+		p.refuse(ctx, w, &e, http.StatusBadGateway, refusedUpstream, map[string]any{"error": "Upstream request failed; the outcome is unknown"}, r)
 		return
 	}
 	e.Status, e.Replayed = resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true"
@@ -366,12 +357,12 @@ func (p *Proxy) hook(r *http.Request) {
 // read reads r's body and the amount Stripe would move, or says why the
 // proxy cannot count it.
 func (p *Proxy) read(r *http.Request) (body []byte, amount int64, refusal string) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, DefaultMaxBody+1))
-	if err != nil || len(body) > DefaultMaxBody {
-		return nil, 0, "Request body unreadable or over 1 MiB"
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil || len(body) > maxBody {
+		return nil, 0, "admitRequest body unreadable or over 1 MiB"
 	}
 	if r.URL.RawPath != "" || path.Clean(r.URL.Path) != r.URL.Path || !strings.HasPrefix(r.URL.Path, "/v1/") {
-		return nil, 0, "Request path must be a plain /v1/... path, without escapes, dot segments or repeated slashes"
+		return nil, 0, "admitRequest path must be a plain /v1/... path, without escapes, dot segments or repeated slashes"
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return body, 0, ""
@@ -390,7 +381,7 @@ func (p *Proxy) read(r *http.Request) (body []byte, amount int64, refusal string
 	}
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
-		return nil, 0, "Request body is not a valid form"
+		return nil, 0, "admitRequest body is not a valid form"
 	}
 	vs, ok := form["amount"]
 	if !ok {
@@ -472,7 +463,7 @@ func (p *Proxy) forward(ctx context.Context, r *http.Request, body []byte) (*ups
 
 // refuse answers the request itself. forwarded is the request when it was
 // forwarded upstream, nil otherwise.
-func (p *Proxy) refuse(ctx context.Context, w http.ResponseWriter, e *Entry, status int, why Refusal, body map[string]any, forwarded ...*http.Request) {
+func (p *Proxy) refuse(ctx context.Context, w http.ResponseWriter, e *Entry, status int, why string, body map[string]any, forwarded ...*http.Request) {
 	e.Status, e.Refused = status, why
 	p.record(ctx, e)
 	if len(forwarded) > 0 {
@@ -487,7 +478,7 @@ func (p *Proxy) refuse(ctx context.Context, w http.ResponseWriter, e *Entry, sta
 
 func (p *Proxy) record(ctx context.Context, e *Entry) {
 	e.Time = p.clock.Now()
-	_ = p.store.Record(ctx, *e)
+	_ = p.store.record(ctx, *e)
 }
 
 // dollars formats an amount in cents: "$50", "$50.25".

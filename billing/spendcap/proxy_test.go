@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 )
 
 const (
@@ -22,14 +24,14 @@ const (
 
 // newProxy starts a fake Stripe that accepts only upstreamKey and a proxy
 // in front of it holding that key.
-func newProxy(tb testing.TB, cfg billingtest.ProxyConfig) (*billingtest.Server, *billingtest.Proxy) {
+func newProxy(tb testing.TB, cfg spendcaptest.Config) (*billingtest.Server, *spendcaptest.Proxy) {
 	tb.Helper()
 	srv := newServer(tb, billingtest.Config{APIKeys: []string{upstreamKey}})
 	cfg.Upstream, cfg.StripeKey = srv.URL, upstreamKey
 	if cfg.Clock == nil {
 		cfg.Clock = srv
 	}
-	px := billingtest.NewProxy(cfg)
+	px := spendcaptest.NewProxy(cfg)
 	tb.Cleanup(px.Close)
 	return srv, px
 }
@@ -82,8 +84,8 @@ func paid(srv *billingtest.Server) (total int64, n int) {
 
 func TestProxyCapPerRun(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 10000})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 10000})
 
 	var refused answer
 	for i := range 10 {
@@ -105,15 +107,15 @@ func TestProxyCapPerRun(t *testing.T) {
 	if rid := refused.header.Get("Request-Id"); rid != "" {
 		t.Errorf("refusal carries Request-Id %q; a proxy's own answer has none", rid)
 	}
-	if u := px.Usage(vaultKey); u != (billingtest.Usage{Spent: 8400}) {
+	if u := px.Usage(vaultKey); u != (spendcap.Usage{Spent: 8400}) {
 		t.Errorf("Usage = %+v; want Spent 8400, nothing reserved", u)
 	}
 }
 
 func TestProxyReplaysDoNotConsumeCap(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 5000})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 5000})
 	for i := range 5 {
 		if a := post(t, px.URL, vaultKey, "cus_1/2026-09", "cus_1", 4200); a.status != http.StatusOK {
 			t.Fatalf("attempt %d: status %d %v; want 200 (a replay)", i, a.status, a.body)
@@ -138,9 +140,9 @@ func TestProxyReplaysDoNotConsumeCap(t *testing.T) {
 
 func TestProxyConcurrentChargesAtTheEdgeDoNotOvershoot(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	srv, px := newProxy(t, spendcaptest.Config{})
 	const amount, fit = 200, 25
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: amount * fit})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: amount * fit})
 
 	var wg sync.WaitGroup
 	statuses := make([]int, 50)
@@ -172,8 +174,8 @@ func TestProxyConcurrentChargesAtTheEdgeDoNotOvershoot(t *testing.T) {
 
 func TestProxyUnknownOutcomeStaysCounted(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 4200})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 4200})
 
 	// Stripe commits, then the connection is cut: the proxy cannot know.
 	srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
@@ -202,8 +204,8 @@ func TestProxyUnknownOutcomeStaysCounted(t *testing.T) {
 
 func TestProxyDefinitiveFailuresRelease(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 4200})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 4200})
 	srv.Decline("cus_declined", "insufficient_funds")
 
 	if a := post(t, px.URL, vaultKey, "k1", "cus_declined", 4200); a.status != http.StatusPaymentRequired {
@@ -216,7 +218,7 @@ func TestProxyDefinitiveFailuresRelease(t *testing.T) {
 	if a := post(t, px.URL, vaultKey, "k2", "cus_1", 4200); a.status != http.StatusTooManyRequests || a.header.Get("Request-Id") == "" {
 		t.Fatalf("lock_timeout: status %d, Request-Id %q; want Stripe's 429", a.status, a.header.Get("Request-Id"))
 	}
-	if u := px.Usage(vaultKey); u != (billingtest.Usage{}) {
+	if u := px.Usage(vaultKey); u != (spendcap.Usage{}) {
 		t.Fatalf("Usage = %+v; want nothing spent after a decline and a 429", u)
 	}
 	if a := post(t, px.URL, vaultKey, "k2", "cus_1", 4200); a.status != http.StatusOK {
@@ -226,10 +228,10 @@ func TestProxyDefinitiveFailuresRelease(t *testing.T) {
 
 func TestProxyRefusals(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
+	srv, px := newProxy(t, spendcaptest.Config{})
 	allowed := []string{"POST /v1/payment_intents", "GET /v1/payment_intents/*"}
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100000, AllowedEndpoints: allowed})
-	px.IssueKey(billingtest.VaultKey{Key: "vault_other", CapAmount: 100000})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 100000, AllowedEndpoints: allowed})
+	px.IssueKey("vault_other", spendcap.Key{CapAmount: 100000})
 
 	a := post(t, px.URL, vaultKey, "k1", "cus_1", 100)
 	if a.status != http.StatusForbidden {
@@ -245,15 +247,15 @@ func TestProxyRefusals(t *testing.T) {
 	if a := post(t, px.URL, "vault_other", "k1", "cus_1", 100); a.status != http.StatusUnauthorized || a.body["error"] != "Vault key revoked" {
 		t.Errorf("revoked key: %d %v; want 401 Vault key revoked", a.status, a.body)
 	}
-	px.IssueKey(billingtest.VaultKey{Key: "vault_third", CapAmount: 100000})
-	px.KillSwitch(true)
+	px.IssueKey("vault_third", spendcap.Key{CapAmount: 100000})
+	px.Suspend(true)
 	if a := post(t, px.URL, "vault_third", "k1", "cus_1", 100); a.status != http.StatusUnauthorized {
 		t.Errorf("kill switch: status %d; want 401", a.status)
 	}
 	if st := srv.Stats(); st.Requests != 0 {
 		t.Fatalf("the fake Stripe saw %d requests; refusals must forward nothing", st.Requests)
 	}
-	px.KillSwitch(false)
+	px.Suspend(false)
 	if a := post(t, px.URL, "vault_third", "k1", "cus_1", 100); a.status != http.StatusOK {
 		t.Errorf("kill switch off: status %d %v; want 200", a.status, a.body)
 	}
@@ -268,8 +270,8 @@ func TestProxyRefusals(t *testing.T) {
 
 func TestProxyPerDayCapFollowsTheServerClock(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 5000, Per: billingtest.PerDay})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 5000, Per: spendcap.PerDay})
 	if a := post(t, px.URL, vaultKey, "d1", "cus_1", 5000); a.status != http.StatusOK {
 		t.Fatalf("status %d; want 200", a.status)
 	}
@@ -286,8 +288,8 @@ func TestProxyPerDayCapFollowsTheServerClock(t *testing.T) {
 func TestProxyCapStatus(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{http.StatusPaymentRequired, http.StatusPreconditionFailed} {
-		_, px := newProxy(t, billingtest.ProxyConfig{CapStatus: status})
-		px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1})
+		_, px := newProxy(t, spendcaptest.Config{CapStatus: status})
+		px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1})
 		if a := post(t, px.URL, vaultKey, "k", "cus_1", 2); a.status != status {
 			t.Errorf("CapStatus %d: got %d", status, a.status)
 		}
@@ -297,15 +299,15 @@ func TestProxyCapStatus(t *testing.T) {
 			t.Errorf("CapStatus 500: panic %v; want one naming the field", r)
 		}
 	}()
-	billingtest.NewProxy(billingtest.ProxyConfig{Upstream: "http://127.0.0.1:1", StripeKey: "sk", CapStatus: 500})
+	spendcaptest.NewProxy(spendcaptest.Config{Upstream: "http://127.0.0.1:1", StripeKey: "sk", CapStatus: 500})
 }
 
 // The proxy presents its own secret upstream, never the vault key; the
 // fake, configured to accept only that secret, would refuse anything else.
 func TestProxySendsOnlyItsSecretUpstream(t *testing.T) {
 	t.Parallel()
-	srv, px := newProxy(t, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 100})
+	srv, px := newProxy(t, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 100})
 	if a := post(t, px.URL, vaultKey, "k", "cus_1", 100); a.status != http.StatusOK {
 		t.Fatalf("status %d %v; want 200", a.status, a.body)
 	}
@@ -317,8 +319,8 @@ func TestProxySendsOnlyItsSecretUpstream(t *testing.T) {
 // BenchmarkProxyCharge compares a charge sent to the fake directly with one
 // sent through the proxy.
 func BenchmarkProxyCharge(b *testing.B) {
-	srv, px := newProxy(b, billingtest.ProxyConfig{})
-	px.IssueKey(billingtest.VaultKey{Key: vaultKey, CapAmount: 1 << 62})
+	srv, px := newProxy(b, spendcaptest.Config{})
+	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1 << 62})
 	for _, bc := range []struct{ name, url, key string }{
 		{"direct", srv.URL, upstreamKey},
 		{"proxied", px.URL, vaultKey},
@@ -339,7 +341,7 @@ func BenchmarkProxyCharge(b *testing.B) {
 func TestProxyCloseDoesNotWaitForUnusedConnections(t *testing.T) {
 	srv := billingtest.NewServer(billingtest.Config{})
 	defer srv.Close()
-	p := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: "sk_test_upstream"})
+	p := spendcaptest.NewProxy(spendcaptest.Config{Upstream: srv.URL, StripeKey: "sk_test_upstream"})
 	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)

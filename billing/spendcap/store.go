@@ -64,8 +64,8 @@ func (k Key) check() error {
 	return nil
 }
 
-// Allows reports whether the key may call method on path.
-func (k Key) Allows(method, path string) bool {
+// allows reports whether the key may call method on path.
+func (k Key) allows(method, path string) bool {
 	if k.AllowedEndpoints == nil {
 		return true
 	}
@@ -95,26 +95,29 @@ func NewVaultKey() string {
 	return "vault_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
 }
 
-// Store keeps the budgets of vault keys for a [Proxy]. Its methods are
-// called concurrently, from every replica that shares it.
+// Store keeps the budgets of vault keys for a [Proxy]: a [*PostgresStore],
+// shared by every replica of the proxy, or a [*MemoryStore] in one
+// process. Only this package implements it, as the proxy's accounting and
+// the store's atomic step are written together. Its methods are called
+// concurrently, from every replica that shares it.
 type Store interface {
-	// Admit decides a request: it refuses one whose key is unknown,
+	// admit decides a request: it refuses one whose key is unknown,
 	// revoked or expired, or whose endpoint the key does not allow, and,
 	// for an Amount above zero whose idempotency key is not counted,
 	// reserves the amount if it fits under the cap, in the same atomic
 	// step as the check, or refuses it. For an admitted request with an
-	// idempotency key it records the forward in the key's IdemState.
-	Admit(ctx context.Context, r Request) (Admission, error)
-	// Settle ends a reservation as o says, and updates the IdemState of
+	// idempotency key it records the forward in the key's idemState.
+	admit(ctx context.Context, r admitRequest) (admission, error)
+	// settle ends a reservation as o says, and updates the idemState of
 	// its idempotency key. Settling one twice, or one the store does not
 	// hold, changes nothing.
-	Settle(ctx context.Context, r Reservation, o Outcome, now time.Time) error
-	// Record stores one audit entry.
-	Record(ctx context.Context, e Entry) error
+	settle(ctx context.Context, r reservation, o outcome, now time.Time) error
+	// record stores one audit entry.
+	record(ctx context.Context, e Entry) error
 }
 
-// Request is what a [Store] is asked to admit.
-type Request struct {
+// admitRequest is what a [Store] is asked to admit.
+type admitRequest struct {
 	KeyID          string // KeyID of the presented vault key
 	Method, Path   string
 	IdempotencyKey string // "" when the request carries none
@@ -129,47 +132,46 @@ type Request struct {
 	Window time.Duration
 }
 
-// Outcome is how a forwarded request ended, for [Store.Settle].
-type Outcome uint8
+// outcome is how a forwarded request ended, for a store's settle. The
+// zero value is no outcome: a settlement always says which.
+type outcome uint8
 
 const (
-	// Released: the upstream refused (4xx) or replayed the request:
+	_ outcome = iota
+	// outcomeReleased: the upstream refused (4xx) or replayed the request:
 	// nothing moved, the reservation is released.
-	Released Outcome = iota
-	// Charged: the upstream executed the request (a 2xx, not a replay).
+	outcomeReleased
+	// outcomeCharged: the upstream executed the request (a 2xx, not a replay).
 	// The amount counts as spent, and its idempotency key as counted until
 	// the reservation's At plus CountFor: the upstream saw the key no
 	// earlier than the reservation, so it remembers the key at least that
 	// long.
-	Charged
-	// Unknown: a 5xx, a timeout or a lost answer. The amount counts as
+	outcomeCharged
+	// outcomeUnknown: a 5xx, a timeout or a lost answer. The amount counts as
 	// spent, and the idempotency key as counted for as long as any
 	// request the answer may have replayed is surely remembered (see
-	// [IdemState]).
-	Unknown
+	// [idemState]).
+	outcomeUnknown
 )
 
-// Refusal is why a [Proxy] answered a request itself.
-type Refusal string
-
-// The refusals.
+// Why a [Proxy] answered a request itself, as [Entry.Refused] says.
 const (
-	Admitted    Refusal = ""
-	RefusedCap  Refusal = "cap"
-	RefusedEP   Refusal = "endpoint"
-	Revoked     Refusal = "revoked"
-	Expired     Refusal = "expired"
-	UnknownKey  Refusal = "unknown_key"
-	Suspended   Refusal = "kill_switch"
-	Upstream    Refusal = "upstream"
-	BadRequest  Refusal = "bad_request"
-	StoreFailed Refusal = "store"
+	notRefused        = ""
+	refusedCap        = "cap"
+	refusedEndpoint   = "endpoint"
+	refusedRevoked    = "revoked"
+	refusedExpired    = "expired"
+	refusedUnknownKey = "unknown_key"
+	refusedSuspended  = "kill_switch"
+	refusedUpstream   = "upstream"
+	refusedBadRequest = "bad_request"
+	refusedStore      = "store"
 )
 
-// Admission is a [Store]'s decision on a [Request].
-type Admission struct {
-	Refusal     Refusal
-	Reservation Reservation // Amount 0 when nothing was reserved
+// admission is a [Store]'s decision on an [admitRequest].
+type admission struct {
+	Refusal     string      // notRefused when admitted
+	Reservation reservation // Amount 0 when nothing was reserved
 	// For a cap refusal: the key's cap, what it has spent and reserved,
 	// and over which span.
 	Cap, Used int64
@@ -178,21 +180,21 @@ type Admission struct {
 	AllowedEndpoints []string
 }
 
-// Reservation is an amount held against a key's cap while its request is
+// reservation is an amount held against a key's cap while its request is
 // in flight.
-type Reservation struct {
+type reservation struct {
 	ID             int64
 	KeyID          string
 	IdempotencyKey string
 	Amount         int64
 	At             time.Time // when it was made, on the proxy's clock
 	// Since is the earliest the upstream can have first seen the
-	// idempotency key, as the store knew at admission (see [IdemState]).
+	// idempotency key, as the store knew at admission (see [idemState]).
 	Since    time.Time
 	CountFor time.Duration
 }
 
-// IdemState is what a store knows of one idempotency key, over every vault
+// idemState is what a store knows of one idempotency key, over every vault
 // key: the upstream scopes idempotency keys to the secret the proxy holds.
 //
 // A key is counted until CountedUntil: then the upstream surely still
@@ -209,15 +211,15 @@ type Reservation struct {
 //     than Since: Since is the first forward of a chain of forwards each
 //     less than Window after the one before, so every forward before the
 //     chain is one the upstream has surely forgotten.
-type IdemState struct {
+type idemState struct {
 	ChainStart, LastForward, CountedUntil time.Time
 }
 
 // Counted reports whether a resend at now reserves nothing.
-func (s IdemState) Counted(now time.Time) bool { return now.Before(s.CountedUntil) }
+func (s idemState) counted(now time.Time) bool { return now.Before(s.CountedUntil) }
 
 // Forwarded returns s after a request with the key is forwarded at now.
-func (s IdemState) Forwarded(now time.Time, window time.Duration) IdemState {
+func (s idemState) forwarded(now time.Time, window time.Duration) idemState {
 	if s.LastForward.IsZero() || !now.Before(s.LastForward.Add(window)) {
 		s.ChainStart = now
 	}
@@ -231,12 +233,12 @@ func (s IdemState) Forwarded(now time.Time, window time.Duration) IdemState {
 }
 
 // Settled returns s after r ended with o.
-func (s IdemState) Settled(r Reservation, o Outcome) IdemState {
+func (s idemState) settled(r reservation, o outcome) idemState {
 	var until time.Time
 	switch o {
-	case Charged:
+	case outcomeCharged:
 		until = r.At.Add(r.CountFor)
-	case Unknown:
+	case outcomeUnknown:
 		until = r.Since.Add(r.CountFor)
 	}
 	if until.After(s.CountedUntil) {
@@ -255,10 +257,15 @@ type Entry struct {
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	Amount         int64     `json:"amount,omitempty"`
 	Status         int       `json:"status"`
-	// Refused is why the proxy answered itself; "" when Stripe's answer
-	// was passed back.
-	Refused  Refusal `json:"refused,omitempty"`
-	Replayed bool    `json:"replayed,omitempty"`
+	// Refused is why the proxy answered itself: "cap" (the cap is
+	// spent, or the amount is above it), "endpoint" (not on the key's
+	// allowlist), "revoked", "expired", "unknown_key", "kill_switch"
+	// (Proxy.Suspend), "bad_request" (an amount it cannot count),
+	// "upstream" (Stripe unreachable: the outcome is unknown) or "store"
+	// (the budget store unreachable: nothing was sent); "" when Stripe's
+	// answer was passed back.
+	Refused  string `json:"refused,omitempty"`
+	Replayed bool   `json:"replayed,omitempty"`
 	// Kept says whether the amount reserved was counted as spent.
 	Kept bool `json:"kept,omitempty"`
 }
@@ -299,33 +306,33 @@ func window(per Per, now time.Time) time.Time {
 
 // decide is the admission check common to the stores, for a key found in
 // the store with its window's spend.
-func decide(k Key, revoked bool, spent, reserved int64, counted bool, r Request) Admission {
+func decide(k Key, revoked bool, spent, reserved int64, counted bool, r admitRequest) admission {
 	switch {
 	case revoked:
-		return Admission{Refusal: Revoked}
+		return admission{Refusal: refusedRevoked}
 	case !k.ExpiresAt.IsZero() && !r.Now.Before(k.ExpiresAt):
-		return Admission{Refusal: Expired}
-	case !k.Allows(r.Method, r.Path):
-		return Admission{Refusal: RefusedEP, AllowedEndpoints: slices.Clone(k.AllowedEndpoints)}
+		return admission{Refusal: refusedExpired}
+	case !k.allows(r.Method, r.Path):
+		return admission{Refusal: refusedEndpoint, AllowedEndpoints: slices.Clone(k.AllowedEndpoints)}
 	case r.Amount <= 0 || counted:
-		return Admission{}
+		return admission{}
 	case !fits(k.CapAmount, spent, reserved, r.Amount):
 		used := spent
 		if reserved <= math.MaxInt64-used {
 			used += reserved
 		}
-		return Admission{Refusal: RefusedCap, Cap: k.CapAmount, Used: used, Per: k.Per}
+		return admission{Refusal: refusedCap, Cap: k.CapAmount, Used: used, Per: k.Per}
 	}
-	return Admission{Reservation: Reservation{KeyID: r.KeyID, IdempotencyKey: r.IdempotencyKey, Amount: r.Amount, At: r.Now, CountFor: r.CountFor}}
+	return admission{Reservation: reservation{KeyID: r.KeyID, IdempotencyKey: r.IdempotencyKey, Amount: r.Amount, At: r.Now, CountFor: r.CountFor}}
 }
 
 // admitted finishes an admission a for r, whose idempotency key's state
 // was st: it records the forward and stamps the reservation's Since.
-func admitted(a Admission, r Request, st IdemState) (Admission, IdemState) {
-	if a.Refusal != Admitted || r.IdempotencyKey == "" {
+func admitted(a admission, r admitRequest, st idemState) (admission, idemState) {
+	if a.Refusal != notRefused || r.IdempotencyKey == "" {
 		return a, st
 	}
-	st = st.Forwarded(r.Now, r.Window)
+	st = st.forwarded(r.Now, r.Window)
 	a.Reservation.Since = st.ChainStart
 	return a, st
 }

@@ -1,4 +1,4 @@
-package spendcap_test
+package spendcap
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/internal/pgtest"
 )
 
@@ -16,51 +15,51 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // adminStore is a Store with the administration both stores offer.
 type adminStore interface {
-	spendcap.Store
-	issue(tb testing.TB, vaultKey string, k spendcap.Key)
+	Store
+	issue(tb testing.TB, vaultKey string, k Key)
 	revoke(tb testing.TB, vaultKey string)
-	usage(tb testing.TB, vaultKey string, now time.Time) spendcap.Usage
+	usage(tb testing.TB, vaultKey string, now time.Time) Usage
 }
 
-type memStore struct{ *spendcap.MemoryStore }
+type memStore struct{ *MemoryStore }
 
-func (s memStore) issue(tb testing.TB, vk string, k spendcap.Key) {
+func (s memStore) issue(tb testing.TB, vk string, k Key) {
 	if err := s.IssueKey(context.Background(), vk, k); err != nil {
 		tb.Fatal(err)
 	}
 }
 func (s memStore) revoke(tb testing.TB, vk string) {
-	if err := s.Revoke(context.Background(), spendcap.KeyID(vk)); err != nil {
+	if err := s.Revoke(context.Background(), KeyID(vk)); err != nil {
 		tb.Fatal(err)
 	}
 }
-func (s memStore) usage(_ testing.TB, vk string, now time.Time) spendcap.Usage {
-	return s.Usage(spendcap.KeyID(vk), now)
+func (s memStore) usage(_ testing.TB, vk string, now time.Time) Usage {
+	return s.Usage(KeyID(vk), now)
 }
 
-type pgStore struct{ *spendcap.PostgresStore }
+type pgStore struct{ *PostgresStore }
 
-func (s pgStore) issue(tb testing.TB, vk string, k spendcap.Key) {
+func (s pgStore) issue(tb testing.TB, vk string, k Key) {
 	if err := s.IssueKey(context.Background(), vk, k, "test"); err != nil {
 		tb.Fatal(err)
 	}
 }
 func (s pgStore) revoke(tb testing.TB, vk string) {
-	if err := s.Revoke(context.Background(), spendcap.KeyID(vk)); err != nil {
+	if err := s.Revoke(context.Background(), KeyID(vk)); err != nil {
 		tb.Fatal(err)
 	}
 }
-func (s pgStore) usage(tb testing.TB, vk string, now time.Time) spendcap.Usage {
-	u, err := s.Usage(context.Background(), spendcap.KeyID(vk), now)
+func (s pgStore) usage(tb testing.TB, vk string, now time.Time) Usage {
+	u, err := s.Usage(context.Background(), KeyID(vk), now)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return u
 }
 
-func newPostgresStore(tb testing.TB) *spendcap.PostgresStore {
+func newPostgresStore(tb testing.TB) *PostgresStore {
 	tb.Helper()
-	s, err := spendcap.NewPostgresStore(pgtest.Pool(tb))
+	s, err := NewPostgresStore(pgtest.Pool(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -71,49 +70,52 @@ func newPostgresStore(tb testing.TB) *spendcap.PostgresStore {
 }
 
 func eachStore(t *testing.T, f func(t *testing.T, s adminStore)) {
-	t.Run("memory", func(t *testing.T) { f(t, memStore{spendcap.NewMemoryStore()}) })
+	t.Run("memory", func(t *testing.T) { f(t, memStore{NewMemoryStore()}) })
 	t.Run("postgres", func(t *testing.T) { f(t, pgStore{newPostgresStore(t)}) })
 }
+
+// vaultKey is the key the store tests issue.
+const vaultKey = "vault_key_test_store_000000000000000042"
 
 var t0 = time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
 
 const countFor = 24*time.Hour - 5*time.Minute
 
-func req(vk, idem string, amount int64, now time.Time) spendcap.Request {
-	return spendcap.Request{KeyID: spendcap.KeyID(vk), Method: "POST", Path: "/v1/charges", IdempotencyKey: idem,
+func req(vk, idem string, amount int64, now time.Time) admitRequest {
+	return admitRequest{KeyID: KeyID(vk), Method: "POST", Path: "/v1/charges", IdempotencyKey: idem,
 		Amount: amount, Now: now, CountFor: countFor, Window: countFor + 2*time.Minute}
 }
 
-func admit(tb testing.TB, s spendcap.Store, r spendcap.Request) spendcap.Admission {
+func admit(tb testing.TB, s Store, r admitRequest) admission {
 	tb.Helper()
-	a, err := s.Admit(context.Background(), r)
+	a, err := s.admit(context.Background(), r)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return a
 }
 
-func settle(tb testing.TB, s spendcap.Store, a spendcap.Admission, o spendcap.Outcome, now time.Time) {
+func settle(tb testing.TB, s Store, a admission, o outcome, now time.Time) {
 	tb.Helper()
-	if err := s.Settle(context.Background(), a.Reservation, o, now); err != nil {
+	if err := s.settle(context.Background(), a.Reservation, o, now); err != nil {
 		tb.Fatal(err)
 	}
 }
 
 func TestStoreReservesAtTheEdgeConcurrently(t *testing.T) {
 	eachStore(t, func(t *testing.T, s adminStore) {
-		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000})
+		s.issue(t, vaultKey, Key{CapAmount: 1000})
 		var (
 			wg       sync.WaitGroup
 			mu       sync.Mutex
-			admitted []spendcap.Admission
+			admitted []admission
 		)
 		for i := range 50 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				a := admit(t, s, req(vaultKey, "k"+string(rune('A'+i)), 30, t0))
-				if a.Refusal == spendcap.Admitted {
+				if a.Refusal == notRefused {
 					mu.Lock()
 					admitted = append(admitted, a)
 					mu.Unlock()
@@ -125,9 +127,9 @@ func TestStoreReservesAtTheEdgeConcurrently(t *testing.T) {
 			t.Fatalf("%d of 50 requests of 30 admitted under a cap of 1000; want 33", len(admitted))
 		}
 		for i, a := range admitted {
-			o := spendcap.Charged
+			o := outcomeCharged
 			if i%2 == 1 {
-				o = spendcap.Released
+				o = outcomeReleased
 			}
 			settle(t, s, a, o, t0)
 			settle(t, s, a, o, t0) // twice changes nothing
@@ -140,10 +142,10 @@ func TestStoreReservesAtTheEdgeConcurrently(t *testing.T) {
 
 func TestStoreCountsIdempotencyKeysWhileStripeRemembersThem(t *testing.T) {
 	eachStore(t, func(t *testing.T, s adminStore) {
-		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000})
-		s.issue(t, "vault_other_key_0000000000000", spendcap.Key{CapAmount: 1000})
+		s.issue(t, vaultKey, Key{CapAmount: 1000})
+		s.issue(t, "vault_other_key_0000000000000", Key{CapAmount: 1000})
 		a := admit(t, s, req(vaultKey, "charged", 400, t0))
-		settle(t, s, a, spendcap.Charged, t0.Add(time.Second))
+		settle(t, s, a, outcomeCharged, t0.Add(time.Second))
 		// Within the lifetime, from any vault key: nothing reserved.
 		for _, vk := range []string{vaultKey, "vault_other_key_0000000000000"} {
 			if a := admit(t, s, req(vk, "charged", 400, t0.Add(countFor-time.Second))); a.Refusal != "" || a.Reservation.Amount != 0 {
@@ -155,13 +157,13 @@ func TestStoreCountsIdempotencyKeysWhileStripeRemembersThem(t *testing.T) {
 		if a.Refusal != "" || a.Reservation.Amount != 400 {
 			t.Fatalf("resend after the lifetime: %+v; want 400 reserved", a)
 		}
-		settle(t, s, a, spendcap.Released, t0.Add(countFor))
+		settle(t, s, a, outcomeReleased, t0.Add(countFor))
 
 		// An unknown outcome counts from the first forward of the chain.
 		first := admit(t, s, req(vaultKey, "unknown", 100, t0))
-		settle(t, s, first, spendcap.Released, t0)
+		settle(t, s, first, outcomeReleased, t0)
 		later := admit(t, s, req(vaultKey, "unknown", 100, t0.Add(time.Hour)))
-		settle(t, s, later, spendcap.Unknown, t0.Add(time.Hour))
+		settle(t, s, later, outcomeUnknown, t0.Add(time.Hour))
 		if a := admit(t, s, req(vaultKey, "unknown", 100, t0.Add(countFor-time.Second))); a.Reservation.Amount != 0 {
 			t.Errorf("resend within the lifetime of the first forward: %+v; want nothing reserved", a)
 		}
@@ -173,24 +175,24 @@ func TestStoreCountsIdempotencyKeysWhileStripeRemembersThem(t *testing.T) {
 
 func TestStoreRefusals(t *testing.T) {
 	eachStore(t, func(t *testing.T, s adminStore) {
-		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges"}, ExpiresAt: t0.Add(time.Hour)})
+		s.issue(t, vaultKey, Key{CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges"}, ExpiresAt: t0.Add(time.Hour)})
 		for _, c := range []struct {
-			r    spendcap.Request
-			want spendcap.Refusal
+			r    admitRequest
+			want string
 		}{
-			{req("vault_unknown_0000000000000", "", 1, t0), spendcap.UnknownKey},
-			{req(vaultKey, "", math.MaxInt64, t0), spendcap.RefusedCap},
-			{req(vaultKey, "", 1001, t0), spendcap.RefusedCap},
-			{req(vaultKey, "", 1, t0.Add(time.Hour)), spendcap.Expired},
-			{func() spendcap.Request { r := req(vaultKey, "", 1, t0); r.Path = "/v1/refunds"; return r }(), spendcap.RefusedEP},
-			{req(vaultKey, "", 1000, t0), spendcap.Admitted},
+			{req("vault_unknown_0000000000000", "", 1, t0), refusedUnknownKey},
+			{req(vaultKey, "", math.MaxInt64, t0), refusedCap},
+			{req(vaultKey, "", 1001, t0), refusedCap},
+			{req(vaultKey, "", 1, t0.Add(time.Hour)), refusedExpired},
+			{func() admitRequest { r := req(vaultKey, "", 1, t0); r.Path = "/v1/refunds"; return r }(), refusedEndpoint},
+			{req(vaultKey, "", 1000, t0), notRefused},
 		} {
 			if a := admit(t, s, c.r); a.Refusal != c.want {
 				t.Errorf("%s %s amount %d at %v: %q; want %q", c.r.Method, c.r.Path, c.r.Amount, c.r.Now, a.Refusal, c.want)
 			}
 		}
 		s.revoke(t, vaultKey)
-		if a := admit(t, s, req(vaultKey, "", 1, t0)); a.Refusal != spendcap.Revoked {
+		if a := admit(t, s, req(vaultKey, "", 1, t0)); a.Refusal != refusedRevoked {
 			t.Errorf("after Revoke: %q; want revoked", a.Refusal)
 		}
 	})
@@ -198,10 +200,10 @@ func TestStoreRefusals(t *testing.T) {
 
 func TestStorePerDayWindow(t *testing.T) {
 	eachStore(t, func(t *testing.T, s adminStore) {
-		s.issue(t, vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerDay})
+		s.issue(t, vaultKey, Key{CapAmount: 1000, Per: PerDay})
 		a := admit(t, s, req(vaultKey, "", 900, t0))
-		settle(t, s, a, spendcap.Charged, t0)
-		if a := admit(t, s, req(vaultKey, "", 200, t0.Add(time.Hour))); a.Refusal != spendcap.RefusedCap {
+		settle(t, s, a, outcomeCharged, t0)
+		if a := admit(t, s, req(vaultKey, "", 200, t0.Add(time.Hour))); a.Refusal != refusedCap {
 			t.Errorf("same day: %q; want cap", a.Refusal)
 		}
 		next := t0.Add(14 * time.Hour) // past midnight UTC
@@ -218,7 +220,7 @@ func TestStorePerDayWindow(t *testing.T) {
 // (the runner's own tests, in internal/migrate, cover the rest).
 func TestPostgresStoreMigrate(t *testing.T) {
 	pool := pgtest.Pool(t)
-	s, err := spendcap.NewPostgresStore(pool)
+	s, err := NewPostgresStore(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +232,7 @@ func TestPostgresStoreMigrate(t *testing.T) {
 	if _, err := pool.Exec(context.Background(), "INSERT INTO spendcap_migrations (version, name) VALUES (99, 'future')"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Migrate(context.Background()); !errors.Is(err, spendcap.ErrNewerSchema) {
+	if err := s.Migrate(context.Background()); !errors.Is(err, ErrNewerSchema) {
 		t.Fatalf("Migrate with a newer record: %v; want ErrNewerSchema", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
 )
@@ -305,7 +306,7 @@ func TestStripeKeyIsNeverPrinted(t *testing.T) {
 	// The fake accepts another key only, so the run fails with Stripe's 401;
 	// the proxy knows no vault key, so it refuses with its own 401.
 	srv := fakeStripe(t, billingtest.Config{APIKeys: []string{"sk_test_other"}})
-	proxy := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: "sk_test_other"})
+	proxy := spendcaptest.NewProxy(spendcaptest.Config{Upstream: srv.URL, StripeKey: "sk_test_other"})
 	t.Cleanup(proxy.Close)
 	db := pgtest.URL(t)
 	check := func(args []string, code int, want ...string) {
@@ -365,9 +366,9 @@ func TestVaultProxyCapStopsTheRunAndARerunFinishes(t *testing.T) {
 	)
 	// Stripe accepts only the proxy's secret: the process has none to send.
 	srv := fakeStripe(t, billingtest.Config{APIKeys: []string{stripeSecret}})
-	proxy := billingtest.NewProxy(billingtest.ProxyConfig{Upstream: srv.URL, StripeKey: stripeSecret})
+	proxy := spendcaptest.NewProxy(spendcaptest.Config{Upstream: srv.URL, StripeKey: stripeSecret})
 	t.Cleanup(proxy.Close)
-	proxy.IssueKey(billingtest.VaultKey{Key: firstKey, CapAmount: capAmount})
+	proxy.IssueKey(firstKey, spendcap.Key{CapAmount: capAmount})
 
 	args := []string{"-database-url", pgtest.URL(t), "-vault-proxy-url", proxy.URL,
 		"-customers", strconv.Itoa(n), "-rate", "-1", "-period", period}
@@ -408,7 +409,7 @@ func TestVaultProxyCapStopsTheRunAndARerunFinishes(t *testing.T) {
 		paid, charged/100, charged%100, capAmount/100, rep.Run.Created, rep.Run.Pending)
 
 	// A new key with room for the rest, from the environment this time.
-	proxy.IssueKey(billingtest.VaultKey{Key: secondKey, CapAmount: 10 * capAmount})
+	proxy.IssueKey(secondKey, spendcap.Key{CapAmount: 10 * capAmount})
 	t.Setenv("VAULT_KEY", secondKey)
 	if r := runMain(t, args...); r.code != exitOK || !strings.Contains(r.stdout, fmt.Sprintf("already billed %6d", rep.Run.Created)) {
 		t.Fatalf("rerun: exit %d; want 0 with %d already billed\n%s\n%s", r.code, rep.Run.Created, r.stdout, r.stderr)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 )
@@ -37,12 +38,12 @@ func run() error {
 	// Stand-ins for Stripe and for the proxy that holds the real secret.
 	stripeAPI := billingtest.NewServer(billingtest.Config{APIKeys: []string{"sk_test_held_by_the_proxy"}})
 	defer stripeAPI.Close()
-	proxy := billingtest.NewProxy(billingtest.ProxyConfig{
+	proxy := spendcaptest.NewProxy(spendcaptest.Config{
 		Upstream: stripeAPI.URL, StripeKey: "sk_test_held_by_the_proxy", Clock: stripeAPI,
 	})
 	defer proxy.Close()
-	proxy.IssueKey(billingtest.VaultKey{
-		Key: vaultKey, CapAmount: 10000, Per: billingtest.PerDay,
+	proxy.IssueKey(vaultKey, spendcap.Key{
+		CapAmount: 10000, Per: spendcap.PerDay,
 		AllowedEndpoints: []string{"POST /v1/charges", "GET /v1/charges", "GET /v1/charges/*"},
 	})
 

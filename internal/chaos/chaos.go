@@ -1,5 +1,5 @@
 // Package chaos is the harness of the multi-process chaos examples
-// (examples/chaos, examples/river-chaos). It serves the fake Stripe of
+// (internal/cmd/chaos, internal/cmd/river-chaos). It serves the fake Stripe of
 // billing/billingtest with seeded faults and declines, starts a throwaway
 // PostgreSQL, starts child processes (the example's binary, re-executed
 // with its configuration as JSON in an environment variable), SIGKILLs

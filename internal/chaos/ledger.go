@@ -14,6 +14,7 @@ import (
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/ledger"
 )
 
 // Ledger is what Check found at the fake.
@@ -96,48 +97,61 @@ func (l *Ledger) note(format string, args ...any) {
 }
 
 // verify checks the invariants Check describes against payments and
-// claims, and counts what broke in l.
+// claims, and counts what broke in l. Which customer is charged more than
+// once, never, or when it should not be is the oracle's (package ledger);
+// amounts and claims are checked here.
 func verify(main string, periods map[string]int, payments []billingtest.Payment, claims map[key]claimRow, declined map[string]bool, l *Ledger) {
 	claims = maps.Clone(claims)
-	paid := map[key][]billingtest.Payment{}
-	for _, p := range payments {
-		if p.Paid {
-			k := key{p.Period, p.Customer}
-			paid[k] = append(paid[k], p)
+	want := map[ledger.Slot]bool{}
+	for period, n := range periods {
+		for i := range n {
+			want[ledger.Slot{Customer: CustomerID(i), Period: period}] = !declined[CustomerID(i)]
+		}
+	}
+	r := ledger.Check(toLedger(payments), want)
+	for _, s := range r.Duplicates {
+		var ids []string
+		for _, i := range r.Paid[s] {
+			ids = append(ids, payments[i].ID+" key="+payments[i].IdempotencyKey)
+		}
+		l.Duplicates += len(ids) - 1
+		l.note("customer %s charged %d times for %s: %s", s.Customer, len(ids), s.Period, strings.Join(ids, ", "))
+	}
+	for _, s := range r.Unexpected {
+		p := payments[r.Paid[s][0]]
+		if _, known := want[s]; known {
+			l.problem(&l.Mismatches, "declined customer %s has a paid charge %s for %s", s.Customer, p.ID, s.Period)
+		} else {
+			l.problem(&l.Mismatches, "charge %s for unknown customer %s, period %q", p.ID, s.Customer, s.Period)
+		}
+	}
+	for _, s := range r.Missing {
+		c := claims[key{s.Period, s.Customer}]
+		l.problem(&l.Missing, "customer %s never charged for %s; claim state %q", s.Customer, s.Period, c.state)
+		if c.state == string(claim.StateSucceeded) {
+			l.problem(&l.Mismatches, "customer %s, %s: succeeded claim names %s, but the ledger has no paid charge", s.Customer, s.Period, c.stripeID)
 		}
 	}
 	for _, period := range slices.Sorted(maps.Keys(periods)) {
 		for i := range periods[period] {
 			k := key{period, CustomerID(i)}
-			ps, c := paid[k], claims[k]
-			delete(paid, k)
+			c := claims[k]
 			delete(claims, k)
-			if len(ps) > 1 {
-				var ids []string
-				for _, p := range ps {
-					ids = append(ids, p.ID+" key="+p.IdempotencyKey)
-				}
-				l.Duplicates += len(ps) - 1
-				l.note("customer %s charged %d times for %s: %s", k.customer, len(ps), period, strings.Join(ids, ", "))
+			var ps []billingtest.Payment
+			for _, j := range r.Paid[ledger.Slot{Customer: k.customer, Period: period}] {
+				ps = append(ps, payments[j])
 			}
 			switch {
 			case declined[k.customer]:
 				if period == main {
 					l.Declined++
 				}
-				if len(ps) > 0 {
-					l.problem(&l.Mismatches, "declined customer %s has a paid charge %s for %s", k.customer, ps[0].ID, period)
-				}
 				if c.state != string(claim.StateFailed) {
 					l.problem(&l.Mismatches, "declined customer %s, %s: claim state %q, want failed", k.customer, period, c.state)
 				}
 				continue
 			case len(ps) == 0:
-				l.problem(&l.Missing, "customer %s never charged for %s; claim state %q", k.customer, period, c.state)
-				if c.state == string(claim.StateSucceeded) {
-					l.problem(&l.Mismatches, "customer %s, %s: succeeded claim names %s, but the ledger has no paid charge", k.customer, period, c.stripeID)
-				}
-				continue
+				continue // missing, counted above
 			}
 			if period == main {
 				l.Paid++
@@ -156,12 +170,18 @@ func verify(main string, periods map[string]int, payments []billingtest.Payment,
 			}
 		}
 	}
-	for k, ps := range paid {
-		l.problem(&l.Mismatches, "charge %s for unknown customer %s, period %q", ps[0].ID, k.customer, k.period)
-	}
 	for k, c := range claims {
 		l.problem(&l.Mismatches, "claim for unknown customer %s, period %q (state %q)", k.customer, k.period, c.state)
 	}
+}
+
+// toLedger is what the oracle needs of the fake's payments, in order.
+func toLedger(payments []billingtest.Payment) []ledger.Payment {
+	out := make([]ledger.Payment, len(payments))
+	for i, p := range payments {
+		out[i] = ledger.Payment{Customer: p.Customer, Period: p.Period, Paid: p.Paid}
+	}
+	return out
 }
 
 var customerRE = regexp.MustCompile(`cus_[0-9]+`)

@@ -8,8 +8,8 @@
 // exactly once at the right amount, none missing but the declined, and
 // every charge matched by a succeeded claim. It exits 1 if any of that fails.
 //
-//	go run ./examples/chaos
-//	go run ./examples/chaos -customers 10000 -kills 5 -db-restarts 1 -cut 0.15
+//	go run ./internal/cmd/chaos
+//	go run ./internal/cmd/chaos -customers 10000 -kills 5 -db-restarts 1 -cut 0.15
 package main
 
 import (
@@ -60,7 +60,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	fmt.Printf("billonce chaos: %s\n", strings.TrimSpace("go run ./examples/chaos "+strings.Join(os.Args[1:], " ")))
+	fmt.Printf("billonce chaos: %s\n", strings.TrimSpace("go run ./internal/cmd/chaos "+strings.Join(os.Args[1:], " ")))
 	fmt.Print(fig)
 	if !fig.OK() {
 		for _, line := range fig.Evidence {

@@ -1,15 +1,13 @@
-// Command spend-cap-proxy is a spend-cap proxy a team can run: it holds the
-// Stripe secret, hands out vault keys with a cap each, and never lets
-// requests sent with a vault key spend past its cap, however many replicas
-// share its PostgreSQL database. It is [spendcap.Proxy] on a
+// Command spendcap-proxy is the spend-cap proxy as a server a team can run:
+// it holds the Stripe secret, hands out vault keys with a cap each, and never
+// lets requests sent with a vault key spend past its cap, however many
+// replicas share its PostgreSQL database. It is [spendcap.Proxy] on a
 // [spendcap.PostgresStore], plus a small admin API.
 //
-// With no flags it is a self-contained demo: a throwaway PostgreSQL, an
-// in-process fake Stripe, and one vault key issued with a cap; it prints the
-// monthly-billing command that bills through it.
+//	STRIPE_SECRET_KEY=sk_live_... SPENDCAP_ADMIN_TOKEN=... DATABASE_URL=postgres://... go run ./billing/spendcap/cmd/spendcap-proxy -addr :8443
 //
-//	go run ./examples/spend-cap-proxy
-//	STRIPE_SECRET_KEY=sk_live_... SPENDCAP_ADMIN_TOKEN=... go run ./examples/spend-cap-proxy -database-url postgres://... -addr :8443
+// -upstream sends requests to another Stripe-compatible server, such as the
+// fake Stripe of billing/billingtest/cmd/fake-stripe.
 //
 // The admin API takes "Authorization: Bearer <admin token>":
 //
@@ -39,44 +37,35 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
-	"github.com/billonce/billonce/internal/pgtest"
 )
-
-// demoAllow is what a demo key may call: what a billing run needs.
-var demoAllow = []string{"POST /v1/charges", "POST /v1/payment_intents", "GET /v1/charges*", "GET /v1/payment_intents*"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "spend-cap-proxy:", err)
+		fmt.Fprintln(os.Stderr, "spendcap-proxy:", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("spend-cap-proxy", flag.ContinueOnError)
+	fs := flag.NewFlagSet("spendcap-proxy", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on")
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL holding keys and budgets, shared by every replica (default $DATABASE_URL; none: a throwaway one)")
-	upstream := fs.String("upstream", "", "Stripe API base URL (default https://api.stripe.com with $STRIPE_SECRET_KEY, else an in-process fake Stripe)")
-	demoCap := fs.Int64("demo-cap", 50000, "cap of the vault key issued at start in the demo, in cents")
+	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL holding keys and budgets, shared by every replica (default $DATABASE_URL)")
+	upstream := fs.String("upstream", "https://api.stripe.com", "Stripe API base URL, or a Stripe-compatible server's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: every setting is a flag (see -h)", fs.Arg(0))
+	}
 	secret := os.Getenv("STRIPE_SECRET_KEY")
-	demo := secret == "" && *upstream == ""
-	switch {
-	case demo:
-		secret = "sk_test_" + random()
-		fake := billingtest.NewServer(billingtest.Config{APIKeys: []string{secret}})
-		defer fake.Close()
-		*upstream = fake.URL
-	case secret == "":
-		return errors.New("-upstream is set but STRIPE_SECRET_KEY is empty: set the secret the proxy sends upstream")
-	case *upstream == "":
-		*upstream = "https://api.stripe.com"
+	if secret == "" {
+		return errors.New("STRIPE_SECRET_KEY is empty: set the secret the proxy sends upstream")
+	}
+	if *dbURL == "" {
+		return errors.New("no database: pass -database-url or set DATABASE_URL")
 	}
 	adminToken := os.Getenv("SPENDCAP_ADMIN_TOKEN")
 	if adminToken == "" {
@@ -84,19 +73,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "admin token:", adminToken)
 	}
 
-	var pool *pgxpool.Pool
-	var err error
-	if *dbURL == "" {
-		var stopDB func()
-		if pool, stopDB, err = pgtest.StartPool(ctx); err != nil {
-			return fmt.Errorf("starting a throwaway PostgreSQL (pass -database-url to use yours): %w", err)
-		}
-		defer stopDB()
-	} else if pool, err = pgxpool.New(ctx, *dbURL); err != nil {
+	pool, err := pgxpool.New(ctx, *dbURL)
+	if err != nil {
 		return fmt.Errorf("-database-url: %w", err)
-	} else {
-		defer pool.Close()
 	}
+	defer pool.Close()
 	store, err := spendcap.NewPostgresStore(pool)
 	if err != nil {
 		return err
@@ -120,14 +101,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintln(stdout, "spend-cap proxy on", base, "forwarding to", *upstream)
-	if demo {
-		vk := spendcap.NewVaultKey()
-		if err := store.IssueKey(ctx, vk, spendcap.Key{CapAmount: *demoCap, Per: spendcap.PerRun, AllowedEndpoints: demoAllow}, "demo"); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "vault key: %s (cap $%d.%02d per run)\n", vk, *demoCap/100, *demoCap%100)
-		fmt.Fprintf(stdout, "bill through it:\n  go run ./examples/monthly-billing -vault-proxy-url %s -vault-key %s -customers 30 -rate -1\n", base, vk)
-	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

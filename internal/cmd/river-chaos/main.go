@@ -9,8 +9,8 @@
 // the declined. Last, with faults off, it times one Biller.Run against the
 // River workers on the same fake. It exits 1 if an invariant broke.
 //
-//	go run ./examples/river-chaos
-//	go run ./examples/river-chaos -customers 2000 -kills 1 -throughput 1000
+//	go run ./internal/cmd/river-chaos
+//	go run ./internal/cmd/river-chaos -customers 2000 -kills 1 -throughput 1000
 package main
 
 import (
@@ -59,7 +59,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	fmt.Printf("billonce river-chaos: %s\n", strings.TrimSpace("go run ./examples/river-chaos "+strings.Join(os.Args[1:], " ")))
+	fmt.Printf("billonce river-chaos: %s\n", strings.TrimSpace("go run ./internal/cmd/river-chaos "+strings.Join(os.Args[1:], " ")))
 	fmt.Print(fig)
 	if !fig.OK() {
 		fmt.Printf("FAIL: invariants broken; logs kept in %s (seed %d)\n", fig.LogDir, cfg.Seed)

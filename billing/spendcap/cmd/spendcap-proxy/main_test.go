@@ -15,7 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/pgtest"
@@ -42,7 +41,7 @@ func TestHelperProcess(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, strings.Split(args, "\x1f"), os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "spend-cap-proxy:", err)
+		fmt.Fprintln(os.Stderr, "spendcap-proxy:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -203,40 +202,5 @@ func TestTwoReplicasShareOneCap(t *testing.T) {
 		if strings.Contains(r.printed(), secret) || strings.Contains(r.printed(), vk) {
 			t.Errorf("a replica printed the Stripe secret or the vault key:\n%s", r.printed())
 		}
-	}
-}
-
-// With no flags the program is a demo: it issues a key and prints the
-// command that bills through it.
-func TestDemoPrintsAKeyAndTheCommand(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, pw); pw.Close() }()
-	var out strings.Builder
-	lines := bufio.NewScanner(pr)
-	deadline := time.AfterFunc(2*time.Minute, cancel)
-	defer deadline.Stop()
-	for lines.Scan() {
-		out.WriteString(lines.Text() + "\n")
-		if strings.Contains(lines.Text(), "go run ./examples/monthly-billing") {
-			break
-		}
-	}
-	cancel()
-	go func() { bufio.NewReader(pr).WriteTo(&strings.Builder{}) }()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	for _, want := range []string{"admin token: admin_", "vault key: vault_", "-vault-proxy-url http://127.0.0.1:", "-vault-key vault_"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-	if strings.Contains(out.String(), "sk_test_") {
-		t.Errorf("the demo printed its Stripe secret:\n%s", out.String())
 	}
 }

@@ -5,8 +5,8 @@
 // while a Reconcile searches), and the peak memory of one runner billing a
 // large streamed period.
 //
-//	go run ./examples/bench
-//	go run ./examples/bench -skip-million -reps 5
+//	go run ./internal/cmd/bench
+//	go run ./internal/cmd/bench -skip-million -reps 5
 package main
 
 import (
@@ -68,7 +68,7 @@ func main() {
 		}
 	}
 
-	t := &table{cmd: strings.TrimSpace("go run ./examples/bench " + strings.Join(os.Args[1:], " "))}
+	t := &table{cmd: strings.TrimSpace("go run ./internal/cmd/bench " + strings.Join(os.Args[1:], " "))}
 	if err := run(context.Background(), o, t); err != nil {
 		t.print(os.Stdout)
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -3,8 +3,8 @@
 // and prints from its ledger how many times each customer was charged when
 // it stops.
 //
-//	go run ./examples/fake-stripe -addr 127.0.0.1:12111
-//	go run ./examples/fake-stripe -seed 7 -cut 0.05 -500-before 0.05 -declines cus_a,cus_b=insufficient_funds
+//	go run ./billing/billingtest/cmd/fake-stripe -addr 127.0.0.1:12111
+//	go run ./billing/billingtest/cmd/fake-stripe -seed 7 -cut 0.05 -500-before 0.05 -declines cus_a,cus_b=insufficient_funds
 //
 // It runs until SIGINT or SIGTERM. Point a client at the URL it prints, with
 // any API key. On a second address (-admin-addr), GET /state returns the
