@@ -1,7 +1,6 @@
 package billingtest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -339,48 +338,4 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
-}
-
-// httpServer is an http.Server whose shutdown does not wait on connections
-// that were opened but never used: net/http's Shutdown grants those five
-// seconds, and a test closing a fake should not pay that.
-type httpServer struct {
-	*http.Server
-	fresh sync.Map // net.Conn -> struct{}: connections with no request yet
-}
-
-func newHTTPServer(h http.Handler) *httpServer {
-	hs := &httpServer{}
-	hs.Server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		ConnState: func(c net.Conn, st http.ConnState) {
-			if st == http.StateNew {
-				hs.fresh.Store(c, struct{}{})
-			} else {
-				hs.fresh.Delete(c)
-			}
-		}}
-	return hs
-}
-
-// shutdown stops accepting connections and waits up to five seconds for
-// requests in progress, closing unused connections for as long as it runs
-// (one may still be accepted after shutdown starts).
-func (hs *httpServer) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- hs.Shutdown(ctx) }()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		hs.fresh.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
-		select {
-		case err := <-shut:
-			if err != nil {
-				hs.Close()
-			}
-			return
-		case <-tick.C:
-		}
-	}
 }
