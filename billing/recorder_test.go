@@ -31,9 +31,6 @@ const envRecordCrash = "BILLONCE_TEST_RECORD_CRASH"
 // customer is charged once, counted at the fake.
 func TestRunCrashBeforeRecording(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a process and kills it")
-	}
 	for _, tc := range []struct {
 		name  string
 		after time.Duration   // time passing after the crash; 0: the lease only

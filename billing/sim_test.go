@@ -22,6 +22,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // TestSimulation plays seeded scenarios of several days of virtual time in
@@ -65,10 +66,7 @@ func simSeeds(t *testing.T) (seeds []uint64, single bool) {
 		}
 		return []uint64{k}, true
 	}
-	n := 200
-	if testing.Short() {
-		n = 50
-	}
+	n := testenv.Size(20, 200)
 	if v := os.Getenv("BILLONCE_SIM_SEEDS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {

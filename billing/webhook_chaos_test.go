@@ -23,6 +23,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // replicaEnv carries a webhook replica's configuration to the test binary
@@ -112,10 +113,7 @@ func startReplica(t *testing.T, rc replicaConfig) *replica {
 // acknowledge. Afterwards every claim's state is its payment's final
 // state at the fake, and nobody was charged twice.
 func TestWebhookChaos(t *testing.T) {
-	customers := 1000
-	if testing.Short() {
-		customers = 200
-	}
+	customers := testenv.Size(100, 1000)
 	const seed = 17
 	rng := rand.New(rand.NewPCG(seed, 0x5e771e))
 	async := map[string]billingtest.Async{}
