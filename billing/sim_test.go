@@ -35,7 +35,8 @@ import (
 // decline or a deliberate stop, and every payment and every succeeded claim
 // accounted for.
 //
-// BILLONCE_SIM_SEEDS=N runs seeds 1 to N (200 by default, 50 with -short);
+// BILLONCE_SIM_SEEDS=N runs seeds 1 to N (20 by default, 200 with
+// BILLONCE_LONG=1);
 // BILLONCE_SIM_SEED=K runs seed K alone and prints its whole trace. A seed
 // makes the same choices on every run; goroutines that act at once may
 // interleave differently, so a replay that passes may need -count=10.

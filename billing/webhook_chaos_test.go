@@ -105,7 +105,8 @@ func startReplica(t *testing.T, rc replicaConfig) *replica {
 	return &replica{addr: rc.Addr, cmd: cmd}
 }
 
-// A chaos configuration for asynchronous payments: 1,000 customers, 20%
+// A chaos configuration for asynchronous payments: 1,000 customers (100
+// without BILLONCE_LONG=1), 20%
 // paying by bank debit of which 10% fail when they settle; Stripe's events
 // delivered through a load balancer to two handler processes, 30%
 // duplicated, in shuffled order, one process killed (SIGKILL) while
