@@ -90,6 +90,7 @@ func TestAnswerCutThenRefusalsKeepsClaim(t *testing.T) {
 		{Kind: billingtest.FaultRateLimit},
 	} {
 		t.Run(string(refusal.Kind)+"/"+http.StatusText(refusal.Status), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			ctx := context.Background()
 			key := e.key("cus_1")

@@ -24,6 +24,7 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/internal/testenv"
 	"github.com/billonce/billonce/lock"
 )
 
@@ -303,12 +304,9 @@ func TestHelperProcess(t *testing.T) {
 // OS processes, one database, one Stripe: each customer is charged once.
 func TestRunThreeProcesses(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts three processes")
-	}
 	e := newEnvWith(t, billingtest.Config{Script: faults(5, map[billingtest.FaultKind]float64{
 		billingtest.FaultCut: 0.03, billingtest.FaultErrorBefore: 0.03, billingtest.FaultLockTimeout: 0.03})})
-	const n = 400
+	n := testenv.Size(100, 400)
 	ids := customers(n)
 	dbURL := e.pool.Config().ConnString()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

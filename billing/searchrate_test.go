@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // A large reconciliation searches Stripe at most 20 times a second, below
@@ -14,9 +15,7 @@ import (
 // 429 and leaves the rest of the rate to charges.
 func TestReconcileSearchRate(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("takes a few seconds of searches")
-	}
+	testenv.Long(t) // a few seconds of searches at the rate limit
 	e := newEnv(t, func(c *billing.Config) { c.RateLimit = 500 })
 	ctx := context.Background()
 	ids := customers(25)

@@ -22,6 +22,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // TestSimulation plays seeded scenarios of several days of virtual time in
@@ -34,7 +35,8 @@ import (
 // decline or a deliberate stop, and every payment and every succeeded claim
 // accounted for.
 //
-// BILLONCE_SIM_SEEDS=N runs seeds 1 to N (200 by default, 50 with -short);
+// BILLONCE_SIM_SEEDS=N runs seeds 1 to N (20 by default, 200 with
+// BILLONCE_LONG=1);
 // BILLONCE_SIM_SEED=K runs seed K alone and prints its whole trace. A seed
 // makes the same choices on every run; goroutines that act at once may
 // interleave differently, so a replay that passes may need -count=10.
@@ -65,10 +67,7 @@ func simSeeds(t *testing.T) (seeds []uint64, single bool) {
 		}
 		return []uint64{k}, true
 	}
-	n := 200
-	if testing.Short() {
-		n = 50
-	}
+	n := testenv.Size(20, 200)
 	if v := os.Getenv("BILLONCE_SIM_SEEDS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {

@@ -23,6 +23,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // replicaEnv carries a webhook replica's configuration to the test binary
@@ -104,7 +105,8 @@ func startReplica(t *testing.T, rc replicaConfig) *replica {
 	return &replica{addr: rc.Addr, cmd: cmd}
 }
 
-// A chaos configuration for asynchronous payments: 1,000 customers, 20%
+// A chaos configuration for asynchronous payments: 1,000 customers (100
+// without BILLONCE_LONG=1), 20%
 // paying by bank debit of which 10% fail when they settle; Stripe's events
 // delivered through a load balancer to two handler processes, 30%
 // duplicated, in shuffled order, one process killed (SIGKILL) while
@@ -112,10 +114,7 @@ func startReplica(t *testing.T, rc replicaConfig) *replica {
 // acknowledge. Afterwards every claim's state is its payment's final
 // state at the fake, and nobody was charged twice.
 func TestWebhookChaos(t *testing.T) {
-	customers := 1000
-	if testing.Short() {
-		customers = 200
-	}
+	customers := testenv.Size(100, 1000)
 	const seed = 17
 	rng := rand.New(rand.NewPCG(seed, 0x5e771e))
 	async := map[string]billingtest.Async{}

@@ -18,6 +18,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // Every event of a bank debit that settles, one that fails, a card
@@ -245,7 +246,7 @@ func TestEventRetention(t *testing.T) {
 // its full refund and its dispute; nobody is charged twice, and the next
 // run sends nothing.
 func TestWebhookPruneAcrossProcesses(t *testing.T) {
-	const customers = 200
+	customers := testenv.Size(50, 200)
 	async := map[string]billingtest.Async{}
 	var ids []string
 	for i := range customers {

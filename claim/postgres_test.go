@@ -15,6 +15,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/internal/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -22,8 +23,11 @@ import (
 const (
 	envHelperURL = "BILLONCE_CLAIM_HELPER_URL"
 	helperLock   = 4242 // advisory lock that holds the helper processes at the start line
-	helperClaims = 200
 )
+
+// helperClaims is how many customers each helper process claims; the
+// helpers inherit BILLONCE_LONG, so they agree with the test.
+var helperClaims = testenv.Size(50, 200)
 
 // TestHelperProcess is a replica of a billing run in its own OS process,
 // started by TestMultiProcessOneWinner. It waits at the start line, claims

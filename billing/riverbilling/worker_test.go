@@ -96,7 +96,12 @@ func TestWorkerKilledAfterStripeCommitted(t *testing.T) {
 func TestSameJobTwiceAtOnce(t *testing.T) {
 	e := newEnv(t, billingtest.Config{})
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultSlow, Delay: 500 * time.Millisecond})
-	w := e.worker(e.biller())
+	b := e.biller()
+	w := e.worker(b)
+	key, err := b.Key("cus_1", period, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	job := &river.Job[riverbilling.ChargeArgs]{
 		JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, Queue: riverbilling.DefaultQueue},
 		Args:   riverbilling.ChargeArgs{Customer: "cus_1", Period: period},
@@ -110,7 +115,16 @@ func TestSameJobTwiceAtOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if i == 1 {
-				time.Sleep(100 * time.Millisecond) // the first run is at Stripe
+				// Start once the first run holds the claim (it is at Stripe).
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+					if _, err := e.store.Get(context.Background(), key.String()); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Error("the first run made no claim within 10s")
+						return
+					}
+				}
 			}
 			errs[i] = w.Work(context.Background(), job)
 		}()

@@ -16,10 +16,11 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 var (
-	propIterations = flag.Int("spendcap.iterations", 40, "iterations of TestProxyNeverPassesTheCap")
+	propIterations = flag.Int("spendcap.iterations", testenv.Size(10, 40), "iterations of TestProxyNeverPassesTheCap")
 	propSeed       = flag.Uint64("spendcap.seed", 1, "first seed of TestProxyNeverPassesTheCap")
 )
 
@@ -34,9 +35,6 @@ var (
 //	go test ./billing/spendcap -run NeverPasses -spendcap.iterations=10000
 func TestProxyNeverPassesTheCap(t *testing.T) {
 	n := *propIterations
-	if testing.Short() && n > 10 {
-		n = 10
-	}
 	var sent, refused, moved int64
 	for i := range n {
 		seed := *propSeed + uint64(i)

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/tools/go/packages"
 
 	"github.com/billonce/billonce/idemkey/idemvet"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // TestFailureModes runs the analyzer over examples/failure-modes, whose
@@ -22,9 +23,11 @@ import (
 // later) is correct code on any given day: no static rule can tell.
 //
 // It loads the example and all its dependencies (stripe-go, pgx) from
-// source: seconds, but minutes under the race detector, so a -race build
-// skips it and .ci/run runs it without -race.
+// source: tens of seconds, and minutes under the race detector, so it is
+// part of the long suite, a -race build skips it, and .ci/run runs it
+// without -race.
 func TestFailureModes(t *testing.T) {
+	testenv.Long(t)
 	if raceDetector {
 		t.Skip("type-checks every dependency from source: run without -race")
 	}

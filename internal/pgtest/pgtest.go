@@ -2,10 +2,12 @@
 //
 // A test binary starts one cluster from the local PostgreSQL binaries
 // (initdb and postgres on PATH or under /usr/lib/postgresql/*/bin), in a
-// temporary directory, listening on a free loopback port, with fsync off.
-// Every test gets a fresh database of its own, so tables and advisory locks
-// never leak between tests. The cluster is stopped and deleted when the test
-// binary exits.
+// temporary directory, listening on a free loopback port, with fsync off,
+// when its first test asks for a database: a binary run as a helper
+// process, or whose tests need none, starts nothing. Every test gets a
+// fresh database of its own, so tables and advisory locks never leak
+// between tests. The cluster is stopped and deleted when the test binary
+// exits.
 //
 // Wire it up once per package:
 //
@@ -310,8 +312,31 @@ func (c *Cluster) NewDatabase(ctx context.Context) (string, error) {
 
 // StartPool starts a throwaway cluster with [Start] and returns a pool on a
 // fresh database in it, and a stop function that closes the pool and the
-// cluster. It is the whole set-up of a runnable example.
+// cluster. It is the whole set-up of a runnable example. In a test binary
+// whose TestMain runs [Main], it starts no cluster of its own: the pool is
+// on a fresh database of the package's cluster, which stop drops.
 func StartPool(ctx context.Context) (pool *pgxpool.Pool, stop func(), err error) {
+	if !mainCalled {
+		return startOwnPool(ctx)
+	}
+	c, err := mainServer()
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := c.NewDatabase(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	drop := func() { _ = c.DropDatabase(context.WithoutCancel(ctx), u) }
+	if pool, err = pgxpool.New(ctx, u); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return pool, func() { pool.Close(); drop() }, nil
+}
+
+// startOwnPool is StartPool outside a test binary: a cluster of its own.
+func startOwnPool(ctx context.Context) (pool *pgxpool.Pool, stop func(), err error) {
 	c, err := Start(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -356,13 +381,29 @@ func ping(ctx context.Context, u string) error {
 }
 
 var (
+	mainCalled  bool // set by Main before any test runs
+	mainMu      sync.Mutex
+	mainStarted bool
 	mainCluster *Cluster
 	mainErr     error
-	mainCalled  bool
 )
 
-// Main runs the package's tests against one cluster and stops it when they
-// are done. Call it from TestMain:
+// mainServer starts the test binary's cluster on first use.
+func mainServer() (*Cluster, error) {
+	mainMu.Lock()
+	defer mainMu.Unlock()
+	if !mainStarted {
+		mainStarted = true
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		mainCluster, mainErr = Start(ctx)
+	}
+	return mainCluster, mainErr
+}
+
+// Main runs the package's tests against one cluster, started when the
+// first of them asks for a database, and stops it when they are done. Call
+// it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
@@ -370,13 +411,12 @@ var (
 // database fail with the reason, so tests that need none still run.
 func Main(m *testing.M) {
 	mainCalled = true
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	mainCluster, mainErr = Start(ctx)
-	cancel()
 	code := m.Run()
+	mainMu.Lock()
 	if mainCluster != nil {
 		mainCluster.Stop()
 	}
+	mainMu.Unlock()
 	os.Exit(code)
 }
 
@@ -387,10 +427,11 @@ func Server(tb testing.TB) *Cluster {
 	if !mainCalled {
 		tb.Fatal("pgtest: call pgtest.Main(m) from this package's TestMain before asking for a database")
 	}
-	if mainErr != nil {
-		tb.Fatalf("%v", mainErr)
+	c, err := mainServer()
+	if err != nil {
+		tb.Fatalf("%v", err)
 	}
-	return mainCluster
+	return c
 }
 
 // URL creates a fresh database for this test and returns its connection

@@ -163,13 +163,14 @@ func TestNoPostgresMessage(t *testing.T) {
 	}
 }
 
-// StartPool hands back a working pool on its own cluster; stop removes it.
+// Outside a test binary, StartPool hands back a working pool on its own
+// cluster; stop removes it.
 func TestStartPool(t *testing.T) {
 	if os.Getenv(EnvURL) != "" {
 		t.Skip("StartPool uses the server named by " + EnvURL)
 	}
 	ctx := context.Background()
-	pool, stop, err := StartPool(ctx)
+	pool, stop, err := startOwnPool(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,5 +183,26 @@ func TestStartPool(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		c.Close()
 		t.Errorf("a server still listens on %s after stop", addr)
+	}
+}
+
+// In a test binary that runs Main (a runnable example), StartPool hands
+// back a pool on a fresh database of the binary's cluster; stop drops the
+// database and leaves the cluster to the other tests.
+func TestStartPoolInTestBinary(t *testing.T) {
+	ctx := context.Background()
+	pool, stop, err := StartPool(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	admin := Pool(t)
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil || n != 0 {
+		t.Errorf("database %s: %d left after stop, %v; want dropped", name, n, err)
 	}
 }

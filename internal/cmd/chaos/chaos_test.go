@@ -8,6 +8,7 @@ import (
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/chaos"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // TestMain turns the test binary into a runner when the harness re-executes
@@ -22,9 +23,7 @@ func TestMain(m *testing.M) {
 // PostgreSQL restarts once and the runners' backends are terminated once.
 // The fake's ledger must show every customer charged exactly once.
 func TestChaosSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and three runner processes")
-	}
+	testenv.Long(t) // starts PostgreSQL and three runner processes
 	cfg := Config{
 		Customers: 300, Runners: 3, Period: "2026-09", Seed: 7,
 		Kills: 2, DBRestarts: 1, DBDown: 300 * time.Millisecond, Terminations: 1,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/chaos"
+	"github.com/billonce/billonce/internal/testenv"
 )
 
 // TestMain turns the test binary into a worker when the harness re-executes
@@ -22,9 +23,7 @@ func TestMain(m *testing.M) {
 // worker is SIGKILLed and PostgreSQL restarts once. The fake's ledger must
 // show every customer charged exactly once.
 func TestRiverChaosSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and three worker processes")
-	}
+	testenv.Long(t) // starts PostgreSQL and three worker processes
 	cfg := Config{
 		Customers: 300, Workers: 3, MaxWorkers: 4, Period: "2026-09", Seed: 3,
 		Kills: 1, DBRestarts: 1, DBDown: 300 * time.Millisecond,
