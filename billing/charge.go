@@ -533,7 +533,7 @@ func beforeOnBothClocks(t time.Time) bool {
 // outcomeUnknown reports whether err leaves open whether Stripe charged:
 // anything but a definitive 4xx refusal or a run-stopping answer.
 func outcomeUnknown(err error) bool {
-	if stopsRun(err) {
+	if StopsRun(err) {
 		return false
 	}
 	var se *stripe.Error
@@ -726,7 +726,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
 		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
 		return chargeErr(j, ErrKeyReused, "", err)
-	case stopsRun(err):
+	case StopsRun(err):
 		return chargeErr(j, nil, "", err)
 	case refusal:
 		return chargeErr(j, nil, "", refused(se))

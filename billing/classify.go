@@ -100,7 +100,7 @@ const (
 //	  not listed here, and any error answer that is not Stripe's (a
 //	  proxy's or a web server's own page, without Stripe's Request-Id)
 func Classify(err error) retry.Decision {
-	if err == nil || stopsRun(err) {
+	if err == nil || StopsRun(err) {
 		return retry.Stop()
 	}
 	var se *stripe.Error

@@ -37,10 +37,6 @@ const (
 	maxBatchSize = 10_000
 )
 
-// ErrRunHeldElsewhere is returned by Run and Reconcile when their options
-// set a Lock and another runner holds it. Nothing was claimed or sent.
-var ErrRunHeldElsewhere = errors.New("billing: another runner holds the lock for this billing run")
-
 // Item is one customer to bill in a [Biller.Run].
 type Item struct {
 	Customer string
@@ -462,7 +458,7 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 		if len(s.Failures) < maxFailures {
 			s.Failures = append(s.Failures, err)
 		}
-		if stopsRun(err) && r.stopErr == nil {
+		if StopsRun(err) && r.stopErr == nil {
 			r.stopErr = err
 			r.cancel()
 			r.b.log.Error("billonce: stopping the run", "period", j.period, "customer", j.customer, "error", err)
