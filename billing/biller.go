@@ -326,8 +326,16 @@ type Receipt struct {
 
 // Biller charges customers exactly once per period. It is safe for
 // concurrent use; create one per process and share it.
-type Biller struct {
-	cfg     Config
+//
+// Printing a Biller, with any fmt verb or slog handler, never shows its
+// secret key: its state is behind a pointer, and the fields that hold the
+// key (the configuration and the Stripe clients) behind another, which fmt
+// prints as addresses; it has no exported field for encoding/json.
+type Biller struct{ *biller }
+
+type biller struct {
+	// cfg, charges and intents hold the secret key; see Biller.
+	cfg     *Config
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
@@ -342,8 +350,8 @@ type Biller struct {
 	// endpoint and credential say where this Biller's keys go, recorded on
 	// every claim it makes.
 	endpoint, credential string
-	charges              charge.Client
-	intents              paymentintent.Client
+	charges              *charge.Client
+	intents              *paymentintent.Client
 }
 
 // New checks cfg and returns a Biller. Its errors wrap [ErrInvalid] and
@@ -353,7 +361,7 @@ func New(cfg Config) (*Biller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, seq: new(atomic.Uint64)}
+	b := &Biller{&biller{cfg: &cfg, log: cfg.Logger, policy: cfg.Retry, seq: new(atomic.Uint64)}}
 	b.limiter = cfg.limiter()
 	b.searches = rate.NewLimiter(rate.Inf, 0)
 	if cfg.RateLimit >= 0 {
@@ -367,8 +375,8 @@ func New(cfg Config) (*Biller, error) {
 	rand.Read(nonce[:])
 	b.instance = hex.EncodeToString(nonce[:])
 	backend := cfg.backend()
-	b.charges = charge.Client{B: backend, Key: cfg.SecretKey}
-	b.intents = paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
+	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
 	return b, nil
 }
 
@@ -506,11 +514,10 @@ func (b Biller) String() string {
 	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, idemkey.RedactRawURL(b.cfg.StripeURL), b.cfg.Owner)
 }
 
-// String describes the configuration without its secret key: the key
-// shows only whether it is set, the credential only as the fingerprint
-// claims record, and the Stripe URL redacted. A Config printed whole, by
-// start-up code or a panic, leaks nothing.
-func (cfg Config) String() string {
+// describe is what Format and LogValue show: the configuration without
+// its secret key (the key shows only whether it is set, the credential
+// only as the fingerprint claims record) and with the Stripe URL redacted.
+func (cfg Config) describe() string {
 	secret, cred := "(none)", "(SecretKey)"
 	if cfg.SecretKey != "" {
 		secret = "****"
@@ -522,39 +529,22 @@ func (cfg Config) String() string {
 		secret, cred, idemkey.RedactRawURL(cfg.StripeURL), cfg.API, cfg.Scope, cfg.Owner, cfg.Claims, cfg.RateLimit, cfg.WindowMargin, cfg.InProgressWait, cfg.SettleAfter)
 }
 
-// GoString is String, so that %#v does not print the secret key either.
-func (cfg Config) GoString() string { return cfg.String() }
-
-// Format prints String for every verb, so that no verb falls back to
-// printing the fields, secrets included.
+// Format prints the configuration without its secret key for every verb
+// (%v, %+v, %#v, %s, %d, …), so that a Config printed whole, by start-up
+// code or a panic, leaks nothing: the key shows only whether it is set,
+// the credential only as the fingerprint claims record, and the Stripe URL
+// redacted.
 func (cfg Config) Format(f fmt.State, verb rune) {
 	if verb == 'q' {
-		fmt.Fprintf(f, "%q", cfg.String())
+		fmt.Fprintf(f, "%q", cfg.describe())
 		return
 	}
-	io.WriteString(f, cfg.String())
+	io.WriteString(f, cfg.describe())
 }
 
-// LogValue implements [slog.LogValuer]: what String shows, for every
-// handler.
-func (cfg Config) LogValue() slog.Value { return slog.StringValue(cfg.String()) }
-
-// GoString is String, so that %#v does not print the secret key either.
-func (b Biller) GoString() string { return b.String() }
-
-// Format prints String for every verb, so that no verb (%d, %t, %o, …)
-// falls back to printing the fields, secrets included.
-func (b Biller) Format(f fmt.State, verb rune) {
-	if verb == 'q' {
-		fmt.Fprintf(f, "%q", b.String())
-		return
-	}
-	io.WriteString(f, b.String())
-}
-
-// LogValue implements [slog.LogValuer]: what String shows, for every
-// handler (a JSON handler would print the struct otherwise).
-func (b Biller) LogValue() slog.Value { return slog.StringValue(b.String()) }
+// LogValue implements [slog.LogValuer]: what Format shows, for every
+// handler (a JSON handler would print the fields otherwise).
+func (cfg Config) LogValue() slog.Value { return slog.StringValue(cfg.describe()) }
 
 // checkStripeURL refuses a Config.StripeURL that cannot work or carries a
 // credential, naming it redacted: url.Parse's error and the raw string

@@ -41,8 +41,9 @@ type WebhookConfig struct {
 	MaxBody int64
 }
 
-// String describes the configuration without its secret (I9).
-func (c WebhookConfig) String() string {
+// describe is what Format and LogValue show: the configuration without
+// its secret.
+func (c WebhookConfig) describe() string {
 	secret := "(none)"
 	if c.Secret != "" {
 		secret = "****"
@@ -50,14 +51,12 @@ func (c WebhookConfig) String() string {
 	return fmt.Sprintf("billing.WebhookConfig{Secret: %s, Tolerance: %v, MaxBody: %d}", secret, c.Tolerance, c.MaxBody)
 }
 
-// GoString is String, so that %#v does not print the secret either.
-func (c WebhookConfig) GoString() string { return c.String() }
+// Format prints the configuration without its secret, for every verb
+// (%v, %+v, %#v, %s, %x, …).
+func (c WebhookConfig) Format(f fmt.State, verb rune) { io.WriteString(f, c.describe()) }
 
-// Format prints String for every verb, so that no verb prints the secret.
-func (c WebhookConfig) Format(f fmt.State, verb rune) { io.WriteString(f, c.String()) }
-
-// LogValue implements [slog.LogValuer]: what String shows.
-func (c WebhookConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+// LogValue implements [slog.LogValuer]: what Format shows.
+func (c WebhookConfig) LogValue() slog.Value { return slog.StringValue(c.describe()) }
 
 // The events the handler applies; every other type is acknowledged and
 // ignored.

@@ -1,29 +1,22 @@
 package spendcap
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode"
 
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/nilness"
+	"github.com/billonce/billonce/internal/stripeanswer"
 )
 
 // maxVaultKeyLen bounds a vault key; real ones are well under it.
 const maxVaultKeyLen = 512
-
-// maxRefusalBody is how much of an error answer the [Transport] reads
-// to tell a proxy refusal from a Stripe answer. Refusals are a few hundred
-// bytes; a larger body is passed through untouched.
-const maxRefusalBody = 64 << 10
 
 // Config configures a [Transport]. ProxyURL and VaultKey are
 // required.
@@ -233,22 +226,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // inspect takes the request as sent to the proxy, and returns resp, or the *ProxyError it carries, or resp rewritten
 // into Stripe's error shape; see the Transport docs.
 func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Response, error) {
-	if resp.StatusCode < 400 || strings.HasPrefix(resp.Header.Get("Request-Id"), "req_") {
+	if resp.StatusCode < 400 || stripeanswer.Stamped(resp) {
 		return resp, nil
 	}
-	buf, readErr := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody+1))
+	buf, readErr := stripeanswer.Peek(resp)
 	var ans struct {
 		Error            json.RawMessage `json:"error"`
 		AllowedEndpoints []string        `json:"allowed_endpoints"`
 	}
 	var msg string
-	if readErr != nil || len(buf) > maxRefusalBody ||
+	if readErr != nil || len(buf) > stripeanswer.MaxBody ||
 		json.Unmarshal(buf, &ans) != nil || json.Unmarshal(ans.Error, &msg) != nil {
-		// Not a proxy refusal: hand back the body as it came.
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+		// Not a proxy refusal: the body is handed back as it came.
 		return resp, nil
 	}
 	resp.Body.Close()
@@ -266,20 +255,7 @@ func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Respo
 	case http.StatusUnauthorized:
 		pe.kind = ErrVaultKeyRevoked
 	default:
-		typ := "invalid_request_error"
-		if resp.StatusCode >= 500 {
-			typ = "api_error"
-		}
-		body, _ := json.Marshal(map[string]any{"error": map[string]string{
-			"type":    typ,
-			"message": "spend-cap proxy: " + msg,
-		}})
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		resp.ContentLength = int64(len(body))
-		resp.Header = resp.Header.Clone()
-		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-		resp.Header.Set("Content-Type", "application/json")
-		return resp, nil
+		return stripeanswer.Rewrite(resp, resp.StatusCode, "spend-cap proxy: "+msg), nil
 	}
 	return nil, pe
 }
