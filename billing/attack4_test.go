@@ -23,6 +23,7 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // A re-bill that skips a number (attempt 3 after a declined attempt 1,
@@ -164,7 +165,7 @@ func TestAttack4RebillRacingRun(t *testing.T) {
 // across all methods) returns, so that every later step meets a cancelled
 // context: a runner whose caller gives up at exactly that point.
 type cancelStore struct {
-	claim.Store
+	testStore
 	mu     sync.Mutex
 	calls  int
 	at     int
@@ -187,34 +188,34 @@ func (s *cancelStore) step() func() {
 	}
 }
 
-func (s *cancelStore) Claim(ctx context.Context, r claim.Request) (claim.Result, error) {
+func (s *cancelStore) Claim(ctx context.Context, r claimengine.Request) (claimResult, error) {
 	defer s.step()()
-	return s.Store.Claim(ctx, r)
+	return s.claimEngine.Claim(ctx, r)
 }
 
-func (s *cancelStore) ClaimBatch(ctx context.Context, r []claim.Request) ([]claim.Result, error) {
+func (s *cancelStore) ClaimBatch(ctx context.Context, r []claimengine.Request) ([]claimResult, error) {
 	defer s.step()()
-	return s.Store.ClaimBatch(ctx, r)
+	return s.claimEngine.ClaimBatch(ctx, r)
 }
 
 func (s *cancelStore) CheckSend(ctx context.Context, key, owner string, w time.Duration) error {
 	defer s.step()()
-	return s.Store.CheckSend(ctx, key, owner, w)
+	return s.claimEngine.CheckSend(ctx, key, owner, w)
 }
 
 func (s *cancelStore) Succeed(ctx context.Context, key, id string) error {
 	defer s.step()()
-	return s.Store.Succeed(ctx, key, id)
+	return s.claimEngine.Succeed(ctx, key, id)
 }
 
 func (s *cancelStore) Release(ctx context.Context, key, owner, why string) error {
 	defer s.step()()
-	return s.Store.Release(ctx, key, owner, why)
+	return s.claimEngine.Release(ctx, key, owner, why)
 }
 
 func (s *cancelStore) Abandon(ctx context.Context, key, owner string) error {
 	defer s.step()()
-	return s.Store.Abandon(ctx, key, owner)
+	return s.claimEngine.Abandon(ctx, key, owner)
 }
 
 func (s *cancelStore) Get(ctx context.Context, key string) (claim.Claim, error) {
@@ -224,7 +225,7 @@ func (s *cancelStore) Get(ctx context.Context, key string) (claim.Claim, error) 
 
 func (s *cancelStore) Reopen(ctx context.Context, key, owner, ep, cred string) error {
 	defer s.step()()
-	return s.Store.Reopen(ctx, key, owner, ep, cred)
+	return s.claimEngine.Reopen(ctx, key, owner, ep, cred)
 }
 
 // batchCancelStore is a cancelStore that also records in batches, as
@@ -245,7 +246,7 @@ func (s *batchCancelStore) failed() bool {
 	return s.failAt > 0 && s.dones >= s.failAt
 }
 
-func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration, checks []claim.SendCheck, done []claim.Success) ([]error, []error) {
+func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration, checks []claimengine.SendCheck, done []claimengine.Success) ([]error, []error) {
 	if s.failAt > 0 {
 		if len(done) > 0 {
 			s.mu.Lock()
@@ -253,7 +254,7 @@ func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration
 			n := s.dones
 			s.mu.Unlock()
 			if n == s.failAt {
-				checkErrs, _ := s.pg.CheckSendSucceed(ctx, w, checks, nil)
+				checkErrs, _ := batcherOf(s.pg).CheckSendSucceed(ctx, w, checks, nil)
 				doneErrs := make([]error, len(done))
 				for i := range doneErrs {
 					doneErrs[i] = errors.New("connection reset by peer")
@@ -261,10 +262,10 @@ func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration
 				return checkErrs, doneErrs
 			}
 		}
-		return s.pg.CheckSendSucceed(ctx, w, checks, done)
+		return batcherOf(s.pg).CheckSendSucceed(ctx, w, checks, done)
 	}
 	defer s.step()()
-	return s.pg.CheckSendSucceed(ctx, w, checks, done)
+	return batcherOf(s.pg).CheckSendSucceed(ctx, w, checks, done)
 }
 
 // cancelTransport cancels the request's context once Stripe has answered,
@@ -327,7 +328,7 @@ func TestAttack4CancelAtEveryStep(t *testing.T) {
 			for at := 1; at <= 12; at++ {
 				id := "cus_" + strings.ReplaceAll(f.name, " ", "_") + "_" + where + "_" + string(rune('a'+at))
 				ctx, cancel := context.WithCancel(context.Background())
-				cs := &cancelStore{Store: e.store, at: at, before: where == "store-before", cancel: cancel}
+				cs := &cancelStore{testStore: wrapStore(e.store), at: at, before: where == "store-before", cancel: cancel}
 				var store claim.Store = cs
 				var bs *batchCancelStore
 				if f.name == "batched run" {

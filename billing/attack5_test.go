@@ -15,6 +15,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // pausingStore is a real claim store whose Claim and Abandon of chosen keys
@@ -25,17 +26,17 @@ import (
 // its process died right after the statement: the claim is won and
 // pending, and nothing was sent.
 type pausingStore struct {
-	*claim.Postgres
+	batchingStore
 	beforeClaim   map[string]func()
 	beforeAbandon map[string]func()
 	dieAfterClaim string
 }
 
-func (s *pausingStore) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
+func (s *pausingStore) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
 	if f := s.beforeClaim[req.Key]; f != nil {
 		f()
 	}
-	res, err := s.Postgres.Claim(ctx, req)
+	res, err := s.claimEngine.Claim(ctx, req)
 	if err == nil && req.Key == s.dieAfterClaim {
 		return res, errors.New("the runner died")
 	}
@@ -46,7 +47,7 @@ func (s *pausingStore) Abandon(ctx context.Context, key, owner string) error {
 	if f := s.beforeAbandon[key]; f != nil {
 		f()
 	}
-	return s.Postgres.Abandon(ctx, key, owner)
+	return s.claimEngine.Abandon(ctx, key, owner)
 }
 
 // rebill3PastAbandoned2 declines cus's attempt 1, then runs the race: Rebill(3)
@@ -69,8 +70,8 @@ func rebill3PastAbandoned2(t *testing.T, e *env, cus string, die bool) (billing.
 
 	checked := make(chan struct{}) // Rebill(3) has looked at attempt 2
 	done2 := make(chan struct{})   // Rebill(2) has returned
-	s2 := &pausingStore{Postgres: e.store, beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
-	s3 := &pausingStore{Postgres: e.store, beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
+	s2 := &pausingStore{batchingStore: wrapBatching(e.store), beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
+	s3 := &pausingStore{batchingStore: wrapBatching(e.store), beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
 	if die {
 		s3.dieAfterClaim = k3.String()
 	}

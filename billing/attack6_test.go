@@ -11,19 +11,19 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
-	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // cancelAfterClaim is a real claim store whose caller stops (a shutdown, a
 // request's deadline) just as its claim of key returns.
 type cancelAfterClaim struct {
-	claim.Store
+	testStore
 	key    string
 	cancel context.CancelFunc
 }
 
-func (s cancelAfterClaim) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
-	res, err := s.Store.Claim(ctx, req)
+func (s cancelAfterClaim) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
+	res, err := s.claimEngine.Claim(ctx, req)
 	if req.Key == s.key {
 		s.cancel()
 	}
@@ -54,7 +54,7 @@ func TestAttack6ChainLookupErrorKeepsSentRebill(t *testing.T) {
 	}
 
 	// A runner claims attempt 2, sends its key (Stripe charges) and dies.
-	crashing := e.biller(func(c *billing.Config) { c.Claims = crashAfterClaim{e.store} })
+	crashing := e.biller(func(c *billing.Config) { c.Claims = crashAfterClaim{wrapStore(e.store)} })
 	if _, err := crashing.Rebill(ctx, cus, period, 2, nil); !errors.Is(err, errCrashed) {
 		t.Fatalf("crashing re-bill: %v", err)
 	}
@@ -65,7 +65,7 @@ func TestAttack6ChainLookupErrorKeepsSentRebill(t *testing.T) {
 	stopping, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := e.biller(func(c *billing.Config) {
-		c.Claims = cancelAfterClaim{Store: e.store, key: k2.String(), cancel: cancel}
+		c.Claims = cancelAfterClaim{testStore: wrapStore(e.store), key: k2.String(), cancel: cancel}
 	})
 	r, err := b.Rebill(stopping, cus, period, 2, nil)
 	t.Logf("resumed Rebill(2), stopped after its claim: %+v, %v", r, err)
@@ -119,7 +119,7 @@ func TestAttack6GapLeftByEarlierBuildKeepsSentRebill(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The earlier build's Rebill(3): claimed, sent, charged, then died.
-	if _, err := e.store.Claim(ctx, claim.Request{Customer: cus, Period: period, Key: k3.String(), Amount: amount, Currency: "usd",
+	if _, err := engineOf(e.store).Claim(ctx, claimengine.Request{Customer: cus, Period: period, Key: k3.String(), Amount: amount, Currency: "usd",
 		Owner: "earlier-build", Scope: "billonce", Attempt: 3, Endpoint: string(billing.Charges), Credential: "unknown"}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -27,7 +28,7 @@ var errAfterDelegating = errors.New("the store answered after the row was writte
 // failAfter is a claim store that writes, then reports a failure, for the
 // methods named in fail: a crash point after the database committed.
 type failAfter struct {
-	claim.Store
+	testStore
 	fail map[string]bool
 	mu   sync.Mutex
 }
@@ -43,21 +44,21 @@ func (s *failAfter) should(m string) bool {
 }
 
 func (s *failAfter) Succeed(ctx context.Context, key, id string) error {
-	if err := s.Store.Succeed(ctx, key, id); err != nil || !s.should("Succeed") {
+	if err := s.claimEngine.Succeed(ctx, key, id); err != nil || !s.should("Succeed") {
 		return err
 	}
 	return errAfterDelegating
 }
 
 func (s *failAfter) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
-	if err := s.Store.Reopen(ctx, key, owner, endpoint, credential); err != nil || !s.should("Reopen") {
+	if err := s.claimEngine.Reopen(ctx, key, owner, endpoint, credential); err != nil || !s.should("Reopen") {
 		return err
 	}
 	return errAfterDelegating
 }
 
 func (s *failAfter) Fail(ctx context.Context, key, reason string) error {
-	if err := s.Store.Fail(ctx, key, reason); err != nil || !s.should("Fail") {
+	if err := s.claimEngine.Fail(ctx, key, reason); err != nil || !s.should("Fail") {
 		return err
 	}
 	return errAfterDelegating
@@ -109,7 +110,7 @@ func TestAttackHeldPausedRunnerWakesAfterTakeover(t *testing.T) {
 		}
 	})
 	_, aErr := a.Charge(ctx, "cus_1", period, nil)
-	if n := e.count("cus_1"); n != 1 || bErr != nil || !errors.Is(aErr, claim.ErrLeaseLost) {
+	if n := e.count("cus_1"); n != 1 || bErr != nil || !errors.Is(aErr, claimengine.ErrLeaseLost) {
 		t.Fatalf("cus_1 charged %d times; B = %+v, %v; A = %v", n, bR, bErr, aErr)
 	}
 }
@@ -341,7 +342,7 @@ func TestAttackHeldScopeChangeWhilePending(t *testing.T) {
 func TestAttackHeldStoreFailsAfterCommit(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
-	st := &failAfter{Store: e.store, fail: map[string]bool{"Succeed": true, "Fail": true, "Reopen": true}}
+	st := &failAfter{testStore: wrapStore(e.store), fail: map[string]bool{"Succeed": true, "Fail": true, "Reopen": true}}
 	b := e.biller(oneAttempt, func(c *billing.Config) { c.Claims = st })
 
 	var rec *billing.ChargeError

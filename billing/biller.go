@@ -26,6 +26,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/nilness"
 	"github.com/billonce/billonce/retry"
 )
@@ -206,13 +207,13 @@ type Config struct {
 	SettleAfter time.Duration
 	// EventRetention is how long the claim store keeps the record of each
 	// webhook event it applied (the record that makes a redelivery a
-	// duplicate). Reconcile deletes older records (claim.Store.PruneEvents),
+	// duplicate). Reconcile deletes older records (claim.Postgres.PruneEvents),
 	// a batch at a time. Stripe retries a delivery for up to 3 days and an
 	// event can be resent by hand for up to 30 days; an event delivered
 	// again after its record is gone is applied again and changes nothing,
 	// because claims only move forward. Defaults to DefaultEventRetention;
 	// at least 30 days; a negative value keeps every record (prune with
-	// claim.Store.PruneEvents yourself, or never).
+	// claim.Postgres.PruneEvents yourself, or never).
 	EventRetention time.Duration
 }
 
@@ -335,7 +336,9 @@ type Biller struct{ *biller }
 
 type biller struct {
 	// cfg, charges and intents hold the secret key; see Biller.
-	cfg     *Config
+	cfg *Config
+	// claims is the engine of cfg.Claims.
+	claims  claimengine.Engine[claim.Claim]
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
@@ -361,7 +364,7 @@ func New(cfg Config) (*Biller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Biller{&biller{cfg: &cfg, log: cfg.Logger, policy: cfg.Retry, seq: new(atomic.Uint64)}}
+	b := &Biller{&biller{cfg: &cfg, claims: claimengine.Of[claim.Claim](cfg.Claims), log: cfg.Logger, policy: cfg.Retry, seq: new(atomic.Uint64)}}
 	b.limiter = cfg.limiter()
 	b.searches = rate.NewLimiter(rate.Inf, 0)
 	if cfg.RateLimit >= 0 {
@@ -412,6 +415,8 @@ func (cfg Config) validate() error {
 		return invalid("Config.SecretKey contains white space: check how it is loaded")
 	case nilness.Is(cfg.Claims):
 		return invalid("Config.Claims is nil (%T): use claim.NewPostgres with your pool (claim.NewMemory in unit tests), and check its error", cfg.Claims)
+	case claimengine.Of[claim.Claim](cfg.Claims) == nil:
+		return invalid("Config.Claims is a %T, not a store of package claim: use claim.NewPostgres (claim.NewMemory in unit tests)", cfg.Claims)
 	case cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && nilness.Is(cfg.HTTPClient.Transport):
 		return invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
 	case cfg.Logger != nil && cfg.Logger.Handler() == nil:

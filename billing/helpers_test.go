@@ -16,6 +16,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/retry"
 )
@@ -166,7 +167,7 @@ func (e *env) exec(sql string, args ...any) {
 func (e *env) crashedClaim(customer string, amt int64) string {
 	e.tb.Helper()
 	opts := append(append([]func(*billing.Config){}, e.opts...), func(c *billing.Config) {
-		c.Claims = crashAfterClaim{e.store}
+		c.Claims = crashAfterClaim{wrapStore(e.store)}
 		c.Price = flatPrice(amt)
 	})
 	if _, err := e.biller(opts...).Charge(context.Background(), customer, period, nil); !errors.Is(err, errCrashed) {
@@ -179,15 +180,53 @@ func (e *env) crashedClaim(customer string, amt int64) string {
 
 var errCrashed = errors.New("the runner crashed")
 
+// The claim engine, as billing drives it.
+type (
+	claimEngine  = claimengine.Engine[claim.Claim]
+	claimResult  = claimengine.Result[claim.Claim]
+	claimApplied = claimengine.Applied[claim.Claim]
+)
+
+// engineOf returns the engine of s.
+func engineOf(s claim.Store) claimEngine { return claimengine.Of[claim.Claim](s) }
+
+// batcherOf returns the batching engine of s.
+func batcherOf(s *claim.Postgres) claimengine.Batcher {
+	return engineOf(s).(claimengine.Batcher)
+}
+
+// A testStore is a claim store a test wraps: a wrapper embeds it and
+// overrides the engine methods it intercepts. It does not batch, so a Run
+// over it checks and records each charge on its own, through the
+// wrapper's methods.
+type testStore struct {
+	claim.Store
+	claimEngine
+}
+
+func wrapStore(s claim.Store) testStore { return testStore{s, engineOf(s)} }
+
+func (s testStore) Get(ctx context.Context, key string) (claim.Claim, error) {
+	return s.claimEngine.Get(ctx, key)
+}
+
+// A batchingStore is a testStore that batches, as claim.Postgres does.
+type batchingStore struct {
+	testStore
+	claimengine.Batcher
+}
+
+func wrapBatching(s *claim.Postgres) batchingStore { return batchingStore{wrapStore(s), batcherOf(s)} }
+
 // crashAfterClaim is a claim store whose runner dies as soon as its claim
 // is committed.
-type crashAfterClaim struct{ claim.Store }
+type crashAfterClaim struct{ testStore }
 
-func (s crashAfterClaim) Claim(ctx context.Context, r claim.Request) (claim.Result, error) {
-	if _, err := s.Store.Claim(ctx, r); err != nil {
-		return claim.Result{}, err
+func (s crashAfterClaim) Claim(ctx context.Context, r claimengine.Request) (claimResult, error) {
+	if _, err := s.claimEngine.Claim(ctx, r); err != nil {
+		return claimResult{}, err
 	}
-	return claim.Result{}, errCrashed
+	return claimResult{}, errCrashed
 }
 
 // ageClaim moves a claim's creation back on the database's clock.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/nilness"
 	"github.com/billonce/billonce/lock"
 )
@@ -217,7 +218,7 @@ func locked(ctx context.Context, guard lock.Locker, name string, fn func(context
 // task is one claimed customer waiting to be sent.
 type task struct {
 	j   job
-	res claim.Result
+	res claimResult
 }
 
 type runner struct {
@@ -286,7 +287,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 // claimed is one batch's claim, made in the background.
 type claimed struct {
 	batch   []job
-	results []claim.Result
+	results []claimResult
 	err     error
 	at      time.Time // just before the claim statement left
 	done    chan struct{}
@@ -319,9 +320,9 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		for i, res := range c.results {
 			j := c.batch[i]
 			switch res.Outcome {
-			case claim.Mismatch:
+			case claimengine.Mismatch:
 				r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
-			case claim.Won, claim.Resumed:
+			case claimengine.Won, claimengine.Resumed:
 				j.claimedAt = c.at
 				select {
 				case tasks <- task{j, res}:
@@ -353,7 +354,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			<-prev.done
 		}
 		c := &claimed{batch: batch, done: make(chan struct{})}
-		reqs := make([]claim.Request, len(batch))
+		reqs := make([]claimengine.Request, len(batch))
 		for i, j := range batch {
 			reqs[i] = r.b.request(j)
 		}
@@ -363,7 +364,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			// A claim under way when the run stops finishes, so that its
 			// customers are handed back (abandoned or released) rather
 			// than left to their leases.
-			c.results, c.err = r.b.cfg.Claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
+			c.results, c.err = r.b.claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
 		}()
 		batch = make([]job, 0, r.o.BatchSize)
 		clear(inBatch)
@@ -419,7 +420,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 // next run: the claim stays pending with its key and its lease ends now.
 func (r *runner) unsent(ctx context.Context, t task) {
 	j := t.j
-	j.won = t.res.Outcome == claim.Won
+	j.won = t.res.Outcome == claimengine.Won
 	cause := fmt.Errorf("run stopped before sending; nothing was sent: %w", context.Cause(ctx))
 	r.b.giveUp(context.WithoutCancel(ctx), j, cause)
 	err := chargeErr(j, ErrOutcomeUnknown, "", cause)
