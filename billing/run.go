@@ -115,7 +115,8 @@ type Summary struct {
 	Period  string
 	Elapsed time.Duration
 	// Failures holds the error of every customer that was not billed
-	// (Failed, Pending or Invalid), up to 1,000 of them.
+	// (Declined, DeclinedAfterProcessing, Pending or Invalid), up to 1,000
+	// of them.
 	Failures []error
 }
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/internal/nilness"
 )
@@ -26,16 +26,6 @@ const DefaultLeaseTTL = 30 * time.Second
 const DefaultLeaseTable = "billonce_lock_leases"
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// DB is what [Lease] needs from the database. Pass a *pgxpool.Pool: renewals
-// run concurrently with the job, and the lease rows must be committed as soon
-// as they are written, so a single *pgx.Conn or a pgx.Tx will not do. Each
-// statement stands alone, so a pool behind PgBouncer in transaction mode
-// works.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // LeaseConfig configures a [Lease]. The zero value is usable.
 type LeaseConfig struct {
@@ -78,7 +68,7 @@ type LeaseConfig struct {
 //
 // A Lease is safe for concurrent use.
 type Lease struct {
-	db     DB
+	db     *pgxpool.Pool
 	cfg    LeaseConfig
 	logger *slog.Logger
 	owner  string // process part of every owner token
@@ -87,8 +77,13 @@ type Lease struct {
 
 var _ Locker = (*Lease)(nil)
 
-// NewLease returns a Lease on db. Call [Lease.Migrate] once before use.
-func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
+// NewLease returns a Lease on pool. Call [Lease.Migrate] once before use.
+//
+// It takes a pool, not a connection or a transaction: renewals run
+// concurrently with the job, and the lease rows must be committed as soon
+// as they are written. Each statement stands alone, so a pool behind
+// PgBouncer in transaction mode works.
+func NewLease(db *pgxpool.Pool, cfg LeaseConfig) (*Lease, error) {
 	if nilness.Is(db) {
 		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalid)
 	}

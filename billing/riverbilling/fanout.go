@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/internal/nilness"
@@ -32,15 +31,12 @@ const (
 // maxFanOutErrors bounds FanOutResult.Errors.
 const maxFanOutErrors = 100
 
-// Inserter inserts jobs in a transaction: a *river.Client[pgx.Tx].
-type Inserter interface {
-	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
-}
-
-// Beginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
-// (each batch is then a savepoint of the caller's transaction).
-type Beginner interface {
+// DB is the database riverbilling reads and inserts jobs through: a
+// *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx (a fan-out's batches are then
+// savepoints of the caller's transaction).
+type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // FanOutResult counts what a fan-out did.
@@ -82,7 +78,7 @@ type FanOutResult struct {
 // identity only, and the Biller's Config.Price prices it when it runs. An
 // error from items stops the fan-out after the batches already committed;
 // running it again continues where it stopped.
-func FanOut(ctx context.Context, ins Inserter, db Beginner, period string, items iter.Seq2[billing.Item, error], batchSize int) (FanOutResult, error) {
+func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string, items iter.Seq2[billing.Item, error], batchSize int) (FanOutResult, error) {
 	res := FanOutResult{Period: period}
 	switch {
 	case nilness.Is(ins) || nilness.Is(db):
@@ -154,7 +150,7 @@ func (r *FanOutResult) invalid(format string, args ...any) {
 
 // insertBatch inserts one batch in one transaction and returns how many
 // jobs were new.
-func insertBatch(ctx context.Context, ins Inserter, db Beginner, batch []river.InsertManyParams) (int, error) {
+func insertBatch(ctx context.Context, ins *river.Client[pgx.Tx], db DB, batch []river.InsertManyParams) (int, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -180,7 +176,7 @@ func insertBatch(ctx context.Context, ins Inserter, db Beginner, batch []river.I
 type FanOutConfig struct {
 	// DB begins the transactions batches are inserted in: the pool the
 	// River client uses. Required.
-	DB Beginner
+	DB DB
 	// Customers returns the customers of a period, the iterator
 	// [billing.Biller.Run] takes. Required.
 	Customers func(ctx context.Context, period string) iter.Seq2[billing.Item, error]
