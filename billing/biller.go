@@ -28,6 +28,7 @@ import (
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/nilness"
+	"github.com/billonce/billonce/internal/redact"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -516,7 +517,7 @@ func fingerprint(secret string) string {
 // String describes the Biller without its secret key, and with the Stripe
 // URL redacted.
 func (b Biller) String() string {
-	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, idemkey.RedactRawURL(b.cfg.StripeURL), b.cfg.Owner)
+	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, redact.RawURL(b.cfg.StripeURL), b.cfg.Owner)
 }
 
 // describe is what Format and LogValue show: the configuration without
@@ -531,7 +532,7 @@ func (cfg Config) describe() string {
 		cred = fingerprint(cfg.Credential)
 	}
 	return fmt.Sprintf("billing.Config{SecretKey: %s, Credential: %s, StripeURL: %s, API: %s, Scope: %s, Owner: %s, Claims: %T, RateLimit: %v, WindowMargin: %v, InProgressWait: %v, SettleAfter: %v}",
-		secret, cred, idemkey.RedactRawURL(cfg.StripeURL), cfg.API, cfg.Scope, cfg.Owner, cfg.Claims, cfg.RateLimit, cfg.WindowMargin, cfg.InProgressWait, cfg.SettleAfter)
+		secret, cred, redact.RawURL(cfg.StripeURL), cfg.API, cfg.Scope, cfg.Owner, cfg.Claims, cfg.RateLimit, cfg.WindowMargin, cfg.InProgressWait, cfg.SettleAfter)
 }
 
 // Format prints the configuration without its secret key for every verb
@@ -557,9 +558,9 @@ func (cfg Config) LogValue() slog.Value { return slog.StringValue(cfg.describe()
 func checkStripeURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return invalid("Config.StripeURL %q (redacted) is not a URL; give scheme, host and an optional path, such as %s", idemkey.RedactRawURL(raw), DefaultStripeURL)
+		return invalid("Config.StripeURL %q (redacted) is not a URL; give scheme, host and an optional path, such as %s", redact.RawURL(raw), DefaultStripeURL)
 	}
-	safe := idemkey.RedactURL(u)
+	safe := redact.URL(u)
 	switch {
 	case u.User != nil:
 		return invalid("Config.StripeURL %q carries user info; the key goes in Config.SecretKey, never in the URL", safe)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79"
 
-	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/redact"
 	"github.com/billonce/billonce/internal/stripeanswer"
 	"github.com/billonce/billonce/retry"
 )
@@ -264,7 +264,7 @@ func redirectRefused(req *http.Request, resp *http.Response) *http.Response {
 	resp.Body.Close()
 	to := "no Location"
 	if loc, err := resp.Location(); err == nil {
-		to = idemkey.RedactURL(loc)
+		to = redact.URL(loc)
 	}
 	msg := fmt.Sprintf("the answer from %s is a redirect (HTTP %d %s to %s), and Stripe's API never redirects: billonce follows no redirect, so the secret key is sent to Config.StripeURL only; set Config.StripeURL to the address that answers",
 		req.URL.Host, resp.StatusCode, http.StatusText(resp.StatusCode), to)
@@ -273,7 +273,7 @@ func redirectRefused(req *http.Request, resp *http.Response) *http.Response {
 
 // refuseRedirect is the Biller's http.Client.CheckRedirect.
 func refuseRedirect(req *http.Request, _ []*http.Request) error {
-	return fmt.Errorf("billing: refusing to follow a redirect to %s: Stripe's API never redirects, and the secret key is sent to Config.StripeURL only", idemkey.RedactURL(req.URL))
+	return fmt.Errorf("billing: refusing to follow a redirect to %s: Stripe's API never redirects, and the secret key is sent to Config.StripeURL only", redact.URL(req.URL))
 }
 
 // notAPayment is the error for an answer stripe-go decoded without error

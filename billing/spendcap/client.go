@@ -10,8 +10,8 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/nilness"
+	"github.com/billonce/billonce/internal/redact"
 	"github.com/billonce/billonce/internal/stripeanswer"
 )
 
@@ -157,12 +157,12 @@ func checkProxyURL(raw string, allowInsecure bool) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Neither raw nor err may be printed: both quote the user info.
-		return nil, invalid("Config.ProxyURL %q (redacted) is not a URL; give scheme, host and an optional path", idemkey.RedactRawURL(raw))
+		return nil, invalid("Config.ProxyURL %q (redacted) is not a URL; give scheme, host and an optional path", redact.RawURL(raw))
 	}
 	if u.User != nil {
 		return nil, invalid("Config.ProxyURL carries user info; put credentials in VaultKey, not in the URL")
 	}
-	safe := idemkey.RedactURL(u)
+	safe := redact.URL(u)
 	switch {
 	case u.Scheme != "https" && u.Scheme != "http":
 		return nil, invalid("Config.ProxyURL %q: the scheme must be https (or http on loopback)", safe)
@@ -193,7 +193,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, fmt.Errorf("spendcap: refusing to follow a redirect to %s: the vault key is sent only to the spend-cap proxy at %s, and Stripe's API does not redirect",
-			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.proxy))
+			redact.URL(req.URL), redact.URL(&t.proxy))
 	}
 	r2 := req.Clone(req.Context())
 	u := &url.URL{
@@ -243,7 +243,7 @@ func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Respo
 	resp.Body.Close()
 	msg = t.scrub(msg)
 
-	pe := &ProxyError{Status: resp.StatusCode, Message: msg, Method: req.Method, URL: idemkey.RedactURL(req.URL)}
+	pe := &ProxyError{Status: resp.StatusCode, Message: msg, Method: req.Method, URL: redact.URL(req.URL)}
 	switch resp.StatusCode {
 	case http.StatusPaymentRequired, http.StatusPreconditionFailed, http.StatusTooManyRequests:
 		pe.kind = ErrSpendCapReached
@@ -273,7 +273,7 @@ func (c Config) String() string {
 		base = fmt.Sprintf("%T", c.Base)
 	}
 	return fmt.Sprintf("spendcap.Config{ProxyURL: %s, VaultKey: %s, Base: %s, AllowInsecure: %t}",
-		idemkey.RedactRawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
+		redact.RawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
 }
 
 // GoString is String, so %#v redacts too.
@@ -288,7 +288,7 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // String describes the transport with the vault key redacted.
 func (t Transport) String() string {
-	return fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key))
+	return fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", redact.URL(&t.proxy), redactVaultKey(t.key))
 }
 
 // GoString is String, so %#v redacts too.
@@ -300,7 +300,7 @@ func (t Transport) Format(f fmt.State, verb rune) { formatString(f, verb, t.Stri
 
 // LogValue implements [slog.LogValuer] with the vault key redacted.
 func (t Transport) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("proxy", idemkey.RedactURL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))
+	return slog.GroupValue(slog.String("proxy", redact.URL(&t.proxy)), slog.String("key", redactVaultKey(t.key)))
 }
 
 // ProxyError is a refusal by a spend-cap proxy: the request did not reach

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/redact"
 )
 
 // Defaults for [ProxyConfig] fields left zero.
@@ -133,7 +133,7 @@ func (c ProxyConfig) String() string {
 		secret = "****"
 	}
 	return fmt.Sprintf("spendcap.ProxyConfig{Upstream: %s, StripeKey: %s, Store: %T, CapStatus: %d, KeyLifetime: %v, ClockSkew: %v, UpstreamTimeout: %v}",
-		idemkey.RedactRawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
+		redact.RawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
 }
 
 // GoString is String, so %#v redacts too.
@@ -148,7 +148,7 @@ func (c ProxyConfig) LogValue() slog.Value { return slog.StringValue(c.String())
 
 // String describes the proxy without the Stripe secret it holds.
 func (p *Proxy) String() string {
-	return fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", idemkey.RedactURL(p.upstream), p.store)
+	return fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", redact.URL(p.upstream), p.store)
 }
 
 // GoString is String, so %#v redacts too.
@@ -174,7 +174,7 @@ func formatString(f fmt.State, verb rune, s string) {
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	up, err := url.Parse(cfg.Upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" || up.User != nil || up.RawQuery != "" || up.ForceQuery || up.Fragment != "" {
-		return nil, invalid("ProxyConfig.Upstream %q: want a base URL such as https://api.stripe.com, without user info, query or fragment", idemkey.RedactRawURL(cfg.Upstream))
+		return nil, invalid("ProxyConfig.Upstream %q: want a base URL such as https://api.stripe.com, without user info, query or fragment", redact.RawURL(cfg.Upstream))
 	}
 	if cfg.StripeKey == "" {
 		return nil, invalid("ProxyConfig.StripeKey is empty; set the secret the proxy sends upstream")
