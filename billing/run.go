@@ -294,96 +294,29 @@ type claimed struct {
 	done    chan struct{}
 }
 
-// feed reads items, claims them in batches and queues what must be sent.
-// The next batch is claimed while the previous one is handed out, so that
-// workers do not wait for the round trip; one claim is under way at a
-// time.
+// A feeder reads a run's items, claims them in batches and queues what
+// must be sent. The next batch is claimed while the previous one is handed
+// out, so that workers do not wait for the round trip; one claim is under
+// way at a time.
+type feeder struct {
+	r        *runner
+	period   string
+	tasks    chan<- task
+	batch    []job
+	inBatch  map[string]bool // a batch claims each customer once
+	inflight *claimed
+}
+
+// feed reads items into tasks with a feeder.
 func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
-	batch := make([]job, 0, r.o.BatchSize)
-	inBatch := make(map[string]bool, r.o.BatchSize) // a batch claims each customer once
-	var inflight *claimed
-	// handOut waits for the claim under way and queues its customers.
-	handOut := func() error {
-		c := inflight
-		if c == nil {
-			return nil
-		}
-		inflight = nil
-		<-c.done
-		if len(c.results) != len(c.batch) {
-			err := c.err
-			if err == nil {
-				err = fmt.Errorf("%d results for %d requests", len(c.results), len(c.batch))
-			}
-			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(c.batch), period, err)
-		}
-		// c.err joins the mismatches, which the results carry one by one.
-		for i, res := range c.results {
-			j := c.batch[i]
-			switch res.Outcome {
-			case claimengine.Mismatch:
-				r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
-			case claimengine.Won, claimengine.Resumed:
-				j.claimedAt = c.at
-				select {
-				case tasks <- task{j, res}:
-				case <-ctx.Done():
-					r.unsent(ctx, task{j, res})
-				}
-			default:
-				j.caller = r.caller
-				rc, err := r.b.settle(ctx, j, res)
-				r.settled(j, rc, err)
-			}
-		}
-		return nil
-	}
-	// flush claims the batch once the claim under way is done, then
-	// hands that one out while this one is claimed.
-	flush := func() error {
-		if len(batch) == 0 {
-			return handOut()
-		}
-		if ctx.Err() != nil {
-			// Stopped: claim nothing more.
-			batch = batch[:0]
-			clear(inBatch)
-			return handOut()
-		}
-		prev := inflight
-		if prev != nil {
-			<-prev.done
-		}
-		c := &claimed{batch: batch, done: make(chan struct{})}
-		reqs := make([]claimengine.Request, len(batch))
-		for i, j := range batch {
-			reqs[i] = r.b.request(j)
-		}
-		go func() {
-			defer close(c.done)
-			c.at = time.Now()
-			// A claim under way when the run stops finishes, so that its
-			// customers are handed back (abandoned or released) rather
-			// than left to their leases.
-			c.results, c.err = r.b.claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
-		}()
-		batch = make([]job, 0, r.o.BatchSize)
-		clear(inBatch)
-		inflight = prev
-		err := handOut()
-		inflight = c
-		return err
-	}
-	// finish hands out everything claimed, even after an error.
-	finish := func(err error) error {
-		return errors.Join(err, flush(), handOut())
-	}
+	f := &feeder{r: r, period: period, tasks: tasks,
+		batch: make([]job, 0, r.o.BatchSize), inBatch: make(map[string]bool, r.o.BatchSize)}
 	for it, err := range items {
 		if ctx.Err() != nil {
 			break
 		}
 		if err != nil {
-			if ferr := finish(nil); ferr != nil {
+			if ferr := f.finish(ctx, nil); ferr != nil {
 				return ferr
 			}
 			return fmt.Errorf("billing: reading customers for %s: %w", period, err)
@@ -393,19 +326,19 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			r.settled(j, Receipt{}, err)
 			continue
 		}
-		if inBatch[j.customer] {
+		if f.inBatch[j.customer] {
 			r.settled(j, Receipt{}, chargeErr(j, nil, "", invalid("listed more than once for %s; it is billed once", period)))
 			continue
 		}
-		batch = append(batch, j)
-		inBatch[j.customer] = true
-		if len(batch) == cap(batch) {
-			if err := flush(); err != nil {
-				return finish(err)
+		f.batch = append(f.batch, j)
+		f.inBatch[j.customer] = true
+		if len(f.batch) == cap(f.batch) {
+			if err := f.flush(ctx); err != nil {
+				return f.finish(ctx, err)
 			}
 		}
 	}
-	if err := finish(nil); err != nil {
+	if err := f.finish(ctx, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -415,6 +348,87 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 		return fmt.Errorf("billing: run for %s stopped: %w", period, context.Cause(ctx))
 	}
 	return nil
+}
+
+// handOut waits for the claim under way and queues its customers.
+func (f *feeder) handOut(ctx context.Context) error {
+	c := f.inflight
+	if c == nil {
+		return nil
+	}
+	f.inflight = nil
+	<-c.done
+	if len(c.results) != len(c.batch) {
+		err := c.err
+		if err == nil {
+			err = fmt.Errorf("%d results for %d requests", len(c.results), len(c.batch))
+		}
+		return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(c.batch), f.period, err)
+	}
+	// c.err joins the mismatches, which the results carry one by one.
+	r := f.r
+	for i, res := range c.results {
+		j := c.batch[i]
+		switch res.Outcome {
+		case claimengine.Mismatch:
+			r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
+		case claimengine.Won, claimengine.Resumed:
+			j.claimedAt = c.at
+			select {
+			case f.tasks <- task{j, res}:
+			case <-ctx.Done():
+				r.unsent(ctx, task{j, res})
+			}
+		default:
+			j.caller = r.caller
+			rc, err := r.b.settle(ctx, j, res)
+			r.settled(j, rc, err)
+		}
+	}
+	return nil
+}
+
+// flush claims the batch once the claim under way is done, then hands
+// that one out while this one is claimed.
+func (f *feeder) flush(ctx context.Context) error {
+	if len(f.batch) == 0 {
+		return f.handOut(ctx)
+	}
+	if ctx.Err() != nil {
+		// Stopped: claim nothing more.
+		f.batch = f.batch[:0]
+		clear(f.inBatch)
+		return f.handOut(ctx)
+	}
+	prev := f.inflight
+	if prev != nil {
+		<-prev.done
+	}
+	c := &claimed{batch: f.batch, done: make(chan struct{})}
+	reqs := make([]claimengine.Request, len(f.batch))
+	for i, j := range f.batch {
+		reqs[i] = f.r.b.request(j)
+	}
+	claims := f.r.b.claims
+	go func() {
+		defer close(c.done)
+		c.at = time.Now()
+		// A claim under way when the run stops finishes, so that its
+		// customers are handed back (abandoned or released) rather than
+		// left to their leases.
+		c.results, c.err = claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
+	}()
+	f.batch = make([]job, 0, f.r.o.BatchSize)
+	clear(f.inBatch)
+	f.inflight = prev
+	err := f.handOut(ctx)
+	f.inflight = c
+	return err
+}
+
+// finish hands out everything claimed, even after an error.
+func (f *feeder) finish(ctx context.Context, err error) error {
+	return errors.Join(err, f.flush(ctx), f.handOut(ctx))
 }
 
 // unsent leaves a claimed customer that the stopped run never sent to the
