@@ -9,9 +9,9 @@ import (
 	"unicode/utf8"
 )
 
-// MaxIDLen is the longest customer, period, key, owner or Stripe id accepted,
+// maxIDLen is the longest customer, period, key, owner or Stripe id accepted,
 // in bytes.
-const MaxIDLen = 255
+const maxIDLen = 255
 
 // A Store holds claims: [Postgres] is the durable, cluster-wide store;
 // [Memory] is a single-process stand-in for unit tests. Pass one to
@@ -69,8 +69,8 @@ func checkID(name, v string) string {
 	switch {
 	case v == "":
 		return name + " is empty"
-	case len(v) > MaxIDLen:
-		return fmt.Sprintf("%s is %d bytes long, more than %d", name, len(v), MaxIDLen)
+	case len(v) > maxIDLen:
+		return fmt.Sprintf("%s is %d bytes long, more than %d", name, len(v), maxIDLen)
 	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
 		return name + " must be valid UTF-8 without NUL bytes"
 	}

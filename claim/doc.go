@@ -175,7 +175,7 @@
 //
 // Every argument is checked before any query, and a bad one returns an
 // error wrapping [ErrInvalid] saying what to fix: empty or oversized
-// customer, period, key or owner ([MaxIDLen] bytes), a zero or negative
+// customer, period, key or owner (1 to 255 bytes), a zero or negative
 // amount, a currency that is not three lowercase letters ("usd", as Stripe
 // writes it; "USD" is refused rather than silently rewritten), a nil
 // database or a table name that is not a plain identifier.

@@ -46,7 +46,7 @@ type LeaseConfig struct {
 	// A renewal that fails, or gets no answer by the time the lease would
 	// run out (TTL-RenewInterval after it starts), cancels the job, which is
 	// therefore told before the lease can expire.
-	// Defaults to TTL/3; at most TTL/2 and at least [MinCheckInterval].
+	// Defaults to TTL/3; at most TTL/2 and at least 10ms.
 	RenewInterval time.Duration
 
 	// Wait is how long Lock (and so Do) keeps trying while another holder has
@@ -103,12 +103,12 @@ func NewLease(db *pgxpool.Pool, cfg LeaseConfig) (*Lease, error) {
 		cfg.RenewInterval = cfg.TTL / 3
 	}
 	switch {
-	case cfg.TTL < 2*MinCheckInterval:
+	case cfg.TTL < 2*minCheckInterval:
 		return nil, fmt.Errorf("%w: TTL %v is too short; use at least %v, or 0 for the default %v",
-			ErrInvalid, cfg.TTL, 2*MinCheckInterval, DefaultLeaseTTL)
-	case cfg.RenewInterval < MinCheckInterval:
+			ErrInvalid, cfg.TTL, 2*minCheckInterval, DefaultLeaseTTL)
+	case cfg.RenewInterval < minCheckInterval:
 		return nil, fmt.Errorf("%w: RenewInterval %v is below the minimum %v; use 0 for TTL/3",
-			ErrInvalid, cfg.RenewInterval, MinCheckInterval)
+			ErrInvalid, cfg.RenewInterval, minCheckInterval)
 	case 2*cfg.RenewInterval > cfg.TTL:
 		return nil, fmt.Errorf("%w: RenewInterval %v is more than half of TTL %v, so a failed renewal could go unnoticed until the lease expires; use 0 for TTL/3",
 			ErrInvalid, cfg.RenewInterval, cfg.TTL)

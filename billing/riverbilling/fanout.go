@@ -23,9 +23,9 @@ const (
 	// retrying it. A run cut short loses nothing: its batches are
 	// committed, and the retry skips them as duplicates and goes on.
 	DefaultFanOutTimeout = 5 * time.Minute
-	// MaxFanOutBatch bounds FanOutConfig.BatchSize: one InsertMany of this
+	// maxFanOutBatch bounds FanOutConfig.BatchSize: one InsertMany of this
 	// many jobs is one transaction and one statement.
-	MaxFanOutBatch = 10_000
+	maxFanOutBatch = 10_000
 )
 
 // maxFanOutErrors bounds FanOutResult.Errors.
@@ -85,8 +85,8 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		return res, fmt.Errorf("%w: FanOut needs a River client and a pool to insert with", billing.ErrInvalid)
 	case items == nil:
 		return res, fmt.Errorf("%w: FanOut needs an iterator of customers (billing.Customers for a fixed list)", billing.ErrInvalid)
-	case batchSize < 0 || batchSize > MaxFanOutBatch:
-		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalid, batchSize, MaxFanOutBatch, DefaultFanOutBatch)
+	case batchSize < 0 || batchSize > maxFanOutBatch:
+		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalid, batchSize, maxFanOutBatch, DefaultFanOutBatch)
 	}
 	if err := billing.ValidatePeriod(period); err != nil {
 		return res, err
@@ -181,7 +181,8 @@ type FanOutConfig struct {
 	// [billing.Biller.Run] takes. Required.
 	Customers func(ctx context.Context, period string) iter.Seq2[billing.Item, error]
 	// BatchSize is how many jobs one transaction inserts. Defaults to
-	// DefaultFanOutBatch; at most MaxFanOutBatch.
+	// DefaultFanOutBatch; at most 10,000 (one InsertMany of that many jobs is
+	// one transaction and one statement).
 	BatchSize int
 	// Timeout bounds one run, and is how long a fan-out job of a killed
 	// machine waits for River's rescuer. Defaults to DefaultFanOutTimeout.
@@ -207,8 +208,8 @@ func NewFanOutWorker(cfg FanOutConfig) (*FanOutWorker, error) {
 		return nil, fmt.Errorf("%w: FanOutConfig.DB is nil: pass the pool of the River client", billing.ErrInvalid)
 	case cfg.Customers == nil:
 		return nil, fmt.Errorf("%w: FanOutConfig.Customers is nil: pass the function that lists a period's customers", billing.ErrInvalid)
-	case cfg.BatchSize < 0 || cfg.BatchSize > MaxFanOutBatch:
-		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalid, cfg.BatchSize, DefaultFanOutBatch, MaxFanOutBatch)
+	case cfg.BatchSize < 0 || cfg.BatchSize > maxFanOutBatch:
+		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalid, cfg.BatchSize, DefaultFanOutBatch, maxFanOutBatch)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("%w: FanOutConfig.Timeout must not be negative", billing.ErrInvalid)
 	case cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()):

@@ -153,8 +153,7 @@ type Batcher interface {
 }
 
 // A Request asks to charge Amount of Currency to Customer for Period under
-// Key. Customer, Period and Key are opaque strings of 1 to claim.MaxIDLen
-// bytes.
+// Key. Customer, Period and Key are opaque strings of 1 to 255 bytes.
 type Request struct {
 	Customer string
 	Period   string
@@ -167,7 +166,7 @@ type Request struct {
 	Owner string
 
 	// Where the key goes, recorded on a new claim and never changed by a
-	// resume; each is optional, at most claim.MaxIDLen bytes. Scope names
+	// resume; each is optional, at most 255 bytes. Scope names
 	// the product or kind of charge that derived the key, Attempt the
 	// billing attempt it stands for (1 for the first charge, 2 and up for
 	// re-bills), Endpoint the API that receives it ("charges",
