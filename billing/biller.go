@@ -26,7 +26,9 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/nilness"
+	"github.com/billonce/billonce/internal/redact"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -206,13 +208,13 @@ type Config struct {
 	SettleAfter time.Duration
 	// EventRetention is how long the claim store keeps the record of each
 	// webhook event it applied (the record that makes a redelivery a
-	// duplicate). Reconcile deletes older records (claim.Store.PruneEvents),
+	// duplicate). Reconcile deletes older records (claim.Postgres.PruneEvents),
 	// a batch at a time. Stripe retries a delivery for up to 3 days and an
 	// event can be resent by hand for up to 30 days; an event delivered
 	// again after its record is gone is applied again and changes nothing,
 	// because claims only move forward. Defaults to DefaultEventRetention;
 	// at least 30 days; a negative value keeps every record (prune with
-	// claim.Store.PruneEvents yourself, or never).
+	// claim.Postgres.PruneEvents yourself, or never).
 	EventRetention time.Duration
 }
 
@@ -326,8 +328,18 @@ type Receipt struct {
 
 // Biller charges customers exactly once per period. It is safe for
 // concurrent use; create one per process and share it.
-type Biller struct {
-	cfg     Config
+//
+// Printing a Biller, with any fmt verb or slog handler, never shows its
+// secret key: its state is behind a pointer, and the fields that hold the
+// key (the configuration and the Stripe clients) behind another, which fmt
+// prints as addresses; it has no exported field for encoding/json.
+type Biller struct{ *biller }
+
+type biller struct {
+	// cfg, charges and intents hold the secret key; see Biller.
+	cfg *Config
+	// claims is the engine of cfg.Claims.
+	claims  claimengine.Engine[claim.Claim]
 	log     *slog.Logger
 	policy  retry.Policy
 	limiter *rate.Limiter
@@ -342,8 +354,8 @@ type Biller struct {
 	// endpoint and credential say where this Biller's keys go, recorded on
 	// every claim it makes.
 	endpoint, credential string
-	charges              charge.Client
-	intents              paymentintent.Client
+	charges              *charge.Client
+	intents              *paymentintent.Client
 }
 
 // New checks cfg and returns a Biller. Its errors wrap [ErrInvalid] and
@@ -353,7 +365,7 @@ func New(cfg Config) (*Biller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Biller{cfg: cfg, log: cfg.Logger, policy: cfg.Retry, seq: new(atomic.Uint64)}
+	b := &Biller{&biller{cfg: &cfg, claims: claimengine.Of[claim.Claim](cfg.Claims), log: cfg.Logger, policy: cfg.Retry, seq: new(atomic.Uint64)}}
 	b.limiter = cfg.limiter()
 	b.searches = rate.NewLimiter(rate.Inf, 0)
 	if cfg.RateLimit >= 0 {
@@ -367,8 +379,8 @@ func New(cfg Config) (*Biller, error) {
 	rand.Read(nonce[:])
 	b.instance = hex.EncodeToString(nonce[:])
 	backend := cfg.backend()
-	b.charges = charge.Client{B: backend, Key: cfg.SecretKey}
-	b.intents = paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
+	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
 	return b, nil
 }
 
@@ -404,6 +416,8 @@ func (cfg Config) validate() error {
 		return invalid("Config.SecretKey contains white space: check how it is loaded")
 	case nilness.Is(cfg.Claims):
 		return invalid("Config.Claims is nil (%T): use claim.NewPostgres with your pool (claim.NewMemory in unit tests), and check its error", cfg.Claims)
+	case claimengine.Of[claim.Claim](cfg.Claims) == nil:
+		return invalid("Config.Claims is a %T, not a store of package claim: use claim.NewPostgres (claim.NewMemory in unit tests)", cfg.Claims)
 	case cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && nilness.Is(cfg.HTTPClient.Transport):
 		return invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
 	case cfg.Logger != nil && cfg.Logger.Handler() == nil:
@@ -503,14 +517,13 @@ func fingerprint(secret string) string {
 // String describes the Biller without its secret key, and with the Stripe
 // URL redacted.
 func (b Biller) String() string {
-	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, idemkey.RedactRawURL(b.cfg.StripeURL), b.cfg.Owner)
+	return fmt.Sprintf("billing.Biller{api: %s, scope: %s, stripe: %s, owner: %s}", b.cfg.API, b.cfg.Scope, redact.RawURL(b.cfg.StripeURL), b.cfg.Owner)
 }
 
-// String describes the configuration without its secret key: the key
-// shows only whether it is set, the credential only as the fingerprint
-// claims record, and the Stripe URL redacted. A Config printed whole, by
-// start-up code or a panic, leaks nothing.
-func (cfg Config) String() string {
+// describe is what Format and LogValue show: the configuration without
+// its secret key (the key shows only whether it is set, the credential
+// only as the fingerprint claims record) and with the Stripe URL redacted.
+func (cfg Config) describe() string {
 	secret, cred := "(none)", "(SecretKey)"
 	if cfg.SecretKey != "" {
 		secret = "****"
@@ -519,42 +532,25 @@ func (cfg Config) String() string {
 		cred = fingerprint(cfg.Credential)
 	}
 	return fmt.Sprintf("billing.Config{SecretKey: %s, Credential: %s, StripeURL: %s, API: %s, Scope: %s, Owner: %s, Claims: %T, RateLimit: %v, WindowMargin: %v, InProgressWait: %v, SettleAfter: %v}",
-		secret, cred, idemkey.RedactRawURL(cfg.StripeURL), cfg.API, cfg.Scope, cfg.Owner, cfg.Claims, cfg.RateLimit, cfg.WindowMargin, cfg.InProgressWait, cfg.SettleAfter)
+		secret, cred, redact.RawURL(cfg.StripeURL), cfg.API, cfg.Scope, cfg.Owner, cfg.Claims, cfg.RateLimit, cfg.WindowMargin, cfg.InProgressWait, cfg.SettleAfter)
 }
 
-// GoString is String, so that %#v does not print the secret key either.
-func (cfg Config) GoString() string { return cfg.String() }
-
-// Format prints String for every verb, so that no verb falls back to
-// printing the fields, secrets included.
+// Format prints the configuration without its secret key for every verb
+// (%v, %+v, %#v, %s, %d, …), so that a Config printed whole, by start-up
+// code or a panic, leaks nothing: the key shows only whether it is set,
+// the credential only as the fingerprint claims record, and the Stripe URL
+// redacted.
 func (cfg Config) Format(f fmt.State, verb rune) {
 	if verb == 'q' {
-		fmt.Fprintf(f, "%q", cfg.String())
+		fmt.Fprintf(f, "%q", cfg.describe())
 		return
 	}
-	io.WriteString(f, cfg.String())
+	io.WriteString(f, cfg.describe())
 }
 
-// LogValue implements [slog.LogValuer]: what String shows, for every
-// handler.
-func (cfg Config) LogValue() slog.Value { return slog.StringValue(cfg.String()) }
-
-// GoString is String, so that %#v does not print the secret key either.
-func (b Biller) GoString() string { return b.String() }
-
-// Format prints String for every verb, so that no verb (%d, %t, %o, …)
-// falls back to printing the fields, secrets included.
-func (b Biller) Format(f fmt.State, verb rune) {
-	if verb == 'q' {
-		fmt.Fprintf(f, "%q", b.String())
-		return
-	}
-	io.WriteString(f, b.String())
-}
-
-// LogValue implements [slog.LogValuer]: what String shows, for every
-// handler (a JSON handler would print the struct otherwise).
-func (b Biller) LogValue() slog.Value { return slog.StringValue(b.String()) }
+// LogValue implements [slog.LogValuer]: what Format shows, for every
+// handler (a JSON handler would print the fields otherwise).
+func (cfg Config) LogValue() slog.Value { return slog.StringValue(cfg.describe()) }
 
 // checkStripeURL refuses a Config.StripeURL that cannot work or carries a
 // credential, naming it redacted: url.Parse's error and the raw string
@@ -562,9 +558,9 @@ func (b Biller) LogValue() slog.Value { return slog.StringValue(b.String()) }
 func checkStripeURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return invalid("Config.StripeURL %q (redacted) is not a URL; give scheme, host and an optional path, such as %s", idemkey.RedactRawURL(raw), DefaultStripeURL)
+		return invalid("Config.StripeURL %q (redacted) is not a URL; give scheme, host and an optional path, such as %s", redact.RawURL(raw), DefaultStripeURL)
 	}
-	safe := idemkey.RedactURL(u)
+	safe := redact.URL(u)
 	switch {
 	case u.User != nil:
 		return invalid("Config.StripeURL %q carries user info; the key goes in Config.SecretKey, never in the URL", safe)

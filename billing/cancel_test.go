@@ -56,7 +56,7 @@ func TestCancelAtEveryStepChargesAtMostOnce(t *testing.T) {
 			for at := 1; at <= 12; at++ {
 				id := "cus_" + strings.ReplaceAll(f.name, " ", "_") + "_" + where + "_" + string(rune('a'+at))
 				ctx, cancel := context.WithCancel(context.Background())
-				cs := &cancelStore{Store: e.store, at: at, before: where == "store-before", cancel: cancel}
+				cs := &cancelStore{testStore: wrapStore(e.store), at: at, before: where == "store-before", cancel: cancel}
 				var store claim.Store = cs
 				var bs *batchCancelStore
 				if f.name == "batched run" {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -82,7 +83,7 @@ func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt in
 // order from the declined one, find a re-bill that succeeded and report
 // the period as billed. Its errors are *ChargeError.
 func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool, err error) {
-	_, err = b.cfg.Claims.Get(ctx, j.key.String())
+	_, err = b.claims.Get(ctx, j.key.String())
 	if !errors.Is(err, claim.ErrNotFound) {
 		if err != nil {
 			return Receipt{}, false, chargeErr(j, nil, "looking up the re-bill's claim", err)
@@ -94,7 +95,7 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 		if err != nil {
 			return Receipt{}, false, chargeErr(j, nil, "", invalid("%v", err))
 		}
-		c, err := b.cfg.Claims.Get(ctx, key.String())
+		c, err := b.claims.Get(ctx, key.String())
 		switch {
 		case errors.Is(err, claim.ErrNotFound):
 			return Receipt{}, false, chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s; a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
@@ -130,7 +131,7 @@ func (b *Biller) checkChain(ctx context.Context, j job) error {
 		if err != nil {
 			return chargeErr(j, nil, "", invalid("%v", err))
 		}
-		_, err = b.cfg.Claims.Get(ctx, key.String())
+		_, err = b.claims.Get(ctx, key.String())
 		if err == nil {
 			continue
 		}
@@ -145,7 +146,7 @@ func (b *Biller) checkChain(ctx context.Context, j job) error {
 		} else {
 			err = chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s any more (it was abandoned unsent meanwhile); a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
 		}
-		if aerr := b.cfg.Claims.Abandon(context.WithoutCancel(ctx), j.key.String(), j.owner); aerr != nil {
+		if aerr := b.claims.Abandon(context.WithoutCancel(ctx), j.key.String(), j.owner); aerr != nil {
 			b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent re-bill claim; it is resumed once its lease expires", attrs(j, "error", aerr)...)
 		}
 		return err
@@ -249,8 +250,8 @@ func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) 
 }
 
 // request is the claim of j, recording where its key goes.
-func (b *Biller) request(j job) claim.Request {
-	return claim.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
+func (b *Biller) request(j job) claimengine.Request {
+	return claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
 		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
 		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpoint, Credential: b.credential}
 }
@@ -281,7 +282,7 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	}
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
-		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
+		res, err := b.claims.Claim(ctx, b.request(j))
 		var r Receipt
 		if err != nil {
 			var m *claim.MismatchError
@@ -312,7 +313,7 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 // settle acts on a claim result and reports the outcome to Config.Observe.
 // With a recorder, a success is settled by the recorder once written, and
 // settle returns errRecording.
-func (b *Biller) settle(ctx context.Context, j job, res claim.Result) (Receipt, error) {
+func (b *Biller) settle(ctx context.Context, j job, res claimResult) (Receipt, error) {
 	j.start = time.Now()
 	r, err := b.settleClaim(ctx, j, res)
 	if err != errRecording {
@@ -332,7 +333,7 @@ func (b *Biller) outcome(j job, start time.Time, r Receipt, err error) {
 
 // settleClaim acts on a claim result: send, resume, reconcile, or report.
 // Its errors are *ChargeError.
-func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Receipt, error) {
+func (b *Biller) settleClaim(ctx context.Context, j job, res claimResult) (Receipt, error) {
 	r, err := b.settleClaim1(ctx, j, res)
 	if err == errRecording {
 		return r, err // the recorder settles it, with its own error
@@ -340,22 +341,22 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claim.Result) (Rece
 	return r, asChargeError(j, err)
 }
 
-func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Receipt, error) {
+func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Receipt, error) {
 	c := res.Claim
 	switch res.Outcome {
-	case claim.Succeeded:
+	case claimengine.Succeeded:
 		return b.receipt(j, c.StripeID, AlreadyBilled), nil
-	case claim.Processing:
+	case claimengine.Processing:
 		r := b.receipt(j, c.StripeID, AlreadyBilled)
 		r.Processing = true
 		return r, nil
-	case claim.Failed:
+	case claimengine.Failed:
 		return b.afterFailure(ctx, j, c)
-	case claim.InProgress:
+	case claimengine.InProgress:
 		e := chargeErr(j, ErrInProgress, fmt.Sprintf("claimed by %s until %s", c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
 		e.Until = c.LeaseUntil
 		return Receipt{}, e
-	case claim.Resumed:
+	case claimengine.Resumed:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
 			attrs(j, "leases", c.Leases, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
 		if err := b.checkChain(ctx, j); err != nil {
@@ -364,12 +365,12 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claim.Result) (Rec
 		if c.Endpoint != b.endpoint || c.Credential != b.credential {
 			return b.elsewhere(ctx, j, c)
 		}
-	case claim.Mismatch:
+	case claimengine.Mismatch:
 		if e := b.underWay(j, c); e != nil {
 			return Receipt{}, e
 		}
 		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
-	case claim.Won:
+	case claimengine.Won:
 		j.won = true
 		if err := b.checkChain(ctx, j); err != nil {
 			return Receipt{}, err
@@ -394,7 +395,7 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 			if err != nil {
 				break
 			}
-			c, err := b.cfg.Claims.Get(ctx, key.String())
+			c, err := b.claims.Get(ctx, key.String())
 			if err != nil {
 				break // no such re-bill
 			}
@@ -461,14 +462,14 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		return Receipt{}, errRecording
 	case err == nil:
 		return b.record(ctx, j, out)
-	case errors.Is(err, claim.ErrWindowClosed):
+	case errors.Is(err, claimengine.ErrWindowClosed):
 		if j.reopened {
 			// A window just reopened closed again: retries outlasted it.
 			b.release(context.WithoutCancel(ctx), j, err)
 			return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run searches again", c.Age.Round(time.Minute)), nil)
 		}
 		return b.reconcile(ctx, j, c)
-	case errors.Is(err, claim.ErrLeaseLost):
+	case errors.Is(err, claimengine.ErrLeaseLost):
 		// Another runner took the claim over; it sends from now on.
 		return Receipt{}, chargeErr(j, ErrInProgress, "stopped sending", err)
 	}
@@ -533,7 +534,7 @@ func beforeOnBothClocks(t time.Time) bool {
 // outcomeUnknown reports whether err leaves open whether Stripe charged:
 // anything but a definitive 4xx refusal or a run-stopping answer.
 func outcomeUnknown(err error) bool {
-	if stopsRun(err) {
+	if StopsRun(err) {
 		return false
 	}
 	var se *stripe.Error
@@ -567,7 +568,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	case j.rec != nil:
 		err = j.rec.check(ctx, key.String(), j.owner)
 	default:
-		err = b.cfg.Claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin)
+		err = b.claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin)
 	}
 	if err != nil {
 		return created{}, 0, err
@@ -647,7 +648,7 @@ func succeeded(out created) bool {
 func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
 	if !succeeded(out) {
 		reason := "Stripe object " + out.id + " has status " + out.status
-		if err := b.cfg.Claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
+		if err := b.claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
 			e := chargeErr(j, ErrNotRecorded, reason, err)
 			e.StripeID = out.id
 			return Receipt{}, e
@@ -663,7 +664,7 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		}
 		return b.recorded(ctx, j, out, nil)
 	}
-	return b.recorded(ctx, j, out, b.cfg.Claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id))
+	return b.recorded(ctx, j, out, b.claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id))
 }
 
 // processing reports whether Stripe's answer is a payment that has not
@@ -711,7 +712,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 			reason = string(se.Type)
 		}
 		reason += ": " + se.Msg
-		if ferr := b.cfg.Claims.Fail(bg, key, reason); ferr != nil {
+		if ferr := b.claims.Fail(bg, key, reason); ferr != nil {
 			return chargeErr(j, ErrNotRecorded, "declined ("+reason+")", ferr)
 		}
 		e := chargeErr(j, ErrDeclined, reason, nil)
@@ -726,7 +727,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
 		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
 		return chargeErr(j, ErrKeyReused, "", err)
-	case stopsRun(err):
+	case StopsRun(err):
 		return chargeErr(j, nil, "", err)
 	case refusal:
 		return chargeErr(j, nil, "", refused(se))
@@ -748,7 +749,7 @@ func (b *Biller) giveUp(ctx context.Context, j job, cause error) {
 		b.release(ctx, j, cause)
 		return
 	}
-	if err := b.cfg.Claims.Abandon(ctx, j.key.String(), j.owner); err != nil {
+	if err := b.claims.Abandon(ctx, j.key.String(), j.owner); err != nil {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent claim; it is resumed once its lease expires", attrs(j, "error", err)...)
 	}
 }
@@ -783,7 +784,7 @@ func refusedBeforeExecution(err error) bool {
 // release leaves the claim pending with its key, expiring the lease so the
 // next run can resume it at once.
 func (b *Biller) release(ctx context.Context, j job, cause error) {
-	if err := b.cfg.Claims.Release(ctx, j.key.String(), j.owner, cause.Error()); err != nil {
+	if err := b.claims.Release(ctx, j.key.String(), j.owner, cause.Error()); err != nil {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: could not release claim; it is resumed once its lease expires", attrs(j, "error", err)...)
 	}
 }
@@ -810,7 +811,7 @@ func (b *Biller) renewWhileSending(ctx context.Context, j job, c claim.Claim) (s
 		if stopped {
 			return
 		}
-		if err := b.cfg.Claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
+		if err := b.claims.Renew(ctx, j.key.String(), j.owner); err != nil && ctx.Err() == nil {
 			b.log.LogAttrs(ctx, slogWarn, "billonce: renewing the claim's lease failed", attrs(j, "error", err)...)
 		}
 		t.Reset(lease / 3)
@@ -830,7 +831,7 @@ func (b *Biller) policyFor(ctx context.Context, j job) retry.Policy {
 	p := b.policy
 	classify := p.Classify
 	p.Classify = func(err error) retry.Decision {
-		if errors.Is(err, claim.ErrWindowClosed) || errors.Is(err, claim.ErrLeaseLost) {
+		if errors.Is(err, claimengine.ErrWindowClosed) || errors.Is(err, claimengine.ErrLeaseLost) {
 			return retry.Stop()
 		}
 		return classify(err)

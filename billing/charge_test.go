@@ -13,6 +13,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -422,7 +423,7 @@ func TestChargeInProgress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	key := e.key("cus_i")
-	if _, err := e.store.Claim(context.Background(), claim.Request{Customer: "cus_i", Period: period, Key: key,
+	if _, err := engineOf(e.store).Claim(context.Background(), claimengine.Request{Customer: "cus_i", Period: period, Key: key,
 		Amount: amount, Currency: "usd", Owner: "other-runner"}); err != nil {
 		t.Fatal(err)
 	}
@@ -439,12 +440,12 @@ func TestChargeInProgress(t *testing.T) {
 // watchStore passes every call to the real store and reports Claim
 // outcomes, so a test can act once a Biller has seen one.
 type watchStore struct {
-	claim.Store
-	outcomes chan claim.Outcome
+	testStore
+	outcomes chan claimengine.Outcome
 }
 
-func (w watchStore) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
-	res, err := w.Store.Claim(ctx, req)
+func (w watchStore) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
+	res, err := w.claimEngine.Claim(ctx, req)
 	if err == nil {
 		select {
 		case w.outcomes <- res.Outcome:
@@ -478,14 +479,14 @@ func TestChargeInProgressWait(t *testing.T) {
 	}()
 	<-arrived // the first replica's request is executing at Stripe
 
-	w := watchStore{Store: e.store, outcomes: make(chan claim.Outcome, 1)}
+	w := watchStore{testStore: wrapStore(e.store), outcomes: make(chan claimengine.Outcome, 1)}
 	second := e.biller(func(c *billing.Config) { c.Claims = w; c.InProgressWait = 30 * time.Second })
 	waiter := make(chan result, 1)
 	go func() {
 		r, err := second.Charge(ctx, "cus_w", period, nil)
 		waiter <- result{r, err}
 	}()
-	if o := <-w.outcomes; o != claim.InProgress {
+	if o := <-w.outcomes; o != claimengine.InProgress {
 		t.Fatalf("second replica's claim: %v; want InProgress", o)
 	}
 	e.srv.SetScript(nil)
@@ -635,7 +636,7 @@ func TestRebillOfABilledPeriodReportsIt(t *testing.T) {
 func TestStoreFailingAfterCommitChargesOnce(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
-	st := &failAfter{Store: e.store, fail: map[string]bool{"Succeed": true, "Fail": true, "Reopen": true}}
+	st := &failAfter{testStore: wrapStore(e.store), fail: map[string]bool{"Succeed": true, "Fail": true, "Reopen": true}}
 	b := e.biller(oneAttempt, func(c *billing.Config) { c.Claims = st })
 
 	var rec *billing.ChargeError

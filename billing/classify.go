@@ -1,19 +1,15 @@
 package billing
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
 
-	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/redact"
+	"github.com/billonce/billonce/internal/stripeanswer"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -100,7 +96,7 @@ const (
 //	  not listed here, and any error answer that is not Stripe's (a
 //	  proxy's or a web server's own page, without Stripe's Request-Id)
 func Classify(err error) retry.Decision {
-	if err == nil || stopsRun(err) {
+	if err == nil || StopsRun(err) {
 		return retry.Stop()
 	}
 	var se *stripe.Error
@@ -236,45 +232,28 @@ func (e *refusedRequest) Unwrap() []error { return []error{e.kind, e.se} }
 // Stripe's shape, pass untouched.
 type stripeShaped struct{ base http.RoundTripper }
 
-// maxRefusalBody is how much of an error answer stripeShaped reads to tell
-// Stripe's shape from another; a larger body is passed through untouched.
-const maxRefusalBody = 64 << 10
-
 func (t stripeShaped) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		return redirectRefused(req, resp), nil
 	}
-	if err != nil || resp.StatusCode < 400 || strings.HasPrefix(resp.Header.Get("Request-Id"), "req_") {
+	if err != nil || resp.StatusCode < 400 || stripeanswer.Stamped(resp) {
 		return resp, err
 	}
-	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody+1))
+	buf, err := stripeanswer.Peek(resp)
 	if err != nil {
 		resp.Body.Close()
 		return nil, err
 	}
-	var shape struct {
-		Error *struct {
-			Type string `json:"type"`
-		} `json:"error"`
-	}
-	if len(buf) > maxRefusalBody || (json.Unmarshal(buf, &shape) == nil && shape.Error != nil && shape.Error.Type != "") {
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+	if len(buf) > stripeanswer.MaxBody || stripeanswer.IsError(buf) {
 		return resp, nil
 	}
 	resp.Body.Close()
-	typ := "invalid_request_error"
-	if resp.StatusCode >= 500 {
-		typ = "api_error"
-	}
 	msg := fmt.Sprintf("the answer from %s is not Stripe's: HTTP %d %s", req.URL.Host, resp.StatusCode, http.StatusText(resp.StatusCode))
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		msg += " (" + ct + ")"
 	}
-	return stripeError(resp, resp.StatusCode, typ, msg), nil
+	return stripeanswer.Rewrite(resp, resp.StatusCode, msg), nil
 }
 
 // redirectRefused is the answer stripeShaped gives for a redirect: an
@@ -285,30 +264,16 @@ func redirectRefused(req *http.Request, resp *http.Response) *http.Response {
 	resp.Body.Close()
 	to := "no Location"
 	if loc, err := resp.Location(); err == nil {
-		to = idemkey.RedactURL(loc)
+		to = redact.URL(loc)
 	}
 	msg := fmt.Sprintf("the answer from %s is a redirect (HTTP %d %s to %s), and Stripe's API never redirects: billonce follows no redirect, so the secret key is sent to Config.StripeURL only; set Config.StripeURL to the address that answers",
 		req.URL.Host, resp.StatusCode, http.StatusText(resp.StatusCode), to)
-	return stripeError(resp, http.StatusMisdirectedRequest, "invalid_request_error", msg)
+	return stripeanswer.Rewrite(resp, http.StatusMisdirectedRequest, msg)
 }
 
 // refuseRedirect is the Biller's http.Client.CheckRedirect.
 func refuseRedirect(req *http.Request, _ []*http.Request) error {
-	return fmt.Errorf("billing: refusing to follow a redirect to %s: Stripe's API never redirects, and the secret key is sent to Config.StripeURL only", idemkey.RedactURL(req.URL))
-}
-
-// stripeError replaces resp's status and body with a Stripe error object
-// of type typ.
-func stripeError(resp *http.Response, status int, typ, msg string) *http.Response {
-	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "message": msg}})
-	resp.StatusCode, resp.Status = status, fmt.Sprintf("%d %s", status, http.StatusText(status))
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	resp.Header = resp.Header.Clone()
-	resp.Header.Del("Location")
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	resp.Header.Set("Content-Type", "application/json")
-	return resp
+	return fmt.Errorf("billing: refusing to follow a redirect to %s: Stripe's API never redirects, and the secret key is sent to Config.StripeURL only", redact.URL(req.URL))
 }
 
 // notAPayment is the error for an answer stripe-go decoded without error

@@ -189,7 +189,7 @@
 //
 // [Biller.Webhook] is the handler for Stripe's events: it verifies their
 // signature (400 if it is wrong) and applies each to the claim of its
-// payment with [claim.Store.Apply], once: a redelivery is a duplicate.
+// payment in the claim store, once: a redelivery is a duplicate.
 // An event that can never be applied is answered 200 and reported
 // (EventNotApplied), so that Stripe does not retry it for days; a failure
 // that may pass (the claim store, a read from Stripe) is answered 5xx, so

@@ -9,7 +9,7 @@ import (
 	"github.com/billonce/billonce/billing/spendcap"
 )
 
-// ErrInvalid is wrapped by every error that reports bad input: an empty
+// ErrInvalid is returned, wrapped, for bad input: an empty
 // or oversized customer ID, a malformed period, a zero or negative amount, an
 // unknown currency, a bad configuration. Nothing was written and nothing was
 // sent when it is returned. Every package of billonce names its own
@@ -20,28 +20,35 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
+// ErrRunHeldElsewhere is returned by [Biller.Run] and [Biller.Reconcile]
+// when their options set a Lock and another runner holds it. Nothing was
+// claimed or sent.
+var ErrRunHeldElsewhere = errors.New("billing: another runner holds the lock for this billing run")
+
 // Answers that stop a whole billing run, besides the refusals of a
 // spend-cap proxy ([spendcap.ErrSpendCapReached],
-// [spendcap.ErrEndpointNotAllowed], [spendcap.ErrVaultKeyRevoked]). They are
-// never retried; a [Biller.Run] that meets one sends nothing more. Claims it made
-// whose key never executed at Stripe (not sent, or refused before
-// execution) are abandoned, so the run after the fix claims them afresh
-// with its own configuration; the others stay pending, to be resumed with
-// the same keys.
+// [spendcap.ErrEndpointNotAllowed], [spendcap.ErrVaultKeyRevoked]); test
+// for all of them with [StopsRun]. They are never retried; a [Biller.Run]
+// that meets one sends nothing more. Claims it made whose key never
+// executed at Stripe (not sent, or refused before execution) are
+// abandoned, so the run after the fix claims them afresh with its own
+// configuration; the others stay pending, to be resumed with the same
+// keys.
 var (
-	// ErrStripeAuth: Stripe answered 401 or 403 (a revoked, expired or wrong
-	// secret key, or a restricted key without permission for the call).
-	// errors.As finds Stripe's *stripe.Error in the chain.
+	// ErrStripeAuth is returned when Stripe answers 401 or 403 (a revoked,
+	// expired or wrong secret key, or a restricted key without permission
+	// for the call). errors.As finds Stripe's *stripe.Error in the chain.
 	ErrStripeAuth = errors.New("billing: Stripe refused the API key")
-	// ErrStripeRequest: Stripe (or whatever answers at Config.StripeURL)
-	// refused the request itself, in a way that no customer's request
-	// could get past: a wrong URL (404 without a resource), an unknown or
-	// invalid parameter, a key in the wrong mode (livemode_mismatch,
-	// testmode_charges_only), an API version it does not take, a proxy's
-	// or a web server's own 4xx, or any 4xx refusal not known to concern
-	// one customer. Stripe stores nothing for such a request, so the same
-	// key is sent again once the configuration is fixed. errors.As finds
-	// the *stripe.Error in the chain. See [Classify] for the table.
+	// ErrStripeRequest is returned when Stripe (or whatever answers at
+	// Config.StripeURL) refuses the request itself, in a way that no
+	// customer's request could get past: a wrong URL (404 without a
+	// resource), an unknown or invalid parameter, a key in the wrong mode
+	// (livemode_mismatch, testmode_charges_only), an API version it does
+	// not take, a proxy's or a web server's own 4xx, or any 4xx refusal not
+	// known to concern one customer. Stripe stores nothing for such a
+	// request, so the same key is sent again once the configuration is
+	// fixed. errors.As finds the *stripe.Error in the chain. See [Classify]
+	// for the table.
 	ErrStripeRequest = errors.New("billing: Stripe refused the request")
 )
 
@@ -52,15 +59,19 @@ func proxyRefused(err error) bool {
 		errors.Is(err, spendcap.ErrVaultKeyRevoked)
 }
 
-// stopsRun reports whether err is an answer that must stop a billing run.
-func stopsRun(err error) bool {
+// StopsRun reports whether err is an answer that stops a whole billing run
+// ([ErrStripeAuth], [ErrStripeRequest] or a spend-cap proxy's refusal): no
+// customer's charge can get past it until the configuration is fixed, so a
+// caller that bills customers one by one (a job queue, its own loop) stops
+// too, rather than trying the next customer.
+func StopsRun(err error) bool {
 	return proxyRefused(err) || errors.Is(err, ErrStripeAuth) || errors.Is(err, ErrStripeRequest)
 }
 
 // The kinds of [*ChargeError]. Test for them with errors.Is; what to do
 // about each is said here, once, rather than in every message.
 var (
-	// ErrDeclined: Stripe refused the charge for a reason about this
+	// ErrDeclined is returned when Stripe refuses the charge for a reason about this
 	// customer alone (a decline, an expired card, no such customer or
 	// payment method, an amount Stripe will not take), and sending the same
 	// key again cannot change that. The claim is recorded as failed, and
@@ -72,37 +83,37 @@ var (
 	// A payment accepted as processing (a bank debit) that fails when it
 	// settles is ErrDeclined too, with ChargeError.AfterProcessing set.
 	ErrDeclined = errors.New("billing: declined")
-	// ErrOutcomeUnknown: retries ran out, or the call was stopped, before
-	// Stripe gave a definitive answer. The charge may or may not exist. The
+	// ErrOutcomeUnknown is returned when retries run out, or the call is
+	// stopped, before Stripe gives a definitive answer. The charge may or may not exist. The
 	// claim stays pending with its key; the next Charge, Run or Reconcile
 	// for the customer and period resumes it with that key, which is safe:
 	// Stripe replays the charge if it was made.
 	ErrOutcomeUnknown = errors.New("billing: outcome unknown")
-	// ErrInProgress: another runner holds a live claim on the customer and
+	// ErrInProgress is returned when another runner holds a live claim on the customer and
 	// period and may be charging right now, or another attempt of the
 	// period (a re-bill, or the attempt a re-bill follows) is pending and
 	// its outcome decides this one. Until is when its lease ends (a minute
 	// from now when nobody holds it); try again after that (or set
 	// Config.InProgressWait).
 	ErrInProgress = errors.New("billing: charge in progress elsewhere")
-	// ErrNeedsReconciliation: a pending claim is past its key's deadline and
+	// ErrNeedsReconciliation is returned when a pending claim is past its key's deadline and
 	// Stripe's search could not settle whether its charge exists. Sending
 	// again could charge twice, so nothing was sent. Look the key up in the
 	// Stripe dashboard (metadata billonce_key = ChargeError.Key), then
 	// record the outcome on the claim, or run Reconcile again later.
 	ErrNeedsReconciliation = errors.New("billing: needs reconciliation")
-	// ErrNotRecorded: Stripe gave a definitive answer (a charge, StripeID,
+	// ErrNotRecorded is returned when Stripe gave a definitive answer (a charge, StripeID,
 	// or a decline) but it could not be written to the claim store. Nothing
 	// is lost: the claim stays pending with its key, and the next run gets
 	// the same answer back from Stripe (a replay) and records it.
 	ErrNotRecorded = errors.New("billing: charged but not recorded")
-	// ErrKeyReused: Stripe answered idempotency_error: the key was sent
+	// ErrKeyReused is returned when Stripe answers idempotency_error: the key was sent
 	// with parameters other than those it was first used with. It is a bug
 	// (the price changed under a claimed key, or keys collide), not a
 	// retryable error. Nothing was charged by this request; the claim stays
 	// pending for a person to look at.
 	ErrKeyReused = errors.New("billing: idempotency key reused with other parameters")
-	// ErrSentElsewhere: a pending claim's key was sent to the other API, or
+	// ErrSentElsewhere is returned when a pending claim's key was sent to the other API, or
 	// with another credential (a rotated secret key), than this Biller's.
 	// Stripe may keep idempotency keys per endpoint and per API key, so
 	// sending it from here could charge twice; Stripe's search found no
@@ -130,10 +141,15 @@ var (
 //	ErrNotRecorded           pending    nothing: the next run records it
 //	ErrKeyReused             pending    a bug: the price changed under the key
 //	ErrSentElsewhere         pending    finish with the Biller that sent it, or wait until Until
-//	ErrStripeAuth            pending    fix the API key (the run stopped)
-//	ErrStripeRequest         pending    fix the configuration (the run stopped)
+//	ErrStripeAuth            deleted    fix the API key (the run stopped)
+//	ErrStripeRequest         deleted    fix the configuration (the run stopped)
 //	spendcap.ErrSpendCapReached, spendcap.ErrVaultKeyRevoked, spendcap.ErrEndpointNotAllowed:
-//	                         pending    see the spend-cap proxy (the run stopped)
+//	                         deleted    see the spend-cap proxy (the run stopped)
+//
+// "deleted" is for a claim the call made: its key never executed at
+// Stripe, so it is abandoned and the next run claims the customer afresh;
+// a claim resumed from an earlier call stays pending with its key. [StopsRun]
+// reports the answers that stop a run.
 //
 // A price that contradicts the claim already made for the customer and
 // period is a [*claim.MismatchError] in Err (errors.As); nothing was sent.
@@ -148,7 +164,7 @@ type ChargeError struct {
 	Key string
 	// Attempt is the billing attempt: 1 for Charge, 2 and up for Rebill.
 	Attempt int
-	// Err is the kind (see the table below) wrapping the cause.
+	// Err is the kind (see the table above) wrapping the cause.
 	Err error
 
 	// Code and DeclineCode are Stripe's error code and decline code

@@ -19,6 +19,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/retry"
 )
@@ -169,7 +170,7 @@ func (e *env) exec(sql string, args ...any) {
 func (e *env) crashedClaim(customer string, amt int64) string {
 	e.tb.Helper()
 	opts := append(append([]func(*billing.Config){}, e.opts...), func(c *billing.Config) {
-		c.Claims = crashAfterClaim{e.store}
+		c.Claims = crashAfterClaim{wrapStore(e.store)}
 		c.Price = flatPrice(amt)
 	})
 	if _, err := e.biller(opts...).Charge(context.Background(), customer, period, nil); !errors.Is(err, errCrashed) {
@@ -182,15 +183,53 @@ func (e *env) crashedClaim(customer string, amt int64) string {
 
 var errCrashed = errors.New("the runner crashed")
 
+// The claim engine, as billing drives it.
+type (
+	claimEngine  = claimengine.Engine[claim.Claim]
+	claimResult  = claimengine.Result[claim.Claim]
+	claimApplied = claimengine.Applied[claim.Claim]
+)
+
+// engineOf returns the engine of s.
+func engineOf(s claim.Store) claimEngine { return claimengine.Of[claim.Claim](s) }
+
+// batcherOf returns the batching engine of s.
+func batcherOf(s *claim.Postgres) claimengine.Batcher {
+	return engineOf(s).(claimengine.Batcher)
+}
+
+// A testStore is a claim store a test wraps: a wrapper embeds it and
+// overrides the engine methods it intercepts. It does not batch, so a Run
+// over it checks and records each charge on its own, through the
+// wrapper's methods.
+type testStore struct {
+	claim.Store
+	claimEngine
+}
+
+func wrapStore(s claim.Store) testStore { return testStore{s, engineOf(s)} }
+
+func (s testStore) Get(ctx context.Context, key string) (claim.Claim, error) {
+	return s.claimEngine.Get(ctx, key)
+}
+
+// A batchingStore is a testStore that batches, as claim.Postgres does.
+type batchingStore struct {
+	testStore
+	claimengine.Batcher
+}
+
+func wrapBatching(s *claim.Postgres) batchingStore { return batchingStore{wrapStore(s), batcherOf(s)} }
+
 // crashAfterClaim is a claim store whose runner dies as soon as its claim
 // is committed.
-type crashAfterClaim struct{ claim.Store }
+type crashAfterClaim struct{ testStore }
 
-func (s crashAfterClaim) Claim(ctx context.Context, r claim.Request) (claim.Result, error) {
-	if _, err := s.Store.Claim(ctx, r); err != nil {
-		return claim.Result{}, err
+func (s crashAfterClaim) Claim(ctx context.Context, r claimengine.Request) (claimResult, error) {
+	if _, err := s.claimEngine.Claim(ctx, r); err != nil {
+		return claimResult{}, err
 	}
-	return claim.Result{}, errCrashed
+	return claimResult{}, errCrashed
 }
 
 // ageClaim moves a claim's creation back on the database's clock.
@@ -361,7 +400,7 @@ func firstSendSafeDBClockJump(t *testing.T, change func(*billing.Config)) {
 // across all methods) returns, so that every later step meets a cancelled
 // context: a runner whose caller gives up at exactly that point.
 type cancelStore struct {
-	claim.Store
+	testStore
 	mu     sync.Mutex
 	calls  int
 	at     int
@@ -384,34 +423,34 @@ func (s *cancelStore) step() func() {
 	}
 }
 
-func (s *cancelStore) Claim(ctx context.Context, r claim.Request) (claim.Result, error) {
+func (s *cancelStore) Claim(ctx context.Context, r claimengine.Request) (claimResult, error) {
 	defer s.step()()
-	return s.Store.Claim(ctx, r)
+	return s.claimEngine.Claim(ctx, r)
 }
 
-func (s *cancelStore) ClaimBatch(ctx context.Context, r []claim.Request) ([]claim.Result, error) {
+func (s *cancelStore) ClaimBatch(ctx context.Context, r []claimengine.Request) ([]claimResult, error) {
 	defer s.step()()
-	return s.Store.ClaimBatch(ctx, r)
+	return s.claimEngine.ClaimBatch(ctx, r)
 }
 
 func (s *cancelStore) CheckSend(ctx context.Context, key, owner string, w time.Duration) error {
 	defer s.step()()
-	return s.Store.CheckSend(ctx, key, owner, w)
+	return s.claimEngine.CheckSend(ctx, key, owner, w)
 }
 
 func (s *cancelStore) Succeed(ctx context.Context, key, id string) error {
 	defer s.step()()
-	return s.Store.Succeed(ctx, key, id)
+	return s.claimEngine.Succeed(ctx, key, id)
 }
 
 func (s *cancelStore) Release(ctx context.Context, key, owner, why string) error {
 	defer s.step()()
-	return s.Store.Release(ctx, key, owner, why)
+	return s.claimEngine.Release(ctx, key, owner, why)
 }
 
 func (s *cancelStore) Abandon(ctx context.Context, key, owner string) error {
 	defer s.step()()
-	return s.Store.Abandon(ctx, key, owner)
+	return s.claimEngine.Abandon(ctx, key, owner)
 }
 
 func (s *cancelStore) Get(ctx context.Context, key string) (claim.Claim, error) {
@@ -421,7 +460,7 @@ func (s *cancelStore) Get(ctx context.Context, key string) (claim.Claim, error) 
 
 func (s *cancelStore) Reopen(ctx context.Context, key, owner, ep, cred string) error {
 	defer s.step()()
-	return s.Store.Reopen(ctx, key, owner, ep, cred)
+	return s.claimEngine.Reopen(ctx, key, owner, ep, cred)
 }
 
 // batchCancelStore is a cancelStore that also records in batches, as
@@ -442,7 +481,7 @@ func (s *batchCancelStore) failed() bool {
 	return s.failAt > 0 && s.dones >= s.failAt
 }
 
-func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration, checks []claim.SendCheck, done []claim.Success) ([]error, []error) {
+func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration, checks []claimengine.SendCheck, done []claimengine.Success) ([]error, []error) {
 	if s.failAt > 0 {
 		if len(done) > 0 {
 			s.mu.Lock()
@@ -450,7 +489,7 @@ func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration
 			n := s.dones
 			s.mu.Unlock()
 			if n == s.failAt {
-				checkErrs, _ := s.pg.CheckSendSucceed(ctx, w, checks, nil)
+				checkErrs, _ := batcherOf(s.pg).CheckSendSucceed(ctx, w, checks, nil)
 				doneErrs := make([]error, len(done))
 				for i := range doneErrs {
 					doneErrs[i] = errors.New("connection reset by peer")
@@ -458,10 +497,10 @@ func (s *batchCancelStore) CheckSendSucceed(ctx context.Context, w time.Duration
 				return checkErrs, doneErrs
 			}
 		}
-		return s.pg.CheckSendSucceed(ctx, w, checks, done)
+		return batcherOf(s.pg).CheckSendSucceed(ctx, w, checks, done)
 	}
 	defer s.step()()
-	return s.pg.CheckSendSucceed(ctx, w, checks, done)
+	return batcherOf(s.pg).CheckSendSucceed(ctx, w, checks, done)
 }
 
 // cancelTransport cancels the request's context once Stripe has answered,
@@ -501,17 +540,17 @@ func (e *env) ageAll(d time.Duration) {
 // its process died right after the statement: the claim is won and
 // pending, and nothing was sent.
 type pausingStore struct {
-	*claim.Postgres
+	batchingStore
 	beforeClaim   map[string]func()
 	beforeAbandon map[string]func()
 	dieAfterClaim string
 }
 
-func (s *pausingStore) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
+func (s *pausingStore) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
 	if f := s.beforeClaim[req.Key]; f != nil {
 		f()
 	}
-	res, err := s.Postgres.Claim(ctx, req)
+	res, err := s.claimEngine.Claim(ctx, req)
 	if err == nil && req.Key == s.dieAfterClaim {
 		return res, errors.New("the runner died")
 	}
@@ -522,7 +561,7 @@ func (s *pausingStore) Abandon(ctx context.Context, key, owner string) error {
 	if f := s.beforeAbandon[key]; f != nil {
 		f()
 	}
-	return s.Postgres.Abandon(ctx, key, owner)
+	return s.claimEngine.Abandon(ctx, key, owner)
 }
 
 // rebill3PastAbandoned2 declines cus's attempt 1, then runs the race: Rebill(3)
@@ -545,8 +584,8 @@ func rebill3PastAbandoned2(t *testing.T, e *env, cus string, die bool) (billing.
 
 	checked := make(chan struct{}) // Rebill(3) has looked at attempt 2
 	done2 := make(chan struct{})   // Rebill(2) has returned
-	s2 := &pausingStore{Postgres: e.store, beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
-	s3 := &pausingStore{Postgres: e.store, beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
+	s2 := &pausingStore{batchingStore: wrapBatching(e.store), beforeAbandon: map[string]func(){k2.String(): func() { <-checked }}}
+	s3 := &pausingStore{batchingStore: wrapBatching(e.store), beforeClaim: map[string]func(){k3.String(): func() { close(checked); <-done2 }}}
 	if die {
 		s3.dieAfterClaim = k3.String()
 	}
@@ -592,13 +631,13 @@ func requireBilledOnceAfter(t *testing.T, e *env, cus string, r3 billing.Receipt
 // cancelAfterClaim is a real claim store whose caller stops (a shutdown, a
 // request's deadline) just as its claim of key returns.
 type cancelAfterClaim struct {
-	claim.Store
+	testStore
 	key    string
 	cancel context.CancelFunc
 }
 
-func (s cancelAfterClaim) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
-	res, err := s.Store.Claim(ctx, req)
+func (s cancelAfterClaim) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
+	res, err := s.claimEngine.Claim(ctx, req)
 	if req.Key == s.key {
 		s.cancel()
 	}
@@ -610,7 +649,7 @@ var errAfterDelegating = errors.New("the store answered after the row was writte
 // failAfter is a claim store that writes, then reports a failure, for the
 // methods named in fail: a crash point after the database committed.
 type failAfter struct {
-	claim.Store
+	testStore
 	fail map[string]bool
 	mu   sync.Mutex
 }
@@ -626,21 +665,21 @@ func (s *failAfter) should(m string) bool {
 }
 
 func (s *failAfter) Succeed(ctx context.Context, key, id string) error {
-	if err := s.Store.Succeed(ctx, key, id); err != nil || !s.should("Succeed") {
+	if err := s.claimEngine.Succeed(ctx, key, id); err != nil || !s.should("Succeed") {
 		return err
 	}
 	return errAfterDelegating
 }
 
 func (s *failAfter) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
-	if err := s.Store.Reopen(ctx, key, owner, endpoint, credential); err != nil || !s.should("Reopen") {
+	if err := s.claimEngine.Reopen(ctx, key, owner, endpoint, credential); err != nil || !s.should("Reopen") {
 		return err
 	}
 	return errAfterDelegating
 }
 
 func (s *failAfter) Fail(ctx context.Context, key, reason string) error {
-	if err := s.Store.Fail(ctx, key, reason); err != nil || !s.should("Fail") {
+	if err := s.claimEngine.Fail(ctx, key, reason); err != nil || !s.should("Fail") {
 		return err
 	}
 	return errAfterDelegating

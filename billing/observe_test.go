@@ -8,7 +8,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
-	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 type recorder struct {
@@ -98,7 +98,7 @@ func TestObserveCallsAndOutcomes(t *testing.T) {
 	e.b.Charge(ctx, "cus_3", period, nil)
 	checkEvents(t, "recorded decline", "cus_3", rec.take(), failed)
 
-	if _, err := e.store.Claim(ctx, claim.Request{Customer: "cus_4", Period: period, Key: e.key("cus_4"),
+	if _, err := engineOf(e.store).Claim(ctx, claimengine.Request{Customer: "cus_4", Period: period, Key: e.key("cus_4"),
 		Amount: amount, Currency: "usd", Owner: "other-runner"}); err != nil {
 		t.Fatal(err)
 	}

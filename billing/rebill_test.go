@@ -414,7 +414,7 @@ func TestRebillChainLookupErrorKeepsSentClaim(t *testing.T) {
 	}
 
 	// A runner claims attempt 2, sends its key (Stripe charges) and dies.
-	crashing := e.biller(func(c *billing.Config) { c.Claims = crashAfterClaim{e.store} })
+	crashing := e.biller(func(c *billing.Config) { c.Claims = crashAfterClaim{wrapStore(e.store)} })
 	if _, err := crashing.Rebill(ctx, cus, period, 2, nil); !errors.Is(err, errCrashed) {
 		t.Fatalf("crashing re-bill: %v", err)
 	}
@@ -425,7 +425,7 @@ func TestRebillChainLookupErrorKeepsSentClaim(t *testing.T) {
 	stopping, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := e.biller(func(c *billing.Config) {
-		c.Claims = cancelAfterClaim{Store: e.store, key: k2.String(), cancel: cancel}
+		c.Claims = cancelAfterClaim{testStore: wrapStore(e.store), key: k2.String(), cancel: cancel}
 	})
 	r, err := b.Rebill(stopping, cus, period, 2, nil)
 	t.Logf("resumed Rebill(2), stopped after its claim: %+v, %v", r, err)

@@ -77,7 +77,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 		b.release(context.WithoutCancel(ctx), j, err)
 		return Receipt{}, err
 	}
-	if err := b.cfg.Claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
+	if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
 		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: reopening the key's window: %w", j.customer, j.period, err)
 	}
 	b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe has no payment for the pending claim; sending its key again", attrs(j)...)
@@ -243,7 +243,7 @@ func (b *Biller) Reconcile(ctx context.Context, opts *ReconcileOptions) (Summary
 
 func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Summary, error) {
 	start := time.Now()
-	listed, err := b.cfg.Claims.Stale(ctx, b.cfg.Scope)
+	listed, err := b.claims.Stale(ctx, b.cfg.Scope)
 	if err != nil {
 		return Summary{}, fmt.Errorf("billing: listing pending claims: %w", err)
 	}
@@ -268,7 +268,7 @@ func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Sum
 			r.settled(j, Receipt{}, asChargeError(j, err))
 			continue
 		}
-		res, err := b.cfg.Claims.Claim(ctx, b.request(j))
+		res, err := b.claims.Claim(ctx, b.request(j))
 		if err != nil {
 			r.settled(j, Receipt{}, chargeErr(j, nil, "claiming", err))
 			continue

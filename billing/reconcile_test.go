@@ -9,6 +9,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/lock"
 )
 
@@ -29,7 +30,7 @@ func TestReconcileSettlesCrashedClaims(t *testing.T) {
 	if _, err := e.b.Charge(ctx, "cus_done", period, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Claim(ctx, claim.Request{Customer: "cus_live", Period: period, Key: e.key("cus_live"),
+	if _, err := engineOf(e.store).Claim(ctx, claimengine.Request{Customer: "cus_live", Period: period, Key: e.key("cus_live"),
 		Amount: amount, Currency: "usd", Owner: "live-runner"}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
-// batchStore is a claim store that answers many send checks and records
-// many successes in one round trip, as [claim.Postgres] does.
-type batchStore interface {
-	CheckSendSucceed(ctx context.Context, window time.Duration, checks []claim.SendCheck, done []claim.Success) (checkErrs, doneErrs []error)
-}
+// claimResult and claimApplied are the claim engine's answers.
+type (
+	claimResult  = claimengine.Result[claim.Claim]
+	claimApplied = claimengine.Applied[claim.Claim]
+)
 
 // recordLinger bounds how long a charge Stripe made waits for others to
 // share the round trip that records it. Until it is written its claim is
@@ -38,7 +39,7 @@ var errRecording = errors.New("billing: the outcome is being recorded")
 type recorder struct {
 	b      *Biller
 	r      *runner
-	store  batchStore
+	store  claimengine.Batcher
 	checks chan sendCheck
 	succ   chan success
 	ended  chan struct{}
@@ -57,7 +58,7 @@ type success struct {
 // newRecorder returns the run's recorder, or nil when the claim store
 // cannot batch (each check and success is then a call of its own).
 func (r *runner) newRecorder() *recorder {
-	bs, ok := r.b.cfg.Claims.(batchStore)
+	bs, ok := r.b.claims.(claimengine.Batcher)
 	if !ok {
 		return nil
 	}
@@ -160,13 +161,13 @@ func (rec *recorder) loop() {
 
 // round makes one round trip for checks and succ and hands out the answers.
 func (rec *recorder) round(checks []sendCheck, succ []success) {
-	cs := make([]claim.SendCheck, len(checks))
+	cs := make([]claimengine.SendCheck, len(checks))
 	for i, q := range checks {
-		cs[i] = claim.SendCheck{Key: q.key, Owner: q.owner}
+		cs[i] = claimengine.SendCheck{Key: q.key, Owner: q.owner}
 	}
-	ds := make([]claim.Success, len(succ))
+	ds := make([]claimengine.Success, len(succ))
 	for i, s := range succ {
-		ds[i] = claim.Success{Key: s.j.key.String(), StripeID: s.out.id}
+		ds[i] = claimengine.Success{Key: s.j.key.String(), StripeID: s.out.id}
 	}
 	// Record even if the run was stopped meanwhile: the charges exist.
 	checkErrs, doneErrs := rec.store.CheckSendSucceed(context.Background(), rec.b.cfg.WindowMargin, cs, ds)

@@ -17,6 +17,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 )
 
@@ -133,14 +134,14 @@ func killBeforeRecording(t *testing.T, e *env, n int) int {
 
 // holdingStore is a claim store whose round trips carrying successes never
 // reach the database: the process is killed while they wait.
-type holdingStore struct{ *claim.Postgres }
+type holdingStore struct{ batchingStore }
 
-func (s holdingStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claim.SendCheck, done []claim.Success) ([]error, []error) {
+func (s holdingStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claimengine.SendCheck, done []claimengine.Success) ([]error, []error) {
 	if len(done) > 0 {
 		fmt.Printf("HOLDING %d outcomes\n", len(done))
 		select {}
 	}
-	return s.Postgres.CheckSendSucceed(ctx, window, checks, done)
+	return s.Batcher.CheckSendSucceed(ctx, window, checks, done)
 }
 
 // TestHelperRecordCrash is the runner TestRunCrashBeforeRecording kills.
@@ -162,7 +163,7 @@ func TestHelperRecordCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: os.Getenv(envStripe), Claims: holdingStore{store},
+	b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: os.Getenv(envStripe), Claims: holdingStore{wrapBatching(store)},
 		Price: flatPrice(amount), RateLimit: -1, Retry: fastRetry(), Owner: "dies"})
 	if err != nil {
 		t.Fatal(err)

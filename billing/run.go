@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/nilness"
 	"github.com/billonce/billonce/lock"
 )
@@ -36,10 +37,6 @@ const (
 	// Database round trips are amortised long before this size.
 	maxBatchSize = 10_000
 )
-
-// ErrRunHeldElsewhere is returned by Run and Reconcile when their options
-// set a Lock and another runner holds it. Nothing was claimed or sent.
-var ErrRunHeldElsewhere = errors.New("billing: another runner holds the lock for this billing run")
 
 // Item is one customer to bill in a [Biller.Run].
 type Item struct {
@@ -118,7 +115,8 @@ type Summary struct {
 	Period  string
 	Elapsed time.Duration
 	// Failures holds the error of every customer that was not billed
-	// (Failed, Pending or Invalid), up to 1,000 of them.
+	// (Declined, DeclinedAfterProcessing, Pending or Invalid), up to 1,000
+	// of them.
 	Failures []error
 }
 
@@ -221,7 +219,7 @@ func locked(ctx context.Context, guard lock.Locker, name string, fn func(context
 // task is one claimed customer waiting to be sent.
 type task struct {
 	j   job
-	res claim.Result
+	res claimResult
 }
 
 type runner struct {
@@ -290,102 +288,35 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 // claimed is one batch's claim, made in the background.
 type claimed struct {
 	batch   []job
-	results []claim.Result
+	results []claimResult
 	err     error
 	at      time.Time // just before the claim statement left
 	done    chan struct{}
 }
 
-// feed reads items, claims them in batches and queues what must be sent.
-// The next batch is claimed while the previous one is handed out, so that
-// workers do not wait for the round trip; one claim is under way at a
-// time.
+// A feeder reads a run's items, claims them in batches and queues what
+// must be sent. The next batch is claimed while the previous one is handed
+// out, so that workers do not wait for the round trip; one claim is under
+// way at a time.
+type feeder struct {
+	r        *runner
+	period   string
+	tasks    chan<- task
+	batch    []job
+	inBatch  map[string]bool // a batch claims each customer once
+	inflight *claimed
+}
+
+// feed reads items into tasks with a feeder.
 func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
-	batch := make([]job, 0, r.o.BatchSize)
-	inBatch := make(map[string]bool, r.o.BatchSize) // a batch claims each customer once
-	var inflight *claimed
-	// handOut waits for the claim under way and queues its customers.
-	handOut := func() error {
-		c := inflight
-		if c == nil {
-			return nil
-		}
-		inflight = nil
-		<-c.done
-		if len(c.results) != len(c.batch) {
-			err := c.err
-			if err == nil {
-				err = fmt.Errorf("%d results for %d requests", len(c.results), len(c.batch))
-			}
-			return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(c.batch), period, err)
-		}
-		// c.err joins the mismatches, which the results carry one by one.
-		for i, res := range c.results {
-			j := c.batch[i]
-			switch res.Outcome {
-			case claim.Mismatch:
-				r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
-			case claim.Won, claim.Resumed:
-				j.claimedAt = c.at
-				select {
-				case tasks <- task{j, res}:
-				case <-ctx.Done():
-					r.unsent(ctx, task{j, res})
-				}
-			default:
-				j.caller = r.caller
-				rc, err := r.b.settle(ctx, j, res)
-				r.settled(j, rc, err)
-			}
-		}
-		return nil
-	}
-	// flush claims the batch once the claim under way is done, then
-	// hands that one out while this one is claimed.
-	flush := func() error {
-		if len(batch) == 0 {
-			return handOut()
-		}
-		if ctx.Err() != nil {
-			// Stopped: claim nothing more.
-			batch = batch[:0]
-			clear(inBatch)
-			return handOut()
-		}
-		prev := inflight
-		if prev != nil {
-			<-prev.done
-		}
-		c := &claimed{batch: batch, done: make(chan struct{})}
-		reqs := make([]claim.Request, len(batch))
-		for i, j := range batch {
-			reqs[i] = r.b.request(j)
-		}
-		go func() {
-			defer close(c.done)
-			c.at = time.Now()
-			// A claim under way when the run stops finishes, so that its
-			// customers are handed back (abandoned or released) rather
-			// than left to their leases.
-			c.results, c.err = r.b.cfg.Claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
-		}()
-		batch = make([]job, 0, r.o.BatchSize)
-		clear(inBatch)
-		inflight = prev
-		err := handOut()
-		inflight = c
-		return err
-	}
-	// finish hands out everything claimed, even after an error.
-	finish := func(err error) error {
-		return errors.Join(err, flush(), handOut())
-	}
+	f := &feeder{r: r, period: period, tasks: tasks,
+		batch: make([]job, 0, r.o.BatchSize), inBatch: make(map[string]bool, r.o.BatchSize)}
 	for it, err := range items {
 		if ctx.Err() != nil {
 			break
 		}
 		if err != nil {
-			if ferr := finish(nil); ferr != nil {
+			if ferr := f.finish(ctx, nil); ferr != nil {
 				return ferr
 			}
 			return fmt.Errorf("billing: reading customers for %s: %w", period, err)
@@ -395,19 +326,19 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 			r.settled(j, Receipt{}, err)
 			continue
 		}
-		if inBatch[j.customer] {
+		if f.inBatch[j.customer] {
 			r.settled(j, Receipt{}, chargeErr(j, nil, "", invalid("listed more than once for %s; it is billed once", period)))
 			continue
 		}
-		batch = append(batch, j)
-		inBatch[j.customer] = true
-		if len(batch) == cap(batch) {
-			if err := flush(); err != nil {
-				return finish(err)
+		f.batch = append(f.batch, j)
+		f.inBatch[j.customer] = true
+		if len(f.batch) == cap(f.batch) {
+			if err := f.flush(ctx); err != nil {
+				return f.finish(ctx, err)
 			}
 		}
 	}
-	if err := finish(nil); err != nil {
+	if err := f.finish(ctx, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -419,11 +350,92 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 	return nil
 }
 
+// handOut waits for the claim under way and queues its customers.
+func (f *feeder) handOut(ctx context.Context) error {
+	c := f.inflight
+	if c == nil {
+		return nil
+	}
+	f.inflight = nil
+	<-c.done
+	if len(c.results) != len(c.batch) {
+		err := c.err
+		if err == nil {
+			err = fmt.Errorf("%d results for %d requests", len(c.results), len(c.batch))
+		}
+		return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(c.batch), f.period, err)
+	}
+	// c.err joins the mismatches, which the results carry one by one.
+	r := f.r
+	for i, res := range c.results {
+		j := c.batch[i]
+		switch res.Outcome {
+		case claimengine.Mismatch:
+			r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
+		case claimengine.Won, claimengine.Resumed:
+			j.claimedAt = c.at
+			select {
+			case f.tasks <- task{j, res}:
+			case <-ctx.Done():
+				r.unsent(ctx, task{j, res})
+			}
+		default:
+			j.caller = r.caller
+			rc, err := r.b.settle(ctx, j, res)
+			r.settled(j, rc, err)
+		}
+	}
+	return nil
+}
+
+// flush claims the batch once the claim under way is done, then hands
+// that one out while this one is claimed.
+func (f *feeder) flush(ctx context.Context) error {
+	if len(f.batch) == 0 {
+		return f.handOut(ctx)
+	}
+	if ctx.Err() != nil {
+		// Stopped: claim nothing more.
+		f.batch = f.batch[:0]
+		clear(f.inBatch)
+		return f.handOut(ctx)
+	}
+	prev := f.inflight
+	if prev != nil {
+		<-prev.done
+	}
+	c := &claimed{batch: f.batch, done: make(chan struct{})}
+	reqs := make([]claimengine.Request, len(f.batch))
+	for i, j := range f.batch {
+		reqs[i] = f.r.b.request(j)
+	}
+	claims := f.r.b.claims
+	go func() {
+		defer close(c.done)
+		c.at = time.Now()
+		// A claim under way when the run stops finishes, so that its
+		// customers are handed back (abandoned or released) rather than
+		// left to their leases.
+		c.results, c.err = claims.ClaimBatch(context.WithoutCancel(ctx), reqs)
+	}()
+	f.batch = make([]job, 0, f.r.o.BatchSize)
+	clear(f.inBatch)
+	f.inflight = prev
+	err := f.handOut(ctx)
+	f.inflight = c
+	return err
+}
+
+// finish hands out everything claimed, even after an error.
+func (f *feeder) finish(ctx context.Context, err error) error {
+	return errors.Join(err, f.flush(ctx), f.handOut(ctx))
+}
+
 // unsent leaves a claimed customer that the stopped run never sent to the
 // next run: the claim stays pending with its key and its lease ends now.
 func (r *runner) unsent(ctx context.Context, t task) {
 	j := t.j
-	j.won = t.res.Outcome == claim.Won
+	j.won = t.res.Outcome == claimengine.Won
 	cause := fmt.Errorf("run stopped before sending; nothing was sent: %w", context.Cause(ctx))
 	r.b.giveUp(context.WithoutCancel(ctx), j, cause)
 	err := chargeErr(j, ErrOutcomeUnknown, "", cause)
@@ -462,7 +474,7 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 		if len(s.Failures) < maxFailures {
 			s.Failures = append(s.Failures, err)
 		}
-		if stopsRun(err) && r.stopErr == nil {
+		if StopsRun(err) && r.stopErr == nil {
 			r.stopErr = err
 			r.cancel()
 			r.b.log.Error("billonce: stopping the run", "period", j.period, "customer", j.customer, "error", err)

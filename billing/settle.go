@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // DefaultSettleAfter is Config.SettleAfter's default: how long a payment
@@ -41,18 +42,18 @@ const minEventRetention = 30 * 24 * time.Hour
 // the one mapping shared by webhooks and polling. A charge made by a
 // PaymentIntent is reported under the PaymentIntent, which is what the
 // claim records.
-func updateFromCharge(ch *stripe.Charge) claim.Update {
-	u := claim.Update{Key: ch.Metadata[MetaKey], StripeID: ch.ID, Refunded: ch.AmountRefunded}
+func updateFromCharge(ch *stripe.Charge) claimengine.Update {
+	u := claimengine.Update{Key: ch.Metadata[MetaKey], StripeID: ch.ID, Refunded: ch.AmountRefunded}
 	if ch.PaymentIntent != nil && ch.PaymentIntent.ID != "" {
 		u.StripeID = ch.PaymentIntent.ID
 	}
 	switch ch.Status {
 	case stripe.ChargeStatusPending:
-		u.State = claim.StateProcessing
+		u.State = string(claim.StateProcessing)
 	case stripe.ChargeStatusSucceeded:
-		u.State = claim.StateSucceeded
+		u.State = string(claim.StateSucceeded)
 	case stripe.ChargeStatusFailed:
-		u.State, u.FailureCode = claim.StateFailed, ch.FailureCode
+		u.State, u.FailureCode = string(claim.StateFailed), ch.FailureCode
 	}
 	return u
 }
@@ -60,15 +61,15 @@ func updateFromCharge(ch *stripe.Charge) claim.Update {
 // updateFromIntent is what a PaymentIntent says about its claim's payment.
 // A PaymentIntent that needs a payment method again after being confirmed
 // off-session has failed: billonce never confirms it a second time.
-func updateFromIntent(pi *stripe.PaymentIntent) claim.Update {
-	u := claim.Update{Key: pi.Metadata[MetaKey], StripeID: pi.ID}
+func updateFromIntent(pi *stripe.PaymentIntent) claimengine.Update {
+	u := claimengine.Update{Key: pi.Metadata[MetaKey], StripeID: pi.ID}
 	switch pi.Status {
 	case stripe.PaymentIntentStatusProcessing:
-		u.State = claim.StateProcessing
+		u.State = string(claim.StateProcessing)
 	case stripe.PaymentIntentStatusSucceeded:
-		u.State = claim.StateSucceeded
+		u.State = string(claim.StateSucceeded)
 	case stripe.PaymentIntentStatusRequiresPaymentMethod, stripe.PaymentIntentStatusCanceled:
-		u.State, u.FailureCode = claim.StateFailed, string(pi.Status)
+		u.State, u.FailureCode = string(claim.StateFailed), string(pi.Status)
 		if e := pi.LastPaymentError; e != nil {
 			u.FailureCode = string(e.Code)
 			if e.DeclineCode != "" {
@@ -82,7 +83,7 @@ func updateFromIntent(pi *stripe.PaymentIntent) claim.Update {
 // applied reports an update that changed a claim to the logger and to
 // Config.Observe: a settlement, a refund, a dispute. source names where
 // the update came from (an event id, or "poll").
-func (b *Biller) applied(ctx context.Context, source string, a claim.Applied) {
+func (b *Biller) applied(ctx context.Context, source string, a claimApplied) {
 	c := a.Claim
 	log := []slog.Attr{slog.String("customer", c.Customer), slog.String("period", c.Period), slog.String("key", c.Key),
 		slog.String("stripe_id", c.StripeID), slog.String("source", source)}
@@ -132,7 +133,7 @@ func failedFrom(c claim.Claim) *ChargeError {
 // under the Biller's rate limit, and applies what it finds. It is how a
 // service without webhooks converges.
 func (b *Biller) settleProcessing(ctx context.Context, r *runner) error {
-	claims, err := b.cfg.Claims.Unsettled(ctx, b.cfg.Scope, b.cfg.SettleAfter)
+	claims, err := b.claims.Unsettled(ctx, b.cfg.Scope, b.cfg.SettleAfter)
 	if err != nil {
 		return fmt.Errorf("billing: listing processing claims: %w", err)
 	}
@@ -167,34 +168,34 @@ func (b *Biller) settleProcessing(ctx context.Context, r *runner) error {
 }
 
 // poll reads c's payment from Stripe and applies it.
-func (b *Biller) poll(ctx context.Context, c claim.Claim) (claim.Applied, error) {
+func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
-		return claim.Applied{}, err
+		return claimApplied{}, err
 	}
-	var u claim.Update
+	var u claimengine.Update
 	switch {
 	case strings.HasPrefix(c.StripeID, "pi_"):
 		pi, err := b.intents.Get(c.StripeID, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
 		if err != nil {
-			return claim.Applied{}, err
+			return claimApplied{}, err
 		}
 		u = updateFromIntent(pi)
 	default:
 		ch, err := b.charges.Get(c.StripeID, &stripe.ChargeParams{Params: stripe.Params{Context: ctx}})
 		if err != nil {
-			return claim.Applied{}, err
+			return claimApplied{}, err
 		}
 		u = updateFromCharge(ch)
 	}
 	if u.Key != c.Key {
-		return claim.Applied{}, fmt.Errorf("payment %s carries key %q in its metadata, not the claim's %q", c.StripeID, u.Key, c.Key)
+		return claimApplied{}, fmt.Errorf("payment %s carries key %q in its metadata, not the claim's %q", c.StripeID, u.Key, c.Key)
 	}
 	u.EventType, u.Created = "poll", time.Now()
-	a, err := b.cfg.Claims.Apply(ctx, u)
+	a, err := b.claims.Apply(ctx, u)
 	if err != nil {
-		return claim.Applied{}, err
+		return claimApplied{}, err
 	}
-	if a.Outcome == claim.Changed {
+	if a.Outcome == claimengine.Changed {
 		b.applied(ctx, "poll", a)
 	}
 	return a, nil
@@ -203,7 +204,7 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claim.Applied, error)
 // recordProcessing records a payment Stripe answered as pending or
 // processing.
 func (b *Biller) recordProcessing(ctx context.Context, j job, out created) error {
-	err := b.cfg.Claims.Process(context.WithoutCancel(ctx), j.key.String(), out.id)
+	err := b.claims.Process(context.WithoutCancel(ctx), j.key.String(), out.id)
 	if err != nil {
 		e := chargeErr(j, ErrNotRecorded, "processing "+out.id, err)
 		e.StripeID = out.id
@@ -217,18 +218,18 @@ func (b *Biller) recordProcessing(ctx context.Context, j job, out created) error
 // moved: a succeeded answer for a payment the claim records as
 // processing is that payment settling, applied like an event.
 func (b *Biller) settledByEvent(ctx context.Context, j job, out created, serr error) error {
-	if !errors.Is(serr, claim.ErrConflict) {
+	if !errors.Is(serr, claimengine.ErrConflict) {
 		return serr
 	}
-	c, err := b.cfg.Claims.Get(ctx, j.key.String())
+	c, err := b.claims.Get(ctx, j.key.String())
 	if err != nil || c.State != claim.StateProcessing || c.StripeID != out.id {
 		return serr
 	}
-	a, err := b.cfg.Claims.Apply(ctx, claim.Update{EventType: "answer", Key: c.Key, StripeID: out.id, State: claim.StateSucceeded, Created: time.Now()})
+	a, err := b.claims.Apply(ctx, claimengine.Update{EventType: "answer", Key: c.Key, StripeID: out.id, State: string(claim.StateSucceeded), Created: time.Now()})
 	if err != nil {
 		return err
 	}
-	if a.Outcome == claim.Changed {
+	if a.Outcome == claimengine.Changed {
 		b.applied(ctx, "answer", a)
 	}
 	return nil
@@ -240,7 +241,7 @@ func (b *Biller) pruneEvents(ctx context.Context) error {
 	if b.cfg.EventRetention < 0 {
 		return nil
 	}
-	n, err := b.cfg.Claims.PruneEvents(ctx, b.cfg.EventRetention)
+	n, err := b.claims.PruneEvents(ctx, b.cfg.EventRetention)
 	if n > 0 {
 		b.log.LogAttrs(ctx, slogInfo, "billonce: pruned the records of old webhook events",
 			slog.Int("pruned", n), slog.Duration("older_than", b.cfg.EventRetention))

@@ -19,6 +19,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/ledger"
 	"github.com/billonce/billonce/retry"
 )
@@ -337,7 +338,7 @@ func (w *simWorld) process(name string, cfg simConfig) (*simProc, *billing.Bille
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := simNewBiller(w, cfg, &simStore{p: p, inner: store}, &simTransport{p: p, base: w.base, srv: w.srv}, "sim-"+name)
+	b, err := simNewBiller(w, cfg, &simStore{Store: store, p: p, inner: engineOf(store)}, &simTransport{p: p, base: w.base, srv: w.srv}, "sim-"+name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", cfg, err)
 	}
@@ -515,8 +516,9 @@ func (p *simProc) die(how string) {
 // simStore is a runner's claim store: it fails once the runner is dead and
 // kills the runner at the claim crash points.
 type simStore struct {
-	p     *simProc
-	inner claim.Store
+	claim.Store // the store's own, for Config.Claims
+	p           *simProc
+	inner       claimEngine
 }
 
 func (s *simStore) alive() error {
@@ -545,21 +547,21 @@ func (s *simStore) claimed(what string, call func() error) error {
 	return err
 }
 
-func (s *simStore) Claim(ctx context.Context, req claim.Request) (claim.Result, error) {
-	var res claim.Result
+func (s *simStore) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
+	var res claimResult
 	err := s.claimed(s.p.w.keyLabel(req.Key), func() (err error) {
 		res, err = s.inner.Claim(ctx, req)
 		s.noteResumed(res)
 		return err
 	})
 	if errors.Is(err, errSimCrashed) {
-		return claim.Result{}, err
+		return claimResult{}, err
 	}
 	return res, err
 }
 
-func (s *simStore) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]claim.Result, error) {
-	var res []claim.Result
+func (s *simStore) ClaimBatch(ctx context.Context, reqs []claimengine.Request) ([]claimResult, error) {
+	var res []claimResult
 	err := s.claimed(fmt.Sprintf("a batch of %d", len(reqs)), func() (err error) {
 		res, err = s.inner.ClaimBatch(ctx, reqs)
 		s.noteResumed(res...)
@@ -572,9 +574,9 @@ func (s *simStore) ClaimBatch(ctx context.Context, reqs []claim.Request) ([]clai
 }
 
 // noteResumed traces the pending claims a runner takes over, with their age.
-func (s *simStore) noteResumed(res ...claim.Result) {
+func (s *simStore) noteResumed(res ...claimResult) {
 	for _, r := range res {
-		if r.Outcome == claim.Resumed {
+		if r.Outcome == claimengine.Resumed {
 			s.p.w.logf("  ~ %s resumes %s, claimed %s ago", s.p.name, s.p.w.keyLabel(r.Claim.Key), simDur(r.Claim.Age))
 		}
 	}
@@ -645,7 +647,7 @@ func (s *simStore) Abandon(ctx context.Context, key, owner string) error {
 
 // CheckSendSucceed lets runs check and record in shared round trips, as
 // they do over claim.Postgres; a dead runner's round trip fails whole.
-func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claim.SendCheck, done []claim.Success) (checkErrs, doneErrs []error) {
+func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claimengine.SendCheck, done []claimengine.Success) (checkErrs, doneErrs []error) {
 	if err := s.alive(); err != nil {
 		checkErrs, doneErrs = make([]error, len(checks)), make([]error, len(done))
 		for i := range checkErrs {
@@ -656,7 +658,7 @@ func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, c
 		}
 		return checkErrs, doneErrs
 	}
-	return s.inner.(*claim.Postgres).CheckSendSucceed(ctx, window, checks, done)
+	return s.inner.(claimengine.Batcher).CheckSendSucceed(ctx, window, checks, done)
 }
 
 // simTransport is a runner's HTTP transport: it fails once the runner is
@@ -1094,9 +1096,9 @@ func (s *simStore) Process(ctx context.Context, key, stripeID string) error {
 	return s.inner.Process(ctx, key, stripeID)
 }
 
-func (s *simStore) Apply(ctx context.Context, u claim.Update) (claim.Applied, error) {
+func (s *simStore) Apply(ctx context.Context, u claimengine.Update) (claimApplied, error) {
 	if err := s.alive(); err != nil {
-		return claim.Applied{}, err
+		return claimApplied{}, err
 	}
 	return s.inner.Apply(ctx, u)
 }

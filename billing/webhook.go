@@ -15,6 +15,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // Defaults for [WebhookConfig].
@@ -41,8 +42,9 @@ type WebhookConfig struct {
 	MaxBody int64
 }
 
-// String describes the configuration without its secret (no secrets in logs).
-func (c WebhookConfig) String() string {
+// describe is what Format and LogValue show: the configuration without
+// its secret.
+func (c WebhookConfig) describe() string {
 	secret := "(none)"
 	if c.Secret != "" {
 		secret = "****"
@@ -50,14 +52,12 @@ func (c WebhookConfig) String() string {
 	return fmt.Sprintf("billing.WebhookConfig{Secret: %s, Tolerance: %v, MaxBody: %d}", secret, c.Tolerance, c.MaxBody)
 }
 
-// GoString is String, so that %#v does not print the secret either.
-func (c WebhookConfig) GoString() string { return c.String() }
+// Format prints the configuration without its secret, for every verb
+// (%v, %+v, %#v, %s, %x, …).
+func (c WebhookConfig) Format(f fmt.State, verb rune) { io.WriteString(f, c.describe()) }
 
-// Format prints String for every verb, so that no verb prints the secret.
-func (c WebhookConfig) Format(f fmt.State, verb rune) { io.WriteString(f, c.String()) }
-
-// LogValue implements [slog.LogValuer]: what String shows.
-func (c WebhookConfig) LogValue() slog.Value { return slog.StringValue(c.String()) }
+// LogValue implements [slog.LogValuer]: what Format shows.
+func (c WebhookConfig) LogValue() slog.Value { return slog.StringValue(c.describe()) }
 
 // The events the handler applies; every other type is acknowledged and
 // ignored.
@@ -84,7 +84,7 @@ var webhookTypes = map[string]bool{
 //     logged. A refunded or disputed payment was billed: neither is a
 //     reason to bill again, and billonce never does.
 //
-// Each event is applied exactly once (claim.Store.Apply records its id in
+// Each event is applied exactly once (the claim store records its id in
 // the transaction that applies it): Stripe's redeliveries, and one event
 // delivered to several replicas at once, are answered 200 and change
 // nothing. States only move forward, so events arriving out of order
@@ -207,7 +207,7 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	u.EventID, u.EventType, u.Created = ev.ID, string(ev.Type), time.Unix(ev.Created, 0).UTC()
 	log = append(log, slog.String("key", u.Key), slog.String("stripe_id", u.StripeID))
-	a, err := h.b.cfg.Claims.Apply(ctx, u)
+	a, err := h.b.claims.Apply(ctx, u)
 	switch {
 	case errors.Is(err, claim.ErrNotFound):
 		h.b.log.LogAttrs(ctx, slogInfo, "billonce: webhook event for a payment without a claim in this table; ignored", log...)
@@ -225,9 +225,9 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	log = append(log, slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("outcome", a.Outcome.String()))
 	switch a.Outcome {
-	case claim.Changed:
+	case claimengine.Changed:
 		h.b.applied(ctx, ev.ID, a)
-	case claim.OtherPayment:
+	case claimengine.OtherPayment:
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names another payment than the claim's; nothing changed", append(log, slog.String("reason", a.Reason))...)
 	default:
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
@@ -276,29 +276,29 @@ func signatureProblem(err error) string {
 }
 
 // update reads what an event says about its payment.
-func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claim.Update, error) {
+func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claimengine.Update, error) {
 	raw := ev.Data.Raw
 	switch {
 	case ev.Type == "charge.dispute.created":
 		var d stripe.Dispute
 		if err := json.Unmarshal(raw, &d); err != nil {
-			return claim.Update{}, nil
+			return claimengine.Update{}, nil
 		}
 		return h.disputed(ctx, &d)
 	case strings.HasPrefix(string(ev.Type), "payment_intent."):
 		var pi stripe.PaymentIntent
 		if err := json.Unmarshal(raw, &pi); err != nil {
-			return claim.Update{}, nil
+			return claimengine.Update{}, nil
 		}
 		u := updateFromIntent(&pi)
-		if ev.Type == "payment_intent.payment_failed" && u.State != claim.StateFailed {
+		if ev.Type == "payment_intent.payment_failed" && u.State != string(claim.StateFailed) {
 			u.State = "" // confirmed again by someone else; its own events tell
 		}
 		return u, nil
 	default:
 		var ch stripe.Charge
 		if err := json.Unmarshal(raw, &ch); err != nil {
-			return claim.Update{}, nil
+			return claimengine.Update{}, nil
 		}
 		u := updateFromCharge(&ch)
 		if u.Key == "" && ev.Type == "charge.refunded" && ch.PaymentIntent != nil && ch.PaymentIntent.ID != "" {
@@ -311,20 +311,20 @@ func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claim.Upd
 
 // disputed reads the disputed payment, whose metadata names the claim: a
 // dispute carries only its ids.
-func (h *webhookHandler) disputed(ctx context.Context, d *stripe.Dispute) (claim.Update, error) {
-	u := claim.Update{Dispute: d.ID + " (" + string(d.Reason) + ")"}
+func (h *webhookHandler) disputed(ctx context.Context, d *stripe.Dispute) (claimengine.Update, error) {
+	u := claimengine.Update{Dispute: d.ID + " (" + string(d.Reason) + ")"}
 	if d.PaymentIntent != nil && d.PaymentIntent.ID != "" {
 		return h.intentUpdate(ctx, d.PaymentIntent.ID, u)
 	}
 	if d.Charge == nil || d.Charge.ID == "" {
-		return claim.Update{}, nil
+		return claimengine.Update{}, nil
 	}
 	if err := h.b.limiter.Wait(ctx); err != nil {
-		return claim.Update{}, err
+		return claimengine.Update{}, err
 	}
 	ch, err := h.b.charges.Get(d.Charge.ID, &stripe.ChargeParams{Params: stripe.Params{Context: ctx}})
 	if err != nil {
-		return claim.Update{}, err
+		return claimengine.Update{}, err
 	}
 	u.Key, u.StripeID = ch.Metadata[MetaKey], ch.ID
 	if ch.PaymentIntent != nil && ch.PaymentIntent.ID != "" {
@@ -335,13 +335,13 @@ func (h *webhookHandler) disputed(ctx context.Context, d *stripe.Dispute) (claim
 
 // intentUpdate fills in u's key and payment from PaymentIntent id, read
 // from Stripe. State stays as u has it: only the metadata is wanted.
-func (h *webhookHandler) intentUpdate(ctx context.Context, id string, u claim.Update) (claim.Update, error) {
+func (h *webhookHandler) intentUpdate(ctx context.Context, id string, u claimengine.Update) (claimengine.Update, error) {
 	if err := h.b.limiter.Wait(ctx); err != nil {
-		return claim.Update{}, err
+		return claimengine.Update{}, err
 	}
 	pi, err := h.b.intents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
 	if err != nil {
-		return claim.Update{}, err
+		return claimengine.Update{}, err
 	}
 	u.Key, u.StripeID = pi.Metadata[MetaKey], pi.ID
 	return u, nil

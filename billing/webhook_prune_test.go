@@ -305,7 +305,7 @@ func TestWebhookPruneAcrossProcesses(t *testing.T) {
 				return
 			default:
 			}
-			n, err := e.store.PruneEvents(ctx, 0)
+			n, err := engineOf(e.store).PruneEvents(ctx, 0)
 			if err != nil {
 				t.Error(err)
 				return
@@ -367,7 +367,7 @@ func TestWebhookPruneAcrossProcesses(t *testing.T) {
 }
 
 // failingPrune is a claim store whose PruneEvents fails.
-type failingPrune struct{ claim.Store }
+type failingPrune struct{ testStore }
 
 func (failingPrune) PruneEvents(context.Context, time.Duration) (int, error) {
 	return 0, errors.New("connection reset")
@@ -379,7 +379,7 @@ func TestReconcilePruneFails(t *testing.T) {
 	e := newEnv(t)
 	key := e.crashedClaim("cus_1", amount)
 	e.ageClaim(key, time.Hour)
-	b := e.biller(func(c *billing.Config) { c.Claims = failingPrune{e.store} })
+	b := e.biller(func(c *billing.Config) { c.Claims = failingPrune{wrapStore(e.store)} })
 	sum, err := b.Reconcile(context.Background(), nil)
 	if err == nil || !strings.Contains(err.Error(), "pruning webhook event records") || !strings.Contains(err.Error(), "connection reset") {
 		t.Fatalf("Reconcile = %v, want the pruning error", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -374,7 +375,7 @@ func TestPausedRunnerWakingAfterTakeoverSendsNothing(t *testing.T) {
 		}
 	})
 	_, aErr := a.Charge(ctx, "cus_1", period, nil)
-	if n := e.count("cus_1"); n != 1 || bErr != nil || !errors.Is(aErr, claim.ErrLeaseLost) {
+	if n := e.count("cus_1"); n != 1 || bErr != nil || !errors.Is(aErr, claimengine.ErrLeaseLost) {
 		t.Fatalf("cus_1 charged %d times; B = %+v, %v; A = %v", n, bR, bErr, aErr)
 	}
 }

@@ -10,12 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// A SendCheck asks [Store.CheckSend]'s question: may Owner send Key now?
-type SendCheck struct{ Key, Owner string }
-
-// A Success is a [Store.Succeed] call: Key was charged as StripeID.
-type Success struct{ Key, StripeID string }
-
 // CheckSendSucceed answers many CheckSend questions and records many
 // successes in one round trip to the database. checkErrs[i] is what
 // CheckSend(ctx, checks[i].Key, checks[i].Owner, window) would return, and
@@ -27,7 +21,7 @@ type Success struct{ Key, StripeID string }
 // successes are written in one transaction; a key the batch cannot settle
 // (its claim is not pending, or the batch failed) is recorded on its own
 // with Succeed, which reports conflicts the same way.
-func (p *Postgres) CheckSendSucceed(ctx context.Context, window time.Duration, checks []SendCheck, done []Success) (checkErrs, doneErrs []error) {
+func (p *pgEngine) CheckSendSucceed(ctx context.Context, window time.Duration, checks []sendCheck, done []success) (checkErrs, doneErrs []error) {
 	checkErrs, doneErrs = make([]error, len(checks)), make([]error, len(done))
 	var badCheck, badDone bool
 	for i, c := range checks {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // CheckSendSucceed answers each check as CheckSend and each success as
@@ -20,7 +21,7 @@ func TestCheckSendSucceed(t *testing.T) {
 	p, pool := newPostgres(t, claim.Config{Lease: lease})
 	const window = 23 * time.Hour
 	for i := range 8 {
-		mustClaim(t, p, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "a"), claim.Won)
+		mustClaim(t, p, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "a"), claimengine.Won)
 	}
 	// k1 is past its window on the database clock.
 	if _, err := pool.Exec(ctx, `UPDATE billonce_claims SET first_sent_at = now() - interval '23 hours 1 second' WHERE key = 'k1'`); err != nil {
@@ -33,7 +34,7 @@ func TestCheckSendSucceed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	checks := []claim.SendCheck{
+	checks := []claimengine.SendCheck{
 		{Key: "k0", Owner: "a"},      // held, in its window
 		{Key: "k1", Owner: "a"},      // past its window
 		{Key: "k2", Owner: "a"},      // succeeded
@@ -44,7 +45,7 @@ func TestCheckSendSucceed(t *testing.T) {
 		{Key: "k0", Owner: "a"},      // asked twice
 		{Key: "k5", Owner: "a\x00b"}, // invalid
 	}
-	done := []claim.Success{
+	done := []claimengine.Success{
 		{Key: "k4", StripeID: "ch_4"}, // pending: written
 		{Key: "k2", StripeID: "ch_2"}, // again, same id
 		{Key: "k2", StripeID: "ch_x"}, // another id
@@ -52,16 +53,16 @@ func TestCheckSendSucceed(t *testing.T) {
 		{Key: "k5", StripeID: "ch_5"}, // pending: written
 		{Key: "none", StripeID: "ch_9"},
 	}
-	wantCheck := []error{nil, claim.ErrWindowClosed, claim.ErrLeaseLost, claim.ErrLeaseLost, claim.ErrNotFound, claim.ErrInvalid, nil, nil, claim.ErrInvalid}
-	wantDone := []error{nil, nil, claim.ErrConflict, claim.ErrConflict, nil, claim.ErrNotFound}
+	wantCheck := []error{nil, claimengine.ErrWindowClosed, claimengine.ErrLeaseLost, claimengine.ErrLeaseLost, claim.ErrNotFound, claim.ErrInvalid, nil, nil, claim.ErrInvalid}
+	wantDone := []error{nil, nil, claimengine.ErrConflict, claimengine.ErrConflict, nil, claim.ErrNotFound}
 
 	// Valid arguments take the batch; one bad argument takes the calls
 	// one by one. Both answer alike.
 	for _, valid := range []bool{true, false} {
 		cs, cw, ds, dw := checks, wantCheck, done, wantDone
 		if valid {
-			cs, cw = []claim.SendCheck{checks[0], checks[1], checks[2], checks[3], checks[4], checks[6], checks[7]},
-				[]error{nil, claim.ErrWindowClosed, claim.ErrLeaseLost, claim.ErrLeaseLost, claim.ErrNotFound, nil, nil}
+			cs, cw = []claimengine.SendCheck{checks[0], checks[1], checks[2], checks[3], checks[4], checks[6], checks[7]},
+				[]error{nil, claimengine.ErrWindowClosed, claimengine.ErrLeaseLost, claimengine.ErrLeaseLost, claim.ErrNotFound, nil, nil}
 		}
 		checkErrs, doneErrs := p.CheckSendSucceed(ctx, window, cs, ds)
 		for i, err := range checkErrs {

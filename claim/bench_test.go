@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // BenchmarkClaim measures one winning claim: one round trip to a local
@@ -18,8 +19,8 @@ func BenchmarkClaim(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		r := claim.Request{Customer: fmt.Sprintf("cus_%d", i), Period: "2025-01", Key: fmt.Sprintf("key_%d", i), Amount: 4200, Currency: "usd", Owner: "bench"}
-		if res, err := s.Claim(ctx, r); err != nil || res.Outcome != claim.Won {
+		r := claimengine.Request{Customer: fmt.Sprintf("cus_%d", i), Period: "2025-01", Key: fmt.Sprintf("key_%d", i), Amount: 4200, Currency: "usd", Owner: "bench"}
+		if res, err := s.Claim(ctx, r); err != nil || res.Outcome != claimengine.Won {
 			b.Fatalf("Claim = %v, %v", res.Outcome, err)
 		}
 	}
@@ -35,13 +36,13 @@ func BenchmarkClaimBatch(b *testing.B) {
 			run := 0
 			for b.Loop() {
 				run++
-				reqs := make([]claim.Request, size)
+				reqs := make([]claimengine.Request, size)
 				for i := range reqs {
-					reqs[i] = claim.Request{Customer: fmt.Sprintf("cus_%d", i), Period: fmt.Sprintf("run-%d", run),
+					reqs[i] = claimengine.Request{Customer: fmt.Sprintf("cus_%d", i), Period: fmt.Sprintf("run-%d", run),
 						Key: fmt.Sprintf("key_%d_%d", run, i), Amount: 4200, Currency: "usd", Owner: "bench"}
 				}
 				res, err := s.ClaimBatch(ctx, reqs)
-				if err != nil || len(res) != size || res[size-1].Outcome != claim.Won {
+				if err != nil || len(res) != size || res[size-1].Outcome != claimengine.Won {
 					b.Fatalf("ClaimBatch: %d results, %v", len(res), err)
 				}
 			}
@@ -60,7 +61,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 func BenchmarkPruneEvents(b *testing.B) {
 	ctx := context.Background()
 	s, pool := newPostgres(b, claim.Config{})
-	if _, err := s.Claim(ctx, claim.Request{Customer: "cus_1", Period: "2025-01", Key: "k1", Amount: 4200, Currency: "usd", Owner: "bench"}); err != nil {
+	if _, err := s.Claim(ctx, claimengine.Request{Customer: "cus_1", Period: "2025-01", Key: "k1", Amount: 4200, Currency: "usd", Owner: "bench"}); err != nil {
 		b.Fatal(err)
 	}
 	const old, recent = 200_000, 100_000
@@ -70,7 +71,7 @@ func BenchmarkPruneEvents(b *testing.B) {
 	var quiet time.Duration
 	for n, end := 0, time.Now().Add(time.Second); time.Now().Before(end); n++ {
 		start := time.Now()
-		u := claim.Update{EventID: fmt.Sprintf("evt_quiet_%d", n), EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: int64(n), Created: time.Now()}
+		u := claimengine.Update{EventID: fmt.Sprintf("evt_quiet_%d", n), EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: int64(n), Created: time.Now()}
 		if _, err := s.Apply(ctx, u); err != nil {
 			b.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func BenchmarkPruneEvents(b *testing.B) {
 				default:
 				}
 				start := time.Now()
-				u := claim.Update{EventID: fmt.Sprintf("evt_new_%d_%d", i, n), EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: int64(n), Created: time.Now()}
+				u := claimengine.Update{EventID: fmt.Sprintf("evt_new_%d_%d", i, n), EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: int64(n), Created: time.Now()}
 				if _, err := s.Apply(ctx, u); err != nil {
 					b.Error(err)
 					return

@@ -9,121 +9,30 @@ import (
 	"unicode/utf8"
 )
 
-// MaxIDLen is the longest customer, period, key, owner or Stripe id accepted,
+// maxIDLen is the longest customer, period, key, owner or Stripe id accepted,
 // in bytes.
-const MaxIDLen = 255
+const maxIDLen = 255
 
-// A Store records claims. [Postgres] is the durable, cluster-wide store;
-// [Memory] is a single-process stand-in for unit tests. All methods
-// are safe for concurrent use.
+// A Store holds claims: [Postgres] is the durable, cluster-wide store;
+// [Memory] is a single-process stand-in for unit tests. Pass one to
+// billing.Config.Claims; look a claim up with Get.
+//
+// Store is implemented by this package only, and it may gain methods.
+// What billing does with a store (claim, lease, send checks, succeed,
+// fail, settle, reconcile) is the store's engine, kept inside billonce so
+// that it can change with billing: the methods listed here are the whole
+// contract with users. All methods are safe for concurrent use.
 type Store interface {
-	// Claim records the intent to charge before anything is sent. See
-	// [Outcome] for what the caller does next. A request that conflicts with
-	// an existing claim returns a *[MismatchError].
-	Claim(ctx context.Context, req Request) (Result, error)
-	// ClaimBatch claims many requests at once, with the same outcomes as
-	// Claim, in request order. Requests that conflict get Outcome Mismatch
-	// with their *MismatchError in Result.Conflict, also joined into the
-	// returned error; the other results are still valid.
-	ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error)
-	// CheckSend is asked before every send of key (a caller may skip it
-	// only for the first send of a claim it has just won, while the lease
-	// is certainly still its own: no request can have carried the key
-	// yet): it returns nil if owner
-	// still holds the pending claim and less than window has passed, on the
-	// store's clock, since the key's window started (Claim.FirstSentAt). It
-	// returns [ErrLeaseLost] if owner no longer holds the claim, and
-	// [ErrWindowClosed] once the window is over: the key must not be sent
-	// again before a search proves no payment exists for it (see Reopen).
-	CheckSend(ctx context.Context, key, owner string, window time.Duration) error
-	// Reopen records that a search, made after the key's window was over,
-	// found no payment for key: the key starts a new window now, sent to
-	// endpoint with credential. Only owner's pending claim can be reopened;
-	// otherwise it returns [ErrLeaseLost].
-	Reopen(ctx context.Context, key, owner, endpoint, credential string) error
-	// Renew extends owner's lease on a pending claim. It returns
-	// [ErrLeaseLost] if owner no longer holds the claim.
-	Renew(ctx context.Context, key, owner string) error
-	// Succeed records the charge. Calling it again with the same stripeID is
-	// fine; a different id, or a failed claim, returns [ErrConflict].
-	Succeed(ctx context.Context, key, stripeID string) error
-	// Fail records a definitive failure: the key will never be charged.
-	// Calling it again is fine; a succeeded claim returns [ErrConflict].
-	Fail(ctx context.Context, key, reason string) error
-	// Release gives up owner's lease when the outcome is unknown: the claim
-	// stays pending, lastErr is recorded and the lease expires at once, so
-	// the next Claim resumes it with the same key.
-	Release(ctx context.Context, key, owner, lastErr string) error
-	// Abandon deletes owner's pending claim whose key never executed at
-	// Stripe: it was never sent, or every request carrying it was refused
-	// before execution (an authentication failure, a rate limit, a refusal
-	// of the request itself), so Stripe stored nothing under it. The next
-	// Claim starts afresh. Never abandon a claim whose key may have run.
-	// It returns [ErrLeaseLost] if owner no longer holds the claim.
-	Abandon(ctx context.Context, key, owner string) error
 	// Get returns the claim for key, or [ErrNotFound].
 	Get(ctx context.Context, key string) (Claim, error)
-	// Stale lists pending claims whose lease has expired, oldest first: of
-	// scope, and of unknown scope (claims made before scopes were
-	// recorded), or all of them when scope is "".
-	Stale(ctx context.Context, scope string) ([]Claim, error)
 
-	// Process records that Stripe answered key with a payment, stripeID,
-	// that has not settled: the claim becomes processing. Calling it again,
-	// or after the outcome was applied, is fine; a claim that records
-	// another payment returns [ErrConflict].
-	Process(ctx context.Context, key, stripeID string) error
-	// Apply records what Stripe reported about key's payment, from a
-	// webhook event or a read of the payment, exactly once and never
-	// backwards: see [Update] and [Applied]. A key without a claim returns
-	// [ErrNotFound] and records nothing.
-	Apply(ctx context.Context, u Update) (Applied, error)
-	// Unsettled lists processing claims that have been processing for at
-	// least olderThan on the store's clock, oldest first, of scope and of
-	// unknown scope, or all of them when scope is "".
-	Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error)
-	// PruneEvents deletes the records of the events Apply recorded more
-	// than olderThan ago on the store's clock, and returns how many it
-	// deleted. An event delivered again after its record is gone is
-	// applied again and changes nothing (see [Store.Apply]), so the
-	// records are needed only while Stripe may still send the event: keep
-	// them longer than its redeliveries (see the package documentation).
-	// It deletes a batch at a time, each in its own short transaction, so
-	// webhook deliveries never wait long behind it; it stops early, with
-	// ctx's error, when ctx is done.
-	PruneEvents(ctx context.Context, olderThan time.Duration) (int, error)
+	// engine returns the store's claimengine.Engine[Claim].
+	engine() any
 }
 
-// A Request asks to charge Amount of Currency to Customer for Period under
-// Key. Customer, Period and Key are opaque strings of 1 to [MaxIDLen] bytes.
-type Request struct {
-	Customer string
-	Period   string
-	Key      string // the idempotency key sent to Stripe
-	Amount   int64  // in the currency's smallest unit; > 0
-	Currency string // three lowercase letters, as Stripe writes them: "usd"
-	// Owner names the runner making the claim and must be unique to it
-	// (host, process and run, for example): a claim whose owner matches
-	// is resumed, not reported as in progress.
-	Owner string
-
-	// Where the key goes, recorded on a new claim and never changed by a
-	// resume; each is optional, at most MaxIDLen bytes. Scope names the
-	// product or kind of charge that derived the key, Attempt the billing
-	// attempt it stands for (1 for the first charge, 2 and up for re-bills),
-	// Endpoint the API that receives it ("charges", "payment_intents") and
-	// Credential a fingerprint of the credential that sends it (never the
-	// credential itself). A caller that finds a claim whose Endpoint or
-	// Credential differs from its own must not send its key blind: the
-	// key's first request may have gone to another key space.
-	Scope      string
-	Attempt    int
-	Endpoint   string
-	Credential string
-}
-
-// Validate reports what is wrong with r, as an error wrapping [ErrInvalid].
-func (r Request) Validate() error {
+// validateRequest reports what is wrong with r, as an error wrapping
+// [ErrInvalid].
+func validateRequest(r request) error {
 	var problems []string
 	for _, f := range [...]struct{ name, v string }{
 		{"customer", r.Customer}, {"period", r.Period}, {"key", r.Key}, {"owner", r.Owner},
@@ -160,8 +69,8 @@ func checkID(name, v string) string {
 	switch {
 	case v == "":
 		return name + " is empty"
-	case len(v) > MaxIDLen:
-		return fmt.Sprintf("%s is %d bytes long, more than %d", name, len(v), MaxIDLen)
+	case len(v) > maxIDLen:
+		return fmt.Sprintf("%s is %d bytes long, more than %d", name, len(v), maxIDLen)
 	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
 		return name + " must be valid UTF-8 without NUL bytes"
 	}
@@ -198,11 +107,11 @@ func validateText(name, v string) error {
 
 // validateBatch validates every request and refuses duplicate keys or
 // duplicate (customer, period) pairs within the batch.
-func validateBatch(reqs []Request) error {
+func validateBatch(reqs []request) error {
 	keys := make(map[string]int, len(reqs))
 	periods := make(map[[2]string]int, len(reqs))
 	for i, r := range reqs {
-		if err := r.Validate(); err != nil {
+		if err := validateRequest(r); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 		if j, ok := keys[r.Key]; ok {
@@ -227,8 +136,8 @@ const (
 	// StateProcessing: the payment exists at Stripe but has not settled (a
 	// bank debit: a charge "pending", a PaymentIntent "processing"). The
 	// claim holds its period like a succeeded one and is never sent again;
-	// it becomes succeeded or failed when the outcome arrives (see
-	// [Store.Apply]).
+	// it becomes succeeded or failed when the outcome arrives, by webhook
+	// or by a read of the payment.
 	StateProcessing State = "processing"
 	StateSucceeded  State = "succeeded"
 	StateFailed     State = "failed"
@@ -289,69 +198,12 @@ type Claim struct {
 	DisputeAt time.Time
 }
 
-// Outcome tells the caller of Claim what to do.
-type Outcome int
-
-// The outcomes of a claim.
-const (
-	// Won: a new claim; send the charge with the key.
-	Won Outcome = iota + 1
-	// Resumed: a pending claim whose lease had expired (or was already the
-	// caller's) is now the caller's; send again with the same key and the
-	// recorded amount. If Claim.Age nears Stripe's 24-hour window, reconcile
-	// with Stripe first.
-	Resumed
-	// InProgress: another runner holds a live lease; do nothing.
-	InProgress
-	// Succeeded: already charged; Claim.StripeID names the charge. Do not
-	// call Stripe.
-	Succeeded
-	// Failed: the key failed definitively; billing again takes a new key.
-	Failed
-	// Mismatch: the request conflicts with an existing claim (only in
-	// ClaimBatch results; Claim returns a *MismatchError).
-	Mismatch
-	// Processing: the payment exists and has not settled yet;
-	// Claim.StripeID names it. Do not call Stripe: the outcome arrives by
-	// webhook or by reading the payment (see [Store.Apply]).
-	Processing
-)
-
-var outcomeNames = [...]string{"Outcome(0)", "Won", "Resumed", "InProgress", "Succeeded", "Failed", "Mismatch", "Processing"}
-
-func (o Outcome) String() string {
-	if o >= 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-// Result is the answer to a claim: the outcome and the claim as it stands
-// after the call.
-type Result struct {
-	Outcome Outcome
-	Claim   Claim
-	// Conflict says what differs when Outcome is Mismatch (ClaimBatch
-	// only); nil otherwise.
-	Conflict *MismatchError
-}
-
 var (
-	// ErrInvalid wraps every error about bad arguments; nothing was written.
+	// ErrInvalid is returned, wrapped, when an argument is bad; the error
+	// says what to fix, and nothing was written.
 	ErrInvalid = errors.New("claim: invalid argument")
-	// ErrNotFound means no claim has the key.
+	// ErrNotFound is returned by Get when no claim has the key.
 	ErrNotFound = errors.New("claim: no claim with this key")
-	// ErrLeaseLost means the caller no longer holds the claim: its lease
-	// expired and another runner resumed it, or it is no longer pending.
-	// Stop working on it.
-	ErrLeaseLost = errors.New("claim: lease lost: another runner holds this claim or it is no longer pending")
-	// ErrWindowClosed means the key's window is over: Stripe may have
-	// forgotten the key, so sending it again could charge a second time.
-	// Search for the key's payment first; if none exists, Reopen the claim.
-	ErrWindowClosed = errors.New("claim: the key's window is over; search for its payment before sending it again")
-	// ErrConflict means an outcome contradicts the recorded one (a second,
-	// different charge id, or success after failure).
-	ErrConflict = errors.New("claim: conflicting outcome")
 )
 
 // MismatchError reports a request that conflicts with an existing claim: the
@@ -373,7 +225,7 @@ func (e *MismatchError) Error() string {
 
 // compare returns the *MismatchError between a request and the existing
 // claim it collided with, or nil if they agree.
-func compare(req Request, c Claim) *MismatchError {
+func compare(req request, c Claim) *MismatchError {
 	for _, f := range [...]struct{ name, have, want string }{
 		{"key", c.Key, req.Key},
 		{"customer", c.Customer, req.Customer},

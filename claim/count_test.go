@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 )
 
@@ -21,15 +22,15 @@ func TestCountByPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []string{"cus_1", "cus_2", "cus_3"} {
-		mustClaim(t, store, req(c, "key_"+c, "run-1"), claim.Won)
+		mustClaim(t, engineOf(store), req(c, "key_"+c, "run-1"), claimengine.Won)
 	}
 	other := req("cus_1", "key_other", "run-1")
 	other.Period = "2026-10"
-	mustClaim(t, store, other, claim.Won)
-	if err := store.Succeed(ctx, "key_cus_1", "ch_1"); err != nil {
+	mustClaim(t, engineOf(store), other, claimengine.Won)
+	if err := engineOf(store).Succeed(ctx, "key_cus_1", "ch_1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Fail(ctx, "key_cus_2", "card_declined"); err != nil {
+	if err := engineOf(store).Fail(ctx, "key_cus_2", "card_declined"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := store.Count(ctx, "2025-01") // req's period

@@ -76,33 +76,97 @@
 //	                      │                                       └──► failed (Stripe's failure code)
 //	                      │  lease expired (crash) or Release
 //	                      ├──► pending, resumed by the next Claim with the SAME key
-//	                      │  CheckSend: ErrWindowClosed (the key's window is over)
+//	                      │  send check: the key's window is over
 //	                      └──► pending; search Stripe for the key's payment:
 //	                           found → Succeed; none → Reopen (a new window), send
 //
-// A processing claim holds its period like a succeeded one: Claim answers
-// [Processing] and nothing is sent again. When its payment fails after
-// processing the claim fails with Stripe's failure code (Claim.FailureCode,
-// and Claim.ProcessingAt tells it from a card decline); like any failed
-// claim it is never billed again automatically: a re-bill is a new attempt
-// with a new key, decided by a person.
+// A processing claim holds its period like a succeeded one: a new claim
+// for it is answered "processing" and nothing is sent again. When its
+// payment fails after processing the claim fails with Stripe's failure
+// code (Claim.FailureCode, and Claim.ProcessingAt tells it from a card
+// decline); like any failed claim it is never billed again automatically:
+// a re-bill is a new attempt with a new key, decided by a person.
+//
+// # What you call, and what billing calls
+//
+// A [Store] is what you hand to billing.Config.Claims, and [Store.Get] is
+// what you call on it: the claim for a key, as a [Claim]. On a [Postgres]
+// store you also call [Postgres.Migrate] at start-up, [Postgres.Count] for
+// a period's totals, and [Postgres.PruneEvents] if you do not run
+// billing's Reconcile (see below).
+//
+// Everything else (claiming, leases, send checks, recording outcomes,
+// settling payments, listing claims to reconcile) is the store's engine,
+// which the billing package drives and which is not part of this
+// package's API: it lives in billonce's internal packages, so that it can
+// change with billing without breaking you. Store is implemented by this
+// package only and may gain methods, as River documents its driver
+// interface; an alternative store would have to implement the engine, and
+// billonce does not promise that contract. The rest of this documentation
+// says what the engine does, so that you can read the table.
+//
+// # Claiming
+//
+// A claim is made in one atomic round trip, and answers with the row as
+// it stands and what the caller does next: won (a new claim: send with the
+// key), resumed (a pending claim whose lease expired, or was already the
+// caller's: send again with the same key and the recorded amount),
+// in progress (another runner holds a live lease: do nothing), succeeded,
+// processing or failed (do not call Stripe), or a [*MismatchError]: this
+// customer and period (or this key) is claimed with other parameters, and
+// nothing is charged.
+//
+// Winning or resuming sets the owner and a lease of [Config.Lease] on the
+// database clock, and counts an attempt (Claim.Leases). While the lease is
+// live every other owner sees the claim in progress; the same owner
+// claiming again resumes. A runner that crashes simply stops renewing:
+// once its lease has expired, the next claim for that key resumes it, and
+// of runners racing for it exactly one does. Thousands of requests are
+// claimed in one statement with the same outcomes.
+//
+// # After the call to Stripe
+//
+// A charge id is recorded as succeeded, a definitive failure as failed;
+// both are idempotent and a contradiction is refused. An unknown outcome (retries exhausted) releases the claim: it stays
+// pending, the error is recorded and the lease expires at once, so the
+// next run resumes it with the same key. A long call renews its lease;
+// losing the lease means another runner has taken over and this one stops.
+// A claim whose key never executed at Stripe (refused before execution) is
+// deleted, so the next run claims afresh.
+//
+// # Where the key went, and its window
+//
+// A claim records where its key goes: the scope that derived it, the
+// billing attempt, the endpoint that receives it and a fingerprint of the
+// credential that sends it. A resume never changes them, so a caller
+// configured otherwise can tell that it must not resend the key blind.
+//
+// The claim also starts the key's window (Claim.FirstSentAt, Claim.SentAge):
+// the earliest time the key may have reached Stripe, which forgets keys
+// after 24 hours. Before every send the engine checks, on the database
+// clock, that the window is still open and that the caller still holds
+// the claim; a caller whose window is over searches Stripe, and if no
+// payment exists for the key it reopens the claim, which starts a new
+// window (Claim.ReconciledAt).
+// Pending claims whose lease has run out are listed for reconciliation,
+// per scope.
 //
 // # Events from Stripe
 //
-// [Postgres.Apply] records an [Update] (a webhook event, or a read of the
-// payment) in one transaction: the event id goes into the events table
-// (named after the claim table with _events appended) with INSERT … ON
-// CONFLICT DO NOTHING, and only if it was new is the claim row locked and
-// moved. A redelivered event, or the same event delivered to several
-// replicas at once, is applied once ([Duplicate] for the others). States
-// only move forward (pending, processing, then succeeded or failed), so an
-// older event arriving after a newer one changes nothing ([Unchanged]);
-// the two terminal states never replace each other. Refunds (the amount
-// refunded so far only grows) and disputes (the latest by Stripe's
-// creation time of its event, Claim.DisputeAt; of two created in the same
-// second, the greater id) are recorded on the claim without changing its
-// state: they are not a reason to bill again. An event for a payment
-// other than the one the claim records changes nothing ([OtherPayment]).
+// An update (a webhook event, or a read of the payment) is applied in one
+// transaction: the event id goes into the events table (named after the
+// claim table with _events appended) with INSERT … ON CONFLICT DO NOTHING,
+// and only if it was new is the claim row locked and moved. A redelivered
+// event, or the same event delivered to several replicas at once, is
+// applied once (a duplicate for the others). States only move forward
+// (pending, processing, then succeeded or failed), so an older event
+// arriving after a newer one changes nothing; the two terminal states
+// never replace each other. Refunds (the amount refunded so far only
+// grows) and disputes (the latest by Stripe's creation time of its event,
+// Claim.DisputeAt; of two created in the same second, the greater id) are
+// recorded on the claim without changing its state: they are not a reason
+// to bill again. An event for a payment other than the one the claim
+// records changes nothing.
 //
 // # Pruning the events table
 //
@@ -120,98 +184,23 @@
 // the dashboard or the API for up to 30 days. Keep rows longer than that.
 // Should an event come after its row was deleted anyway, it is applied
 // again, as if new, and changes nothing: the claim already knows as much
-// or more, so the answer is [Unchanged] (not [Duplicate]), and the row is
-// recorded again. States never move back, a refund is never counted twice
-// (the amount is Stripe's running total, not an increment), an older
-// dispute never replaces a newer one, and nothing is sent to Stripe. An
-// event about another payment than the claim's is [OtherPayment] again,
-// as it was the first time.
-//
-// [Postgres.Unsettled] lists claims processing for longer than a given
-// age, for callers that read their payments instead of receiving events.
-//
-// # Claiming
-//
-// [Postgres.Claim] takes a [Request] and answers, in one atomic round trip,
-// with a [Result]: the [Outcome] and the row as it stands.
-//
-//	res, err := store.Claim(ctx, claim.Request{
-//		Customer: "cus_42", Period: "2025-01", Key: key,
-//		Amount: 4200, Currency: "usd", Owner: runID,
-//	})
-//	switch {
-//	case err != nil:
-//		// *MismatchError: this customer and period (or this key) is claimed
-//		// with other parameters. Investigate; never charge.
-//	case res.Outcome == claim.Won, res.Outcome == claim.Resumed:
-//		// Ours: send with key, then Succeed, Fail or Release.
-//	case res.Outcome == claim.Succeeded:
-//		// Already charged: res.Claim.StripeID.
-//	default:
-//		// InProgress elsewhere, or Failed for this key: do nothing.
-//	}
-//
-// Won and Resumed set the owner and a lease of [Config.Lease] on the
-// database clock, and count an attempt. While the lease is live every other
-// owner sees InProgress; the same owner claiming again resumes. A runner
-// that crashes simply stops renewing: once its lease has expired, the next
-// Claim for that key resumes it, and of runners racing for it exactly one
-// does. A resumed claim is resent with its own key and recorded amount; if
-// its Age nears Stripe's 24-hour idempotency window, reconcile with Stripe
-// before resending.
-//
-// [Postgres.ClaimBatch] claims thousands of requests in one statement with
-// the same outcomes, in request order.
-//
-// # After the call to Stripe
-//
-//   - [Postgres.Succeed] records the charge id; [Postgres.Fail] records a
-//     definitive failure. Both are idempotent and refuse a contradiction
-//     with [ErrConflict].
-//   - [Postgres.Release] is for an unknown outcome (retries exhausted): the
-//     claim stays pending, the error is recorded and the lease expires at
-//     once, so the next run resumes it with the same key.
-//   - [Postgres.Renew] extends the lease during a long call; [ErrLeaseLost]
-//     means another runner has taken over and this one must stop.
-//   - [Postgres.CheckSend] comes before every send (see below).
-//   - [Postgres.CheckSendSucceed] answers many CheckSend questions and
-//     records many successes in one round trip, for a runner with many
-//     charges in flight; each answer is the one the single call gives.
-//
-// # Where the key went, and its window
-//
-// A [Request] may say where its key goes: the Scope that derived it, the
-// billing Attempt, the Endpoint that receives it and a fingerprint of the
-// Credential that sends it. They are recorded when the claim is made and a
-// resume never changes them, so a caller configured otherwise can tell
-// that it must not resend the key blind.
-//
-// The claim also starts the key's window (Claim.FirstSentAt, Claim.SentAge):
-// the earliest time the key may have reached Stripe, which forgets keys
-// after 24 hours. [Postgres.CheckSend], called before every send, refuses
-// with [ErrWindowClosed] once the caller's window has passed on the
-// database clock, and with [ErrLeaseLost] once another runner holds the
-// claim. A caller that then finds, by searching Stripe, that no payment
-// exists for the key calls [Postgres.Reopen], which starts a new window.
-//
-// # Reconciling
-//
-// [Postgres.Stale] lists pending claims whose lease has run out, of one
-// scope (and of unknown scope, for claims made before scopes were
-// recorded).
+// or more, and the row is recorded again. States never move back, a
+// refund is never counted twice (the amount is Stripe's running total,
+// not an increment), an older dispute never replaces a newer one, and
+// nothing is sent to Stripe.
 //
 // # Bad input
 //
 // Every argument is checked before any query, and a bad one returns an
 // error wrapping [ErrInvalid] saying what to fix: empty or oversized
-// customer, period, key or owner ([MaxIDLen] bytes), a zero or negative
+// customer, period, key or owner (1 to 255 bytes), a zero or negative
 // amount, a currency that is not three lowercase letters ("usd", as Stripe
 // writes it; "USD" is refused rather than silently rewritten), a nil
 // database or a table name that is not a plain identifier.
 //
 // # Testing code built on claims
 //
-// [Memory] implements [Store] in process memory with the same behaviour.
-// It is single-process only; tests that need time to pass run it inside a
-// testing/synctest bubble.
+// [Memory] is a [Store] in process memory with the same behaviour, for
+// billing's unit tests. It is single-process only; tests that need time to
+// pass run it inside a testing/synctest bubble.
 package claim

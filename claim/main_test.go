@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -14,7 +15,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // newPostgres returns a migrated store on a fresh database.
-func newPostgres(tb testing.TB, cfg claim.Config) (*claim.Postgres, *pgxpool.Pool) {
+func newPostgres(tb testing.TB, cfg claim.Config) (pgStore, *pgxpool.Pool) {
 	tb.Helper()
 	pool := pgtest.Pool(tb)
 	p, err := claim.NewPostgres(pool, cfg)
@@ -24,12 +25,40 @@ func newPostgres(tb testing.TB, cfg claim.Config) (*claim.Postgres, *pgxpool.Poo
 	if err := p.Migrate(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	return p, pool
+	return pgStore{p, engineOf(p)}, pool
 }
+
+// pgStore is a Postgres store with its engine's methods, for tests.
+type pgStore struct {
+	*claim.Postgres
+	engine
+}
+
+func (s pgStore) Get(ctx context.Context, key string) (claim.Claim, error) {
+	return s.Postgres.Get(ctx, key)
+}
+
+func (s pgStore) PruneEvents(ctx context.Context, olderThan time.Duration) (int, error) {
+	return s.Postgres.PruneEvents(ctx, olderThan)
+}
+
+func (s pgStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claimengine.SendCheck, done []claimengine.Success) ([]error, []error) {
+	return s.engine.(claimengine.Batcher).CheckSendSucceed(ctx, window, checks, done)
+}
+
+// The claim engine, as claim's tests drive it.
+type (
+	engine  = claimengine.Engine[claim.Claim]
+	result  = claimengine.Result[claim.Claim]
+	applied = claimengine.Applied[claim.Claim]
+)
+
+// engineOf returns the engine of s.
+func engineOf(s claim.Store) engine { return claimengine.Of[claim.Claim](s) }
 
 // A harness is a store under test and a way to let time pass for it.
 type harness struct {
-	store claim.Store
+	store engine
 	// pass lets d pass on the store's clock for every claim.
 	pass func(t *testing.T, d time.Duration)
 }
@@ -59,7 +88,7 @@ func bothStores(t *testing.T, lease time.Duration, f func(t *testing.T, h harnes
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			f(t, harness{store: claim.NewMemory(cfg), pass: func(t *testing.T, d time.Duration) { time.Sleep(d) }})
+			f(t, harness{store: engineOf(claim.NewMemory(cfg)), pass: func(t *testing.T, d time.Duration) { time.Sleep(d) }})
 		})
 	})
 }

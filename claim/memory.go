@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // Memory is a claim store in process memory with the same behaviour as
@@ -45,22 +47,22 @@ func NewMemory(cfg Config) *Memory {
 	return &Memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string)}
 }
 
-// Claim claims req. See [Store].
-func (m *Memory) Claim(ctx context.Context, req Request) (Result, error) {
-	if err := req.Validate(); err != nil {
-		return Result{}, err
+// Claim claims req. See claimengine.Engine.
+func (m *memEngine) Claim(ctx context.Context, req request) (result, error) {
+	if err := validateRequest(req); err != nil {
+		return result{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.claimLocked(req, time.Now())
 	if r.Conflict != nil {
-		return Result{}, r.Conflict
+		return result{}, r.Conflict
 	}
 	return r, nil
 }
 
-// ClaimBatch claims all reqs at once. See [Store].
-func (m *Memory) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error) {
+// ClaimBatch claims all reqs at once. See claimengine.Engine.
+func (m *memEngine) ClaimBatch(ctx context.Context, reqs []request) ([]result, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
 	}
@@ -70,14 +72,14 @@ func (m *Memory) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	res := make([]Result, len(reqs))
+	res := make([]result, len(reqs))
 	for i, req := range reqs {
 		res[i] = m.claimLocked(req, now)
 	}
 	return batchResults(res)
 }
 
-func (m *Memory) claimLocked(req Request, now time.Time) Result {
+func (m *memEngine) claimLocked(req request, now time.Time) result {
 	c, ok := m.byKey[req.Key]
 	if !ok {
 		if k, ok := m.live[[2]string{req.Customer, req.Period}]; ok {
@@ -103,15 +105,15 @@ func (m *Memory) claimLocked(req Request, now time.Time) Result {
 	return answer(req, fromKey, m.snapshot(c, now))
 }
 
-func (m *Memory) snapshot(c *Claim, now time.Time) Claim {
+func (m *memEngine) snapshot(c *Claim, now time.Time) Claim {
 	s := *c
 	s.Age = now.Sub(c.CreatedAt)
 	s.SentAge = now.Sub(c.FirstSentAt)
 	return s
 }
 
-// Renew extends owner's lease on key. See [Store].
-func (m *Memory) Renew(ctx context.Context, key, owner string) error {
+// Renew extends owner's lease on key. See claimengine.Engine.
+func (m *memEngine) Renew(ctx context.Context, key, owner string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
 		return err
 	}
@@ -124,16 +126,16 @@ func (m *Memory) Renew(ctx context.Context, key, owner string) error {
 	})
 }
 
-// held returns ErrLeaseLost unless owner holds the pending claim c.
+// held returns claimengine.ErrLeaseLost unless owner holds the pending claim c.
 func held(c *Claim, owner string) error {
 	if c.State != StatePending || c.Owner != owner {
-		return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, c.Key, c.State, c.Owner, owner)
+		return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", claimengine.ErrLeaseLost, c.Key, c.State, c.Owner, owner)
 	}
 	return nil
 }
 
 // heldLocked returns key's claim if owner holds it pending; m.mu is held.
-func (m *Memory) heldLocked(key, owner string) (*Claim, error) {
+func (m *memEngine) heldLocked(key, owner string) (*Claim, error) {
 	c, ok := m.byKey[key]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
@@ -141,8 +143,8 @@ func (m *Memory) heldLocked(key, owner string) (*Claim, error) {
 	return c, held(c, owner)
 }
 
-// CheckSend reports whether owner may send key now. See [Store].
-func (m *Memory) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
+// CheckSend reports whether owner may send key now. See claimengine.Engine.
+func (m *memEngine) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateWindow(window)); err != nil {
 		return err
 	}
@@ -158,8 +160,8 @@ func (m *Memory) CheckSend(ctx context.Context, key, owner string, window time.D
 	return nil
 }
 
-// Reopen starts key's window again. See [Store].
-func (m *Memory) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
+// Reopen starts key's window again. See claimengine.Engine.
+func (m *memEngine) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateID("endpoint", endpoint), validateID("credential", credential)); err != nil {
 		return err
 	}
@@ -172,8 +174,8 @@ func (m *Memory) Reopen(ctx context.Context, key, owner, endpoint, credential st
 	})
 }
 
-// Release gives up owner's lease on key, recording lastErr. See [Store].
-func (m *Memory) Release(ctx context.Context, key, owner, lastErr string) error {
+// Release gives up owner's lease on key, recording lastErr. See claimengine.Engine.
+func (m *memEngine) Release(ctx context.Context, key, owner, lastErr string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
 		return err
 	}
@@ -186,8 +188,8 @@ func (m *Memory) Release(ctx context.Context, key, owner, lastErr string) error 
 	})
 }
 
-// Abandon deletes owner's pending claim on key. See [Store].
-func (m *Memory) Abandon(ctx context.Context, key, owner string) error {
+// Abandon deletes owner's pending claim on key. See claimengine.Engine.
+func (m *memEngine) Abandon(ctx context.Context, key, owner string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
 		return err
 	}
@@ -202,8 +204,8 @@ func (m *Memory) Abandon(ctx context.Context, key, owner string) error {
 	return nil
 }
 
-// Succeed records that key was charged as stripeID. See [Store].
-func (m *Memory) Succeed(ctx context.Context, key, stripeID string) error {
+// Succeed records that key was charged as stripeID. See claimengine.Engine.
+func (m *memEngine) Succeed(ctx context.Context, key, stripeID string) error {
 	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
 		return err
 	}
@@ -216,8 +218,8 @@ func (m *Memory) Succeed(ctx context.Context, key, stripeID string) error {
 	})
 }
 
-// Fail records that key failed definitively. See [Store].
-func (m *Memory) Fail(ctx context.Context, key, reason string) error {
+// Fail records that key failed definitively. See claimengine.Engine.
+func (m *memEngine) Fail(ctx context.Context, key, reason string) error {
 	if err := errors.Join(validateID("key", key), validateText("reason", reason)); err != nil {
 		return err
 	}
@@ -233,7 +235,7 @@ func (m *Memory) Fail(ctx context.Context, key, reason string) error {
 
 // update applies f to key's claim under the lock; a nil error from f
 // stamps UpdatedAt.
-func (m *Memory) update(key string, f func(c *Claim, now time.Time) error) error {
+func (m *memEngine) update(key string, f func(c *Claim, now time.Time) error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, ok := m.byKey[key]
@@ -251,7 +253,7 @@ func (m *Memory) update(key string, f func(c *Claim, now time.Time) error) error
 	return nil
 }
 
-// Get returns the claim for key. See [Store].
+// Get returns the claim for key. See claimengine.Engine.
 func (m *Memory) Get(ctx context.Context, key string) (Claim, error) {
 	if err := validateID("key", key); err != nil {
 		return Claim{}, err
@@ -262,24 +264,24 @@ func (m *Memory) Get(ctx context.Context, key string) (Claim, error) {
 	if !ok {
 		return Claim{}, fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
-	return m.snapshot(c, time.Now()), nil
+	return (*memEngine)(m).snapshot(c, time.Now()), nil
 }
 
 // Stale lists pending claims whose lease has expired, of scope and of
-// unknown scope, or all when scope is "". See [Store].
-func (m *Memory) Stale(ctx context.Context, scope string) ([]Claim, error) {
+// unknown scope, or all when scope is "". See claimengine.Engine.
+func (m *memEngine) Stale(ctx context.Context, scope string) ([]Claim, error) {
 	return m.list(func(c *Claim, now time.Time) bool {
 		return !c.LeaseUntil.After(now) && (scope == "" || c.Scope == scope || c.Scope == "")
 	}), nil
 }
 
-func (m *Memory) list(keep func(*Claim, time.Time) bool) []Claim {
+func (m *memEngine) list(keep func(*Claim, time.Time) bool) []Claim {
 	return m.listState(StatePending, keep, func(c Claim) time.Time { return c.CreatedAt })
 }
 
 // listState lists the claims in state that keep keeps, ordered by the time
 // by returns, then by key.
-func (m *Memory) listState(state State, keep func(*Claim, time.Time) bool, by func(Claim) time.Time) []Claim {
+func (m *memEngine) listState(state State, keep func(*Claim, time.Time) bool, by func(Claim) time.Time) []Claim {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -236,16 +237,16 @@ func TestMigrateUpgradesV1TableInPlace(t *testing.T) {
 
 			// The store works on the upgraded table: the crashed claim is
 			// resumed with its key, the others keep their outcomes.
-			pending := claim.Request{Customer: "cus_1", Period: "2025-01", Key: "k_pending", Amount: 4200, Currency: "usd", Owner: "pod-c"}
-			if res := mustClaim(t, s, pending, claim.Resumed); res.Claim.Leases != 3 {
+			pending := claimengine.Request{Customer: "cus_1", Period: "2025-01", Key: "k_pending", Amount: 4200, Currency: "usd", Owner: "pod-c"}
+			if res := mustClaim(t, engineOf(s), pending, claimengine.Resumed); res.Claim.Leases != 3 {
 				t.Errorf("resumed claim has %d attempts, want 3", res.Claim.Leases)
 			}
-			ok := claim.Request{Customer: "cus_2", Period: "2025-01", Key: "k_ok", Amount: 1500, Currency: "eur", Owner: "pod-c"}
-			if res := mustClaim(t, s, ok, claim.Succeeded); res.Claim.StripeID != "ch_1" {
+			ok := claimengine.Request{Customer: "cus_2", Period: "2025-01", Key: "k_ok", Amount: 1500, Currency: "eur", Owner: "pod-c"}
+			if res := mustClaim(t, engineOf(s), ok, claimengine.Succeeded); res.Claim.StripeID != "ch_1" {
 				t.Errorf("succeeded claim has Stripe id %q, want ch_1", res.Claim.StripeID)
 			}
-			mustClaim(t, s, claim.Request{Customer: "cus_3", Period: "2025-01", Key: "k_fail", Amount: 900, Currency: "usd", Owner: "pod-c"}, claim.Failed)
-			mustClaim(t, s, req("cus_4", "k_new", "pod-c"), claim.Won)
+			mustClaim(t, engineOf(s), claimengine.Request{Customer: "cus_3", Period: "2025-01", Key: "k_fail", Amount: 900, Currency: "usd", Owner: "pod-c"}, claimengine.Failed)
+			mustClaim(t, engineOf(s), req("cus_4", "k_new", "pod-c"), claimengine.Won)
 		})
 	}
 }
@@ -294,7 +295,7 @@ func TestMigrateEmptyDatabaseAndTwice(t *testing.T) {
 			if twice := describe(t, pool, cfg); twice != once {
 				t.Errorf("second Migrate changed the tables:\nonce:\n%s\ntwice:\n%s", once, twice)
 			}
-			mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+			mustClaim(t, engineOf(s), req("cus_1", "k1", "a"), claimengine.Won)
 		})
 	}
 }
@@ -384,7 +385,7 @@ func TestMigrationsAppliedByToolThenMigrate(t *testing.T) {
 			if after, fresh := shape(byTool), freshShape(t, cfg); after != fresh {
 				t.Errorf("the tool's table differs from Migrate's:\ntool:\n%s\nMigrate:\n%s", after, fresh)
 			}
-			mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+			mustClaim(t, engineOf(s), req("cus_1", "k1", "a"), claimengine.Won)
 		})
 	}
 	if _, err := claim.Migrations(claim.Config{Table: "x y"}); !errors.Is(err, claim.ErrInvalid) {
@@ -457,10 +458,10 @@ func TestMigrationSettlementUpgradesRows(t *testing.T) {
 			if _, err := pool.Exec(ctx, "UPDATE "+table+" SET state = 'processing' WHERE key = 'k_pending'"); err == nil {
 				t.Error("a processing claim without a payment was accepted")
 			}
-			if err := s.Process(ctx, "k_pending", "py_1"); err != nil {
+			if err := engineOf(s).Process(ctx, "k_pending", "py_1"); err != nil {
 				t.Fatalf("Process on the upgraded table: %v", err)
 			}
-			mustClaim(t, s, claim.Request{Customer: "cus_1", Period: "2025-01", Key: "k_pending", Amount: 4200, Currency: "usd", Owner: "pod-c"}, claim.Processing)
+			mustClaim(t, engineOf(s), claimengine.Request{Customer: "cus_1", Period: "2025-01", Key: "k_pending", Amount: 4200, Currency: "usd", Owner: "pod-c"}, claimengine.Processing)
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -140,8 +141,8 @@ func colsOf(x string) string {
 
 // Where a row returned by claimTemplate comes from, most telling first.
 const (
-	fromInsert   = iota + 1 // a new claim: Won
-	fromTakeover            // a pending claim taken over: Resumed
+	fromInsert   = iota + 1 // a new claim: claimengine.Won
+	fromTakeover            // a pending claim taken over: claimengine.Resumed
 	fromKey                 // the key's existing row
 	fromPeriod              // the live claim for the customer and period
 )
@@ -200,22 +201,22 @@ const maxClaimRuns = 5
 
 // Claim claims req in one round trip (two when it races another runner's
 // first claim of the same row). See [Store].
-func (p *Postgres) Claim(ctx context.Context, req Request) (Result, error) {
-	if err := req.Validate(); err != nil {
-		return Result{}, err
+func (p *pgEngine) Claim(ctx context.Context, req request) (result, error) {
+	if err := validateRequest(req); err != nil {
+		return result{}, err
 	}
-	res, err := p.claim(ctx, []Request{req})
+	res, err := p.claim(ctx, []request{req})
 	if err != nil {
-		return Result{}, err
+		return result{}, err
 	}
 	if res[0].Conflict != nil {
-		return Result{}, res[0].Conflict
+		return result{}, res[0].Conflict
 	}
 	return res[0], nil
 }
 
 // ClaimBatch claims all reqs in one statement. See [Store].
-func (p *Postgres) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, error) {
+func (p *pgEngine) ClaimBatch(ctx context.Context, reqs []request) ([]result, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
 	}
@@ -230,7 +231,7 @@ func (p *Postgres) ClaimBatch(ctx context.Context, reqs []Request) ([]Result, er
 }
 
 // batchResults returns res with the conflicts joined into one error.
-func batchResults(res []Result) ([]Result, error) {
+func batchResults(res []result) ([]result, error) {
 	var errs []error
 	for _, r := range res {
 		if r.Conflict != nil {
@@ -240,8 +241,8 @@ func batchResults(res []Result) ([]Result, error) {
 	return res, errors.Join(errs...)
 }
 
-func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]Result, error) {
-	out := make([]Result, len(reqs))
+func (p *pgEngine) claim(ctx context.Context, reqs []request) ([]result, error) {
+	out := make([]result, len(reqs))
 	todo := make([]int, len(reqs)) // indexes into reqs still unanswered
 	for i := range todo {
 		todo[i] = i
@@ -260,7 +261,7 @@ func (p *Postgres) claim(ctx context.Context, reqs []Request) ([]Result, error) 
 
 // claimRun runs claimTemplate once for reqs[todo], fills in out and returns
 // the requests that got no answer.
-func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out []Result) ([]int, error) {
+func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out []result) ([]int, error) {
 	n := len(todo)
 	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	scopes, endpoints, credentials := make([]string, n), make([]string, n), make([]string, n)
@@ -315,27 +316,27 @@ func (p *Postgres) claimRun(ctx context.Context, reqs []Request, todo []int, out
 }
 
 // answer turns the row found for req, and where it came from, into a result.
-func answer(req Request, from int, c Claim) Result {
+func answer(req request, from int, c Claim) result {
 	switch from {
 	case fromInsert:
-		return Result{Outcome: Won, Claim: c}
+		return result{Outcome: claimengine.Won, Claim: c}
 	case fromTakeover:
-		return Result{Outcome: Resumed, Claim: c}
+		return result{Outcome: claimengine.Resumed, Claim: c}
 	case 0:
-		return Result{}
+		return result{}
 	}
 	if m := compare(req, c); m != nil {
-		return Result{Outcome: Mismatch, Claim: c, Conflict: m}
+		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: m}
 	}
 	switch c.State {
 	case StateSucceeded:
-		return Result{Outcome: Succeeded, Claim: c}
+		return result{Outcome: claimengine.Succeeded, Claim: c}
 	case StateProcessing:
-		return Result{Outcome: Processing, Claim: c}
+		return result{Outcome: claimengine.Processing, Claim: c}
 	case StateFailed:
-		return Result{Outcome: Failed, Claim: c}
+		return result{Outcome: claimengine.Failed, Claim: c}
 	default:
-		return Result{Outcome: InProgress, Claim: c}
+		return result{Outcome: claimengine.InProgress, Claim: c}
 	}
 }
 
@@ -367,7 +368,7 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 
 // Renew extends owner's lease on key by the configured lease, from now on
 // the database clock. See [Store].
-func (p *Postgres) Renew(ctx context.Context, key, owner string) error {
+func (p *pgEngine) Renew(ctx context.Context, key, owner string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
 		return err
 	}
@@ -385,7 +386,7 @@ func (p *Postgres) Renew(ctx context.Context, key, owner string) error {
 // CheckSend reports whether owner may send key now: it holds the pending
 // claim and less than window has passed on the database clock since the
 // key's window started. See [Store].
-func (p *Postgres) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
+func (p *pgEngine) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateWindow(window)); err != nil {
 		return err
 	}
@@ -415,12 +416,12 @@ func validateWindow(w time.Duration) error {
 }
 
 func windowClosed(key string, sent, window time.Duration) error {
-	return fmt.Errorf("%w: key %q was first sent %v ago, window %v", ErrWindowClosed, key, sent.Round(time.Second), window)
+	return fmt.Errorf("%w: key %q was first sent %v ago, window %v", claimengine.ErrWindowClosed, key, sent.Round(time.Second), window)
 }
 
 // Reopen starts key's window again after a search found no payment for
 // it, recording where the key goes from now on. See [Store].
-func (p *Postgres) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
+func (p *pgEngine) Reopen(ctx context.Context, key, owner, endpoint, credential string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateID("endpoint", endpoint), validateID("credential", credential)); err != nil {
 		return err
 	}
@@ -436,16 +437,16 @@ func (p *Postgres) Reopen(ctx context.Context, key, owner, endpoint, credential 
 }
 
 // lost explains why owner's update of key matched no row.
-func (p *Postgres) lost(ctx context.Context, key, owner string) error {
+func (p *pgEngine) lost(ctx context.Context, key, owner string) error {
 	c, err := p.Get(ctx, key)
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", ErrLeaseLost, key, c.State, c.Owner, owner)
+	return fmt.Errorf("%w: claim %q is %s and held by %q, not %q", claimengine.ErrLeaseLost, key, c.State, c.Owner, owner)
 }
 
 // Release gives up owner's lease on key, recording lastErr. See [Store].
-func (p *Postgres) Release(ctx context.Context, key, owner, lastErr string) error {
+func (p *pgEngine) Release(ctx context.Context, key, owner, lastErr string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
 		return err
 	}
@@ -462,7 +463,7 @@ func (p *Postgres) Release(ctx context.Context, key, owner, lastErr string) erro
 
 // Abandon deletes owner's pending claim on key, whose key never executed
 // at Stripe. See [Store].
-func (p *Postgres) Abandon(ctx context.Context, key, owner string) error {
+func (p *pgEngine) Abandon(ctx context.Context, key, owner string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
 		return err
 	}
@@ -478,7 +479,7 @@ func (p *Postgres) Abandon(ctx context.Context, key, owner string) error {
 
 // Succeed records that key was charged as stripeID. It does not check the
 // lease: an answer from Stripe is the truth whoever receives it. See [Store].
-func (p *Postgres) Succeed(ctx context.Context, key, stripeID string) error {
+func (p *pgEngine) Succeed(ctx context.Context, key, stripeID string) error {
 	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
 		return err
 	}
@@ -502,15 +503,15 @@ func succeedConflict(c Claim, stripeID string) error {
 	case c.State == StateSucceeded && c.StripeID == stripeID:
 		return nil
 	case c.State == StateSucceeded:
-		return fmt.Errorf("%w: claim %q already succeeded as %q, not %q", ErrConflict, c.Key, c.StripeID, stripeID)
+		return fmt.Errorf("%w: claim %q already succeeded as %q, not %q", claimengine.ErrConflict, c.Key, c.StripeID, stripeID)
 	default:
-		return fmt.Errorf("%w: claim %q is %s (%s); it cannot succeed as %q", ErrConflict, c.Key, c.State, c.LastError, stripeID)
+		return fmt.Errorf("%w: claim %q is %s (%s); it cannot succeed as %q", claimengine.ErrConflict, c.Key, c.State, c.LastError, stripeID)
 	}
 }
 
 // Fail records that key failed definitively. It does not check the lease.
 // See [Store].
-func (p *Postgres) Fail(ctx context.Context, key, reason string) error {
+func (p *pgEngine) Fail(ctx context.Context, key, reason string) error {
 	if err := errors.Join(validateID("key", key), validateText("reason", reason)); err != nil {
 		return err
 	}
@@ -533,7 +534,7 @@ func failConflict(c Claim) error {
 	if c.State == StateFailed {
 		return nil
 	}
-	return fmt.Errorf("%w: claim %q is already %s as %q; it cannot fail", ErrConflict, c.Key, c.State, c.StripeID)
+	return fmt.Errorf("%w: claim %q is already %s as %q; it cannot fail", claimengine.ErrConflict, c.Key, c.State, c.StripeID)
 }
 
 // Get returns the claim for key. See [Store].
@@ -554,12 +555,12 @@ func (p *Postgres) Get(ctx context.Context, key string) (Claim, error) {
 // Stale lists pending claims whose lease has expired on the database
 // clock, of scope and of unknown scope, or all when scope is "". See
 // [Store].
-func (p *Postgres) Stale(ctx context.Context, scope string) ([]Claim, error) {
+func (p *pgEngine) Stale(ctx context.Context, scope string) ([]Claim, error) {
 	return p.list(ctx, ` WHERE state = 'pending' AND lease_until <= now() AND ($1 = '' OR scope IN ($1, ''))
 		ORDER BY created_at, key`, scope)
 }
 
-func (p *Postgres) list(ctx context.Context, where string, args ...any) ([]Claim, error) {
+func (p *pgEngine) list(ctx context.Context, where string, args ...any) ([]Claim, error) {
 	rows, err := p.db.Query(ctx, p.selectSQL+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: listing claims: %w", err)

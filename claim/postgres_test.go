@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/internal/testenv"
 	"github.com/jackc/pgx/v5"
@@ -58,15 +59,15 @@ func TestHelperProcess(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range helperClaims {
 		wg.Go(func() {
-			res, err := store.Claim(ctx, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("key_%d", i), owner))
+			res, err := engineOf(store).Claim(ctx, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("key_%d", i), owner))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err != nil:
 				fmt.Printf("ERR %v\n", err)
-			case res.Outcome == claim.Won:
+			case res.Outcome == claimengine.Won:
 				fmt.Printf("WON %s\n", res.Claim.Key)
-			case res.Outcome != claim.InProgress:
+			case res.Outcome != claimengine.InProgress:
 				fmt.Printf("ERR unexpected outcome %v\n", res.Outcome)
 			}
 		})
@@ -157,8 +158,8 @@ func TestMultiProcessOneWinner(t *testing.T) {
 func TestRealShortLeaseExpires(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newPostgres(t, claim.Config{Lease: time.Second})
-	won := mustClaim(t, s, req("cus_1", "k1", "crashed"), claim.Won)
-	mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress)
+	won := mustClaim(t, s, req("cus_1", "k1", "crashed"), claimengine.Won)
+	mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.InProgress)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, err := s.Stale(ctx, "")
@@ -173,14 +174,14 @@ func TestRealShortLeaseExpires(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
+	got := mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Resumed).Claim
 	if got.Key != won.Claim.Key || got.Leases != 2 || !got.LeaseUntil.After(won.Claim.LeaseUntil) {
 		t.Errorf("resumed %+v after %+v", got, won.Claim)
 	}
 }
 
-func batch(n int, owner string, pick func(i int) bool) []claim.Request {
-	var reqs []claim.Request
+func batch(n int, owner string, pick func(i int) bool) []claimengine.Request {
+	var reqs []claimengine.Request
 	for i := range n {
 		if pick(i) {
 			reqs = append(reqs, req(fmt.Sprintf("cus_%05d", i), fmt.Sprintf("key_%05d", i), owner))
@@ -210,14 +211,14 @@ func TestClaimBatchTenThousand(t *testing.T) {
 			if r.Claim.Key != all[i].Key {
 				t.Fatalf("result %d is for %s, want %s", i, r.Claim.Key, all[i].Key)
 			}
-			want := claim.InProgress
+			want := claimengine.InProgress
 			if run == 0 && i%2 == 1 {
-				want = claim.Won
+				want = claimengine.Won
 			}
 			if r.Outcome != want {
 				t.Fatalf("run %d: result %d = %v, want %v", run, i, r.Outcome, want)
 			}
-			if r.Outcome == claim.Won {
+			if r.Outcome == claimengine.Won {
 				won++
 			}
 		}
@@ -272,7 +273,7 @@ func TestMigrateConcurrentlyAndTwice(t *testing.T) {
 				t.Fatalf("Migrate #%d %+v: %v", i+1, cfg, err)
 			}
 		}
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, engineOf(s), req("cus_1", "k1", "a"), claimengine.Won)
 	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -328,7 +329,7 @@ func TestClosedPoolIsAnError(t *testing.T) {
 	if _, err := s.Claim(ctx, req("cus_1", "k1", "a")); err == nil || errors.Is(err, claim.ErrInvalid) {
 		t.Errorf("Claim on a closed pool = %v, want a database error", err)
 	}
-	if _, err := s.ClaimBatch(ctx, []claim.Request{req("cus_1", "k1", "a")}); err == nil {
+	if _, err := s.ClaimBatch(ctx, []claimengine.Request{req("cus_1", "k1", "a")}); err == nil {
 		t.Error("ClaimBatch on a closed pool succeeded")
 	}
 	if err := s.Migrate(ctx); err == nil {
@@ -374,10 +375,10 @@ func TestPoolOfOneConnection(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	counts := race(t, 16, func(i int) (claim.Result, error) {
-		return s.Claim(ctx, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "a"))
+	counts := race(t, 16, func(i int) (result, error) {
+		return engineOf(s).Claim(ctx, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "a"))
 	})
-	if counts[claim.Won] != 16 {
+	if counts[claimengine.Won] != 16 {
 		t.Errorf("outcomes = %v, want 16 Won", counts)
 	}
 }

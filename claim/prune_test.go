@@ -9,20 +9,21 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // The events of one payment: processing, settled, two refunds and two
 // disputes, in the order Stripe created them.
-func paymentEvents(key string) []claim.Update {
+func paymentEvents(key string) []claimengine.Update {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	return []claim.Update{
-		{EventID: "evt_p", EventType: "charge.pending", Key: key, StripeID: "py_1", State: claim.StateProcessing, Created: at(1)},
-		{EventID: "evt_s", EventType: "charge.succeeded", Key: key, StripeID: "py_1", State: claim.StateSucceeded, Created: at(2)},
+	return []claimengine.Update{
+		{EventID: "evt_p", EventType: "charge.pending", Key: key, StripeID: "py_1", State: string(claim.StateProcessing), Created: at(1)},
+		{EventID: "evt_s", EventType: "charge.succeeded", Key: key, StripeID: "py_1", State: string(claim.StateSucceeded), Created: at(2)},
 		{EventID: "evt_r1", EventType: "charge.refunded", Key: key, StripeID: "py_1", Refunded: 1000, Created: at(3)},
 		{EventID: "evt_d1", EventType: "charge.dispute.created", Key: key, StripeID: "py_1", Dispute: "dp_1 (fraudulent)", Created: at(4)},
 		{EventID: "evt_r2", EventType: "charge.refunded", Key: key, StripeID: "py_1", Refunded: 4200, Created: at(5)},
 		{EventID: "evt_d2", EventType: "charge.dispute.created", Key: key, StripeID: "py_1", Dispute: "dp_2 (duplicate)", Created: at(6)},
-		{EventID: "evt_f", EventType: "charge.failed", Key: key, StripeID: "py_1", State: claim.StateFailed, FailureCode: "insufficient_funds", Created: at(7)},
+		{EventID: "evt_f", EventType: "charge.failed", Key: key, StripeID: "py_1", State: string(claim.StateFailed), FailureCode: "insufficient_funds", Created: at(7)},
 	}
 }
 
@@ -35,7 +36,7 @@ func TestPruneEventsThenRedeliver(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		events := paymentEvents("k1")
 		for _, u := range events {
 			if _, err := s.Apply(ctx, u); err != nil {
@@ -53,27 +54,27 @@ func TestPruneEventsThenRedeliver(t *testing.T) {
 			t.Fatalf("PruneEvents of fresh records = %d, %v; want 0", n, err)
 		}
 		h.pass(t, 40*24*time.Hour)
-		recent := claim.Update{EventID: "evt_recent", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 100, Created: t0.Add(8 * time.Second)}
-		mustApply(t, s, recent, claim.Unchanged)
+		recent := claimengine.Update{EventID: "evt_recent", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 100, Created: t0.Add(8 * time.Second)}
+		mustApply(t, s, recent, claimengine.Unchanged)
 		if n, err := s.PruneEvents(ctx, 30*24*time.Hour); err != nil || n != len(events) {
 			t.Fatalf("PruneEvents = %d, %v; want %d", n, err, len(events))
 		}
 		if n, err := s.PruneEvents(ctx, 30*24*time.Hour); err != nil || n != 0 {
 			t.Fatalf("PruneEvents again = %d, %v; want 0", n, err)
 		}
-		mustApply(t, s, recent, claim.Duplicate) // a record within the retention stays
+		mustApply(t, s, recent, claimengine.Duplicate) // a record within the retention stays
 
 		orders := [][]int{{0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {3, 0, 5, 2, 6, 1, 4}, {5, 3, 4, 2, 1, 0, 6}}
 		for _, order := range orders {
 			want, _ = s.Get(ctx, "k1") // the test's clock moved its times
 			for _, i := range order {
-				a := mustApply(t, s, events[i], claim.Unchanged)
+				a := mustApply(t, s, events[i], claimengine.Unchanged)
 				if a.Claim.UpdatedAt != want.UpdatedAt {
 					t.Fatalf("order %v: %s moved the claim: %+v, was %+v", order, events[i].EventID, a.Claim, want)
 				}
 			}
 			for _, i := range order {
-				mustApply(t, s, events[i], claim.Duplicate)
+				mustApply(t, s, events[i], claimengine.Duplicate)
 			}
 			h.pass(t, 40*24*time.Hour)
 			if n, err := s.PruneEvents(ctx, 30*24*time.Hour); err != nil || n != len(events)+1 && n != len(events) {
@@ -97,12 +98,12 @@ func TestPruneSameSecondDisputes(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		d := func(id, dispute string) claim.Update {
-			return claim.Update{EventID: id, EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: dispute, Created: t0}
+		d := func(id, dispute string) claimengine.Update {
+			return claimengine.Update{EventID: id, EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: dispute, Created: t0}
 		}
 		a, b := d("evt_da", "dp_a (fraudulent)"), d("evt_db", "dp_b (general)")
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
-		mustApply(t, s, a, claim.Changed)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
+		mustApply(t, s, a, claimengine.Changed)
 		first, _ := s.Apply(ctx, b)
 		kept := first.Claim.Dispute
 		for round := range 4 {
@@ -118,7 +119,7 @@ func TestPruneSameSecondDisputes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Claim.Dispute != kept || got.Outcome == claim.Changed {
+			if got.Claim.Dispute != kept || got.Outcome == claimengine.Changed {
 				t.Fatalf("round %d: %s delivered again after pruning: %v, dispute %q, was %q", round, u.EventID, got.Outcome, got.Claim.Dispute, kept)
 			}
 		}
@@ -133,7 +134,7 @@ func TestPruneConcurrentWithApply(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		events := paymentEvents("k1")
 		stop := make(chan struct{})
 		var pruned sync.WaitGroup
@@ -171,7 +172,7 @@ func TestPruneConcurrentWithApply(t *testing.T) {
 							a.Before.State != claim.StatePending && a.Before.State != claim.StateProcessing && a.Claim.State != a.Before.State {
 							t.Errorf("%s moved the claim backwards: %+v, was %+v", u.EventID, a.Claim, a.Before)
 						}
-						if a.Outcome == claim.Changed {
+						if a.Outcome == claimengine.Changed {
 							mu.Lock()
 							changed[fmt.Sprintf("%s %s %d %s", a.Claim.State, a.Before.State, a.Claim.Refunded, a.Claim.Dispute)]++
 							mu.Unlock()
@@ -212,13 +213,13 @@ func rankOf(s claim.State) int {
 func TestLateDisputeAfterLaterEvent(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
-		mustApply(t, h.store, claim.Update{EventID: "evt_d1", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_1 (fraudulent)", Created: at(4)}, claim.Changed)
-		mustApply(t, h.store, claim.Update{EventID: "evt_r", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 100, Created: at(10)}, claim.Changed)
-		a := mustApply(t, h.store, claim.Update{EventID: "evt_d2", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_2 (duplicate)", Created: at(6)}, claim.Changed)
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
+		mustApply(t, h.store, claimengine.Update{EventID: "evt_d1", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_1 (fraudulent)", Created: at(4)}, claimengine.Changed)
+		mustApply(t, h.store, claimengine.Update{EventID: "evt_r", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 100, Created: at(10)}, claimengine.Changed)
+		a := mustApply(t, h.store, claimengine.Update{EventID: "evt_d2", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_2 (duplicate)", Created: at(6)}, claimengine.Changed)
 		if a.Claim.Dispute != "dp_2 (duplicate)" || !a.Claim.EventAt.Equal(at(10)) {
 			t.Fatalf("claim = dispute %q, event at %v; want dp_2, %v", a.Claim.Dispute, a.Claim.EventAt, at(10))
 		}
-		mustApply(t, h.store, claim.Update{EventID: "evt_d1_again", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_1 (fraudulent)", Created: at(4)}, claim.Unchanged)
+		mustApply(t, h.store, claimengine.Update{EventID: "evt_d1_again", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_1 (fraudulent)", Created: at(4)}, claimengine.Unchanged)
 	})
 }

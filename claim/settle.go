@@ -6,50 +6,22 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/jackc/pgx/v5"
 )
 
-// An Update is what Stripe reported about a claim's payment: a webhook
-// event, or a read of the payment by a caller that polls.
-type Update struct {
-	// EventID is Stripe's event id ("evt_…"). An update with an id is
-	// applied at most once: the id is recorded in the transaction that
-	// applies it, and a redelivery changes nothing. "" for a read of the
-	// payment, which is not recorded and may be applied any number of
-	// times.
-	EventID string
-	// EventType is recorded with the event ("charge.succeeded").
-	EventType string
-	// Key is the claim's key, from the payment's metadata.
-	Key string
-	// StripeID is the payment: the charge or PaymentIntent id the claim
-	// records. An update for another payment changes nothing.
-	StripeID string
-	// Created is when Stripe created the event (or when the payment was
-	// read).
-	Created time.Time
-	// State is the payment's state: StateProcessing, StateSucceeded,
-	// StateFailed, or "" for an update that only reports a refund or a
-	// dispute.
-	State State
-	// FailureCode is Stripe's failure code when State is StateFailed.
-	FailureCode string
-	// Refunded is the amount refunded so far (Stripe's amount_refunded).
-	Refunded int64
-	// Dispute describes a dispute opened on the payment.
-	Dispute string
-}
-
-func (u Update) validate() error {
+// validateUpdate reports what is wrong with u, as an error wrapping
+// [ErrInvalid].
+func validateUpdate(u update) error {
 	errs := []error{validateID("key", u.Key), validateID("stripe id", u.StripeID),
 		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute)}
 	if u.EventID != "" {
 		errs = append(errs, validateID("event id", u.EventID))
 	}
-	switch u.State {
+	switch State(u.State) {
 	case "", StateProcessing, StateSucceeded, StateFailed:
 	default:
-		errs = append(errs, fmt.Errorf("%w: update state %q: use processing, succeeded, failed or none", ErrInvalid, u.State))
+		errs = append(errs, fmt.Errorf("%w: update state %q: use processing, succeeded, failed or none", ErrInvalid, State(u.State)))
 	}
 	if u.Refunded < 0 {
 		errs = append(errs, fmt.Errorf("%w: refunded amount %d is negative", ErrInvalid, u.Refunded))
@@ -58,44 +30,6 @@ func (u Update) validate() error {
 		errs = append(errs, fmt.Errorf("%w: update has no creation time", ErrInvalid))
 	}
 	return errors.Join(errs...)
-}
-
-// ApplyOutcome says what [Store.Apply] did.
-type ApplyOutcome int
-
-const (
-	// Changed: the update moved the claim forward or recorded a refund or
-	// a dispute.
-	Changed ApplyOutcome = iota + 1
-	// Unchanged: the claim already knew as much or more (an older event
-	// arriving late, a repeated read), or the update contradicts a settled
-	// outcome; Applied.Reason says which. A recorded event stays recorded.
-	Unchanged
-	// Duplicate: the event was applied (or found unchanged) before.
-	Duplicate
-	// OtherPayment: the claim records another payment than the update's;
-	// nothing changed. It deserves a look: one key, two payments.
-	OtherPayment
-)
-
-var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment"}
-
-func (o ApplyOutcome) String() string {
-	if o >= 0 && int(o) < len(applyNames) {
-		return applyNames[o]
-	}
-	return fmt.Sprintf("ApplyOutcome(%d)", int(o))
-}
-
-// Applied is the answer to [Store.Apply].
-type Applied struct {
-	Outcome ApplyOutcome
-	// Claim is the claim after the update.
-	Claim Claim
-	// Before is the claim as it was before the update.
-	Before Claim
-	// Reason says why an update changed nothing, or what it changed.
-	Reason string
 }
 
 // rank orders the states a payment moves through: an update never moves a
@@ -113,7 +47,7 @@ func rank(s State) int {
 
 // change is what an update does to a claim: decide's answer.
 type change struct {
-	outcome    ApplyOutcome
+	outcome    claimengine.ApplyOutcome
 	reason     string
 	next       Claim // the claim's fields after the update (times set by the store)
 	processing bool  // the claim starts processing now
@@ -124,21 +58,21 @@ type change struct {
 // only moves forward (pending, processing, then succeeded or failed), so
 // the order in which events arrive does not matter; refunds only grow, and
 // the dispute of the latest event (by Stripe's creation time) wins.
-func decide(c Claim, u Update) change {
+func decide(c Claim, u update) change {
 	if c.StripeID != "" && c.StripeID != u.StripeID {
-		return change{outcome: OtherPayment, next: c,
+		return change{outcome: claimengine.OtherPayment, next: c,
 			reason: fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)}
 	}
 	n := c
 	var ch change
 	var did []string
 	switch {
-	case u.State == "":
-	case rank(u.State) > rank(c.State):
-		n.State, n.StripeID = u.State, u.StripeID
-		ch.processing = u.State == StateProcessing
+	case State(u.State) == "":
+	case rank(State(u.State)) > rank(c.State):
+		n.State, n.StripeID = State(u.State), u.StripeID
+		ch.processing = State(u.State) == StateProcessing
 		ch.settled = c.State == StateProcessing
-		if u.State == StateFailed {
+		if State(u.State) == StateFailed {
 			code := u.FailureCode
 			if code == "" {
 				code = "unknown"
@@ -150,12 +84,12 @@ func decide(c Claim, u Update) change {
 			}
 		}
 		did = append(did, string(c.State)+" → "+string(u.State))
-	case u.State == c.State:
+	case State(u.State) == c.State:
 		ch.reason = "the claim is already " + string(c.State)
-	case rank(u.State) == rank(c.State):
-		ch.reason = fmt.Sprintf("the claim is %s and stays so; the update says %s", c.State, u.State)
+	case rank(State(u.State)) == rank(c.State):
+		ch.reason = fmt.Sprintf("the claim is %s and stays so; the update says %s", c.State, State(u.State))
 	default:
-		ch.reason = fmt.Sprintf("the claim is %s, later than the update's %s", c.State, u.State)
+		ch.reason = fmt.Sprintf("the claim is %s, later than the update's %s", c.State, State(u.State))
 	}
 	if u.Refunded > c.Refunded {
 		n.Refunded = u.Refunded
@@ -166,7 +100,7 @@ func decide(c Claim, u Update) change {
 		did = append(did, "dispute "+u.Dispute)
 	}
 	if did == nil {
-		ch.outcome, ch.next = Unchanged, c
+		ch.outcome, ch.next = claimengine.Unchanged, c
 		if ch.reason == "" {
 			ch.reason = "nothing new"
 		}
@@ -175,7 +109,7 @@ func decide(c Claim, u Update) change {
 	if u.Created.After(n.EventAt) {
 		n.EventAt = u.Created
 	}
-	ch.outcome, ch.next = Changed, n
+	ch.outcome, ch.next = claimengine.Changed, n
 	ch.reason = fmt.Sprint(did)
 	return ch
 }
@@ -185,7 +119,7 @@ func decide(c Claim, u Update) change {
 // times are whole seconds, so of two disputes created in the same second
 // the greater id wins: the same one in every order of delivery, and again
 // when either is delivered after its record was pruned.
-func newerDispute(c Claim, u Update) bool {
+func newerDispute(c Claim, u update) bool {
 	if c.Dispute == "" {
 		return true
 	}
@@ -204,7 +138,7 @@ func validateAge(d time.Duration) error {
 }
 
 // Process records that key's payment stripeID is processing. See [Store].
-func (p *Postgres) Process(ctx context.Context, key, stripeID string) error {
+func (p *pgEngine) Process(ctx context.Context, key, stripeID string) error {
 	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
 		return err
 	}
@@ -229,26 +163,26 @@ func processConflict(c Claim, stripeID string) error {
 	if c.StripeID == stripeID {
 		return nil
 	}
-	return fmt.Errorf("%w: claim %q is %s as %q; it cannot be processing as %q", ErrConflict, c.Key, c.State, c.StripeID, stripeID)
+	return fmt.Errorf("%w: claim %q is %s as %q; it cannot be processing as %q", claimengine.ErrConflict, c.Key, c.State, c.StripeID, stripeID)
 }
 
 // Apply records u in one transaction: the event's id (INSERT … ON CONFLICT
 // DO NOTHING: a duplicate stops here), then the claim's row, locked, moved
 // forward by the one state machine of every store. See [Store].
-func (p *Postgres) Apply(ctx context.Context, u Update) (Applied, error) {
-	if err := u.validate(); err != nil {
-		return Applied{}, err
+func (p *pgEngine) Apply(ctx context.Context, u update) (applied, error) {
+	if err := validateUpdate(u); err != nil {
+		return applied{}, err
 	}
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
-		return Applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventID, u.Key, err)
+		return applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventID, u.Key, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if u.EventID != "" {
 		tag, err := tx.Exec(ctx, "INSERT INTO "+p.names.events+` (id, type, key, stripe_id, created)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, u.EventID, u.EventType, u.Key, u.StripeID, u.Created)
 		if err != nil {
-			return Applied{}, fmt.Errorf("claim: recording event %s: %w", u.EventID, err)
+			return applied{}, fmt.Errorf("claim: recording event %s: %w", u.EventID, err)
 		}
 		if tag.RowsAffected() == 0 {
 			tx.Rollback(ctx)
@@ -256,26 +190,26 @@ func (p *Postgres) Apply(ctx context.Context, u Update) (Applied, error) {
 			p.db.QueryRow(ctx, "SELECT result FROM "+p.names.events+" WHERE id = $1", u.EventID).Scan(&result)
 			c, err := p.Get(ctx, u.Key)
 			if err != nil && !errors.Is(err, ErrNotFound) {
-				return Applied{}, err
+				return applied{}, err
 			}
-			return Applied{Outcome: Duplicate, Claim: c, Before: c, Reason: "event applied before: " + result}, nil
+			return applied{Outcome: claimengine.Duplicate, Claim: c, Before: c, Reason: "event applied before: " + result}, nil
 		}
 	}
 	c, err := scanClaim(tx.QueryRow(ctx, p.selectSQL+" WHERE key = $1 FOR UPDATE", u.Key))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
+		return applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
 	}
 	if err != nil {
-		return Applied{}, fmt.Errorf("claim: reading %q: %w", u.Key, err)
+		return applied{}, fmt.Errorf("claim: reading %q: %w", u.Key, err)
 	}
 	ch := decide(c, u)
 	return p.finishApply(ctx, tx, u, c, ch)
 }
 
 // finishApply writes ch to the claim and the event's result, and commits.
-func (p *Postgres) finishApply(ctx context.Context, tx pgx.Tx, u Update, c Claim, ch change) (Applied, error) {
-	out := Applied{Outcome: ch.outcome, Claim: c, Before: c, Reason: ch.reason}
-	if ch.outcome == Changed {
+func (p *pgEngine) finishApply(ctx context.Context, tx pgx.Tx, u update, c Claim, ch change) (applied, error) {
+	out := applied{Outcome: ch.outcome, Claim: c, Before: c, Reason: ch.reason}
+	if ch.outcome == claimengine.Changed {
 		n := ch.next
 		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, stripe_id = $3, failure_code = $4, last_error = $5,
 			refunded = $6, dispute = $7, event_at = $8, dispute_at = $11, updated_at = now(),
@@ -286,22 +220,22 @@ func (p *Postgres) finishApply(ctx context.Context, tx pgx.Tx, u Update, c Claim
 			ch.processing, ch.settled, nullTime(n.DisputeAt))
 		var err error
 		if out.Claim, err = scanClaim(row); err != nil {
-			return Applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventType, u.Key, err)
+			return applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventType, u.Key, err)
 		}
 	}
 	if u.EventID != "" {
 		if _, err := tx.Exec(ctx, "UPDATE "+p.names.events+" SET result = $2 WHERE id = $1", u.EventID, out.Outcome.String()+": "+out.Reason); err != nil {
-			return Applied{}, fmt.Errorf("claim: recording event %s: %w", u.EventID, err)
+			return applied{}, fmt.Errorf("claim: recording event %s: %w", u.EventID, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventType, u.Key, err)
+		return applied{}, fmt.Errorf("claim: applying %s to %q: %w", u.EventType, u.Key, err)
 	}
 	return out, nil
 }
 
 // Unsettled lists processing claims older than olderThan. See [Store].
-func (p *Postgres) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error) {
+func (p *pgEngine) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error) {
 	if err := validateAge(olderThan); err != nil {
 		return nil, err
 	}
@@ -310,7 +244,7 @@ func (p *Postgres) Unsettled(ctx context.Context, scope string, olderThan time.D
 }
 
 // Process records that key's payment stripeID is processing. See [Store].
-func (m *Memory) Process(ctx context.Context, key, stripeID string) error {
+func (m *memEngine) Process(ctx context.Context, key, stripeID string) error {
 	if err := errors.Join(validateID("key", key), validateID("stripe id", stripeID)); err != nil {
 		return err
 	}
@@ -324,9 +258,9 @@ func (m *Memory) Process(ctx context.Context, key, stripeID string) error {
 }
 
 // Apply records u exactly once and never backwards. See [Store].
-func (m *Memory) Apply(ctx context.Context, u Update) (Applied, error) {
-	if err := u.validate(); err != nil {
-		return Applied{}, err
+func (m *memEngine) Apply(ctx context.Context, u update) (applied, error) {
+	if err := validateUpdate(u); err != nil {
+		return applied{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -337,14 +271,14 @@ func (m *Memory) Apply(ctx context.Context, u Update) (Applied, error) {
 		if ok {
 			snap = m.snapshot(c, now)
 		}
-		return Applied{Outcome: Duplicate, Claim: snap, Before: snap, Reason: "event applied before: " + rec.result}, nil
+		return applied{Outcome: claimengine.Duplicate, Claim: snap, Before: snap, Reason: "event applied before: " + rec.result}, nil
 	}
 	if !ok {
-		return Applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
+		return applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
 	}
 	ch := decide(*c, u)
-	out := Applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
-	if ch.outcome == Changed {
+	out := applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
+	if ch.outcome == claimengine.Changed {
 		n := ch.next
 		if ch.processing && n.ProcessingAt.IsZero() {
 			n.ProcessingAt = now
@@ -369,7 +303,7 @@ func (m *Memory) Apply(ctx context.Context, u Update) (Applied, error) {
 }
 
 // Unsettled lists processing claims older than olderThan. See [Store].
-func (m *Memory) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error) {
+func (m *memEngine) Unsettled(ctx context.Context, scope string, olderThan time.Duration) ([]Claim, error) {
 	if err := validateAge(olderThan); err != nil {
 		return nil, err
 	}
@@ -412,7 +346,7 @@ func (p *Postgres) PruneEvents(ctx context.Context, olderThan time.Duration) (in
 
 // PruneEvents deletes the records of events applied more than olderThan
 // ago. See [Store].
-func (m *Memory) PruneEvents(ctx context.Context, olderThan time.Duration) (int, error) {
+func (m *memEngine) PruneEvents(ctx context.Context, olderThan time.Duration) (int, error) {
 	if err := validateAge(olderThan); err != nil {
 		return 0, err
 	}

@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 var t0 = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
 
-func upd(id string, s claim.State, at int) claim.Update {
-	return claim.Update{EventID: id, EventType: "test." + string(s), Key: "k1", StripeID: "py_1", State: s, Created: t0.Add(time.Duration(at) * time.Second)}
+func upd(id string, s claim.State, at int) claimengine.Update {
+	return claimengine.Update{EventID: id, EventType: "test." + string(s), Key: "k1", StripeID: "py_1", State: string(s), Created: t0.Add(time.Duration(at) * time.Second)}
 }
 
-func mustApply(t *testing.T, s claim.Store, u claim.Update, want claim.ApplyOutcome) claim.Applied {
+func mustApply(t *testing.T, s engine, u claimengine.Update, want claimengine.ApplyOutcome) applied {
 	t.Helper()
 	a, err := s.Apply(context.Background(), u)
 	if err != nil {
@@ -35,17 +36,17 @@ func TestProcessingSettles(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		if err := s.Process(ctx, "k1", "py_1"); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Process(ctx, "k1", "py_1"); err != nil {
 			t.Fatalf("Process again: %v", err)
 		}
-		if err := s.Process(ctx, "k1", "py_2"); !errors.Is(err, claim.ErrConflict) {
+		if err := s.Process(ctx, "k1", "py_2"); !errors.Is(err, claimengine.ErrConflict) {
 			t.Fatalf("Process with another payment = %v, want ErrConflict", err)
 		}
-		res := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Processing)
+		res := mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Processing)
 		if res.Claim.StripeID != "py_1" || res.Claim.ProcessingAt.IsZero() {
 			t.Fatalf("processing claim = %+v", res.Claim)
 		}
@@ -53,11 +54,11 @@ func TestProcessingSettles(t *testing.T) {
 		if _, err := s.Claim(ctx, req("cus_1", "k2", "b")); err == nil {
 			t.Fatal("a second key for a processing period was accepted")
 		}
-		a := mustApply(t, s, upd("evt_1", claim.StateSucceeded, 1), claim.Changed)
+		a := mustApply(t, s, upd("evt_1", claim.StateSucceeded, 1), claimengine.Changed)
 		if a.Before.State != claim.StateProcessing || a.Claim.State != claim.StateSucceeded || a.Claim.SettledAt.IsZero() {
 			t.Fatalf("applied = %+v", a)
 		}
-		mustClaim(t, s, req("cus_1", "k1", "b"), claim.Succeeded)
+		mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Succeeded)
 		// The runner's own answer arriving late changes nothing.
 		if err := s.Process(ctx, "k1", "py_1"); err != nil {
 			t.Fatalf("Process after settlement: %v", err)
@@ -72,33 +73,33 @@ func TestProcessingFailsWithCode(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		if err := s.Process(ctx, "k1", "py_1"); err != nil {
 			t.Fatal(err)
 		}
 		u := upd("evt_f", claim.StateFailed, 5)
 		u.FailureCode = "insufficient_funds"
-		a := mustApply(t, s, u, claim.Changed)
+		a := mustApply(t, s, u, claimengine.Changed)
 		c := a.Claim
 		if c.State != claim.StateFailed || c.FailureCode != "insufficient_funds" || c.ProcessingAt.IsZero() || c.SettledAt.IsZero() ||
 			c.LastError != "payment py_1 failed after processing: insufficient_funds" {
 			t.Fatalf("failed claim = %+v", c)
 		}
-		mustClaim(t, s, req("cus_1", "k1", "b"), claim.Failed)
-		mustApply(t, s, upd("evt_s", claim.StateSucceeded, 6), claim.Unchanged) // terminal stays terminal
-		mustClaim(t, s, req("cus_1", "k2", "b"), claim.Won)                     // a re-bill, decided by a caller
+		mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Failed)
+		mustApply(t, s, upd("evt_s", claim.StateSucceeded, 6), claimengine.Unchanged) // terminal stays terminal
+		mustClaim(t, s, req("cus_1", "k2", "b"), claimengine.Won)                     // a re-bill, decided by a caller
 	})
 }
 
 // The same event delivered five times is applied once.
 func TestApplyDuplicateEvent(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
 		u := upd("evt_1", claim.StateProcessing, 1)
-		mustApply(t, h.store, u, claim.Changed)
+		mustApply(t, h.store, u, claimengine.Changed)
 		var before claim.Claim
 		for i := range 4 {
-			a := mustApply(t, h.store, u, claim.Duplicate)
+			a := mustApply(t, h.store, u, claimengine.Duplicate)
 			if i == 0 {
 				before = a.Claim
 			} else if a.Claim.UpdatedAt != before.UpdatedAt {
@@ -126,7 +127,7 @@ func permutations(n int) [][]int {
 // Events for one payment delivered in every order leave the same claim:
 // states only move forward, refunds only grow, and the latest dispute wins.
 func TestApplyEveryOrder(t *testing.T) {
-	events := []claim.Update{
+	events := []claimengine.Update{
 		upd("evt_p", claim.StateProcessing, 1),
 		upd("evt_s", claim.StateSucceeded, 2),
 		{EventID: "evt_r1", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 1000, Created: t0.Add(3 * time.Second)},
@@ -137,7 +138,7 @@ func TestApplyEveryOrder(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		for i, order := range orders {
 			key := fmt.Sprintf("k%d", i)
-			mustClaim(t, h.store, req(fmt.Sprintf("cus_%d", i), key, "a"), claim.Won)
+			mustClaim(t, h.store, req(fmt.Sprintf("cus_%d", i), key, "a"), claimengine.Won)
 			var last claim.Claim
 			for _, e := range order {
 				u := events[e]
@@ -162,13 +163,13 @@ func TestApplyEveryOrder(t *testing.T) {
 func TestApplyOtherPaymentAndUnknownKey(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
 		if err := h.store.Process(ctx, "k1", "py_1"); err != nil {
 			t.Fatal(err)
 		}
 		u := upd("evt_1", claim.StateFailed, 1)
 		u.StripeID = "py_other"
-		mustApply(t, h.store, u, claim.OtherPayment)
+		mustApply(t, h.store, u, claimengine.OtherPayment)
 		if c, _ := h.store.Get(ctx, "k1"); c.State != claim.StateProcessing {
 			t.Fatalf("claim = %+v", c)
 		}
@@ -178,13 +179,13 @@ func TestApplyOtherPaymentAndUnknownKey(t *testing.T) {
 			t.Fatalf("Apply for an unknown key = %v, want ErrNotFound", err)
 		}
 		u.Key = "k1"
-		mustApply(t, h.store, u, claim.Changed)
-		for _, bad := range []claim.Update{
-			{Key: "k1", StripeID: "py_1", State: claim.StateSucceeded},                             // no time
-			{Key: "k1", StripeID: "py_1", State: "settled", Created: t0},                           // unknown state
-			{Key: "", StripeID: "py_1", State: claim.StateSucceeded, Created: t0},                  // no key
-			{Key: "k1", StripeID: "py_1", Refunded: -1, Created: t0},                               // negative refund
-			{EventID: "e\x00", Key: "k1", StripeID: "py_1", Created: t0, State: claim.StateFailed}, // bad id
+		mustApply(t, h.store, u, claimengine.Changed)
+		for _, bad := range []claimengine.Update{
+			{Key: "k1", StripeID: "py_1", State: string(claim.StateSucceeded)},                             // no time
+			{Key: "k1", StripeID: "py_1", State: "settled", Created: t0},                                   // unknown state
+			{Key: "", StripeID: "py_1", State: string(claim.StateSucceeded), Created: t0},                  // no key
+			{Key: "k1", StripeID: "py_1", Refunded: -1, Created: t0},                                       // negative refund
+			{EventID: "e\x00", Key: "k1", StripeID: "py_1", Created: t0, State: string(claim.StateFailed)}, // bad id
 		} {
 			if _, err := h.store.Apply(ctx, bad); !errors.Is(err, claim.ErrInvalid) {
 				t.Errorf("Apply(%+v) = %v, want ErrInvalid", bad, err)
@@ -201,12 +202,12 @@ func TestUnsettled(t *testing.T) {
 		for i, scope := range []string{"a", "b", ""} {
 			r := req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "o")
 			r.Scope = scope
-			mustClaim(t, h.store, r, claim.Won)
+			mustClaim(t, h.store, r, claimengine.Won)
 			if err := h.store.Process(ctx, r.Key, fmt.Sprintf("py_%d", i)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		mustClaim(t, h.store, req("cus_9", "k9", "o"), claim.Won) // pending: never listed
+		mustClaim(t, h.store, req("cus_9", "k9", "o"), claimengine.Won) // pending: never listed
 		if got, _ := h.store.Unsettled(ctx, "a", time.Hour); len(got) != 0 {
 			t.Fatalf("Unsettled before an hour = %d claims", len(got))
 		}
@@ -234,10 +235,10 @@ func TestUnsettled(t *testing.T) {
 // One event delivered to many replicas at once is applied by one of them.
 func TestApplyConcurrentDeliveries(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
 		const n = 16
 		var wg sync.WaitGroup
-		outcomes := make(chan claim.ApplyOutcome, 2*n)
+		outcomes := make(chan claimengine.ApplyOutcome, 2*n)
 		for i := range 2 * n {
 			wg.Add(1)
 			go func() {
@@ -256,13 +257,13 @@ func TestApplyConcurrentDeliveries(t *testing.T) {
 		}
 		wg.Wait()
 		close(outcomes)
-		count := map[claim.ApplyOutcome]int{}
+		count := map[claimengine.ApplyOutcome]int{}
 		for o := range outcomes {
 			count[o]++
 		}
 		// evt_s is applied once (Changed); evt_p once, Changed if it came
 		// first and Unchanged otherwise; every other delivery is a duplicate.
-		if count[claim.Duplicate] != 2*n-2 || count[claim.Changed]+count[claim.Unchanged] != 2 || count[claim.Changed] < 1 {
+		if count[claimengine.Duplicate] != 2*n-2 || count[claimengine.Changed]+count[claimengine.Unchanged] != 2 || count[claimengine.Changed] < 1 {
 			t.Fatalf("outcomes = %v", count)
 		}
 		if c, _ := h.store.Get(context.Background(), "k1"); c.State != claim.StateSucceeded {

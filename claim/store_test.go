@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 const lease = time.Minute
 
-func req(customer, key, owner string) claim.Request {
-	return claim.Request{Customer: customer, Period: "2025-01", Key: key, Amount: 4200, Currency: "usd", Owner: owner}
+func req(customer, key, owner string) claimengine.Request {
+	return claimengine.Request{Customer: customer, Period: "2025-01", Key: key, Amount: 4200, Currency: "usd", Owner: owner}
 }
 
-func mustClaim(t *testing.T, s claim.Store, r claim.Request, want claim.Outcome) claim.Result {
+func mustClaim(t *testing.T, s engine, r claimengine.Request, want claimengine.Outcome) result {
 	t.Helper()
 	res, err := s.Claim(context.Background(), r)
 	if err != nil {
@@ -34,7 +35,7 @@ func TestClaimLifecycle(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		won := mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		won := mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		c := won.Claim
 		if c.State != claim.StatePending || c.Leases != 1 || c.Owner != "a" || c.Amount != 4200 || c.Currency != "usd" ||
 			c.Customer != "cus_1" || c.Period != "2025-01" || c.Key != "k1" {
@@ -43,10 +44,10 @@ func TestClaimLifecycle(t *testing.T) {
 		if d := c.LeaseUntil.Sub(c.CreatedAt); d < lease-time.Second || d > lease+time.Second {
 			t.Errorf("lease runs %v after creation, want %v", d, lease)
 		}
-		if got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress).Claim; got.Owner != "a" || got.Leases != 1 {
+		if got := mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.InProgress).Claim; got.Owner != "a" || got.Leases != 1 {
 			t.Errorf("in progress claim = %+v, want owner a, attempts 1", got)
 		}
-		if got := mustClaim(t, s, req("cus_1", "k1", "a"), claim.Resumed).Claim; got.Owner != "a" || got.Leases != 2 {
+		if got := mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Resumed).Claim; got.Owner != "a" || got.Leases != 2 {
 			t.Errorf("resumed own claim = %+v, want owner a, attempts 2", got)
 		}
 		if err := s.Succeed(ctx, "k1", "ch_1"); err != nil {
@@ -55,22 +56,22 @@ func TestClaimLifecycle(t *testing.T) {
 		if err := s.Succeed(ctx, "k1", "ch_1"); err != nil {
 			t.Errorf("second Succeed with the same id: %v", err)
 		}
-		if err := s.Succeed(ctx, "k1", "ch_2"); !errors.Is(err, claim.ErrConflict) {
+		if err := s.Succeed(ctx, "k1", "ch_2"); !errors.Is(err, claimengine.ErrConflict) {
 			t.Errorf("Succeed with another id = %v, want ErrConflict", err)
 		}
-		if err := s.Fail(ctx, "k1", "declined"); !errors.Is(err, claim.ErrConflict) {
+		if err := s.Fail(ctx, "k1", "declined"); !errors.Is(err, claimengine.ErrConflict) {
 			t.Errorf("Fail after success = %v, want ErrConflict", err)
 		}
 		for _, owner := range []string{"a", "b"} {
-			got := mustClaim(t, s, req("cus_1", "k1", owner), claim.Succeeded).Claim
+			got := mustClaim(t, s, req("cus_1", "k1", owner), claimengine.Succeeded).Claim
 			if got.StripeID != "ch_1" || got.State != claim.StateSucceeded || got.Leases != 2 {
 				t.Errorf("succeeded claim = %+v", got)
 			}
 		}
-		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Renew of a succeeded claim = %v, want ErrLeaseLost", err)
 		}
-		if err := s.CheckSend(ctx, "k1", "a", time.Hour); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := s.CheckSend(ctx, "k1", "a", time.Hour); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("CheckSend of a succeeded claim = %v, want ErrLeaseLost", err)
 		}
 	})
@@ -80,25 +81,25 @@ func TestFailIsTerminalForTheKey(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		if err := s.Fail(ctx, "k1", "card_declined"); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Fail(ctx, "k1", "card_declined again"); err != nil {
 			t.Errorf("second Fail: %v", err)
 		}
-		if err := s.Succeed(ctx, "k1", "ch_1"); !errors.Is(err, claim.ErrConflict) {
+		if err := s.Succeed(ctx, "k1", "ch_1"); !errors.Is(err, claimengine.ErrConflict) {
 			t.Errorf("Succeed after Fail = %v, want ErrConflict", err)
 		}
-		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Failed).Claim
+		got := mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Failed).Claim
 		if got.LastError != "card_declined" || got.Leases != 1 {
 			t.Errorf("failed claim = %+v", got)
 		}
 		// Billing again is an explicit new attempt under a new key.
-		if got := mustClaim(t, s, req("cus_1", "k1-attempt2", "b"), claim.Won).Claim; got.Leases != 1 {
+		if got := mustClaim(t, s, req("cus_1", "k1-attempt2", "b"), claimengine.Won).Claim; got.Leases != 1 {
 			t.Errorf("new attempt = %+v", got)
 		}
-		mustClaim(t, s, req("cus_1", "k1", "c"), claim.Failed)
+		mustClaim(t, s, req("cus_1", "k1", "c"), claimengine.Failed)
 		// While the new attempt is live, a third key for the period is refused.
 		var mm *claim.MismatchError
 		if _, err := s.Claim(ctx, req("cus_1", "k1-attempt3", "c")); !errors.As(err, &mm) || mm.Field != "key" || mm.Have != "k1-attempt2" {
@@ -111,8 +112,8 @@ func TestMismatchIsRefused(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
-		mustClaim(t, s, req("cus_2", "k2", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
+		mustClaim(t, s, req("cus_2", "k2", "a"), claimengine.Won)
 		if err := s.Succeed(ctx, "k2", "ch_2"); err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +125,7 @@ func TestMismatchIsRefused(t *testing.T) {
 		otherPeriod.Period = "2025-02"
 		for _, tc := range []struct {
 			name  string
-			req   claim.Request
+			req   claimengine.Request
 			field string
 			have  string
 		}{
@@ -164,9 +165,9 @@ func TestTakeoverAfterCrash(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "crashed"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "crashed"), claimengine.Won)
 		h.pass(t, lease/2)
-		mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress)
+		mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.InProgress)
 		if st, err := s.Stale(ctx, ""); err != nil || len(st) != 0 {
 			t.Fatalf("Stale with a live lease = %v, %v", st, err)
 		}
@@ -175,14 +176,14 @@ func TestTakeoverAfterCrash(t *testing.T) {
 		if err != nil || len(st) != 1 || st[0].Key != "k1" || st[0].Owner != "crashed" {
 			t.Fatalf("Stale = %+v, %v; want k1 held by crashed", st, err)
 		}
-		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
+		got := mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Resumed).Claim
 		if got.Key != "k1" || got.Owner != "b" || got.Leases != 2 || got.Age < lease {
 			t.Errorf("resumed = %+v", got)
 		}
-		if err := s.Renew(ctx, "k1", "crashed"); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := s.Renew(ctx, "k1", "crashed"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Renew by the crashed owner = %v, want ErrLeaseLost", err)
 		}
-		if err := s.Release(ctx, "k1", "crashed", "late"); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := s.Release(ctx, "k1", "crashed", "late"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Release by the crashed owner = %v, want ErrLeaseLost", err)
 		}
 		if err := s.Renew(ctx, "k1", "b"); err != nil {
@@ -198,7 +199,7 @@ func TestRenewKeepsTheClaim(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		for range 4 {
 			h.pass(t, lease*3/4)
 			if err := s.Renew(ctx, "k1", "a"); err != nil {
@@ -206,9 +207,9 @@ func TestRenewKeepsTheClaim(t *testing.T) {
 			}
 		}
 		h.pass(t, lease*3/4)
-		mustClaim(t, s, req("cus_1", "k1", "b"), claim.InProgress)
+		mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.InProgress)
 		h.pass(t, lease/4+time.Second)
-		mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed)
+		mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Resumed)
 	})
 }
 
@@ -216,11 +217,11 @@ func TestReleaseLetsTheNextRunResume(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claim.Won)
+		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
 		if err := s.Release(ctx, "k1", "a", "timeout after 30s"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Renew after Release = %v, want ErrLeaseLost", err)
 		}
 		h.pass(t, time.Millisecond)
@@ -228,7 +229,7 @@ func TestReleaseLetsTheNextRunResume(t *testing.T) {
 		if err != nil || len(st) != 1 || st[0].LastError != "timeout after 30s" || st[0].Owner != "" {
 			t.Fatalf("Stale after Release = %+v, %v", st, err)
 		}
-		got := mustClaim(t, s, req("cus_1", "k1", "b"), claim.Resumed).Claim
+		got := mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Resumed).Claim
 		if got.LastError != "timeout after 30s" || got.Leases != 2 || got.State != claim.StatePending {
 			t.Errorf("resumed = %+v", got)
 		}
@@ -244,7 +245,7 @@ func TestKeyWindow(t *testing.T) {
 		s := h.store
 		r := req("cus_1", "k1", "a")
 		r.Endpoint, r.Credential, r.Scope, r.Attempt = "charges", "fp1", "s", 1
-		got := mustClaim(t, s, r, claim.Won).Claim
+		got := mustClaim(t, s, r, claimengine.Won).Claim
 		if got.Endpoint != "charges" || got.Credential != "fp1" || got.Scope != "s" || got.Attempt != 1 ||
 			got.FirstSentAt.IsZero() || got.SentAge > time.Minute || !got.ReconciledAt.IsZero() {
 			t.Fatalf("won claim = %+v", got)
@@ -252,20 +253,20 @@ func TestKeyWindow(t *testing.T) {
 		if err := s.CheckSend(ctx, "k1", "a", 23*time.Hour); err != nil {
 			t.Errorf("CheckSend of a new claim = %v", err)
 		}
-		if err := s.CheckSend(ctx, "k1", "b", 23*time.Hour); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := s.CheckSend(ctx, "k1", "b", 23*time.Hour); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("CheckSend by another owner = %v, want ErrLeaseLost", err)
 		}
 		h.pass(t, 23*time.Hour)
-		if err := s.CheckSend(ctx, "k1", "a", 23*time.Hour); !errors.Is(err, claim.ErrWindowClosed) {
+		if err := s.CheckSend(ctx, "k1", "a", 23*time.Hour); !errors.Is(err, claimengine.ErrWindowClosed) {
 			t.Errorf("CheckSend after 23h = %v, want ErrWindowClosed", err)
 		}
 		// A resume does not move the window, whoever resumes.
 		r.Owner, r.Endpoint, r.Credential = "b", "payment_intents", "fp2"
-		got = mustClaim(t, s, r, claim.Resumed).Claim
+		got = mustClaim(t, s, r, claimengine.Resumed).Claim
 		if got.Endpoint != "charges" || got.Credential != "fp1" || got.SentAge < 23*time.Hour {
 			t.Errorf("resumed claim = %+v; want the first endpoint, credential and window", got)
 		}
-		if err := s.Reopen(ctx, "k1", "a", "payment_intents", "fp2"); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := s.Reopen(ctx, "k1", "a", "payment_intents", "fp2"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Reopen by a former owner = %v, want ErrLeaseLost", err)
 		}
 		if err := s.Reopen(ctx, "k1", "b", "payment_intents", "fp2"); err != nil {
@@ -290,15 +291,15 @@ func TestStaleByScope(t *testing.T) {
 		for i, scope := range []string{"a", "b", ""} {
 			r := req(fmt.Sprintf("cus_%d", i), "k_"+scope, "x")
 			r.Scope = scope
-			mustClaim(t, h.store, r, claim.Won)
+			mustClaim(t, h.store, r, claimengine.Won)
 			h.pass(t, time.Millisecond)
 		}
-		mustClaim(t, h.store, req("cus_done", "done", "x"), claim.Won)
+		mustClaim(t, h.store, req("cus_done", "done", "x"), claimengine.Won)
 		if err := h.store.Succeed(ctx, "done", "ch_done"); err != nil {
 			t.Fatal(err)
 		}
 		h.pass(t, lease+time.Second)
-		mustClaim(t, h.store, req("cus_live", "live", "x"), claim.Won)
+		mustClaim(t, h.store, req("cus_live", "live", "x"), claimengine.Won)
 		keys := func(scope string) string {
 			t.Helper()
 			cs, err := h.store.Stale(ctx, scope)
@@ -323,18 +324,18 @@ func TestClaimBatchOutcomes(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("busy", "k-busy", "other"), claim.Won)
-		mustClaim(t, s, req("paid", "k-paid", "other"), claim.Won)
-		mustClaim(t, s, req("declined", "k-declined", "other"), claim.Won)
-		mustClaim(t, s, req("stale", "k-stale", "other"), claim.Won)
+		mustClaim(t, s, req("busy", "k-busy", "other"), claimengine.Won)
+		mustClaim(t, s, req("paid", "k-paid", "other"), claimengine.Won)
+		mustClaim(t, s, req("declined", "k-declined", "other"), claimengine.Won)
+		mustClaim(t, s, req("stale", "k-stale", "other"), claimengine.Won)
 		if err := errors.Join(s.Succeed(ctx, "k-paid", "ch_paid"), s.Fail(ctx, "k-declined", "card_declined")); err != nil {
 			t.Fatal(err)
 		}
 		h.pass(t, lease+time.Second)
-		mustClaim(t, s, req("busy", "k-busy", "other"), claim.Resumed) // renewed by its owner
+		mustClaim(t, s, req("busy", "k-busy", "other"), claimengine.Resumed) // renewed by its owner
 		wrongAmount := req("busy", "k-busy", "me")
 		wrongAmount.Amount = 1
-		reqs := []claim.Request{
+		reqs := []claimengine.Request{
 			req("fresh", "k-fresh", "me"),
 			req("paid", "k-paid", "me"),
 			req("stale", "k-stale", "me"),
@@ -342,7 +343,7 @@ func TestClaimBatchOutcomes(t *testing.T) {
 			wrongAmount,
 			req("fresh2", "k-fresh2", "me"),
 		}
-		want := []claim.Outcome{claim.Won, claim.Succeeded, claim.Resumed, claim.Failed, claim.Mismatch, claim.Won}
+		want := []claimengine.Outcome{claimengine.Won, claimengine.Succeeded, claimengine.Resumed, claimengine.Failed, claimengine.Mismatch, claimengine.Won}
 		res, err := s.ClaimBatch(ctx, reqs)
 		var mm *claim.MismatchError
 		if !errors.As(err, &mm) || mm.Field != "amount" || mm.Existing.Key != "k-busy" {
@@ -355,12 +356,12 @@ func TestClaimBatchOutcomes(t *testing.T) {
 			if r.Outcome != want[i] || r.Claim.Key != reqs[i].Key {
 				t.Errorf("result %d = %v for %s, want %v for %s", i, r.Outcome, r.Claim.Key, want[i], reqs[i].Key)
 			}
-			if (r.Conflict != nil) != (r.Outcome == claim.Mismatch) {
+			if (r.Conflict != nil) != (r.Outcome == claimengine.Mismatch) {
 				t.Errorf("result %d: outcome %v with Conflict %v", i, r.Outcome, r.Conflict)
 			}
 		}
-		if c := res[4].Conflict; c == nil || c.Field != "amount" {
-			t.Errorf("mismatched result's Conflict = %v, want the amount mismatch", c)
+		if c, ok := res[4].Conflict.(*claim.MismatchError); !ok || c.Field != "amount" {
+			t.Errorf("mismatched result's Conflict = %v, want the amount mismatch", res[4].Conflict)
 		}
 		if res[1].Claim.StripeID != "ch_paid" {
 			t.Errorf("succeeded result has StripeID %q", res[1].Claim.StripeID)
@@ -392,32 +393,32 @@ func TestClaimNotFound(t *testing.T) {
 }
 
 func TestBadInputWritesNothing(t *testing.T) {
-	long := strings.Repeat("x", claim.MaxIDLen+1)
-	edit := func(f func(*claim.Request)) claim.Request {
+	long := strings.Repeat("x", 256) // one byte over the limit
+	edit := func(f func(*claimengine.Request)) claimengine.Request {
 		r := req("cus_1", "k1", "a")
 		f(&r)
 		return r
 	}
 	bad := []struct {
 		name string
-		req  claim.Request
+		req  claimengine.Request
 		want string
 	}{
-		{"empty customer", edit(func(r *claim.Request) { r.Customer = "" }), "customer is empty"},
-		{"long customer", edit(func(r *claim.Request) { r.Customer = long }), "customer is 256 bytes"},
-		{"empty period", edit(func(r *claim.Request) { r.Period = "" }), "period is empty"},
-		{"long period", edit(func(r *claim.Request) { r.Period = long }), "period is 256 bytes"},
-		{"zero key", edit(func(r *claim.Request) { r.Key = "" }), "key is empty"},
-		{"long key", edit(func(r *claim.Request) { r.Key = long }), "key is 256 bytes"},
-		{"NUL in key", edit(func(r *claim.Request) { r.Key = "k\x001" }), "key must be valid UTF-8"},
-		{"bad UTF-8 customer", edit(func(r *claim.Request) { r.Customer = "\xff" }), "customer must be valid UTF-8"},
-		{"no owner", edit(func(r *claim.Request) { r.Owner = "" }), "owner is empty"},
-		{"zero amount", edit(func(r *claim.Request) { r.Amount = 0 }), "amount 0 must be positive"},
-		{"negative amount", edit(func(r *claim.Request) { r.Amount = -100 }), "amount -100 must be positive"},
-		{"uppercase currency", edit(func(r *claim.Request) { r.Currency = "USD" }), `currency "USD"`},
-		{"empty currency", edit(func(r *claim.Request) { r.Currency = "" }), `currency ""`},
-		{"long currency", edit(func(r *claim.Request) { r.Currency = "usdx" }), `currency "usdx"`},
-		{"digits currency", edit(func(r *claim.Request) { r.Currency = "us1" }), `currency "us1"`},
+		{"empty customer", edit(func(r *claimengine.Request) { r.Customer = "" }), "customer is empty"},
+		{"long customer", edit(func(r *claimengine.Request) { r.Customer = long }), "customer is 256 bytes"},
+		{"empty period", edit(func(r *claimengine.Request) { r.Period = "" }), "period is empty"},
+		{"long period", edit(func(r *claimengine.Request) { r.Period = long }), "period is 256 bytes"},
+		{"zero key", edit(func(r *claimengine.Request) { r.Key = "" }), "key is empty"},
+		{"long key", edit(func(r *claimengine.Request) { r.Key = long }), "key is 256 bytes"},
+		{"NUL in key", edit(func(r *claimengine.Request) { r.Key = "k\x001" }), "key must be valid UTF-8"},
+		{"bad UTF-8 customer", edit(func(r *claimengine.Request) { r.Customer = "\xff" }), "customer must be valid UTF-8"},
+		{"no owner", edit(func(r *claimengine.Request) { r.Owner = "" }), "owner is empty"},
+		{"zero amount", edit(func(r *claimengine.Request) { r.Amount = 0 }), "amount 0 must be positive"},
+		{"negative amount", edit(func(r *claimengine.Request) { r.Amount = -100 }), "amount -100 must be positive"},
+		{"uppercase currency", edit(func(r *claimengine.Request) { r.Currency = "USD" }), `currency "USD"`},
+		{"empty currency", edit(func(r *claimengine.Request) { r.Currency = "" }), `currency ""`},
+		{"long currency", edit(func(r *claimengine.Request) { r.Currency = "usdx" }), `currency "usdx"`},
+		{"digits currency", edit(func(r *claimengine.Request) { r.Currency = "us1" }), `currency "us1"`},
 	}
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
@@ -426,12 +427,12 @@ func TestBadInputWritesNothing(t *testing.T) {
 			if _, err := s.Claim(ctx, tc.req); !errors.Is(err, claim.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s: Claim = %v, want ErrInvalid saying %q", tc.name, err, tc.want)
 			}
-			if _, err := s.ClaimBatch(ctx, []claim.Request{req("cus_ok", "k_ok", "a"), tc.req}); !errors.Is(err, claim.ErrInvalid) || !strings.Contains(err.Error(), "request 1") {
+			if _, err := s.ClaimBatch(ctx, []claimengine.Request{req("cus_ok", "k_ok", "a"), tc.req}); !errors.Is(err, claim.ErrInvalid) || !strings.Contains(err.Error(), "request 1") {
 				t.Errorf("%s: ClaimBatch = %v, want ErrInvalid naming request 1", tc.name, err)
 			}
 		}
 		dupKey, dupPeriod := req("cus_2", "k1", "a"), req("cus_1", "k2", "a")
-		for name, batch := range map[string][]claim.Request{
+		for name, batch := range map[string][]claimengine.Request{
 			"duplicate key":    {req("cus_1", "k1", "a"), dupKey},
 			"duplicate period": {req("cus_1", "k1", "a"), dupPeriod},
 		} {
@@ -467,10 +468,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 // 64 runners claim the same customer and period at once: exactly one wins.
 func TestConcurrentClaimsOneWinner(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
-		counts := race(t, 64, func(i int) (claim.Result, error) {
+		counts := race(t, 64, func(i int) (result, error) {
 			return h.store.Claim(context.Background(), req("cus_1", "k1", fmt.Sprintf("runner-%d", i)))
 		})
-		if counts[claim.Won] != 1 || counts[claim.InProgress] != 63 {
+		if counts[claimengine.Won] != 1 || counts[claimengine.InProgress] != 63 {
 			t.Errorf("outcomes = %v, want 1 Won and 63 InProgress", counts)
 		}
 		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Leases != 1 {
@@ -482,12 +483,12 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 // 64 runners find the same crashed claim at once: exactly one resumes it.
 func TestConcurrentTakeoverOneWinner(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
-		mustClaim(t, h.store, req("cus_1", "k1", "crashed"), claim.Won)
+		mustClaim(t, h.store, req("cus_1", "k1", "crashed"), claimengine.Won)
 		h.pass(t, lease+time.Second)
-		counts := race(t, 64, func(i int) (claim.Result, error) {
+		counts := race(t, 64, func(i int) (result, error) {
 			return h.store.Claim(context.Background(), req("cus_1", "k1", fmt.Sprintf("runner-%d", i)))
 		})
-		if counts[claim.Resumed] != 1 || counts[claim.InProgress] != 63 {
+		if counts[claimengine.Resumed] != 1 || counts[claimengine.InProgress] != 63 {
 			t.Errorf("outcomes = %v, want 1 Resumed and 63 InProgress", counts)
 		}
 		if c, err := h.store.Get(context.Background(), "k1"); err != nil || c.Leases != 2 {
@@ -502,17 +503,17 @@ func TestConcurrentDifferentKeysOneWinner(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		var errs int
 		var mu sync.Mutex
-		counts := race(t, 16, func(i int) (claim.Result, error) {
+		counts := race(t, 16, func(i int) (result, error) {
 			r, err := h.store.Claim(context.Background(), req("cus_1", fmt.Sprintf("k%d", i), "a"))
 			if err != nil {
 				mu.Lock()
 				errs++
 				mu.Unlock()
-				return claim.Result{Outcome: claim.Mismatch}, nil
+				return result{Outcome: claimengine.Mismatch}, nil
 			}
 			return r, nil
 		})
-		if counts[claim.Won] != 1 || errs != 15 {
+		if counts[claimengine.Won] != 1 || errs != 15 {
 			t.Errorf("outcomes = %v with %d errors, want 1 Won and 15 errors", counts, errs)
 		}
 		var live int
@@ -528,12 +529,12 @@ func TestConcurrentDifferentKeysOneWinner(t *testing.T) {
 }
 
 // race runs f(0..n-1) concurrently, released together, and counts outcomes.
-func race(t *testing.T, n int, f func(i int) (claim.Result, error)) map[claim.Outcome]int {
+func race(t *testing.T, n int, f func(i int) (result, error)) map[claimengine.Outcome]int {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	start := make(chan struct{})
-	counts := map[claim.Outcome]int{}
+	counts := map[claimengine.Outcome]int{}
 	for i := range n {
 		wg.Go(func() {
 			<-start
@@ -560,7 +561,7 @@ func TestLiveClaimAcrossScopes(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		a, b := req("cus_1", "ka", "x"), req("cus_1", "kb", "x")
 		a.Scope, b.Scope = "subscription", "renamed"
-		mustClaim(t, h.store, a, claim.Won)
+		mustClaim(t, h.store, a, claimengine.Won)
 		var mm *claim.MismatchError
 		if _, err := h.store.Claim(context.Background(), b); !errors.As(err, &mm) || mm.Field != "key" {
 			t.Errorf("a live claim under another scope = %v, want *MismatchError on key", err)
@@ -573,8 +574,8 @@ func TestLiveClaimAcrossScopes(t *testing.T) {
 func TestAbandon(t *testing.T) {
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claim.Won)
-		if err := h.store.Abandon(ctx, "k1", "b"); !errors.Is(err, claim.ErrLeaseLost) {
+		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
+		if err := h.store.Abandon(ctx, "k1", "b"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Abandon by another owner = %v, want ErrLeaseLost", err)
 		}
 		if err := h.store.Abandon(ctx, "k1", "a"); err != nil {
@@ -585,13 +586,13 @@ func TestAbandon(t *testing.T) {
 		}
 		r := req("cus_1", "k1", "b")
 		r.Credential = "fp2"
-		if got := mustClaim(t, h.store, r, claim.Won).Claim; got.Credential != "fp2" {
+		if got := mustClaim(t, h.store, r, claimengine.Won).Claim; got.Credential != "fp2" {
 			t.Errorf("claim after Abandon = %+v", got)
 		}
 		if err := h.store.Succeed(ctx, "k1", "ch_1"); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.store.Abandon(ctx, "k1", "b"); !errors.Is(err, claim.ErrLeaseLost) {
+		if err := h.store.Abandon(ctx, "k1", "b"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Abandon of a succeeded claim = %v, want ErrLeaseLost", err)
 		}
 	})

@@ -32,8 +32,8 @@ const prefix = "bo1_"
 // legacyHexLen is the length of a [Legacy] key: the first 32 hex characters.
 const legacyHexLen = 32
 
-// ErrInvalid is wrapped by every error [For], [Legacy] and [Parse] return.
-// Such an error is permanent: the same input fails the same way, so do not
+// ErrInvalid is returned, wrapped, by [For], [Legacy] and [Parse] when
+// their input is bad; the error says what to fix. Such an error is permanent: the same input fails the same way, so do not
 // retry it; fix the input.
 var ErrInvalid = errors.New("idemkey: invalid input")
 

@@ -3,9 +3,9 @@ package idemkey
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
-	"unicode"
+
+	"github.com/billonce/billonce/internal/redact"
 )
 
 // Header is the name of the HTTP header that carries the key.
@@ -47,7 +47,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, ok := FromContext(req.Context())
 	if !ok {
 		closeBody(req)
-		return nil, &MissingKeyError{Method: req.Method, URL: RedactURL(req.URL)}
+		return nil, &MissingKeyError{Method: req.Method, URL: redact.URL(req.URL)}
 	}
 	// Look at every spelling of the header name: a non-canonical map entry
 	// would still be sent.
@@ -58,7 +58,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		for _, v := range values {
 			if v != key.s {
 				closeBody(req)
-				return nil, &KeyConflictError{Method: req.Method, URL: RedactURL(req.URL), Key: key, Found: v}
+				return nil, &KeyConflictError{Method: req.Method, URL: redact.URL(req.URL), Key: key, Found: v}
 			}
 		}
 	}
@@ -80,47 +80,6 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
-}
-
-// RedactURL returns u without its user info, query and fragment, which may
-// hold credentials (a password, an api_key parameter), so that it can be
-// printed in errors and logs. The Transport's errors use it; so does
-// billonce wherever it prints a URL. A nil u gives "".
-func RedactURL(u *url.URL) string {
-	if u == nil {
-		return ""
-	}
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
-	return r.String()
-}
-
-// RedactRawURL is [RedactURL] for a string that may not parse as a URL, such
-// as a misconfigured base URL in an error message. One that parses is
-// redacted as RedactURL does. One that does not keeps its scheme, and of
-// the rest only what follows the last '@' (user info may hold '/', '?' or
-// '#'), up to the first '?' or '#'; control characters become '?'. Neither
-// url.Parse's error nor the input should be printed in its place: both
-// quote the user info.
-func RedactRawURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return RedactURL(u)
-	}
-	scheme, rest := "", s
-	if i := strings.Index(rest, "://"); i >= 0 {
-		scheme, rest = rest[:i+3], rest[i+3:]
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	if i := strings.IndexAny(rest, "?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return '?'
-		}
-		return r
-	}, scheme+rest)
 }
 
 // MissingKeyError is returned by [Transport] for a POST or PATCH whose

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -322,41 +321,6 @@ func TestTransportErrorsRedactURL(t *testing.T) {
 		if !strings.Contains(msg, "https://api.example.com/v1/charges") {
 			t.Errorf("error %q does not name the endpoint", msg)
 		}
-	}
-}
-
-// RedactURL and RedactRawURL keep scheme, host and path, and drop what may
-// hold a credential, whether the URL parses or not (no secrets in logs).
-func TestRedactURL(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct{ in, want string }{
-		{"https://user:s3cr3t@api.example.com/v1?api_key=sk_live_x#frag", "https://api.example.com/v1"},
-		{"https://api.example.com/stripe", "https://api.example.com/stripe"},
-		{"https://user:s3cr3t@api.example.com:bad/?key=sk_live_x", "https://api.example.com:bad/"},
-		{"https://user:s3cr3t/pass@api.example.com/v1?key=sk_live_x", "https://api.example.com/v1"},
-		{"https://user:s3cr3t?pass@api.example.com/v1?key=sk_live_x#frag", "https://api.example.com/v1"},
-		{"https://user:s3cr3t#pass@api.example.com/%zz?key=sk_live_x", "https://api.example.com/%zz"},
-		{"http://user:s3cr3t@api exa mple.com/?key=sk_live_x", "http://api exa mple.com/"},
-		{"https://api.example.com/\x00?key=sk_live_x", "https://api.example.com/?"},
-		{"user:s3cr3t@api.example.com/?key=sk_live_x", "user:"},
-		{"", ""},
-	} {
-		in := tt.in
-		got := idemkey.RedactRawURL(in)
-		if got != tt.want {
-			t.Errorf("RedactRawURL(%q) = %q; want %q", in, got, tt.want)
-		}
-		for _, secret := range []string{"s3cr3t", "sk_live_x", "frag"} {
-			if strings.Contains(got, secret) {
-				t.Errorf("RedactRawURL(%q) = %q keeps %q", in, got, secret)
-			}
-		}
-		if u, err := url.Parse(in); err == nil && idemkey.RedactURL(u) != got {
-			t.Errorf("RedactURL(%q) = %q; RedactRawURL gives %q", in, idemkey.RedactURL(u), got)
-		}
-	}
-	if got := idemkey.RedactURL(nil); got != "" {
-		t.Errorf("RedactURL(nil) = %q", got)
 	}
 }
 

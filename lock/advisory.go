@@ -16,8 +16,8 @@ import (
 // AdvisoryConfig.CheckInterval is zero.
 const DefaultCheckInterval = time.Second
 
-// MinCheckInterval is the smallest accepted check or renew interval.
-const MinCheckInterval = 10 * time.Millisecond
+// minCheckInterval is the smallest accepted check or renew interval.
+const minCheckInterval = 10 * time.Millisecond
 
 // minCheckTimeout is the least time a single check is given to answer.
 const minCheckTimeout = 5 * time.Second
@@ -34,7 +34,7 @@ type AdvisoryConfig struct {
 	// CheckInterval is how often the lock is confirmed while a job runs.
 	// A lost lock cancels the job within about one interval; a check that
 	// gets no answer within max(CheckInterval, 5s) counts as lost.
-	// Defaults to [DefaultCheckInterval]; at least [MinCheckInterval].
+	// Defaults to [DefaultCheckInterval]; at least 10ms.
 	CheckInterval time.Duration
 
 	// Wait is how long Lock (and so Do) keeps trying while another holder has
@@ -76,9 +76,9 @@ func NewAdvisory(pool *pgxpool.Pool, cfg AdvisoryConfig) (*Advisory, error) {
 	if cfg.CheckInterval == 0 {
 		cfg.CheckInterval = DefaultCheckInterval
 	}
-	if cfg.CheckInterval < MinCheckInterval {
+	if cfg.CheckInterval < minCheckInterval {
 		return nil, fmt.Errorf("%w: CheckInterval %v is below the minimum %v; use 0 for the default %v",
-			ErrInvalid, cfg.CheckInterval, MinCheckInterval, DefaultCheckInterval)
+			ErrInvalid, cfg.CheckInterval, minCheckInterval, DefaultCheckInterval)
 	}
 	if cfg.Wait < 0 {
 		return nil, fmt.Errorf("%w: Wait %v is negative; use 0 to try once without waiting", ErrInvalid, cfg.Wait)

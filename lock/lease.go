@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/internal/migrate"
 	"github.com/billonce/billonce/internal/nilness"
@@ -30,17 +30,6 @@ const DefaultLeaseTTL = 30 * time.Second
 const DefaultLeaseTable = "billonce_lock_leases"
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// DB is what [Lease] needs from the database. Pass a *pgxpool.Pool: renewals
-// run concurrently with the job, and the lease rows must be committed as soon
-// as they are written, so a single *pgx.Conn or a pgx.Tx will not do. Each
-// statement stands alone, so a pool behind PgBouncer in transaction mode
-// works. [Lease.Migrate] alone uses Begin, for one transaction.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // LeaseConfig configures a [Lease]. The zero value is usable.
 type LeaseConfig struct {
@@ -61,7 +50,7 @@ type LeaseConfig struct {
 	// A renewal that fails, or gets no answer by the time the lease would
 	// run out (TTL-RenewInterval after it starts), cancels the job, which is
 	// therefore told before the lease can expire.
-	// Defaults to TTL/3; at most TTL/2 and at least [MinCheckInterval].
+	// Defaults to TTL/3; at most TTL/2 and at least 10ms.
 	RenewInterval time.Duration
 
 	// Wait is how long Lock (and so Do) keeps trying while another holder has
@@ -83,7 +72,7 @@ type LeaseConfig struct {
 //
 // A Lease is safe for concurrent use.
 type Lease struct {
-	db     DB
+	db     *pgxpool.Pool
 	cfg    LeaseConfig
 	logger *slog.Logger
 	owner  string // process part of every owner token
@@ -92,8 +81,13 @@ type Lease struct {
 
 var _ Locker = (*Lease)(nil)
 
-// NewLease returns a Lease on db. Call [Lease.Migrate] once before use.
-func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
+// NewLease returns a Lease on pool. Call [Lease.Migrate] once before use.
+//
+// It takes a pool, not a connection or a transaction: renewals run
+// concurrently with the job, and the lease rows must be committed as soon
+// as they are written. Each statement stands alone, so a pool behind
+// PgBouncer in transaction mode works.
+func NewLease(db *pgxpool.Pool, cfg LeaseConfig) (*Lease, error) {
 	if nilness.Is(db) {
 		return nil, fmt.Errorf("%w: nil database; pass a *pgxpool.Pool", ErrInvalid)
 	}
@@ -113,12 +107,12 @@ func NewLease(db DB, cfg LeaseConfig) (*Lease, error) {
 		cfg.RenewInterval = cfg.TTL / 3
 	}
 	switch {
-	case cfg.TTL < 2*MinCheckInterval:
+	case cfg.TTL < 2*minCheckInterval:
 		return nil, fmt.Errorf("%w: TTL %v is too short; use at least %v, or 0 for the default %v",
-			ErrInvalid, cfg.TTL, 2*MinCheckInterval, DefaultLeaseTTL)
-	case cfg.RenewInterval < MinCheckInterval:
+			ErrInvalid, cfg.TTL, 2*minCheckInterval, DefaultLeaseTTL)
+	case cfg.RenewInterval < minCheckInterval:
 		return nil, fmt.Errorf("%w: RenewInterval %v is below the minimum %v; use 0 for TTL/3",
-			ErrInvalid, cfg.RenewInterval, MinCheckInterval)
+			ErrInvalid, cfg.RenewInterval, minCheckInterval)
 	case 2*cfg.RenewInterval > cfg.TTL:
 		return nil, fmt.Errorf("%w: RenewInterval %v is more than half of TTL %v, so a failed renewal could go unnoticed until the lease expires; use 0 for TTL/3",
 			ErrInvalid, cfg.RenewInterval, cfg.TTL)

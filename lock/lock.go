@@ -27,15 +27,15 @@ var (
 	// error.
 	ErrNotAcquired = errors.New("lock: another holder has the lock")
 
-	// ErrLockLost is the cause of a guarded job's context when the lock can
-	// no longer be confirmed: the connection died, the lock is no longer
-	// held, or a lease could not be renewed. Test for it with
-	// errors.Is(context.Cause(ctx), ErrLockLost).
+	// ErrLockLost is the cause of a guarded job's context, and is wrapped
+	// by [Lock.Err], when the lock can no longer be confirmed: the
+	// connection died, the lock is no longer held, or a lease could not be
+	// renewed. Test for it with errors.Is(context.Cause(ctx), ErrLockLost).
 	ErrLockLost = errors.New("lock: lock lost")
 
-	// ErrInvalid is wrapped by every error that reports bad input: an
-	// empty, oversized or non-UTF-8 name or namespace, a nil database, job
-	// or guard, an unusable setting. Nothing was locked.
+	// ErrInvalid is returned, wrapped, for bad input: an empty, oversized
+	// or non-UTF-8 name or namespace, a nil database, job or guard, an
+	// unusable setting. Nothing was locked.
 	ErrInvalid = errors.New("lock: invalid input")
 )
 
@@ -331,5 +331,6 @@ func pollUntil(ctx context.Context, wait time.Duration, try func() (bool, error)
 	}
 }
 
-// waitPoll is how often a waiting Acquire tries again.
+// waitPoll is how often a Lock that waits (a Wait setting above zero)
+// tries again.
 const waitPoll = 100 * time.Millisecond

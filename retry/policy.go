@@ -38,8 +38,9 @@ const (
 	jitter     = 0.5
 )
 
-// ErrInvalid is wrapped by every error [Policy.Validate] returns.
-var ErrInvalid = errors.New("retry: invalid policy")
+// ErrInvalid is returned, wrapped, when [Do] is given a nil op or a policy
+// that [Policy.Validate] refuses; the error says what to fix.
+var ErrInvalid = errors.New("retry: invalid argument")
 
 // Policy says when and how long [Do] retries. The zero Policy is valid: every
 // zero field takes its Default* value.

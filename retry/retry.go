@@ -67,7 +67,7 @@ func Do[T any](ctx context.Context, key idemkey.Key, p Policy, op func(ctx conte
 		return zero, ErrZeroKey
 	}
 	if op == nil {
-		return zero, errors.New("retry: nil op")
+		return zero, fmt.Errorf("%w: nil op", ErrInvalid)
 	}
 	p, err := p.withDefaults()
 	if err != nil {

@@ -354,8 +354,8 @@ func TestZeroKeyRejected(t *testing.T) {
 
 func TestNilOpRejected(t *testing.T) {
 	_, err := retry.Do[int](t.Context(), newKey(t, "cus_1"), retry.Policy{}, nil)
-	if err == nil || !strings.Contains(err.Error(), "nil op") {
-		t.Fatalf("Do error = %v, want a nil op error", err)
+	if !errors.Is(err, retry.ErrInvalid) || !strings.Contains(err.Error(), "nil op") {
+		t.Fatalf("Do error = %v, want a nil op error wrapping ErrInvalid", err)
 	}
 }
 

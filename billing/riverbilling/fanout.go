@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/internal/nilness"
@@ -24,23 +23,20 @@ const (
 	// retrying it. A run cut short loses nothing: its batches are
 	// committed, and the retry skips them as duplicates and goes on.
 	DefaultFanOutTimeout = 5 * time.Minute
-	// MaxFanOutBatch bounds FanOutConfig.BatchSize: one InsertMany of this
+	// maxFanOutBatch bounds FanOutConfig.BatchSize: one InsertMany of this
 	// many jobs is one transaction and one statement.
-	MaxFanOutBatch = 10_000
+	maxFanOutBatch = 10_000
 )
 
 // maxFanOutErrors bounds FanOutResult.Errors.
 const maxFanOutErrors = 100
 
-// Inserter inserts jobs in a transaction: a *river.Client[pgx.Tx].
-type Inserter interface {
-	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
-}
-
-// Beginner begins transactions: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
-// (each batch is then a savepoint of the caller's transaction).
-type Beginner interface {
+// DB is the database riverbilling reads and inserts jobs through: a
+// *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx (a fan-out's batches are then
+// savepoints of the caller's transaction).
+type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // FanOutResult counts what a fan-out did.
@@ -82,15 +78,15 @@ type FanOutResult struct {
 // identity only, and the Biller's Config.Price prices it when it runs. An
 // error from items stops the fan-out after the batches already committed;
 // running it again continues where it stopped.
-func FanOut(ctx context.Context, ins Inserter, db Beginner, period string, items iter.Seq2[billing.Item, error], batchSize int) (FanOutResult, error) {
+func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string, items iter.Seq2[billing.Item, error], batchSize int) (FanOutResult, error) {
 	res := FanOutResult{Period: period}
 	switch {
 	case nilness.Is(ins) || nilness.Is(db):
 		return res, fmt.Errorf("%w: FanOut needs a River client and a pool to insert with", billing.ErrInvalid)
 	case items == nil:
 		return res, fmt.Errorf("%w: FanOut needs an iterator of customers (billing.Customers for a fixed list)", billing.ErrInvalid)
-	case batchSize < 0 || batchSize > MaxFanOutBatch:
-		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalid, batchSize, MaxFanOutBatch, DefaultFanOutBatch)
+	case batchSize < 0 || batchSize > maxFanOutBatch:
+		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalid, batchSize, maxFanOutBatch, DefaultFanOutBatch)
 	}
 	if err := billing.ValidatePeriod(period); err != nil {
 		return res, err
@@ -154,7 +150,7 @@ func (r *FanOutResult) invalid(format string, args ...any) {
 
 // insertBatch inserts one batch in one transaction and returns how many
 // jobs were new.
-func insertBatch(ctx context.Context, ins Inserter, db Beginner, batch []river.InsertManyParams) (int, error) {
+func insertBatch(ctx context.Context, ins *river.Client[pgx.Tx], db DB, batch []river.InsertManyParams) (int, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -180,12 +176,13 @@ func insertBatch(ctx context.Context, ins Inserter, db Beginner, batch []river.I
 type FanOutConfig struct {
 	// DB begins the transactions batches are inserted in: the pool the
 	// River client uses. Required.
-	DB Beginner
+	DB DB
 	// Customers returns the customers of a period, the iterator
 	// [billing.Biller.Run] takes. Required.
 	Customers func(ctx context.Context, period string) iter.Seq2[billing.Item, error]
 	// BatchSize is how many jobs one transaction inserts. Defaults to
-	// DefaultFanOutBatch; at most MaxFanOutBatch.
+	// DefaultFanOutBatch; at most 10,000 (one InsertMany of that many jobs is
+	// one transaction and one statement).
 	BatchSize int
 	// Timeout bounds one run, and is how long a fan-out job of a killed
 	// machine waits for River's rescuer. Defaults to DefaultFanOutTimeout.
@@ -211,8 +208,8 @@ func NewFanOutWorker(cfg FanOutConfig) (*FanOutWorker, error) {
 		return nil, fmt.Errorf("%w: FanOutConfig.DB is nil: pass the pool of the River client", billing.ErrInvalid)
 	case cfg.Customers == nil:
 		return nil, fmt.Errorf("%w: FanOutConfig.Customers is nil: pass the function that lists a period's customers", billing.ErrInvalid)
-	case cfg.BatchSize < 0 || cfg.BatchSize > MaxFanOutBatch:
-		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalid, cfg.BatchSize, DefaultFanOutBatch, MaxFanOutBatch)
+	case cfg.BatchSize < 0 || cfg.BatchSize > maxFanOutBatch:
+		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalid, cfg.BatchSize, DefaultFanOutBatch, maxFanOutBatch)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("%w: FanOutConfig.Timeout must not be negative", billing.ErrInvalid)
 	case cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()):

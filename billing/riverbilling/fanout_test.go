@@ -96,7 +96,7 @@ func TestFanOutInput(t *testing.T) {
 	for _, bad := range []struct {
 		period string
 		batch  int
-	}{{"2026-13", 0}, {period, -1}, {period, riverbilling.MaxFanOutBatch + 1}} {
+	}{{"2026-13", 0}, {period, -1}, {period, 10_001}} {
 		if _, err := riverbilling.FanOut(ctx, c, e.pool, bad.period, billing.Customers("cus_9"), bad.batch); !errors.Is(err, billing.ErrInvalid) {
 			t.Errorf("FanOut(%q, batch %d) = %v, want ErrInvalid", bad.period, bad.batch, err)
 		}

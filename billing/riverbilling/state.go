@@ -6,16 +6,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/billonce/billonce/claim"
 )
-
-// Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
 
 // PeriodState is an operator's view of a period billed through River: its
 // charge jobs by River state and its claims by state.
@@ -34,7 +28,7 @@ type PeriodState struct {
 // State reads the state of period: charge jobs from River's job table
 // (river_job on db's search_path) and claims from claims. It scans the
 // period's jobs once; run it for an operator, not in a loop.
-func State(ctx context.Context, db Querier, claims *claim.Postgres, period string) (PeriodState, error) {
+func State(ctx context.Context, db DB, claims *claim.Postgres, period string) (PeriodState, error) {
 	st := PeriodState{Period: period, Jobs: map[rivertype.JobState]int{}}
 	rows, err := db.Query(ctx, `SELECT state::text, count(*) FROM river_job
 		WHERE kind = $1 AND args->>'period' = $2 GROUP BY state`, KindCharge, period)

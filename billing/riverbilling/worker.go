@@ -12,7 +12,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/billonce/billonce/billing"
-	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/nilness"
 )
@@ -233,9 +232,7 @@ func decide(err error, now time.Time) action {
 	case errors.Is(err, billing.ErrDeclined):
 		// A decline, or a payment that failed when it settled.
 		return action{kind: cancel}
-	case errors.Is(err, spendcap.ErrSpendCapReached), errors.Is(err, spendcap.ErrVaultKeyRevoked),
-		errors.Is(err, spendcap.ErrEndpointNotAllowed), errors.Is(err, billing.ErrStripeAuth),
-		errors.Is(err, billing.ErrStripeRequest):
+	case billing.StopsRun(err):
 		return action{kind: cancel, stop: true}
 	case errors.Is(err, billing.ErrInProgress):
 		var until time.Time

@@ -1,29 +1,22 @@
 package spendcap
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode"
 
-	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/nilness"
+	"github.com/billonce/billonce/internal/redact"
+	"github.com/billonce/billonce/internal/stripeanswer"
 )
 
 // maxVaultKeyLen bounds a vault key; real ones are well under it.
 const maxVaultKeyLen = 512
-
-// maxRefusalBody is how much of an error answer the [Transport] reads
-// to tell a proxy refusal from a Stripe answer. Refusals are a few hundred
-// bytes; a larger body is passed through untouched.
-const maxRefusalBody = 64 << 10
 
 // Config configures a [Transport]. ProxyURL and VaultKey are
 // required.
@@ -164,12 +157,12 @@ func checkProxyURL(raw string, allowInsecure bool) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Neither raw nor err may be printed: both quote the user info.
-		return nil, invalid("Config.ProxyURL %q (redacted) is not a URL; give scheme, host and an optional path", idemkey.RedactRawURL(raw))
+		return nil, invalid("Config.ProxyURL %q (redacted) is not a URL; give scheme, host and an optional path", redact.RawURL(raw))
 	}
 	if u.User != nil {
 		return nil, invalid("Config.ProxyURL carries user info; put credentials in VaultKey, not in the URL")
 	}
-	safe := idemkey.RedactURL(u)
+	safe := redact.URL(u)
 	switch {
 	case u.Scheme != "https" && u.Scheme != "http":
 		return nil, invalid("Config.ProxyURL %q: the scheme must be https (or http on loopback)", safe)
@@ -200,7 +193,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, fmt.Errorf("spendcap: refusing to follow a redirect to %s: the vault key is sent only to the spend-cap proxy at %s, and Stripe's API does not redirect",
-			idemkey.RedactURL(req.URL), idemkey.RedactURL(&t.proxy))
+			redact.URL(req.URL), redact.URL(&t.proxy))
 	}
 	r2 := req.Clone(req.Context())
 	u := &url.URL{
@@ -233,28 +226,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // inspect takes the request as sent to the proxy, and returns resp, or the *ProxyError it carries, or resp rewritten
 // into Stripe's error shape; see the Transport docs.
 func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Response, error) {
-	if resp.StatusCode < 400 || strings.HasPrefix(resp.Header.Get("Request-Id"), "req_") {
+	if resp.StatusCode < 400 || stripeanswer.Stamped(resp) {
 		return resp, nil
 	}
-	buf, readErr := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody+1))
+	buf, readErr := stripeanswer.Peek(resp)
 	var ans struct {
 		Error            json.RawMessage `json:"error"`
 		AllowedEndpoints []string        `json:"allowed_endpoints"`
 	}
 	var msg string
-	if readErr != nil || len(buf) > maxRefusalBody ||
+	if readErr != nil || len(buf) > stripeanswer.MaxBody ||
 		json.Unmarshal(buf, &ans) != nil || json.Unmarshal(ans.Error, &msg) != nil {
-		// Not a proxy refusal: hand back the body as it came.
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+		// Not a proxy refusal: the body is handed back as it came.
 		return resp, nil
 	}
 	resp.Body.Close()
 	msg = t.scrub(msg)
 
-	pe := &ProxyError{Status: resp.StatusCode, Message: msg, Method: req.Method, URL: idemkey.RedactURL(req.URL)}
+	pe := &ProxyError{Status: resp.StatusCode, Message: msg, Method: req.Method, URL: redact.URL(req.URL)}
 	switch resp.StatusCode {
 	case http.StatusPaymentRequired, http.StatusPreconditionFailed, http.StatusTooManyRequests:
 		pe.kind = ErrSpendCapReached
@@ -266,20 +255,7 @@ func (t *Transport) inspect(req *http.Request, resp *http.Response) (*http.Respo
 	case http.StatusUnauthorized:
 		pe.kind = ErrVaultKeyRevoked
 	default:
-		typ := "invalid_request_error"
-		if resp.StatusCode >= 500 {
-			typ = "api_error"
-		}
-		body, _ := json.Marshal(map[string]any{"error": map[string]string{
-			"type":    typ,
-			"message": "spend-cap proxy: " + msg,
-		}})
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		resp.ContentLength = int64(len(body))
-		resp.Header = resp.Header.Clone()
-		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-		resp.Header.Set("Content-Type", "application/json")
-		return resp, nil
+		return stripeanswer.Rewrite(resp, resp.StatusCode, "spend-cap proxy: "+msg), nil
 	}
 	return nil, pe
 }
@@ -303,13 +279,13 @@ func (c Config) describe() string {
 		base = fmt.Sprintf("%T", c.Base)
 	}
 	return fmt.Sprintf("spendcap.Config{ProxyURL: %s, VaultKey: %s, Base: %s, AllowInsecure: %t}",
-		idemkey.RedactRawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
+		redact.RawURL(c.ProxyURL), redactVaultKey(c.VaultKey), base, c.AllowInsecure)
 }
 
 // Format prints the transport with the vault key redacted, for every verb,
 // so that no verb (%d, %t, %o, …) falls back to printing the fields.
 func (t Transport) Format(f fmt.State, verb rune) {
-	formatString(f, verb, fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", idemkey.RedactURL(&t.proxy), redactVaultKey(t.key)))
+	formatString(f, verb, fmt.Sprintf("spendcap.Transport{proxy: %s, key: %s}", redact.URL(&t.proxy), redactVaultKey(t.key)))
 }
 
 // ProxyError is a refusal by a spend-cap proxy: the request did not reach

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/redact"
 )
 
 // maxBody is the largest request body the proxy reads.
@@ -143,13 +143,13 @@ func (c ProxyConfig) describe() string {
 		secret = "****"
 	}
 	return fmt.Sprintf("spendcap.ProxyConfig{Upstream: %s, StripeKey: %s, Store: %T, CapStatus: %d, KeyLifetime: %v, ClockSkew: %v, UpstreamTimeout: %v}",
-		idemkey.RedactRawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
+		redact.RawURL(c.Upstream), secret, c.Store, c.CapStatus, c.KeyLifetime, c.ClockSkew, c.UpstreamTimeout)
 }
 
 // Format prints the proxy without the Stripe secret it holds, for every
 // verb.
 func (p *Proxy) Format(f fmt.State, verb rune) {
-	formatString(f, verb, fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", idemkey.RedactURL(p.upstream), p.store))
+	formatString(f, verb, fmt.Sprintf("spendcap.Proxy{upstream: %s, store: %T}", redact.URL(p.upstream), p.store))
 }
 
 func formatString(f fmt.State, verb rune, s string) {
@@ -165,7 +165,7 @@ func formatString(f fmt.State, verb rune, s string) {
 func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	up, err := url.Parse(cfg.Upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" || up.User != nil || up.RawQuery != "" || up.ForceQuery || up.Fragment != "" {
-		return nil, invalid("ProxyConfig.Upstream %q: want a base URL such as https://api.stripe.com, without user info, query or fragment", idemkey.RedactRawURL(cfg.Upstream))
+		return nil, invalid("ProxyConfig.Upstream %q: want a base URL such as https://api.stripe.com, without user info, query or fragment", redact.RawURL(cfg.Upstream))
 	}
 	if cfg.StripeKey == "" {
 		return nil, invalid("ProxyConfig.StripeKey is empty; set the secret the proxy sends upstream")

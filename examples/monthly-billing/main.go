@@ -34,7 +34,6 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
-	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
 )
@@ -185,8 +184,8 @@ func (o *options) check(customersSet bool) error {
 	if o.stripeURL != "" {
 		u, err := url.Parse(o.stripeURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			// Redacted: the flag may carry a password or key.
-			return fmt.Errorf("-stripe-url %q: want an absolute http or https URL such as https://api.stripe.com", idemkey.RedactRawURL(o.stripeURL))
+			// Not printed: the flag may carry a password or key.
+			return fmt.Errorf("-stripe-url: want an absolute http or https URL such as https://api.stripe.com")
 		}
 	}
 	return nil

@@ -11,12 +11,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/migrate"
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // psql returns the path of the psql binary: on PATH, or beside initdb.
@@ -66,7 +68,7 @@ var owners = []struct {
 		},
 		grants: []string{"SELECT, INSERT, UPDATE ON billonce_claims"},
 		use: func(ctx context.Context, db *pgxpool.Pool) error {
-			_, err := must(claim.NewPostgres(db, claim.Config{})).Claim(ctx, claim.Request{
+			_, err := claimengine.Of[claim.Claim](must(claim.NewPostgres(db, claim.Config{}))).Claim(ctx, claimengine.Request{
 				Customer: "cus_1", Period: "2025-01", Key: "k1", Amount: 100, Currency: "usd", Owner: "a"})
 			return err
 		},

@@ -13,7 +13,7 @@
 // gocron runs the job with a context of its own, which this adapter cannot
 // cancel: a lock lost while the job runs is only logged (by the Locker's
 // logger). A job that must stop when the lock is lost should call
-// [lock.Locker.Do] itself instead, which cancels the job's context with
+// [lock.Do] itself instead, which cancels the job's context with
 // cause [lock.ErrLockLost].
 package gocronlock
 

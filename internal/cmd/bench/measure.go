@@ -28,6 +28,7 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
 )
 
@@ -124,20 +125,21 @@ func benchKey(t *table) {
 	t.add("key derivation (idemkey.For)", fmt.Sprintf("%d ns/op", r.NsPerOp()), fmt.Sprintf("%d allocs/op, %d B/op", r.AllocsPerOp(), r.AllocedBytesPerOp()))
 }
 
-func requests(n, from int) []claim.Request {
-	reqs := make([]claim.Request, n)
+func requests(n, from int) []claimengine.Request {
+	reqs := make([]claimengine.Request, n)
 	for i := range reqs {
 		c := customerID(from + i)
-		reqs[i] = claim.Request{Customer: c, Period: period, Key: "bench:" + c, Amount: 1000, Currency: "usd", Owner: "bench"}
+		reqs[i] = claimengine.Request{Customer: c, Period: period, Key: "bench:" + c, Amount: 1000, Currency: "usd", Owner: "bench"}
 	}
 	return reqs
 }
 
 func benchClaim(ctx context.Context, e *env, o options, t *table) error {
-	s, _, err := e.store(ctx, 4)
+	store, _, err := e.store(ctx, 4)
 	if err != nil {
 		return err
 	}
+	s := claimengine.Of[claim.Claim](store)
 	next := 0
 	const singles = 2000
 	us, err := reps(o.reps, func() (float64, error) {
