@@ -104,10 +104,6 @@ type Price struct {
 	PaymentMethod string
 }
 
-// PriceFunc returns what a customer owes for a period. An error aborts that
-// customer's charge before anything is claimed or sent.
-type PriceFunc func(ctx context.Context, customer, period string) (Price, error)
-
 // Config configures a [Biller]. Zero values take the documented defaults;
 // SecretKey and Claims are required.
 type Config struct {
@@ -148,9 +144,10 @@ type Config struct {
 	// Claims records who bills whom: a claim.NewPostgres store in
 	// production. Required.
 	Claims claim.Store
-	// Price returns what a customer owes; required by Charge, optional when
-	// every Run item carries its own price.
-	Price PriceFunc
+	// Price returns what a customer owes for a period; required by Charge,
+	// optional when every Run item carries its own price. An error aborts
+	// that customer's charge before anything is claimed or sent.
+	Price func(ctx context.Context, customer, period string) (Price, error)
 	// API is Charges (the default) or PaymentIntents.
 	API API
 	// Scope is the first part of every idempotency key; use one per product

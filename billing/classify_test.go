@@ -55,7 +55,7 @@ func TestClassify(t *testing.T) {
 		srv.FailNext(billingtest.Match{Customer: customer}, billingtest.Fault{Kind: kind})
 		return send(bg, customer, "key_"+customer)
 	}
-	again, stop := retry.Again(), retry.Stop()
+	again, stop := retry.After(0), retry.Stop()
 	after := retry.After
 
 	type row struct {

@@ -53,7 +53,7 @@ func fastRetry() retry.Policy {
 	}
 }
 
-func flatPrice(amount int64) billing.PriceFunc {
+func flatPrice(amount int64) func(context.Context, string, string) (billing.Price, error) {
 	return func(context.Context, string, string) (billing.Price, error) {
 		return billing.Price{Amount: amount, Currency: "usd", PaymentMethod: "pm_card_visa"}, nil
 	}

@@ -238,7 +238,6 @@ func TestOddInputsRefusedWithoutPanic(t *testing.T) {
 		{"New RateLimit math.MaxFloat64", newThenCharge(func(c *billing.Config) { c.RateLimit = math.MaxFloat64 })},
 		{"New RateLimit above MaxRateLimit", newThenCharge(func(c *billing.Config) { c.RateLimit = 10_000 + 0.5 })},
 		{"New Claims a nil *claim.Postgres", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Postgres)(nil) })},
-		{"New Claims a nil *claim.Memory", newThenCharge(func(c *billing.Config) { c.Claims = (*claim.Memory)(nil) })},
 		{"New HTTPClient with a nil *http.Transport", newThenCharge(func(c *billing.Config) {
 			c.HTTPClient = &http.Client{Transport: (*http.Transport)(nil)}
 		})},

@@ -76,7 +76,7 @@ type RunOptions struct {
 	// constructor error) is refused, not taken for "no lock".
 	Lock lock.Locker
 	// LockName defaults to "billonce-run:<scope>:<period>"; the lock's own
-	// rules apply (at most lock.MaxNameLen bytes of UTF-8).
+	// rules apply (at most 200 bytes of UTF-8 without NUL bytes).
 	LockName string
 }
 

@@ -14,7 +14,7 @@ import (
 const maxIDLen = 255
 
 // A Store holds claims: [Postgres] is the durable, cluster-wide store;
-// [Memory] is a single-process stand-in for unit tests. Pass one to
+// [NewMemory] is a single-process stand-in for unit tests. Pass one to
 // billing.Config.Claims; look a claim up with Get.
 //
 // Store is implemented by this package only, and it may gain methods.

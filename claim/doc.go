@@ -200,7 +200,7 @@
 //
 // # Testing code built on claims
 //
-// [Memory] is a [Store] in process memory with the same behaviour, for
+// [NewMemory] returns a [Store] in process memory with the same behaviour, for
 // billing's unit tests. It is single-process only; tests that need time to
 // pass run it inside a testing/synctest bubble.
 package claim

@@ -17,11 +17,11 @@ type (
 	success   = claimengine.Success
 )
 
-// pgEngine and memEngine are the engines of Postgres and Memory: the same
+// pgEngine and memEngine are the engines of Postgres and the memory store: the same
 // stores, with the methods billing calls.
 type (
 	pgEngine  Postgres
-	memEngine Memory
+	memEngine memory
 )
 
 var (
@@ -29,7 +29,7 @@ var (
 	_ claimengine.Batcher       = (*pgEngine)(nil)
 	_ claimengine.Engine[Claim] = (*memEngine)(nil)
 	_ Store                     = (*Postgres)(nil)
-	_ Store                     = (*Memory)(nil)
+	_ Store                     = (*memory)(nil)
 )
 
 func init() {
@@ -43,7 +43,7 @@ func init() {
 
 func (p *Postgres) engine() any { return (*pgEngine)(p) }
 
-func (m *Memory) engine() any { return (*memEngine)(m) }
+func (m *memory) engine() any { return (*memEngine)(m) }
 
 // Get returns the claim for key.
 func (p *pgEngine) Get(ctx context.Context, key string) (Claim, error) {
@@ -52,7 +52,7 @@ func (p *pgEngine) Get(ctx context.Context, key string) (Claim, error) {
 
 // Get returns the claim for key.
 func (m *memEngine) Get(ctx context.Context, key string) (Claim, error) {
-	return (*Memory)(m).Get(ctx, key)
+	return (*memory)(m).Get(ctx, key)
 }
 
 // PruneEvents deletes the records of old events; see [Postgres.PruneEvents].

@@ -12,16 +12,8 @@ import (
 	"github.com/billonce/billonce/internal/claimengine"
 )
 
-// Memory is a claim store in process memory with the same behaviour as
-// [Postgres], for unit tests of code built on a [Store].
-//
-// It is single-process only: two processes (or two Memory values) know
-// nothing of each other's claims, so they would both win. Never use it
-// where several replicas bill the same customers.
-//
-// Its clock is time.Now. Tests that need leases to expire or claims to age
-// run inside a testing/synctest bubble and let time pass with time.Sleep.
-type Memory struct {
+// memory is the store NewMemory returns.
+type memory struct {
 	lease time.Duration
 
 	mu    sync.Mutex
@@ -37,14 +29,22 @@ type memEvent struct {
 	received time.Time
 }
 
-// NewMemory returns an empty in-memory store. Only cfg.Lease is used. It
-// panics if cfg is invalid (see [NewPostgres]).
-func NewMemory(cfg Config) *Memory {
+// NewMemory returns an empty claim store in process memory with the same
+// behaviour as [Postgres], for unit tests of code built on a [Store]. Only
+// cfg.Lease is used. It panics if cfg is invalid (see [NewPostgres]).
+//
+// It is single-process only: two processes (or two memory stores) know
+// nothing of each other's claims, so they would both win. Never use it
+// where several replicas bill the same customers.
+//
+// Its clock is time.Now. Tests that need leases to expire or claims to age
+// run inside a testing/synctest bubble and let time pass with time.Sleep.
+func NewMemory(cfg Config) Store {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		panic(err)
 	}
-	return &Memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string)}
+	return &memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string)}
 }
 
 // Claim claims req. See claimengine.Engine.
@@ -254,7 +254,7 @@ func (m *memEngine) update(key string, f func(c *Claim, now time.Time) error) er
 }
 
 // Get returns the claim for key. See claimengine.Engine.
-func (m *Memory) Get(ctx context.Context, key string) (Claim, error) {
+func (m *memory) Get(ctx context.Context, key string) (Claim, error) {
 	if err := validateID("key", key); err != nil {
 		return Claim{}, err
 	}
@@ -297,4 +297,4 @@ func (m *memEngine) listState(state State, keep func(*Claim, time.Time) bool, by
 	return out
 }
 
-var _ Store = (*Memory)(nil)
+var _ Store = (*memory)(nil)

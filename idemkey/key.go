@@ -10,19 +10,15 @@ import (
 	"unicode/utf8"
 )
 
-// Limits on the input of [For] and [Legacy]. They are far above any real
-// business identity (a Stripe customer ID is about 18 bytes) and keep a
-// runaway caller from hashing megabytes into a key.
+// Limits on the input of [For], [Legacy] and [Parse], as their docs state.
+// They are far above any real business identity (a Stripe customer ID is
+// about 18 bytes) and keep a runaway caller from hashing megabytes into a
+// key.
 const (
-	// MaxScopeBytes is the longest scope [For] accepts, in bytes.
-	MaxScopeBytes = 64
-	// MaxPartBytes is the longest part [For] accepts, and the longest
-	// customer, period or suffix [Legacy] accepts, in bytes.
-	MaxPartBytes = 255
-	// MaxParts is the largest number of parts [For] accepts.
-	MaxParts = 16
-	// MaxKeyBytes is the longest key [Parse] accepts: Stripe's limit.
-	MaxKeyBytes = 255
+	maxScopeBytes = 64  // the longest scope For accepts, in bytes
+	maxPartBytes  = 255 // the longest part For, and customer, period or suffix Legacy, accepts
+	maxParts      = 16  // the most parts For accepts
+	maxKeyBytes   = 255 // the longest key Parse accepts: Stripe's limit
 )
 
 // prefix marks the version of the [For] format. A future format gets a new
@@ -71,20 +67,19 @@ func (k Key) IsZero() bool { return k.s == "" }
 // The scope and at least one part are required (a key from the scope alone
 // would be shared by every customer). Each must be valid UTF-8 without
 // control characters or leading or trailing white space, the scope at most
-// [MaxScopeBytes] and each part at most [MaxPartBytes], with at most
-// [MaxParts] parts. Otherwise For returns an error wrapping [ErrInvalid].
+// 64 bytes and each part at most 255 bytes, with at most 16 parts. Otherwise For returns an error wrapping [ErrInvalid].
 func For(scope string, parts ...string) (Key, error) {
-	if err := check("scope", -1, scope, MaxScopeBytes); err != nil {
+	if err := check("scope", -1, scope, maxScopeBytes); err != nil {
 		return Key{}, err
 	}
 	if len(parts) == 0 {
 		return Key{}, invalidf("no parts after scope %q; pass what identifies the operation, such as the customer ID and billing period", scope)
 	}
-	if len(parts) > MaxParts {
-		return Key{}, invalidf("%d parts, over the limit of %d", len(parts), MaxParts)
+	if len(parts) > maxParts {
+		return Key{}, invalidf("%d parts, over the limit of %d", len(parts), maxParts)
 	}
 	for i, p := range parts {
-		if err := check("parts", i, p, MaxPartBytes); err != nil {
+		if err := check("parts", i, p, maxPartBytes); err != nil {
 			return Key{}, err
 		}
 	}
@@ -124,11 +119,12 @@ func appendField(buf []byte, s string) []byte {
 // would replay one's charge for the other. Legacy therefore refuses a
 // customer or period containing ':' (the suffix may contain it: with no ':'
 // before it, the split is unique). It applies the same checks as [For]
-// otherwise, and its errors wrap [ErrInvalid]. Legacy keys are 32 hex
+// otherwise (each of the three at most 255 bytes), and its errors wrap
+// [ErrInvalid]. Legacy keys are 32 hex
 // characters and never equal a [For] key.
 func Legacy(customer, period, suffix string) (Key, error) {
 	for _, f := range [...]struct{ name, v string }{{"customer", customer}, {"period", period}, {"suffix", suffix}} {
-		if err := check(f.name, -1, f.v, MaxPartBytes); err != nil {
+		if err := check(f.name, -1, f.v, maxPartBytes); err != nil {
 			return Key{}, err
 		}
 	}
@@ -152,15 +148,15 @@ func Legacy(customer, period, suffix string) (Key, error) {
 
 // Parse turns a key read back from storage (a claim row, a log line) into a
 // Key. It accepts any string the Idempotency-Key header can carry safely:
-// 1 to [MaxKeyBytes] bytes of printable ASCII without spaces. It does not
+// 1 to 255 bytes (Stripe's limit) of printable ASCII without spaces. It does not
 // check the format: keys made by older code stay usable. Errors wrap
 // [ErrInvalid].
 func Parse(s string) (Key, error) {
 	if s == "" {
 		return Key{}, invalidf("empty key")
 	}
-	if len(s) > MaxKeyBytes {
-		return Key{}, invalidf("key is %d bytes, over the limit of %d", len(s), MaxKeyBytes)
+	if len(s) > maxKeyBytes {
+		return Key{}, invalidf("key is %d bytes, over the limit of %d", len(s), maxKeyBytes)
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c > '~' {

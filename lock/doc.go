@@ -17,6 +17,10 @@
 // Do tries once; AdvisoryConfig.Wait makes it keep trying for a while.
 // (billing's RunOptions.Lock does this for a billing run.)
 //
+// A name, and a namespace, is at most 200 bytes of valid UTF-8 without NUL
+// bytes; a name is not empty. Anything else is refused with [ErrInvalid]
+// before any statement runs.
+//
 // The lock prevents overlap, not repetition: a replica whose tick comes
 // after the winner has finished runs the job again. Make the job itself
 // idempotent (billonce's claims do that for charges) or record completion

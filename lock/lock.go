@@ -16,10 +16,9 @@ import (
 	"github.com/billonce/billonce/internal/nilness"
 )
 
-// MaxNameLen is the longest name or namespace, in bytes, that [Advisory]
-// and [Lease] accept. Names and namespaces must also be valid UTF-8
-// without NUL bytes; anything else is refused with [ErrInvalid].
-const MaxNameLen = 200
+// maxNameLen is the longest name or namespace, in bytes, that [Advisory]
+// and [Lease] accept; the package docs state the rules for names.
+const maxNameLen = 200
 
 var (
 	// ErrNotAcquired is returned by [Locker.Lock] when another holder has
@@ -90,8 +89,8 @@ func checkName(what, s string, mayBeEmpty bool) error {
 	switch {
 	case s == "" && !mayBeEmpty:
 		return fmt.Errorf("%w: %s is empty; name the job, e.g. \"monthly-billing\"", ErrInvalid, what)
-	case len(s) > MaxNameLen:
-		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalid, what, len(s), MaxNameLen)
+	case len(s) > maxNameLen:
+		return fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrInvalid, what, len(s), maxNameLen)
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
 	case strings.IndexByte(s, 0) >= 0:

@@ -32,7 +32,7 @@ func DefaultClassify(err error) Decision {
 		errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, io.EOF):
-		return Again()
+		return After(0)
 	}
 	return Stop()
 }

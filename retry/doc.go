@@ -39,7 +39,7 @@
 //			case apiErr.Status == 429:
 //				return retry.After(2 * time.Second)
 //			case apiErr.Status >= 500:
-//				return retry.Again()
+//				return retry.After(0)
 //			}
 //			return retry.Stop()
 //		}
@@ -66,8 +66,8 @@
 //     [*ExhaustedError] with the attempt count, wrapping the last error;
 //   - the caller's context is done: an error wrapping ctx.Err() and the
 //     last attempt's error;
-//   - the key is zero or the policy invalid: [ErrZeroKey] or
-//     [ErrInvalid], before the operation runs.
+//   - the key is zero, the operation nil or the policy invalid: an error
+//     wrapping [ErrInvalid], before the operation runs.
 //
 // After an [*ExhaustedError] the operation may or may not have taken
 // effect. Resending later with the same key is safe while the key window is

@@ -159,11 +159,9 @@ type Decision struct {
 // Stop returns the decision to give up and return the attempt's error as is.
 func Stop() Decision { return Decision{} }
 
-// Again returns the decision to retry after the policy's backoff.
-func Again() Decision { return Decision{retry: true} }
-
 // After returns the decision to retry, waiting at least d: the wait is the
-// longer of d and the policy's backoff. d is not capped by
+// longer of d and the policy's backoff, so After(0) retries after the
+// policy's backoff. d is not capped by
 // [Policy.MaxInterval], but Do gives up rather than wait past
 // [Policy.MaxElapsed]. Use it when the server says when to come back.
 func After(d time.Duration) Decision { return Decision{retry: true, after: max(d, 0)} }

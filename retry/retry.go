@@ -2,7 +2,6 @@ package retry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,10 +9,6 @@ import (
 
 	"github.com/billonce/billonce/idemkey"
 )
-
-// ErrZeroKey is returned by [Do], before anything runs, when it is given the
-// zero [idemkey.Key].
-var ErrZeroKey = errors.New("retry: zero idempotency key; derive the key with idemkey.For before calling Do")
 
 // ExhaustedError is returned by [Do] when it gave up on an operation the
 // classifier still wanted to retry: the attempt limit was reached or the time
@@ -57,14 +52,14 @@ func (e *ExhaustedError) Unwrap() error { return e.Err }
 //   - an [*ExhaustedError] wrapping the last error when it gives up;
 //   - an error wrapping ctx.Err() and the last error, if any, when ctx is
 //     done (the classifier is not consulted then);
-//   - an error wrapping [ErrZeroKey] or [ErrInvalid], without calling
-//     op, when the key or the policy is unusable.
+//   - an error wrapping [ErrInvalid], without calling op, when the key
+//     is zero, op is nil or the policy is unusable.
 //
 // Do is safe for concurrent use; each call has its own backoff state.
 func Do[T any](ctx context.Context, key idemkey.Key, p Policy, op func(ctx context.Context, key idemkey.Key) (T, error)) (T, error) {
 	var zero T
 	if key.IsZero() {
-		return zero, ErrZeroKey
+		return zero, fmt.Errorf("%w: zero idempotency key; derive the key with idemkey.For before calling Do", ErrInvalid)
 	}
 	if op == nil {
 		return zero, fmt.Errorf("%w: nil op", ErrInvalid)

@@ -344,8 +344,8 @@ func TestRetryAfter(t *testing.T) {
 func TestZeroKeyRejected(t *testing.T) {
 	r := &recorder{}
 	_, err := retry.Do(t.Context(), idemkey.Key{}, retry.Policy{}, r.op)
-	if !errors.Is(err, retry.ErrZeroKey) {
-		t.Fatalf("Do error = %v, want ErrZeroKey", err)
+	if !errors.Is(err, retry.ErrInvalid) {
+		t.Fatalf("Do error = %v, want ErrInvalid", err)
 	}
 	if len(r.keys) != 0 {
 		t.Fatalf("op ran %d times with a zero key", len(r.keys))
@@ -473,7 +473,7 @@ func TestDecision(t *testing.T) {
 	}{
 		{retry.Decision{}, false, 0, "stop"},
 		{retry.Stop(), false, 0, "stop"},
-		{retry.Again(), true, 0, "again"},
+		{retry.After(0), true, 0, "again"},
 		{retry.After(3 * time.Second), true, 3 * time.Second, "after 3s"},
 		{retry.After(-time.Second), true, 0, "again"},
 	}

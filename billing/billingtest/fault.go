@@ -101,7 +101,7 @@ type Fault struct {
 	Release <-chan struct{}
 
 	// DeclineCode is the decline_code of FaultDecline. Defaults to
-	// DefaultDeclineCode.
+	// "generic_decline".
 	DeclineCode string
 
 	// Status is the HTTP status of FaultRefuse. Defaults to 400.

@@ -154,7 +154,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if fault.Kind == FaultDecline {
-		declined, declineCode = true, orDefault(fault.DeclineCode, DefaultDeclineCode)
+		declined, declineCode = true, orDefault(fault.DeclineCode, defaultDeclineCode)
 	} else if declined && fault.Kind == FaultNone && (ep == epCreateCharge || ep == epCreateIntent) {
 		fault.Kind = FaultDecline
 	}

@@ -17,11 +17,11 @@ import (
 	"time"
 )
 
-// Defaults for [SenderConfig].
+// Defaults for [SenderConfig] fields left zero.
 const (
-	DefaultSenderAttempts = 8
-	DefaultSenderRetry    = 5 * time.Millisecond
-	DefaultSenderWorkers  = 4
+	defaultSenderAttempts = 8
+	defaultSenderRetry    = 5 * time.Millisecond
+	defaultSenderWorkers  = 4
 )
 
 // SenderConfig configures a [Sender].
@@ -42,12 +42,11 @@ type SenderConfig struct {
 	MaxDelay time.Duration
 	// Attempts is how many times one delivery is tried while the endpoint
 	// answers anything but 2xx (or does not answer), with Retry, doubled
-	// each time, between tries. Defaults to DefaultSenderAttempts and
-	// DefaultSenderRetry.
+	// each time, between tries. Defaults to defaultSenderAttempts and
+	// defaultSenderRetry.
 	Attempts int
 	Retry    time.Duration
-	// Workers is how many deliveries run at once. Defaults to
-	// DefaultSenderWorkers.
+	// Workers is how many deliveries run at once. Defaults to 4.
 	Workers int
 	// Client sends the deliveries. Defaults to a client with a 10 s timeout.
 	Client *http.Client
@@ -87,13 +86,13 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		return nil, errors.New("billingtest: SenderConfig's durations and counts must not be negative")
 	}
 	if cfg.Attempts == 0 {
-		cfg.Attempts = DefaultSenderAttempts
+		cfg.Attempts = defaultSenderAttempts
 	}
 	if cfg.Retry == 0 {
-		cfg.Retry = DefaultSenderRetry
+		cfg.Retry = defaultSenderRetry
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = DefaultSenderWorkers
+		cfg.Workers = defaultSenderWorkers
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: 10 * time.Second}

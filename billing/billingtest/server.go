@@ -15,17 +15,18 @@ import (
 
 // Defaults for [Config] fields left zero.
 const (
-	DefaultAddr        = "127.0.0.1:0" // a free loopback port
+	defaultAddr        = "127.0.0.1:0" // a free loopback port
 	DefaultPeriodKey   = "billonce_period"
-	DefaultKeyTTL      = 24 * time.Hour
+	defaultKeyTTL      = 24 * time.Hour
 	DefaultSlowDelay   = 2 * time.Second
-	DefaultDeclineCode = "generic_decline"
+	defaultDeclineCode = "generic_decline"
 )
 
 // Config configures a [Server]. The zero value is a well-behaved fake on a
 // free loopback port that accepts any API key and injects no faults.
 type Config struct {
-	// Addr is the TCP address to listen on. Defaults to DefaultAddr.
+	// Addr is the TCP address to listen on. Defaults to 127.0.0.1:0, a
+	// free loopback port.
 	Addr string
 
 	// APIKeys lists the secret keys the server accepts. Defaults to
@@ -47,7 +48,7 @@ type Config struct {
 	PeriodKey string
 
 	// KeyTTL is how long an idempotency key's stored result lives on the
-	// server's clock. Defaults to DefaultKeyTTL (24 hours, as Stripe).
+	// server's clock. Defaults to 24 hours, as Stripe.
 	KeyTTL time.Duration
 
 	// Script, if set, chooses a fault for every /v1 request not already
@@ -118,7 +119,7 @@ func newServer(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.KeyTTL < 0 {
-		return nil, fmt.Errorf("billingtest: Config.KeyTTL is %v; want a positive duration or 0 for %v", cfg.KeyTTL, DefaultKeyTTL)
+		return nil, fmt.Errorf("billingtest: Config.KeyTTL is %v; want a positive duration or 0 for %v", cfg.KeyTTL, defaultKeyTTL)
 	}
 	s := &Server{
 		periodKey: orDefault(cfg.PeriodKey, DefaultPeriodKey),
@@ -142,10 +143,10 @@ func newServer(cfg Config) (*Server, error) {
 		s.async[c] = a
 	}
 	if s.ttl == 0 {
-		s.ttl = DefaultKeyTTL
+		s.ttl = defaultKeyTTL
 	}
 	for c, code := range cfg.Declines {
-		s.declines[c] = orDefault(code, DefaultDeclineCode)
+		s.declines[c] = orDefault(code, defaultDeclineCode)
 	}
 	if len(cfg.APIKeys) > 0 {
 		s.apiKeys = make(map[string]bool, len(cfg.APIKeys))
@@ -156,9 +157,9 @@ func newServer(cfg Config) (*Server, error) {
 			s.apiKeys[k] = true
 		}
 	}
-	ln, err := net.Listen("tcp", orDefault(cfg.Addr, DefaultAddr))
+	ln, err := net.Listen("tcp", orDefault(cfg.Addr, defaultAddr))
 	if err != nil {
-		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, DefaultAddr), err)
+		return nil, fmt.Errorf("billingtest: listen on %q: %w", orDefault(cfg.Addr, defaultAddr), err)
 	}
 	// httptest.Server serves and closes: Close closes idle and unused
 	// connections at once and waits for requests in progress.
@@ -226,11 +227,11 @@ func (s *Server) FailNext(m Match, faults ...Fault) {
 }
 
 // Decline makes every later payment for customer fail with 402 card_error
-// and the given decline_code (DefaultDeclineCode if empty). Results already
+// and the given decline_code (defaultDeclineCode if empty). Results already
 // stored under an idempotency key are unaffected.
 func (s *Server) Decline(customer, declineCode string) {
 	s.mu.Lock()
-	s.declines[customer] = orDefault(declineCode, DefaultDeclineCode)
+	s.declines[customer] = orDefault(declineCode, defaultDeclineCode)
 	s.mu.Unlock()
 }
 

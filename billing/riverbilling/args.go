@@ -5,10 +5,11 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Job kinds, as stored in River's job table.
+// Job kinds, as stored in River's job table; [ChargeArgs.Kind] and
+// [FanOutArgs.Kind] return them.
 const (
-	KindCharge = "billonce_charge"
-	KindFanOut = "billonce_fanout"
+	kindCharge = "billonce_charge"
+	kindFanOut = "billonce_fanout"
 )
 
 // DefaultQueue is the River queue billing jobs go to unless their insert
@@ -41,8 +42,8 @@ type ChargeArgs struct {
 	Attempt int `json:"attempt,omitempty"`
 }
 
-// Kind is KindCharge.
-func (ChargeArgs) Kind() string { return KindCharge }
+// Kind is "billonce_charge".
+func (ChargeArgs) Kind() string { return kindCharge }
 
 // InsertOpts puts charge jobs in DefaultQueue, with DefaultMaxAttempts,
 // unique by their arguments.
@@ -63,8 +64,8 @@ type FanOutArgs struct {
 	Period string `json:"period"`
 }
 
-// Kind is KindFanOut.
-func (FanOutArgs) Kind() string { return KindFanOut }
+// Kind is "billonce_fanout".
+func (FanOutArgs) Kind() string { return kindFanOut }
 
 // InsertOpts puts fan-out jobs in DefaultQueue, unique by period. A fan-out
 // is safe to run again (it skips customers that have a job), so River's

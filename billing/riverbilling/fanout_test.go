@@ -42,7 +42,7 @@ func TestFanOutTwiceChargesOnce(t *testing.T) {
 	}
 
 	// River's job cleaner deletes completed and cancelled jobs after a day.
-	e.exec(`DELETE FROM river_job WHERE kind = $1`, riverbilling.KindCharge)
+	e.exec(`DELETE FROM river_job WHERE kind = $1`, riverbilling.ChargeArgs{}.Kind())
 	creates := len(e.srv.Log())
 	res, err = riverbilling.FanOut(ctx, c, e.pool, period, billing.Customers(ids...), 100)
 	if err != nil {

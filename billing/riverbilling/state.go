@@ -31,7 +31,7 @@ type PeriodState struct {
 func State(ctx context.Context, db DB, claims *claim.Postgres, period string) (PeriodState, error) {
 	st := PeriodState{Period: period, Jobs: map[rivertype.JobState]int{}}
 	rows, err := db.Query(ctx, `SELECT state::text, count(*) FROM river_job
-		WHERE kind = $1 AND args->>'period' = $2 GROUP BY state`, KindCharge, period)
+		WHERE kind = $1 AND args->>'period' = $2 GROUP BY state`, kindCharge, period)
 	if err != nil {
 		return st, fmt.Errorf("riverbilling: counting the jobs of period %s: %w", period, err)
 	}

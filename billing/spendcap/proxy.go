@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/billonce/billonce/internal/proxyhook"
 	"github.com/billonce/billonce/internal/redact"
 )
 
@@ -220,10 +221,15 @@ func (wallClock) Now() time.Time { return time.Now() }
 // until it is turned off. Requests already forwarded finish.
 func (p *Proxy) Suspend(on bool) { p.suspended.Store(on) }
 
-// SetBeforeReply installs f, called after a forwarded request is settled
-// and audited, before its answer is written (nil removes it). Tests use it to lose
-// answers: a client that gives up meanwhile never sees Stripe's answer.
-func (p *Proxy) SetBeforeReply(f func(*http.Request)) {
+func init() {
+	proxyhook.SetBeforeReply = func(p any, f func(*http.Request)) { p.(*Proxy).setBeforeReply(f) }
+}
+
+// setBeforeReply installs f, called after a forwarded request is settled
+// and audited, before its answer is written (nil removes it). Tests reach
+// it through internal/proxyhook to lose answers: a client that gives up
+// meanwhile never sees Stripe's answer.
+func (p *Proxy) setBeforeReply(f func(*http.Request)) {
 	if f == nil {
 		p.beforeReply.Store(nil)
 		return
@@ -346,7 +352,7 @@ func countedKey(keyID string, r *http.Request, body []byte) string {
 	return keyID + " " + hex.EncodeToString(h[:16]) + " " + k
 }
 
-// hook calls the function installed by SetBeforeReply for a forwarded
+// hook calls the function installed by setBeforeReply for a forwarded
 // request.
 func (p *Proxy) hook(r *http.Request) {
 	if f := p.beforeReply.Load(); f != nil && r != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/internal/pgtest"
+	"github.com/billonce/billonce/internal/proxyhook"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
@@ -141,9 +142,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 	send(downURL, "POST", "/v1/charges", vk, "k9", "", charge(5))        // upstream down: 502
 	send(wrongURL, "POST", "/v1/charges", vk, "k10", "", charge(5))      // Stripe refuses the secret
 	send(wrongURL, "POST", "/v1/charges", otherVK, "k11", "", charge(5)) // the other key, before revocation
-	px.SetBeforeReply(func(*http.Request) { panic(http.ErrAbortHandler) })
+	proxyhook.SetBeforeReply(px, func(*http.Request) { panic(http.ErrAbortHandler) })
 	send(pxURL, "POST", "/v1/charges", vk, "k12", "", charge(5)) // answer lost after Stripe charged
-	px.SetBeforeReply(nil)
+	proxyhook.SetBeforeReply(px, nil)
 	if err := store.Revoke(ctx, spendcap.KeyID(otherVK)); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/internal/proxyhook"
 )
 
 // Config configures a [Proxy]. Upstream and StripeKey are required.
@@ -118,10 +119,10 @@ func (p *Proxy) SetCap(vaultKey string, capAmount int64) {
 // answer: the client cannot tell whether Stripe charged. nil turns it off.
 func (p *Proxy) LoseAnswers(lose func(*http.Request) bool) {
 	if lose == nil {
-		p.SetBeforeReply(nil)
+		proxyhook.SetBeforeReply(p.Proxy, nil)
 		return
 	}
-	p.SetBeforeReply(func(r *http.Request) {
+	proxyhook.SetBeforeReply(p.Proxy, func(r *http.Request) {
 		if lose(r) {
 			panic(http.ErrAbortHandler)
 		}

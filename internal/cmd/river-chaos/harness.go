@@ -265,7 +265,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	}
 	fig.Jobs = st.Jobs
 	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(attempt), 0) FROM river_job WHERE kind = $1 AND args->>'period' = $2`,
-		riverbilling.KindCharge, cfg.Period).Scan(&fig.JobRuns); err != nil {
+		riverbilling.ChargeArgs{}.Kind(), cfg.Period).Scan(&fig.JobRuns); err != nil {
 		return fig, err
 	}
 
@@ -322,7 +322,7 @@ func progress(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, pe
 	}
 	var fanOutDone bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = $1 AND args->>'period' = $2 AND state = 'completed')`,
-		riverbilling.KindFanOut, period).Scan(&fanOutDone); err != nil {
+		riverbilling.FanOutArgs{}.Kind(), period).Scan(&fanOutDone); err != nil {
 		return 0, 0, err
 	}
 	if !fanOutDone {
