@@ -38,64 +38,49 @@
 //
 // Every error of a charge is a [*ChargeError]: the customer, period, key and
 // attempt, and in Err the kind, which errors.Is tells apart. Its
-// documentation has the whole table; in short:
+// documentation has the table of kinds: what each leaves in the claim
+// table and what to do. Two rules explain most of it. Anything that may
+// have reached Stripe leaves the claim pending with its key, and the next
+// Charge or Run resumes it with that same key, so Stripe replays a charge
+// it made ([ErrOutcomeUnknown] after retries run out on timeouts, dropped
+// connections, 5xx, 409 and 429; see [Classify]). And only a refusal about
+// the customer's own card, payment method, bank account or price decides
+// the customer ([ErrDeclined], terminal for the key: billing again is a
+// person's [Biller.Rebill]); a refusal that no customer's request could
+// get past (a wrong Config.StripeURL, a revoked key, a spend cap) decides
+// nobody and stops a Run ([StopsRun]).
 //
-//   - Bad input wraps [ErrInvalid] and is reported before anything is
-//     written or sent.
-//   - A decline is definitive ([ErrDeclined]): the claim is marked failed,
-//     it is never retried, and later calls return the same error. Billing
-//     again is a decision for a person: [Biller.Rebill] with attempt 2 uses
-//     a new key. Once a re-bill has succeeded, Charge and Run report the
-//     period as billed.
-//   - Timeouts, dropped connections, 5xx, 409 and 429 answers are retried
-//     with the same key (see [Classify]). If retries run out, the outcome is
-//     unknown ([ErrOutcomeUnknown]): the claim stays pending, the next
-//     Charge or Run resumes it with the same key, and Stripe replays the
-//     charge if it was made.
-//   - A Run over [claim.Postgres] makes its workers' checks and records
-//     their charges many per database round trip: a charge is recorded
-//     a few milliseconds after Stripe answered, and counted in the Run's
-//     Progress once it is. A runner that dies in between leaves the claim
-//     pending, and the next run gets Stripe's replay under the same key.
-//   - A key has a deadline: Config.WindowMargin (23 hours) after it was
-//     first sent, on the database clock. Stripe remembers keys for at least
-//     24 hours, and a key it has forgotten makes a new charge. So before
-//     every HTTP attempt (each retry, each customer leaving a Run's queue)
-//     the claim store confirms the deadline has not passed. The one
-//     exception is the first attempt of a claim a Run has just made, within
-//     half its lease: no request ever carried the key and no other runner
-//     can send it meanwhile, so the claim's own statement is the check.
-//     Once the deadline has passed,
-//     the key's payment is looked up with Stripe's search on metadata,
-//     among charges and payment intents alike, and nothing is sent: a
-//     payment found is recorded; none found starts the key's window again
-//     and sends it; if search cannot settle it, the error is
-//     [ErrNeedsReconciliation].
-//   - A claim remembers where its key went: the API (endpoint) and a
-//     fingerprint of the credential that sent it (never the credential).
-//     A Biller configured otherwise (the other API, a rotated secret key)
-//     never resends such a claim blind. It searches Stripe first: a payment
-//     found is recorded. If none is found, the error is [ErrSentElsewhere]
-//     and nothing is sent until the key's whole 24-hour window has passed
-//     (an attempt of the old configuration may still land until then),
-//     after which a miss reopens the window for the new configuration.
-//     Finish claims with the configuration that made them, or accept that
-//     wait. Behind a spend-cap proxy, name the Stripe key with
-//     Config.Credential.
-//   - A spend-cap, revoked-key or permission answer
-//     ([spendcap.ErrSpendCapReached], [spendcap.ErrVaultKeyRevoked],
-//     [spendcap.ErrEndpointNotAllowed], [ErrStripeAuth]) is
-//     never retried and stops a Run.
-//   - So does a refusal that no customer's request could get past
-//     ([ErrStripeRequest]): a wrong Config.StripeURL, an unknown parameter,
-//     a key in the wrong mode, an API version Stripe does not take, a
-//     proxy's own 404. Nothing is decided for any customer: claims this
-//     call made whose key never executed at Stripe are abandoned, so the
-//     next Run claims them afresh with the fixed configuration (a new
-//     secret key after a 401, say); other claims stay pending and are sent
-//     with the same keys. Only a refusal about the customer's own card,
-//     payment method, bank account or price fails the claim. [Classify]
-//     has the table.
+// A Run over [claim.Postgres] makes its workers' checks and records their
+// charges many per database round trip: a charge is recorded a few
+// milliseconds after Stripe answered, and counted in the Run's Progress
+// once it is. A runner that dies in between leaves the claim pending, and
+// the next run gets Stripe's replay under the same key.
+//
+// # Keys have a deadline, and remember where they went
+//
+// A key has a deadline: Config.WindowMargin (23 hours) after it was first
+// sent, on the database clock. Stripe remembers keys for at least 24
+// hours, and a key it has forgotten makes a new charge. So before every
+// HTTP attempt (each retry, each customer leaving a Run's queue) the claim
+// store confirms the deadline has not passed. The one exception is the
+// first attempt of a claim a Run has just made, within half its lease: no
+// request ever carried the key and no other runner can send it meanwhile,
+// so the claim's own statement is the check. Once the deadline has passed,
+// the key's payment is looked up with Stripe's search on metadata, among
+// charges and payment intents alike, and nothing is sent: a payment found
+// is recorded; none found starts the key's window again and sends it; if
+// search cannot settle it, the error is [ErrNeedsReconciliation].
+//
+// A claim remembers where its key went: the API (endpoint) and a
+// fingerprint of the credential that sent it (never the credential). A
+// Biller configured otherwise (the other API, a rotated secret key) never
+// resends such a claim blind. It searches Stripe first: a payment found is
+// recorded. If none is found, the error is [ErrSentElsewhere] and nothing
+// is sent until the key's whole 24-hour window has passed (an attempt of
+// the old configuration may still land until then), after which a miss
+// reopens the window for the new configuration. Finish claims with the
+// configuration that made them, or accept that wait. Behind a spend-cap
+// proxy, name the Stripe key with Config.Credential.
 //
 // Every charge carries the metadata billonce_key, billonce_customer and
 // billonce_period, so it can always be found again.
