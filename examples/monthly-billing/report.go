@@ -177,6 +177,34 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 	return code
 }
 
+// stopAdvice says what to fix after an answer that stops runs
+// (billing.StopsRun).
+func (r *reporter) stopAdvice(err error) string {
+	switch {
+	case errors.Is(err, billing.ErrStripeAuth) && r.o.vault():
+		return "Stripe refused the key the spend-cap proxy sent for this vault key: fix the Stripe secret the proxy holds, then run again"
+	case errors.Is(err, billing.ErrStripeAuth):
+		return "Stripe refused the key: check -stripe-key (or STRIPE_SECRET_KEY) and its permissions, then run again"
+	case errors.Is(err, billing.ErrStripeRequest) && r.o.vault():
+		return "Stripe (or the spend-cap proxy) refused the request itself, for any customer: check -vault-proxy-url, and the mode and API version of the Stripe secret the proxy holds, then run again"
+	case errors.Is(err, billing.ErrStripeRequest):
+		return "Stripe refused the request itself, for any customer: check -stripe-url, the key's mode (test or live) and the API version, then run again"
+	case errors.Is(err, spendcap.ErrSpendCapReached):
+		return "the spend cap of the vault key is reached, so the proxy sent nothing more to Stripe. " +
+			"Check that the amounts charged so far are what you expect; then raise the cap (or issue a new vault key) and run the same command again"
+	case errors.Is(err, spendcap.ErrVaultKeyRevoked):
+		return "the spend-cap proxy no longer accepts the vault key (revoked, unknown, or its kill switch is on): " +
+			"issue a new key, pass it with -vault-key (or VAULT_KEY) and run again"
+	case errors.Is(err, spendcap.ErrEndpointNotAllowed):
+		ep := "/v1/charges"
+		if r.o.api == billing.PaymentIntents {
+			ep = "/v1/payment_intents"
+		}
+		return fmt.Sprintf("the vault key's allowlist lacks an endpoint billonce uses: allow POST %s and GET %s/search, then run again", ep, ep)
+	}
+	return "an answer that stops every run: fix its cause (see the error above), then run again"
+}
+
 // verdict turns the last run's outcome into an exit status, a status word
 // and what to do next.
 func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []string) {
@@ -186,26 +214,8 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		return exitLockHeld, "lock_held", []string{fmt.Sprintf(
 			"another runner holds the lock for %s (scope %q) and is billing now; nothing to do here. "+
 				"If no runner is alive, its lock went with its database connection: run again.", p, r.o.scope)}
-	case errors.Is(runErr, billing.ErrStripeAuth) && r.o.vault():
-		return exitIncomplete, "stopped", []string{"Stripe refused the key the spend-cap proxy sent for this vault key: fix the Stripe secret the proxy holds, then run again; " + resume}
-	case errors.Is(runErr, billing.ErrStripeAuth):
-		return exitIncomplete, "stopped", []string{"Stripe refused the key: check -stripe-key (or STRIPE_SECRET_KEY) and its permissions, then run again; " + resume}
-	case errors.Is(runErr, billing.ErrStripeRequest) && r.o.vault():
-		return exitIncomplete, "stopped", []string{"Stripe (or the spend-cap proxy) refused the request itself, for any customer: check -vault-proxy-url, and the mode and API version of the Stripe secret the proxy holds, then run again; " + resume}
-	case errors.Is(runErr, billing.ErrStripeRequest):
-		return exitIncomplete, "stopped", []string{"Stripe refused the request itself, for any customer: check -stripe-url, the key's mode (test or live) and the API version, then run again; " + resume}
-	case errors.Is(runErr, spendcap.ErrSpendCapReached):
-		return exitIncomplete, "stopped", []string{"the spend cap of the vault key is reached, so the proxy sent nothing more to Stripe. " +
-			"Check that the amounts charged so far are what you expect; then raise the cap (or issue a new vault key) and run the same command again; " + resume}
-	case errors.Is(runErr, spendcap.ErrVaultKeyRevoked):
-		return exitIncomplete, "stopped", []string{"the spend-cap proxy no longer accepts the vault key (revoked, unknown, or its kill switch is on): " +
-			"issue a new key, pass it with -vault-key (or VAULT_KEY) and run again; " + resume}
-	case errors.Is(runErr, spendcap.ErrEndpointNotAllowed):
-		ep := "/v1/charges"
-		if r.o.api == billing.PaymentIntents {
-			ep = "/v1/payment_intents"
-		}
-		return exitIncomplete, "stopped", []string{fmt.Sprintf("the vault key's allowlist lacks an endpoint billonce uses: allow POST %s and GET %s/search, then run again; %s", ep, ep, resume)}
+	case billing.StopsRun(runErr):
+		return exitIncomplete, "stopped", []string{r.stopAdvice(runErr) + "; " + resume}
 	case errors.Is(runErr, context.Canceled), errors.Is(runErr, context.DeadlineExceeded):
 		return exitIncomplete, "stopped", []string{"interrupted: run the same command again to finish; " + resume}
 	case runErr != nil:
