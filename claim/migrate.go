@@ -98,6 +98,7 @@ func (p *Postgres) Migrate(ctx context.Context) error {
 		Owner:      "claim",
 		Schema:     p.cfg.Schema,
 		Record:     p.cfg.Table + "_migrations", // at most 61 characters: Config limits Table to 50
+		Table:      p.cfg.Table,
 		Lock:       p.lockKey,
 		Migrations: migrate.Rename(migrations, migrationNames(p.cfg)),
 	}.Run(ctx, p.db)

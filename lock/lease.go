@@ -157,6 +157,7 @@ func (l *Lease) Migrate(ctx context.Context) error {
 	return migrate.Set{
 		Owner:  "lock",
 		Record: l.cfg.Table + "_migrations", // at most 61 characters: Table is at most 50
+		Table:  l.cfg.Table,
 		Lock:   int64(h.Sum64()),
 		Migrations: migrate.Rename(leaseMigrations, migrate.Names{
 			Default: DefaultLeaseTable,

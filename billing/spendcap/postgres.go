@@ -75,6 +75,7 @@ func (s *PostgresStore) Migrate(ctx context.Context) error {
 	return migrate.Set{
 		Owner:      "spendcap",
 		Record:     "spendcap_migrations",
+		Table:      "spendcap_keys",
 		Lock:       0x7370656e64636170, // "spendcap" in ASCII
 		Migrations: migrations,
 	}.Run(ctx, s.db)

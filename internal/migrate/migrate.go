@@ -28,7 +28,9 @@
 // [Set.Run] works in one transaction at READ COMMITTED, under a
 // transaction advisory lock, so every replica may call it at start-up at
 // once: the first applies what is missing, the others wait for it and
-// find nothing to do. It reads the record table (version, name,
+// find nothing to do. With no schema set it migrates the schema where the
+// search_path finds the owner's table (or its record), never an empty
+// twin created in front of it. It reads the record table (version, name,
 // applied_at) and applies, in order, each migration the record lacks,
 // recording it. A record that lists a version newer than the set knows
 // is refused with [ErrNewerSchema], and nothing changes. Once the tables
@@ -168,6 +170,10 @@ type Set struct {
 	Schema string
 	// Record is the record table's name, unquoted, in Schema.
 	Record string
+	// Table is the owner's main table, unquoted, in Schema: with Schema
+	// empty, the schema where the search_path finds it (or the record) is
+	// the one Run migrates.
+	Table string
 	// Lock is the key of the transaction advisory lock Run holds. Each
 	// owner keeps its key from release to release, so that binaries of
 	// two releases migrating at once still wait for each other.
@@ -193,6 +199,11 @@ func (s Set) Run(ctx context.Context, db Beginner) error {
 	}
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.Lock); err != nil {
 		return fmt.Errorf("%s: migrate: taking the migration lock: %w", s.Owner, err)
+	}
+	if s.Schema == "" {
+		if err := s.pinSchema(ctx, tx, record); err != nil {
+			return fmt.Errorf("%s: migrate: %w", s.Owner, err)
+		}
 	}
 	if err := s.createRecord(ctx, tx, record); err != nil {
 		return fmt.Errorf("%s: migrate: creating %s: %w", s.Owner, record, err)
@@ -226,6 +237,44 @@ func (s Set) Run(ctx context.Context, db Beginner) error {
 		return fmt.Errorf("%s: migrate: %w", s.Owner, err)
 	}
 	return nil
+}
+
+// pinSchema sets the transaction's search_path to the one schema that
+// holds the tables, when Set.Schema is empty: the schema where the
+// search_path finds the main table or the record, or else the schema
+// CREATE would use. The store's statements name the tables without a
+// schema and reach the first match on the search_path; CREATE TABLE IF NOT
+// EXISTS looks only in the first schema. Without the pin, a table in a
+// later schema (public, behind a "$user" schema created after it) would
+// get an empty twin in the first schema, which every statement would
+// reach from then on: every claim and lease in the old table lost.
+func (s Set) pinSchema(ctx context.Context, tx pgx.Tx, record string) error {
+	const nsOf = `(SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($%d))`
+	var main *string // NULL when the set names no main table
+	if s.Table != "" {
+		t := Names{Default: s.Table}.Table("")
+		main = &t
+	}
+	var table, rec, current *string
+	if err := tx.QueryRow(ctx, "SELECT "+fmt.Sprintf(nsOf, 1)+", "+fmt.Sprintf(nsOf, 2)+", current_schema()",
+		main, record).Scan(&table, &rec, &current); err != nil {
+		return err
+	}
+	schema := current
+	switch {
+	case table != nil && rec != nil && *table != *rec:
+		return fmt.Errorf("the search_path finds %s in schema %q and its record %s in schema %q; set the schema explicitly",
+			s.Table, *table, s.Record, *rec)
+	case table != nil:
+		schema = table
+	case rec != nil:
+		schema = rec
+	}
+	if schema == nil {
+		return nil // no schema on the search_path exists: CREATE fails with PostgreSQL's own message
+	}
+	_, err := tx.Exec(ctx, "SELECT set_config('search_path', $1, true)", pgx.Identifier{*schema}.Sanitize())
+	return err
 }
 
 // createRecord creates the record table, and the schema that holds it,
