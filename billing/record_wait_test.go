@@ -80,9 +80,9 @@ func (e *env) waitForLockWaiter(done <-chan struct{}) bool {
 
 // A caller that gives up while the record of its charge waits on a claim
 // row locked by another session gets its answer within a bounded time: the
-// charge exists but is not recorded, the claim stays pending with its key,
-// and the next run, once the lock is gone, records Stripe's replay. The
-// customer is charged once.
+// charge exists but is not recorded; the claim stays pending with its key
+// (the next run, once the lock is gone, records Stripe's replay) or the
+// record lands once the lock is gone. The customer is charged once.
 func TestCancelWhileRecordWaitsOnLockedRow(t *testing.T) {
 	flows := []struct {
 		name    string
@@ -153,8 +153,11 @@ func TestCancelWhileRecordWaitsOnLockedRow(t *testing.T) {
 				t.Fatalf("%d charges at Stripe; want 1", got)
 			}
 			lk.release()
-			if c := e.claimOf("cus_locked"); c.State != claim.StatePending {
-				t.Fatalf("claim state %s; want pending", c.State)
+			// The statement cut short may still run once the lock is
+			// gone (the server finishes what it was waiting for): the
+			// record lands later, or the claim stays pending.
+			if c := e.claimOf("cus_locked"); c.State != claim.StatePending && c.State != claim.StateSucceeded {
+				t.Fatalf("claim state %s; want pending or succeeded", c.State)
 			}
 			// The runner that gave up could not release its lease.
 			e.exec(`UPDATE billonce_claims SET lease_until = now() WHERE state = 'pending'`)

@@ -148,7 +148,10 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled+s.
 // ErrStripeRequest), when ctx is done, or when items yields an error.
 // Customers this run claimed but never got executed at Stripe are
 // abandoned, to be claimed afresh by the next run; claims it resumed stay
-// pending, to be resumed with the same keys.
+// pending, to be resumed with the same keys. Once ctx is done, the charges
+// Stripe made are still recorded, for up to two seconds more, as with
+// [Biller.Charge]; a record given up leaves its claim pending with its key,
+// counted as Pending with an [ErrNotRecorded], and Run returns.
 func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
