@@ -65,7 +65,9 @@ func TestLeasePausedHolderStopsAtFirstRenewal(t *testing.T) {
 	}
 	// Only the second process goes on.
 	n := count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA)
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1 AND at > $2`, pidB, last) >= 10 })
+	poll(t, 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1 AND at > $2`, pidB, last) >= 10
+	})
 	if m := count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA); m != n {
 		t.Fatalf("the paused holder made %d more side effects after its job was cancelled", m-n)
 	}
