@@ -45,6 +45,13 @@ func (o *ChargeOptions) price() *Price {
 // anything else; a claim row is committed; only then is Stripe called, inside
 // retries that all carry that key; the outcome is recorded on the claim.
 //
+// When ctx is done after Stripe may have charged, the outcome is still
+// recorded, for up to two seconds more: a write that takes longer (a claim
+// row locked by another session) is given up, and Charge returns an
+// [ErrNotRecorded] or [ErrOutcomeUnknown] that wraps ctx's error. The
+// claim then stays pending with its key (or the record lands once the
+// row is free), and the next call gets Stripe's replay and records it.
+//
 // Every error is a [*ChargeError]; its documentation has the table of what
 // each kind means for the claim and what to do.
 func (b *Biller) Charge(ctx context.Context, customer, period string, opts *ChargeOptions) (Receipt, error) {
@@ -644,11 +651,70 @@ func succeeded(out created) bool {
 	return false
 }
 
-// record writes a definitive Stripe answer to the claim.
+// recordGrace is how long writing the outcome of a request Stripe may have
+// executed outlasts the caller's giving up.
+var recordGrace = 2 * time.Second
+
+// recordCtx returns the context that writes the outcome of a request
+// Stripe may have executed. It is not cancelled with caller, so that a
+// charge that exists is recorded even when the caller gives up just after
+// Stripe answered; it ends recordGrace after caller does, so that a write
+// waiting on a claim row another session holds locked does not keep the
+// call from returning. A write cut short leaves the claim pending with its
+// key, which is safe: the next run gets Stripe's replay and records it.
+func recordCtx(caller context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(caller))
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+	)
+	stop := context.AfterFunc(caller, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(recordGrace, func() {
+			cancel(fmt.Errorf("gave up writing the outcome %v after the caller stopped: %w", recordGrace, context.Cause(caller)))
+		})
+	})
+	return ctx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// recordErr is err, the failure of a write made with a recordCtx, with the
+// reason that context ended, if it did.
+func recordErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if cause := context.Cause(ctx); !errors.Is(err, cause) {
+		return fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
+}
+
+// callerOf is the context whose end bounds the writes of j's outcome: the
+// context a Run was given, or ctx.
+func callerOf(ctx context.Context, j job) context.Context {
+	if j.caller != nil {
+		return j.caller
+	}
+	return ctx
+}
+
+// record writes a definitive Stripe answer to the claim. The writes
+// outlast ctx by recordGrace at most (see recordCtx).
 func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
+	ctx, cancel := recordCtx(callerOf(ctx, j))
+	defer cancel()
 	if !succeeded(out) {
 		reason := "Stripe object " + out.id + " has status " + out.status
-		if err := b.claims.Fail(context.WithoutCancel(ctx), j.key.String(), reason); err != nil {
+		if err := recordErr(ctx, b.claims.Fail(ctx, j.key.String(), reason)); err != nil {
 			e := chargeErr(j, ErrNotRecorded, reason, err)
 			e.StripeID = out.id
 			return Receipt{}, e
@@ -664,7 +730,7 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		}
 		return b.recorded(ctx, j, out, nil)
 	}
-	return b.recorded(ctx, j, out, b.claims.Succeed(context.WithoutCancel(ctx), j.key.String(), out.id))
+	return b.recorded(ctx, j, out, b.claims.Succeed(ctx, j.key.String(), out.id))
 }
 
 // processing reports whether Stripe's answer is a payment that has not
@@ -673,10 +739,11 @@ func processing(out created) bool {
 	return out.status == "pending" || out.status == "processing"
 }
 
-// recorded is the receipt of a success whose recording returned err.
+// recorded is the receipt of a success whose recording returned err; ctx
+// is the recordCtx it was written with.
 func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (Receipt, error) {
 	if err != nil {
-		if err := b.settledByEvent(context.WithoutCancel(ctx), j, out, err); err != nil {
+		if err := recordErr(ctx, b.settledByEvent(ctx, j, out, err)); err != nil {
 			e := chargeErr(j, ErrNotRecorded, "charged "+out.id, err)
 			e.StripeID = out.id
 			return Receipt{}, e
@@ -695,7 +762,8 @@ func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (R
 // failure records what a failed send means for the claim, and returns the
 // error for the caller.
 func (b *Biller) failure(ctx context.Context, j job, err error) error {
-	bg := context.WithoutCancel(ctx)
+	bg, cancel := recordCtx(callerOf(ctx, j))
+	defer cancel()
 	key := j.key.String()
 	var se *stripe.Error
 	isStripe := errors.As(err, &se)
@@ -712,7 +780,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 			reason = string(se.Type)
 		}
 		reason += ": " + se.Msg
-		if ferr := b.claims.Fail(bg, key, reason); ferr != nil {
+		if ferr := recordErr(bg, b.claims.Fail(bg, key, reason)); ferr != nil {
 			return chargeErr(j, ErrNotRecorded, "declined ("+reason+")", ferr)
 		}
 		e := chargeErr(j, ErrDeclined, reason, nil)

@@ -170,12 +170,15 @@ func (rec *recorder) round(checks []sendCheck, succ []success) {
 		ds[i] = claimengine.Success{Key: s.j.key.String(), StripeID: s.out.id}
 	}
 	// Record even if the run was stopped meanwhile: the charges exist.
-	checkErrs, doneErrs := rec.store.CheckSendSucceed(context.Background(), rec.b.cfg.WindowMargin, cs, ds)
+	// Only the run's caller giving up bounds the wait (see recordCtx).
+	ctx, cancel := recordCtx(rec.r.caller)
+	defer cancel()
+	checkErrs, doneErrs := rec.store.CheckSendSucceed(ctx, rec.b.cfg.WindowMargin, cs, ds)
 	for i, q := range checks {
 		q.reply <- checkErrs[i]
 	}
 	for i, s := range succ {
-		rc, err := rec.b.recorded(context.Background(), s.j, s.out, doneErrs[i])
+		rc, err := rec.b.recorded(ctx, s.j, s.out, recordErr(ctx, doneErrs[i]))
 		rec.b.outcome(s.j, s.j.start, rc, err)
 		rec.r.settled(s.j, rc, err)
 	}

@@ -148,7 +148,16 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled+s.
 // ErrStripeRequest), when ctx is done, or when items yields an error.
 // Customers this run claimed but never got executed at Stripe are
 // abandoned, to be claimed afresh by the next run; claims it resumed stay
-// pending, to be resumed with the same keys.
+// pending, to be resumed with the same keys. Once ctx is done, the charges
+// Stripe made are still recorded, for up to two seconds more, as with
+// [Biller.Charge]; a record given up leaves its claim pending with its key,
+// counted as Pending with an [ErrNotRecorded], and Run returns.
+//
+// A panic in Config.Price or in items stops the run as ctx being done
+// would, and then goes on, unchanged, in the caller's goroutine (as
+// net/http and job runners expect, to recover it): by then the claims the
+// run had made but not sent are handed back, the charges under way are
+// recorded, and none of the run's goroutines is left.
 func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
@@ -265,7 +274,21 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, e
 		}()
 	}
 
+	// A panic while feeding (Config.Price, the items iterator) goes on to
+	// the caller, once the run has stopped: the feeder has handed back what
+	// it claimed, and the workers and the recorder have ended.
+	fed := false
+	defer func() {
+		if !fed {
+			close(tasks)
+			wg.Wait()
+			if rec != nil {
+				rec.close()
+			}
+		}
+	}()
 	srcErr := r.feed(ctx, period, items, tasks)
+	fed = true
 	close(tasks)
 	wg.Wait()
 	if rec != nil {
@@ -311,6 +334,24 @@ type feeder struct {
 func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
 	f := &feeder{r: r, period: period, tasks: tasks,
 		batch: make([]job, 0, r.o.BatchSize), inBatch: make(map[string]bool, r.o.BatchSize)}
+	fed := false
+	defer func() {
+		if !fed {
+			// A panic: stop the run, and hand back the claim under way
+			// (its customers are abandoned or released, not left to
+			// their leases).
+			r.cancel()
+			_ = f.finish(ctx, nil)
+		}
+	}()
+	err := f.read(ctx, items)
+	fed = true
+	return err
+}
+
+// read claims and queues the customers of items.
+func (f *feeder) read(ctx context.Context, items iter.Seq2[Item, error]) error {
+	r, period := f.r, f.period
 	for it, err := range items {
 		if ctx.Err() != nil {
 			break

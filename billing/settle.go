@@ -202,9 +202,9 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 }
 
 // recordProcessing records a payment Stripe answered as pending or
-// processing.
+// processing; ctx is a recordCtx.
 func (b *Biller) recordProcessing(ctx context.Context, j job, out created) error {
-	err := b.claims.Process(context.WithoutCancel(ctx), j.key.String(), out.id)
+	err := recordErr(ctx, b.claims.Process(ctx, j.key.String(), out.id))
 	if err != nil {
 		e := chargeErr(j, ErrNotRecorded, "processing "+out.id, err)
 		e.StripeID = out.id

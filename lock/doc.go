@@ -38,6 +38,22 @@
 // Do then returns an error wrapping ErrLockLost even if the job returned
 // nil, so the loss is never silent.
 //
+// # What one replica at a time means
+//
+// A lock excludes holders that keep running. A holder whose process is
+// paused (SIGSTOP, a long garbage-collection or virtual-machine pause)
+// cannot be told anything while it is paused. With [Advisory], the lock
+// lives as long as the session, so a paused holder keeps it unless its
+// connection dies. With [Lease], a holder paused past LeaseConfig.TTL
+// loses the lease to the next replica that asks, and, once it resumes,
+// goes on with its job until its first renewal fails: at most
+// LeaseConfig.RenewInterval and one round trip to the database. Its job's
+// context is then cancelled with [ErrLockLost], but side effects made in
+// that interval overlap with the new holder's. The lock hands out no
+// fencing token, so a job whose side effects must never overlap (not
+// even for that moment after a pause) must guard them itself: billonce's
+// claims do that for charges, whatever the lock does.
+//
 // # Advisory lock or lease row
 //
 // [Advisory] uses a PostgreSQL session advisory lock. It needs no table,

@@ -42,7 +42,11 @@ type LeaseConfig struct {
 	Namespace string
 
 	// TTL is how long a lease lasts past its last renewal, on the database
-	// clock. A holder that dies is replaced after at most TTL.
+	// clock. A holder that dies is replaced after at most TTL. So is one
+	// paused for longer (SIGSTOP, a GC or VM pause): once it resumes, it
+	// goes on with its job until its first renewal fails, up to
+	// RenewInterval and a round trip later, while the new holder runs (the
+	// package documentation, under "What one replica at a time means").
 	// Defaults to [DefaultLeaseTTL].
 	TTL time.Duration
 
@@ -68,7 +72,9 @@ type LeaseConfig struct {
 // [Advisory] it needs no session state, so it works through PgBouncer in
 // transaction mode. A holder can only renew or delete a row that still
 // carries its own owner token, so a stale holder cannot touch a newer
-// holder's lease.
+// holder's lease. A holder paused past its TTL may still act, for up to a
+// renewal interval, after another took the lease over: see the package
+// documentation, under "What one replica at a time means".
 //
 // A Lease is safe for concurrent use.
 type Lease struct {

@@ -129,6 +129,27 @@ func TestHelperProcess(t *testing.T) {
 			select {}
 		})
 
+	case "lease-job":
+		// Take a short lease (waiting for it) and do a side effect every
+		// 20ms, each checked against the job's context first, until the
+		// context is cancelled; report when and why.
+		ttl, _ := time.ParseDuration(os.Getenv(envArg))
+		g, err := lock.NewLease(pool, lock.LeaseConfig{TTL: ttl, Wait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock.Do(ctx, g, name, func(ctx context.Context) error {
+			mustExec(t, pool, `INSERT INTO acquired (pid) VALUES ($1)`, pid)
+			for ctx.Err() == nil {
+				mustExec(t, pool, `INSERT INTO effects (pid) VALUES ($1)`, pid)
+				time.Sleep(20 * time.Millisecond)
+			}
+			cause := context.Cause(ctx)
+			mustExec(t, pool, `INSERT INTO cancelled (pid, at_unix_nano, lost, cause) VALUES ($1, $2, $3, $4)`,
+				pid, time.Now().UnixNano(), errors.Is(cause, lock.ErrLockLost), fmt.Sprint(cause))
+			return ctx.Err()
+		})
+
 	default:
 		t.Fatalf("unknown helper mode %q", mode)
 	}
