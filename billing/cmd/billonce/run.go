@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,7 +133,7 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 		ret = &exitError{code: exitStopped, err: errReported}
 	case !sum.Complete():
 		out.Status, out.ExitCode = "incomplete", exitIncomplete
-		out.Next = "see billonce status -period " + period + "; pending customers resume with their keys on the next run; declined ones are billed again only by billonce rebill"
+		out.Next = "see billonce status -period " + cmp.Or(period, "P") + "; pending customers resume with their keys on the next run; declined ones are billed again only by billonce rebill"
 		ret = errIncomplete
 	default:
 		out.Status = "complete"
@@ -156,7 +157,7 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 				fmt.Fprintf(w, ": %s\n", fl.Message)
 			}
 			if n := len(out.Failures) - maxListed; n > 0 {
-				fmt.Fprintf(w, "  ... and %d more (billonce status -period %s)\n", n, period)
+				fmt.Fprintf(w, "  ... and %d more (billonce status -period %s)\n", n, cmp.Or(period, "P"))
 			}
 		}
 		if runErr != nil {
