@@ -184,6 +184,14 @@ func TestResolveRecordsOnlyAVerifiedPayment(t *testing.T) {
 			t.Errorf("resolve %s changed the claim: %s %q", c.payment, got.State, got.LastError)
 		}
 	}
+	// A runner holds the claim: resolve leaves it to the runner.
+	e.exec("UPDATE billonce_claims SET owner = 'a-live-runner', lease_until = now() + interval '1 hour' WHERE key = $1", ka)
+	r := e.billonce("", "resolve", "-key", ka, "-payment", cha).want(t, exitUsage)
+	if !strings.Contains(r.stderr, `held by "a-live-runner"`) || e.getClaim(ka).State != claim.StatePending {
+		t.Errorf("resolve of a held claim: %s", r.stderr)
+	}
+	e.exec("UPDATE billonce_claims SET lease_until = now() WHERE key = $1", ka)
+
 	requests := e.fake.Stats().Created
 	e.billonce("", "resolve", "-key", ka, "-payment", cha).want(t, exitOK)
 	if got := e.getClaim(ka); got.State != claim.StateSucceeded || got.StripeID != cha {
