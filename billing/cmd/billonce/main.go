@@ -9,7 +9,7 @@
 //	billonce run -period P [-customers FILE | -amount N -currency C] [-json]
 //	billonce status -period P [-json]
 //	billonce inspect (-key K | -customer C -period P) [-json]
-//	billonce reconcile [-json]
+//	billonce reconcile [-json] [-customers FILE]
 //	billonce rebill -customer C -period P -attempt N -amount N -currency C [-yes]
 //	billonce resolve -key K -payment (pi_…|ch_…|none)
 //	billonce export -period P [-format csv|json]

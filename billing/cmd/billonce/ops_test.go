@@ -226,3 +226,19 @@ func TestResolveNoneAfterTheWindowSendsTheKeyOnceMore(t *testing.T) {
 		t.Errorf("claim %s after the run, want succeeded", got.State)
 	}
 }
+
+func TestReconcilePaymentIntentsTakesMethodsFromTheCustomersFile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billonce("cus_a,100,usd,pm_card_visa\n", "run", "-api", "payment_intents", "-period", period).want(t, exitOK)
+	e.pendingClaim("cus_p", 300, "cus_a")
+
+	r := e.billonce("", "reconcile", "-api", "payment_intents", "-json").want(t, exitIncomplete)
+	if s := decode[summaryJSON](t, r.stdout); len(s.Failures) != 1 || s.Failures[0].Customer != "cus_p" || s.Failures[0].Kind != "invalid" {
+		t.Errorf("reconcile without the file: %+v", s)
+	}
+	billingtest.RequireNotCharged(t, e.fake, "cus_p", period)
+	file := customersFile(t, "cus_a,100,usd,pm_card_visa\ncus_p,300,usd,pm_card_visa\n")
+	e.billonce("", "reconcile", "-api", "payment_intents", "-customers", file).want(t, exitOK)
+	billingtest.RequireChargedOnce(t, e.fake, "cus_p", period)
+}
