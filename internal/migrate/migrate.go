@@ -306,3 +306,16 @@ const RecordColumns = `
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 `
+
+// published holds migrations their owner offers to billonce's own
+// programs without exporting them (the lease table's: package lock has no
+// Migrations function of its own).
+var published = map[string][]Migration{}
+
+// Publish makes owner's migrations readable with [Published]. Owners call
+// it from an init function.
+func Publish(owner string, ms []Migration) { published[owner] = ms }
+
+// Published returns the migrations owner published, for its default
+// names, or nil.
+func Published(owner string) []Migration { return published[owner] }

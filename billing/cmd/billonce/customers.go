@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/billonce/billonce/billing"
+)
+
+// flat is the price of every customer when the input lists IDs only.
+type flat struct {
+	amount   int64
+	currency string
+}
+
+// readCustomers reads the whole customer list: rows of customer ID,
+// amount in the currency's smallest unit, currency and an optional payment
+// method (testdata/customers.csv), or, with a flat price, customer IDs
+// alone. A first row whose second column is "amount", or whose only column
+// is "customer", is a header. Lines starting with # are comments. Every row
+// is checked as billing checks it, and a customer listed twice is refused,
+// before anything is charged.
+func readCustomers(r io.Reader, name string, api billing.API, fp *flat) ([]billing.Item, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	cr.Comment = '#'
+	var items []billing.Item
+	seen := map[string]int{}
+	first := true
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return nil, fmt.Errorf("%s:%d: malformed CSV: %v", name, pe.Line, pe.Err)
+			}
+			return nil, fmt.Errorf("%s: reading: %w", name, err)
+		}
+		line, _ := cr.FieldPos(0)
+		for i := range rec {
+			rec[i] = strings.TrimSpace(rec[i])
+		}
+		if first {
+			first = false
+			if (len(rec) >= 2 && strings.EqualFold(rec[1], "amount")) || (len(rec) == 1 && strings.EqualFold(rec[0], "customer")) {
+				continue
+			}
+		}
+		it, msg := parseRow(rec, api, fp)
+		if msg != "" {
+			return nil, fmt.Errorf("%s:%d: %s", name, line, msg)
+		}
+		if prev, dup := seen[it.Customer]; dup {
+			return nil, fmt.Errorf("%s:%d: customer %s is listed again (first on line %d): a customer is billed once per period; merge the rows", name, line, it.Customer, prev)
+		}
+		seen[it.Customer] = line
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("%s: no customers; want rows of customer ID, amount, currency[, payment method], or IDs with -amount and -currency", name)
+	}
+	return items, nil
+}
+
+// parseRow turns one record into an item, or says what is wrong with it.
+func parseRow(rec []string, api billing.API, fp *flat) (billing.Item, string) {
+	id := rec[0]
+	if err := (billing.Item{Customer: id}).Validate(api); err != nil {
+		return billing.Item{}, reason(err)
+	}
+	var p billing.Price
+	switch {
+	case fp != nil && len(rec) == 1:
+		p = billing.Price{Amount: fp.amount, Currency: fp.currency}
+	case fp != nil:
+		return billing.Item{}, fmt.Sprintf("%d columns; with -amount and -currency every row is a customer ID alone", len(rec))
+	case len(rec) < 3 || len(rec) > 4:
+		return billing.Item{}, fmt.Sprintf("%d columns; want customer ID, amount in minor units, currency and an optional payment method (or IDs alone with -amount and -currency)", len(rec))
+	default:
+		amount, err := strconv.ParseInt(rec[1], 10, 64)
+		if err != nil {
+			return billing.Item{}, fmt.Sprintf("customer %s: amount %q is not a whole number of the currency's smallest unit (write 2500 for $25.00)", id, rec[1])
+		}
+		p = billing.Price{Amount: amount, Currency: rec[2]}
+		if len(rec) == 4 {
+			p.PaymentMethod = rec[3]
+		}
+	}
+	if api == billing.PaymentIntents && p.PaymentMethod == "" {
+		return billing.Item{}, fmt.Sprintf("customer %s: -api payment_intents needs a payment method (pm_…) in the fourth column", id)
+	}
+	if err := p.Validate(api); err != nil {
+		return billing.Item{}, "customer " + id + ": " + reason(err)
+	}
+	return billing.Item{Customer: id, Price: &p}, ""
+}
+
+// reason is billing's description of bad input without its leading
+// "billing: invalid input: ".
+func reason(err error) string {
+	return strings.TrimPrefix(err.Error(), billing.ErrInvalid.Error()+": ")
+}

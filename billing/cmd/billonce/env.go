@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/lock"
+)
+
+// conn is the database settings every subcommand shares.
+type conn struct {
+	databaseURL string
+	a           *app
+}
+
+func (c *conn) register(f *flags) {
+	c.a = f.a
+	f.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL; required)")
+}
+
+// open connects to the database, and checks that the server answers.
+func (c *conn) open(ctx context.Context) (*pgxpool.Pool, error) {
+	u := c.databaseURL
+	if u == "" {
+		u = c.a.getenv("DATABASE_URL")
+	}
+	if u == "" {
+		return nil, usageError("no database: pass -database-url or set DATABASE_URL to the database that holds billonce's tables (postgres://user:password@host:5432/dbname)")
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		// Not printed: the string may carry a password.
+		return nil, usageError("the database connection string does not parse: want postgres://user:password@host:5432/dbname")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening the database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach the database %s: %w", redactURL(u), err)
+	}
+	return pool, nil
+}
+
+// redactURL hides the password of a connection string.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" {
+		return "(connection string not shown)"
+	}
+	return u.Redacted()
+}
+
+// biller is the Stripe settings of the subcommands that call Stripe.
+type biller struct {
+	conn
+	stripeURL string
+	api       string
+	scope     string
+	rate      float64
+	lease     time.Duration
+}
+
+func (b *biller) register(f *flags) {
+	b.conn.register(f)
+	f.StringVar(&b.stripeURL, "stripe-url", "", "Stripe API base URL (default $STRIPE_URL, else "+billing.DefaultStripeURL+"); the key is $STRIPE_SECRET_KEY")
+	f.StringVar(&b.api, "api", string(billing.Charges), "Stripe API: charges or payment_intents")
+	f.StringVar(&b.scope, "scope", billing.DefaultScope, "first part of every idempotency key: the scope of the services that bill")
+	f.Float64Var(&b.rate, "rate", billing.DefaultRateLimit, "Stripe requests per second, at most; negative: no limit")
+	f.DurationVar(&b.lease, "lease", claim.DefaultLease, "how long a claim stays this runner's before another may resume it")
+}
+
+// session is an open database with a claim store, a lock and a Biller.
+type session struct {
+	pool   *pgxpool.Pool
+	store  *claim.Postgres
+	guard  *lock.Advisory
+	biller *billing.Biller
+}
+
+func (s *session) close() { s.pool.Close() }
+
+// open connects to the database and Stripe. price, when set, is the
+// Biller's Config.Price.
+func (b *biller) open(ctx context.Context, price func(context.Context, string, string) (billing.Price, error)) (*session, error) {
+	key := b.a.getenv("STRIPE_SECRET_KEY")
+	if key == "" {
+		return nil, usageError("no Stripe key: set STRIPE_SECRET_KEY (a secret or restricted key, sk_… or rk_…); it is never taken from a flag")
+	}
+	su := b.stripeURL
+	if su == "" {
+		su = b.a.getenv("STRIPE_URL")
+	}
+	if su == "" {
+		su = billing.DefaultStripeURL
+	}
+	if api := billing.API(b.api); api != billing.Charges && api != billing.PaymentIntents {
+		return nil, usageError("-api %q: use charges or payment_intents", b.api)
+	}
+	if b.rate == 0 {
+		return nil, usageError("-rate 0 would never send anything: want requests per second, or a negative number for no limit")
+	}
+	pool, err := b.conn.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{pool: pool}
+	fail := func(err error) (*session, error) {
+		pool.Close()
+		return nil, err
+	}
+	if s.store, err = claim.NewPostgres(pool, claim.Config{Lease: b.lease}); err != nil {
+		return fail(usageError("%v", err))
+	}
+	if err := s.store.Migrate(ctx); err != nil {
+		return fail(fmt.Errorf("the claim table: %w (run billonce migrate with a role that may create tables)", err))
+	}
+	if s.guard, err = lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billonce"}); err != nil {
+		return fail(err)
+	}
+	s.biller, err = billing.New(billing.Config{
+		SecretKey: key,
+		StripeURL: su,
+		Claims:    s.store,
+		Price:     price,
+		API:       billing.API(b.api),
+		Scope:     b.scope,
+		RateLimit: b.rate,
+		Logger:    slog.New(slog.NewTextHandler(b.a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		if errors.Is(err, billing.ErrInvalid) {
+			return fail(usageError("%v", err))
+		}
+		return fail(err)
+	}
+	return s, nil
+}
+
+// store opens the database and its claim store, for the subcommands that
+// only read claims.
+func (c *conn) store(ctx context.Context) (*pgxpool.Pool, *claim.Postgres, error) {
+	pool, err := c.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, st, nil
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimread"
+)
+
+// exportRow is one claim in an export.
+type exportRow struct {
+	Customer    string    `json:"customer"`
+	Period      string    `json:"period"`
+	Key         string    `json:"key"`
+	Attempt     int       `json:"attempt"`
+	State       string    `json:"state"`
+	Amount      int64     `json:"amount"`
+	Currency    string    `json:"currency"`
+	StripeID    string    `json:"stripe_id"`
+	Refunded    int64     `json:"refunded"`
+	Dispute     string    `json:"dispute"`
+	FailureCode string    `json:"failure_code"`
+	LastError   string    `json:"last_error"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+var exportHeader = []string{"customer", "period", "key", "attempt", "state", "amount", "currency", "stripe_id",
+	"refunded", "dispute", "failure_code", "last_error", "created_at", "updated_at"}
+
+func (r exportRow) record() []string {
+	return []string{r.Customer, r.Period, r.Key, strconv.Itoa(r.Attempt), r.State, strconv.FormatInt(r.Amount, 10), r.Currency, r.StripeID,
+		strconv.FormatInt(r.Refunded, 10), r.Dispute, r.FailureCode, r.LastError, r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339)}
+}
+
+// cmdExport writes a period's claims, every attempt of every customer,
+// for accounting: amounts in the currency's smallest unit, times in UTC.
+func cmdExport(ctx context.Context, a *app, args []string) error {
+	f := newFlags(a, "export", "export -period P [-format csv|json]")
+	var c conn
+	c.register(f)
+	period := f.String("period", "", "billing period; required")
+	format := f.String("format", "csv", "csv (with a header row) or json (an array)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := required("period", *period); err != nil {
+		return err
+	}
+	if *format != "csv" && *format != "json" {
+		return usageError("-format %q: use csv or json", *format)
+	}
+	pool, store, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	keys, err := claimread.Keys(ctx, pool, claim.DefaultTable, *period, "")
+	if err != nil {
+		return err
+	}
+	rows := make([]exportRow, 0, len(keys))
+	for _, k := range keys {
+		c, err := store.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, exportRow{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, State: string(c.State),
+			Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Refunded: c.Refunded, Dispute: c.Dispute,
+			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC()})
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	w := csv.NewWriter(a.stdout)
+	w.Write(exportHeader)
+	for _, r := range rows {
+		w.Write(r.record())
+	}
+	w.Flush()
+	return w.Error()
+}

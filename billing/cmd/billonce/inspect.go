@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimread"
+)
+
+// claimJSON is a claim as inspect shows it.
+type claimJSON struct {
+	Customer       string            `json:"customer"`
+	Period         string            `json:"period"`
+	Key            string            `json:"key"`
+	Attempt        int               `json:"attempt"`
+	Scope          string            `json:"scope"`
+	State          string            `json:"state"`
+	Amount         int64             `json:"amount"`
+	Currency       string            `json:"currency"`
+	StripeID       string            `json:"stripe_id"`
+	Endpoint       string            `json:"endpoint"`
+	Credential     string            `json:"credential"`
+	Owner          string            `json:"owner"`
+	LeaseUntil     time.Time         `json:"lease_until"`
+	Leases         int               `json:"leases"`
+	LastError      string            `json:"last_error"`
+	CreatedAt      time.Time         `json:"created_at"`
+	FirstSentAt    time.Time         `json:"first_sent_at"`
+	SentAgeSeconds float64           `json:"sent_age_seconds"`
+	ReconciledAt   *time.Time        `json:"reconciled_at,omitempty"`
+	ProcessingAt   *time.Time        `json:"processing_at,omitempty"`
+	SettledAt      *time.Time        `json:"settled_at,omitempty"`
+	FailureCode    string            `json:"failure_code"`
+	Refunded       int64             `json:"refunded"`
+	Dispute        string            `json:"dispute"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+	Events         []claimread.Event `json:"events"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func toClaimJSON(c claim.Claim, evs []claimread.Event) claimJSON {
+	if evs == nil {
+		evs = []claimread.Event{}
+	}
+	return claimJSON{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, Scope: c.Scope, State: string(c.State),
+		Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Endpoint: c.Endpoint, Credential: c.Credential,
+		Owner: c.Owner, LeaseUntil: c.LeaseUntil.UTC(), Leases: c.Leases, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(),
+		FirstSentAt: c.FirstSentAt.UTC(), SentAgeSeconds: c.SentAge.Round(time.Second).Seconds(), ReconciledAt: optTime(c.ReconciledAt),
+		ProcessingAt: optTime(c.ProcessingAt), SettledAt: optTime(c.SettledAt), FailureCode: c.FailureCode, Refunded: c.Refunded,
+		Dispute: c.Dispute, UpdatedAt: c.UpdatedAt.UTC(), Events: evs}
+}
+
+// cmdInspect shows one claim, by its key, or every attempt of a customer
+// for a period: its state, where its key went (the endpoint and the
+// fingerprint of the credential that sent it), its Stripe ids and the
+// Stripe events applied to it. It only reads.
+func cmdInspect(ctx context.Context, a *app, args []string) error {
+	f := newFlags(a, "inspect", "inspect (-key K | -customer C -period P) [-json]")
+	var c conn
+	c.register(f)
+	key := f.String("key", "", "the claim's idempotency key")
+	customer := f.String("customer", "", "a customer ID, with -period")
+	period := f.String("period", "", "a billing period, with -customer")
+	asJSON := f.Bool("json", false, "print a JSON array of claims")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if (*key == "") == (*customer == "" && *period == "") {
+		return usageError("give -key, or -customer and -period")
+	}
+	if *key == "" {
+		if err := required("customer", *customer, "period", *period); err != nil {
+			return err
+		}
+	}
+	pool, store, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	keys := []string{*key}
+	if *key == "" {
+		if keys, err = claimread.Keys(ctx, pool, claim.DefaultTable, *period, *customer); err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			return fmt.Errorf("no claim for customer %s in period %s: billonce has never billed it", *customer, *period)
+		}
+	}
+	out := make([]claimJSON, 0, len(keys))
+	for _, k := range keys {
+		c, err := store.Get(ctx, k)
+		if errors.Is(err, claim.ErrNotFound) {
+			return fmt.Errorf("no claim has the key %s", k)
+		}
+		if err != nil {
+			return err
+		}
+		evs, err := claimread.Events(ctx, pool, claim.DefaultTable, k)
+		if err != nil {
+			return err
+		}
+		out = append(out, toClaimJSON(c, evs))
+	}
+	if *asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	w := a.stdout
+	for i, c := range out {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "claim %s\n  customer %s, period %s, attempt %d, scope %q\n  state %s, %d %s",
+			c.Key, c.Customer, c.Period, c.Attempt, c.Scope, c.State, c.Amount, c.Currency)
+		if c.StripeID != "" {
+			fmt.Fprintf(w, ", Stripe %s", c.StripeID)
+		}
+		fmt.Fprintf(w, "\n  key sent to %s with credential %s; first sent %s (%s ago)\n",
+			orUnknown(c.Endpoint), orUnknown(c.Credential), c.FirstSentAt.Local().Format(time.DateTime), time.Duration(c.SentAgeSeconds)*time.Second)
+		fmt.Fprintf(w, "  owner %q, lease until %s, leased %d times\n", c.Owner, c.LeaseUntil.Local().Format(time.DateTime), c.Leases)
+		for _, l := range []struct {
+			name string
+			t    *time.Time
+		}{{"reconciled", c.ReconciledAt}, {"processing since", c.ProcessingAt}, {"settled", c.SettledAt}} {
+			if l.t != nil {
+				fmt.Fprintf(w, "  %s %s\n", l.name, l.t.Local().Format(time.DateTime))
+			}
+		}
+		if c.FailureCode != "" || c.Refunded != 0 || c.Dispute != "" {
+			fmt.Fprintf(w, "  failure code %q, refunded %d, dispute %q\n", c.FailureCode, c.Refunded, c.Dispute)
+		}
+		if c.LastError != "" {
+			fmt.Fprintf(w, "  last error: %s\n", c.LastError)
+		}
+		fmt.Fprintf(w, "  events applied: %d\n", len(c.Events))
+		for _, e := range c.Events {
+			fmt.Fprintf(w, "    %s %s %s %s: %s\n", e.Created.Local().Format(time.DateTime), e.ID, e.Type, e.StripeID, e.Result)
+		}
+	}
+	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}

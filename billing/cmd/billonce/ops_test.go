@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
+)
+
+// pendingClaim makes a pending claim for customer, as a runner that died
+// before sending would leave it: the key the command derives, sent to
+// the endpoint with the credential of the claim of like (a customer the
+// command billed), its lease over. Nothing is sent to Stripe.
+func (e *env) pendingClaim(customer string, amount int64, like string) string {
+	e.t.Helper()
+	ref := e.getClaim(e.keyOf(like, period, 1))
+	k, err := idemkey.For("billonce", customer, period, "1")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, err := claim.NewPostgres(e.pool, claim.Config{Lease: time.Millisecond})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	eng := claimengine.Of[claim.Claim](st)
+	res, err := eng.Claim(context.Background(), claimengine.Request{Customer: customer, Period: period, Key: k.String(),
+		Amount: amount, Currency: "usd", Owner: "a-runner-that-died", Scope: "billonce", Attempt: 1,
+		Endpoint: ref.Endpoint, Credential: ref.Credential})
+	if err != nil || res.Outcome != claimengine.Won {
+		e.t.Fatalf("claiming: %v, %v", err, res.Outcome)
+	}
+	time.Sleep(5 * time.Millisecond) // the lease of 1ms runs out
+	return k.String()
+}
+
+// billed runs the command for customers and wants every one billed.
+func (e *env) billed(rows string) {
+	e.t.Helper()
+	e.billonce(rows, "run", "-period", period).want(e.t, exitOK)
+}
+
+func TestStatusShowsStatesPendingAndFailures(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_d": "expired_card"}})
+	e.billonce("cus_a,100,usd\ncus_d,100,usd\n", "run", "-period", period).want(t, exitIncomplete)
+	key := e.pendingClaim("cus_p", 300, "cus_a")
+	e.exec("UPDATE billonce_claims SET last_error = 'reconciliation: Stripe search failed: boom' WHERE key = $1", key)
+
+	r := e.billonce("", "status", "-period", period, "-json").want(t, exitOK)
+	st := decode[statusJSON](t, r.stdout)
+	if st.States["succeeded"] != 1 || st.States["failed"] != 1 || st.States["pending"] != 1 || st.States["processing"] != 0 {
+		t.Errorf("states %v", st.States)
+	}
+	if len(st.Pending) != 1 || st.Pending[0].Key != key || st.Pending[0].Owner != "a-runner-that-died" || !st.Pending[0].Free {
+		t.Errorf("pending %+v", st.Pending)
+	}
+	kinds := map[string]failure{}
+	for _, f := range st.Failures {
+		kinds[f.Kind] = f
+	}
+	if f := kinds["declined"]; f.Customer != "cus_d" || f.StripeCode != "card_declined" || f.DeclineCode != "expired_card" || f.Key == "" {
+		t.Errorf("declined failure %+v", f)
+	}
+	if f := kinds["needs_reconciliation"]; f.Customer != "cus_p" || f.Key != key {
+		t.Errorf("needs_reconciliation failure %+v", f)
+	}
+	r = e.billonce("", "status", "-period", period).want(t, exitOK)
+	for _, want := range []string{"pending         1", "cus_p attempt 1", "free now", "cus_d attempt 1: declined (card_declined)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status text lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestExportWritesEveryClaimOfThePeriod(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,100,usd\ncus_b,250,eur\n")
+	e.billonce("cus_z,100,usd\n", "run", "-period", "2026-10").want(t, exitOK)
+
+	r := e.billonce("", "export", "-period", period).want(t, exitOK)
+	recs, err := csv.NewReader(strings.NewReader(r.stdout)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 || strings.Join(recs[0], ",") != strings.Join(exportHeader, ",") {
+		t.Fatalf("export:\n%s", r.stdout)
+	}
+	if recs[2][0] != "cus_b" || recs[2][4] != "succeeded" || recs[2][5] != "250" || recs[2][6] != "eur" || !strings.HasPrefix(recs[2][7], "ch_") {
+		t.Errorf("row %v", recs[2])
+	}
+	r = e.billonce("", "export", "-period", period, "-format", "json").want(t, exitOK)
+	rows := decode[[]exportRow](t, r.stdout)
+	if len(rows) != 2 || rows[0].Customer != "cus_a" || rows[0].Amount != 100 || rows[0].StripeID == "" {
+		t.Errorf("json export %+v", rows)
+	}
+}
+
+func TestInspectShowsWhereTheKeyWent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,100,usd\n")
+	key := e.keyOf("cus_a", period, 1)
+	byKey := decode[[]claimJSON](t, e.billonce("", "inspect", "-key", key, "-json").want(t, exitOK).stdout)
+	byCustomer := decode[[]claimJSON](t, e.billonce("", "inspect", "-customer", "cus_a", "-period", period, "-json").want(t, exitOK).stdout)
+	for _, got := range [][]claimJSON{byKey, byCustomer} {
+		if len(got) != 1 || got[0].Key != key || got[0].State != "succeeded" || got[0].Endpoint != "charges" ||
+			!strings.HasPrefix(got[0].Credential, "sha256:") || !strings.HasPrefix(got[0].StripeID, "ch_") {
+			t.Errorf("inspect %+v", got)
+		}
+	}
+	r := e.billonce("", "inspect", "-key", key).want(t, exitOK)
+	if !strings.Contains(r.stdout, "key sent to charges with credential sha256:") || strings.Contains(r.stdout, testKey) {
+		t.Errorf("inspect text:\n%s", r.stdout)
+	}
+	e.billonce("", "inspect", "-customer", "cus_nobody", "-period", period).want(t, exitStopped)
+}
+
+func TestReconcileFinishesWhatARunnerLeftPending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,100,usd\n")
+	key := e.pendingClaim("cus_p", 300, "cus_a")
+	billingtest.RequireNotCharged(t, e.fake, "cus_p", period)
+
+	r := e.billonce("", "reconcile", "-json").want(t, exitOK)
+	if s := decode[summaryJSON](t, r.stdout); s.Status != "complete" || s.Created != 1 {
+		t.Errorf("reconcile %+v", s)
+	}
+	billingtest.RequireChargedOnce(t, e.fake, "cus_p", period)
+	if c := e.getClaim(key); c.State != claim.StateSucceeded {
+		t.Errorf("claim %s, want succeeded", c.State)
+	}
+	e.billonce("", "reconcile").want(t, exitOK)
+	billingtest.RequireChargedOnce(t, e.fake, "cus_p", period)
+}
+
+func TestRebillPrintsFirstAndBillsOnlyWithYes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_d": "insufficient_funds"}})
+	e.billonce("cus_d,700,usd\n", "run", "-period", period).want(t, exitIncomplete)
+	billingtest.RequireNotCharged(t, e.fake, "cus_d", period)
+	e.fake.Honor("cus_d")
+
+	r := e.billonce("", "rebill", "-customer", "cus_d", "-period", period, "-attempt", "2").want(t, exitUsage)
+	if !strings.Contains(r.stdout, "attempt 1: failed, 700 usd") || !strings.Contains(r.stdout, "will charge customer cus_d 700 usd for 2026-09 as attempt 2") ||
+		!strings.Contains(r.stderr, "pass -yes") {
+		t.Errorf("rebill without -yes:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	billingtest.RequireNotCharged(t, e.fake, "cus_d", period)
+
+	e.billonce("", "rebill", "-customer", "cus_d", "-period", period, "-attempt", "2", "-yes").want(t, exitOK)
+	billingtest.RequireChargedOnce(t, e.fake, "cus_d", period)
+	e.billonce("", "rebill", "-customer", "cus_d", "-period", period, "-attempt", "2", "-yes").want(t, exitOK)
+	billingtest.RequireChargedOnce(t, e.fake, "cus_d", period)
+}
+
+func TestResolveRecordsOnlyAVerifiedPayment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,100,usd\ncus_b,200,usd\n")
+	ka, kb := e.keyOf("cus_a", period, 1), e.keyOf("cus_b", period, 1)
+	cha, chb := e.getClaim(ka).StripeID, e.getClaim(kb).StripeID
+	// cus_a was charged but its claim does not know it, and search failed.
+	e.exec(`UPDATE billonce_claims SET state = 'pending', stripe_id = '', lease_until = now(),
+		last_error = 'reconciliation: Stripe search failed: boom' WHERE key = $1`, ka)
+
+	for _, c := range []struct{ payment, want string }{
+		{chb, "customer is \"cus_b\", the claim's is \"cus_a\""},
+		{"ch_does_not_exist", "Stripe answered 404"},
+		{"none", "\"none\" is accepted only after 24h0m0s"},
+	} {
+		r := e.billonce("", "resolve", "-key", ka, "-payment", c.payment).want(t, exitUsage)
+		if !strings.Contains(r.stderr, c.want) {
+			t.Errorf("resolve %s: stderr %q lacks %q", c.payment, r.stderr, c.want)
+		}
+		if got := e.getClaim(ka); got.State != claim.StatePending || got.LastError != "reconciliation: Stripe search failed: boom" {
+			t.Errorf("resolve %s changed the claim: %s %q", c.payment, got.State, got.LastError)
+		}
+	}
+	// A runner holds the claim: resolve leaves it to the runner.
+	e.exec("UPDATE billonce_claims SET owner = 'a-live-runner', lease_until = now() + interval '1 hour' WHERE key = $1", ka)
+	r := e.billonce("", "resolve", "-key", ka, "-payment", cha).want(t, exitUsage)
+	if !strings.Contains(r.stderr, `held by "a-live-runner"`) || e.getClaim(ka).State != claim.StatePending {
+		t.Errorf("resolve of a held claim: %s", r.stderr)
+	}
+	e.exec("UPDATE billonce_claims SET lease_until = now() WHERE key = $1", ka)
+
+	requests := e.fake.Stats().Created
+	e.billonce("", "resolve", "-key", ka, "-payment", cha).want(t, exitOK)
+	if got := e.getClaim(ka); got.State != claim.StateSucceeded || got.StripeID != cha {
+		t.Errorf("claim %s %s, want succeeded %s", got.State, got.StripeID, cha)
+	}
+	if got := e.fake.Stats().Created; got != requests {
+		t.Errorf("resolve created %d payments", got-requests)
+	}
+	billingtest.RequireChargedOnce(t, e.fake, "cus_a", period)
+	e.billonce("", "resolve", "-key", ka, "-payment", cha).want(t, exitUsage)
+}
+
+func TestResolveNoneAfterTheWindowSendsTheKeyOnceMore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,100,usd\n")
+	key := e.pendingClaim("cus_p", 300, "cus_a")
+	// Sent 25 hours ago, as far as the claim knows; a person checked
+	// Stripe and found no payment.
+	e.exec(`UPDATE billonce_claims SET first_sent_at = now() - interval '25 hours', created_at = now() - interval '25 hours',
+		last_error = 'reconciliation: Stripe search failed: boom' WHERE key = $1`, key)
+
+	e.billonce("", "resolve", "-key", key, "-payment", "none").want(t, exitOK)
+	c := e.getClaim(key)
+	if c.State != claim.StatePending || c.ReconciledAt.IsZero() || c.SentAge > time.Minute || c.Owner == "a-runner-that-died" {
+		t.Errorf("claim after resolve none: %s, reconciled %v, sent %v ago, owner %q", c.State, c.ReconciledAt, c.SentAge, c.Owner)
+	}
+	billingtest.RequireNotCharged(t, e.fake, "cus_p", period)
+	e.billed("cus_a,100,usd\ncus_p,300,usd\n")
+	billingtest.RequireChargedOnce(t, e.fake, "cus_p", period)
+	if got := e.getClaim(key); got.State != claim.StateSucceeded {
+		t.Errorf("claim %s after the run, want succeeded", got.State)
+	}
+}
+
+func TestReconcilePaymentIntentsTakesMethodsFromTheCustomersFile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billonce("cus_a,100,usd,pm_card_visa\n", "run", "-api", "payment_intents", "-period", period).want(t, exitOK)
+	e.pendingClaim("cus_p", 300, "cus_a")
+
+	r := e.billonce("", "reconcile", "-api", "payment_intents", "-json").want(t, exitIncomplete)
+	if s := decode[summaryJSON](t, r.stdout); len(s.Failures) != 1 || s.Failures[0].Customer != "cus_p" || s.Failures[0].Kind != "invalid" {
+		t.Errorf("reconcile without the file: %+v", s)
+	}
+	billingtest.RequireNotCharged(t, e.fake, "cus_p", period)
+	file := customersFile(t, "cus_a,100,usd,pm_card_visa\ncus_p,300,usd,pm_card_visa\n")
+	e.billonce("", "reconcile", "-api", "payment_intents", "-customers", file).want(t, exitOK)
+	billingtest.RequireChargedOnce(t, e.fake, "cus_p", period)
+}

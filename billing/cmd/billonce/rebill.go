@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimread"
+)
+
+// cmdRebill bills one customer again for a period, under a new attempt
+// number and so a new key: a person's decision after a decline, a failed
+// bank debit or a refund. It prints what it will do, and does it only with
+// -yes. The price defaults to that of the customer's latest claim for the
+// period.
+func cmdRebill(ctx context.Context, a *app, args []string) error {
+	f := newFlags(a, "rebill", "rebill -customer C -period P -attempt N [-amount N -currency C] [-yes] [flags]")
+	var b biller
+	b.register(f)
+	customer := f.String("customer", "", "customer ID; required")
+	period := f.String("period", "", "billing period; required")
+	attempt := f.Int("attempt", 0, "the billing attempt: 2 for the first re-bill, then 3, ...; required")
+	amount := f.Int64("amount", 0, "amount in the currency's smallest unit (default: the latest claim's)")
+	currency := f.String("currency", "", "currency (default: the latest claim's)")
+	pm := f.String("payment-method", "", "payment method, pm_… (payment_intents)")
+	yes := f.Bool("yes", false, "bill; without it the command only prints what it would do")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := required("customer", *customer, "period", *period); err != nil {
+		return err
+	}
+	if *attempt < 2 {
+		return usageError("-attempt %d: re-bills are numbered from 2 (attempt 1 is the run's charge); see billonce inspect -customer %s -period %s", *attempt, *customer, *period)
+	}
+	s, err := b.open(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	keys, err := claimread.Keys(ctx, s.pool, claim.DefaultTable, *period, *customer)
+	if err != nil {
+		return err
+	}
+	var latest *claim.Claim
+	for _, k := range keys {
+		c, err := s.store.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		latest = &c
+		fmt.Fprintf(a.stdout, "attempt %d: %s, %d %s, key %s %s\n", c.Attempt, c.State, c.Amount, c.Currency, c.Key, c.StripeID)
+	}
+	p := billing.Price{Amount: *amount, Currency: *currency, PaymentMethod: *pm}
+	if latest != nil && !f.set("amount") && !f.set("currency") {
+		p.Amount, p.Currency = latest.Amount, latest.Currency
+	}
+	if err := p.Validate(billing.API(b.api)); err != nil {
+		return usageError("%s (give -amount and -currency)", reason(err))
+	}
+	key, err := s.biller.Key(*customer, *period, *attempt)
+	if err != nil {
+		return usageError("%s", reason(err))
+	}
+	fmt.Fprintf(a.stdout, "will charge customer %s %d %s for %s as attempt %d, key %s\n", *customer, p.Amount, p.Currency, *period, *attempt, key)
+	if !*yes {
+		return usageError("nothing was charged: pass -yes to bill")
+	}
+	rc, err := s.biller.Rebill(ctx, *customer, *period, *attempt, &billing.ChargeOptions{Price: &p})
+	if err != nil {
+		fl := failureOf(*period, err)
+		if errors.Is(err, billing.ErrDeclined) || errors.Is(err, billing.ErrOutcomeUnknown) || errors.Is(err, billing.ErrInProgress) {
+			fmt.Fprintf(a.stdout, "not billed: %s (%s %s)\n", fl.Kind, fl.StripeCode, fl.Message)
+			return errIncomplete
+		}
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%s: %s, %d %s, key %s\n", rc.Outcome, rc.StripeID, rc.Amount, rc.Currency, rc.Key)
+	return nil
+}

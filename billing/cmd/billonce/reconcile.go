@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/billonce/billonce/billing"
+)
+
+// cmdReconcile runs Biller.Reconcile under the scope's reconcile lock:
+// every claim runners left pending, in every period, is resumed with its
+// own key, or searched for in Stripe first once its key's window is over;
+// payments processing for longer than SettleAfter are read from Stripe.
+func cmdReconcile(ctx context.Context, a *app, args []string) error {
+	f := newFlags(a, "reconcile", "reconcile [-json] [-customers FILE] [flags]")
+	var b biller
+	b.register(f)
+	asJSON := f.Bool("json", false, "print one JSON object")
+	file := f.String("customers", "", "with -api payment_intents: the customers file, for the payment method of each claim resumed (claims record the amount, not the method)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	var price func(context.Context, string, string) (billing.Price, error)
+	if *file != "" {
+		fh, err := os.Open(*file)
+		if err != nil {
+			return usageError("cannot open the customers file: %v", errors.Unwrap(err))
+		}
+		items, err := readCustomers(fh, *file, billing.API(b.api), nil)
+		fh.Close()
+		if err != nil {
+			return usageError("%v", err)
+		}
+		prices := make(map[string]billing.Price, len(items))
+		for _, it := range items {
+			prices[it.Customer] = *it.Price
+		}
+		price = func(_ context.Context, customer, _ string) (billing.Price, error) {
+			p, ok := prices[customer]
+			if !ok {
+				return p, fmt.Errorf("customer %s is not in %s", customer, *file)
+			}
+			return p, nil
+		}
+	}
+	s, err := b.open(ctx, price)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	sum, err := s.biller.Reconcile(ctx, &billing.ReconcileOptions{
+		Lock:     s.guard,
+		Progress: newProgress(a.stderr, "reconciling").update,
+	})
+	return report(a, "reconcile", "", sum, err, *asJSON)
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/claimengine"
+	"github.com/billonce/billonce/retry"
+)
+
+// cmdResolve settles a pending claim that Stripe's search could not
+// (billing.ErrNeedsReconciliation: the search failed, or found several
+// payments), with the outcome a person verified:
+//
+//   - -payment pi_… or ch_…: the payment is read from Stripe and must be
+//     for the claim's customer, amount and currency, and carry the claim's
+//     key in its billonce_key metadata; its state (succeeded, processing,
+//     failed) is then recorded on the claim, as a run would record it.
+//   - -payment none: no payment exists for the key. Accepted only once
+//     the key's 24-hour window has passed since it was first sent (Stripe
+//     may still hold a request carrying it before then, and the next run
+//     settles it itself); the claim's window is then reopened, as
+//     reconciliation does after a search that finds nothing, and its
+//     lease released, so the next run or reconcile sends the same key
+//     again.
+//
+// It holds the claim's lease while it works, so no runner sends the key
+// meanwhile, and refuses anything it cannot verify.
+func cmdResolve(ctx context.Context, a *app, args []string) error {
+	f := newFlags(a, "resolve", "resolve -key K -payment (pi_…|ch_…|none) [flags]")
+	var b biller
+	b.register(f)
+	key := f.String("key", "", "the pending claim's idempotency key; required")
+	payment := f.String("payment", "", "the payment a person found for the key in Stripe (pi_… or ch_…), or none; required")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := required("key", *key, "payment", *payment); err != nil {
+		return err
+	}
+	if *payment != "none" && !strings.HasPrefix(*payment, "pi_") && !strings.HasPrefix(*payment, "ch_") {
+		return usageError("-payment %q: want a PaymentIntent (pi_…) or charge (ch_…) id, or none", *payment)
+	}
+	s, err := b.open(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	eng := claimengine.Of[claim.Claim](s.store)
+	c, err := s.store.Get(ctx, *key)
+	if errors.Is(err, claim.ErrNotFound) {
+		return usageError("no claim has the key %s", *key)
+	}
+	if err != nil {
+		return err
+	}
+	if c.State != claim.StatePending {
+		return usageError("the claim is %s (Stripe %s), not pending: there is nothing to resolve", c.State, orUnknown(c.StripeID))
+	}
+	if *payment == "none" && c.SentAge < retry.KeyWindow {
+		return usageError("the key was first sent %s ago; \"none\" is accepted only after %s, once Stripe can no longer replay a request that carried it: until then the next run sends the key again and Stripe replays any payment it made",
+			c.SentAge.Round(time.Minute), retry.KeyWindow)
+	}
+
+	// Take the claim's lease, as a runner resuming it would.
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("billonce-resolve/%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
+	res, err := eng.Claim(ctx, claimengine.Request{Customer: c.Customer, Period: c.Period, Key: c.Key, Amount: c.Amount,
+		Currency: c.Currency, Owner: owner, Scope: c.Scope, Attempt: c.Attempt, Endpoint: c.Endpoint, Credential: c.Credential})
+	if err != nil {
+		return err
+	}
+	if res.Outcome != claimengine.Resumed {
+		return usageError("the claim is %s now (held by %q until %s): run status again, and resolve it once no runner holds it",
+			res.Outcome, res.Claim.Owner, res.Claim.LeaseUntil.Local().Format(time.DateTime))
+	}
+	release := func(cause error) error {
+		if rerr := eng.Release(context.WithoutCancel(ctx), c.Key, owner, c.LastError); rerr != nil {
+			return errors.Join(cause, rerr)
+		}
+		return cause
+	}
+
+	if *payment == "none" {
+		if err := eng.Reopen(ctx, c.Key, owner, c.Endpoint, c.Credential); err != nil {
+			return release(err)
+		}
+		if err := eng.Release(context.WithoutCancel(ctx), c.Key, owner, "resolved: a person verified that no payment exists for the key; the next run sends it again"); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "resolved %s: no payment; the key's window is reopened and the next run (or reconcile) sends it again\n", c.Key)
+		return nil
+	}
+
+	p, err := fetchPayment(ctx, a, b.stripeURL, *payment)
+	if err != nil {
+		return release(err)
+	}
+	if err := p.matches(c); err != nil {
+		return release(usageError("%s is not this claim's payment: %v; nothing was recorded", *payment, err))
+	}
+	switch p.state() {
+	case "succeeded":
+		err = eng.Succeed(ctx, c.Key, p.ID)
+	case "processing":
+		err = eng.Process(ctx, c.Key, p.ID)
+	case "failed":
+		err = eng.Fail(ctx, c.Key, "failed: "+p.failure()+" (resolved by a person from Stripe "+p.ID+")")
+	default:
+		return release(usageError("%s has status %q, which is no outcome yet: resolve it once it has succeeded or failed", p.ID, p.Status))
+	}
+	if err != nil {
+		return release(err)
+	}
+	fmt.Fprintf(a.stdout, "resolved %s: %s %s\n", c.Key, p.ID, p.state())
+	return nil
+}
+
+// payment is what resolve reads of a charge or a PaymentIntent.
+type payment struct {
+	ID       string            `json:"id"`
+	Object   string            `json:"object"`
+	Amount   int64             `json:"amount"`
+	Currency string            `json:"currency"`
+	Customer string            `json:"customer"`
+	Status   string            `json:"status"`
+	Metadata map[string]string `json:"metadata"`
+	// Charges: why it failed. PaymentIntents: the last payment error.
+	FailureCode      string `json:"failure_code"`
+	LastPaymentError *struct {
+		Code        string `json:"code"`
+		DeclineCode string `json:"decline_code"`
+	} `json:"last_payment_error"`
+}
+
+// matches reports how p differs from c's charge, or nil.
+func (p *payment) matches(c claim.Claim) error {
+	var diffs []string
+	for _, d := range []struct{ what, have, want string }{
+		{"customer", p.Customer, c.Customer},
+		{"amount", fmt.Sprint(p.Amount), fmt.Sprint(c.Amount)},
+		{"currency", p.Currency, c.Currency},
+		{"metadata " + billing.MetaKey, p.Metadata[billing.MetaKey], c.Key},
+	} {
+		if d.have != d.want {
+			diffs = append(diffs, fmt.Sprintf("%s is %q, the claim's is %q", d.what, d.have, d.want))
+		}
+	}
+	if diffs != nil {
+		return errors.New(strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+// state is p's status in claim's words, or "" if it has no outcome yet.
+func (p *payment) state() string {
+	switch {
+	case p.Status == "succeeded":
+		return "succeeded"
+	case p.Object == "charge" && p.Status == "pending", p.Object == "payment_intent" && p.Status == "processing":
+		return "processing"
+	case p.Object == "charge" && p.Status == "failed", p.Object == "payment_intent" && p.Status == "canceled":
+		return "failed"
+	}
+	return ""
+}
+
+func (p *payment) failure() string {
+	if p.LastPaymentError != nil && p.LastPaymentError.Code != "" {
+		return p.LastPaymentError.Code
+	}
+	return p.FailureCode
+}
+
+// fetchPayment reads a charge or PaymentIntent from Stripe, with the key
+// of STRIPE_SECRET_KEY, following no redirect.
+func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, error) {
+	base := stripeURL
+	if base == "" {
+		base = a.getenv("STRIPE_URL")
+	}
+	if base == "" {
+		base = billing.DefaultStripeURL
+	}
+	path := "/v1/charges/"
+	if strings.HasPrefix(id, "pi_") {
+		path = "/v1/payment_intents/"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path+url.PathEscape(id), nil)
+	if err != nil {
+		return nil, usageError("the Stripe URL does not parse: want an absolute URL such as https://api.stripe.com")
+	}
+	req.Header.Set("Authorization", "Bearer "+a.getenv("STRIPE_SECRET_KEY"))
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from Stripe: %w", id, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from Stripe: %w", id, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		json.Unmarshal(body, &e)
+		msg := fmt.Sprintf("Stripe answered %d to reading %s: %s %s; request id %q; nothing was recorded",
+			resp.StatusCode, id, e.Error.Code, e.Error.Message, resp.Header.Get("Request-Id"))
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, usageError("%s", msg)
+		}
+		return nil, errors.New(msg)
+	}
+	var p payment
+	if err := json.Unmarshal(body, &p); err != nil || p.ID != id || p.Status == "" {
+		return nil, fmt.Errorf("Stripe's answer for %s is not that payment; nothing was recorded", id)
+	}
+	return &p, nil
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+)
+
+// cmdRun bills a period: every customer of the list once, under the
+// period's advisory lock (one runner per scope and period), with the
+// library's guarantees. Run it again after any stop: customers already
+// billed are skipped and pending ones resume with their own keys.
+func cmdRun(ctx context.Context, a *app, args []string) error {
+	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [flags]")
+	var b biller
+	b.register(f)
+	period := f.String("period", "", "billing period: a month (2026-09) or a day (2026-09-15); required")
+	file := f.String("customers", "-", "CSV of customer ID, amount in minor units, currency[, payment method]; or customer IDs alone with -amount and -currency; - reads standard input")
+	amount := f.Int64("amount", 0, "flat price of every customer, in the currency's smallest unit (2500 is $25.00), for a list of IDs alone")
+	currency := f.String("currency", "", "currency of -amount, three lowercase letters (usd)")
+	concurrency := f.Int("concurrency", billing.DefaultConcurrency, "customers charged at once")
+	asJSON := f.Bool("json", false, "print one JSON object on standard output; progress and warnings stay on standard error")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := required("period", *period); err != nil {
+		return err
+	}
+	if err := billing.ValidatePeriod(*period); err != nil {
+		return usageError("-period: %s", reason(err))
+	}
+	var fp *flat
+	switch {
+	case f.set("amount") != f.set("currency"):
+		return usageError("-amount and -currency go together: a flat price for a list of customer IDs")
+	case f.set("amount"):
+		fp = &flat{amount: *amount, currency: *currency}
+	}
+	if *concurrency <= 0 {
+		return usageError("-concurrency %d: want at least 1", *concurrency)
+	}
+
+	// The whole list is read and checked before anything else, so that a
+	// bad row stops the command before a database or Stripe is touched.
+	var in io.Reader = a.stdin
+	name := "standard input"
+	if *file != "-" {
+		fh, err := os.Open(*file)
+		if err != nil {
+			return usageError("cannot open the customers file: %v", errors.Unwrap(err))
+		}
+		defer fh.Close()
+		in, name = fh, *file
+	}
+	items, err := readCustomers(in, name, billing.API(b.api), fp)
+	if err != nil {
+		return usageError("%v; fix the input and run again; nothing was charged", err)
+	}
+
+	s, err := b.open(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	fmt.Fprintf(a.stderr, "billing %d customers for %s with the %s API, scope %q\n", len(items), *period, b.api, b.scope)
+	sum, err := s.biller.Run(ctx, *period, func(yield func(billing.Item, error) bool) {
+		for _, it := range items {
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}, &billing.RunOptions{
+		Concurrency: *concurrency,
+		Total:       len(items),
+		Progress:    newProgress(a.stderr, "billing").update,
+		Lock:        s.guard,
+	})
+	return report(a, "run", *period, sum, err, *asJSON)
+}
+
+// summaryJSON is a run's or a reconciliation's outcome in JSON.
+type summaryJSON struct {
+	// Status is complete, incomplete, stopped or lock_held.
+	Status         string    `json:"status"`
+	ExitCode       int       `json:"exit_code"`
+	Period         string    `json:"period,omitempty"`
+	Customers      int       `json:"customers"`
+	Created        int       `json:"created"`
+	AlreadyBilled  int       `json:"already_billed"`
+	Declined       int       `json:"declined"`
+	Processing     int       `json:"processing"`
+	FailedAfter    int       `json:"failed_after_settlement"`
+	Pending        int       `json:"pending"`
+	Invalid        int       `json:"invalid"`
+	ElapsedSeconds float64   `json:"elapsed_seconds"`
+	Error          *failure  `json:"error,omitempty"`
+	Failures       []failure `json:"failures"`
+	Next           string    `json:"next,omitempty"`
+}
+
+const maxListed = 10 // failures listed in the text output
+
+// report prints a run's or reconciliation's summary, on standard output,
+// and returns the error that gives the exit status.
+func report(a *app, what, period string, sum billing.Summary, runErr error, asJSON bool) error {
+	out := summaryJSON{Period: period, Customers: sum.Done, Created: sum.Created, AlreadyBilled: sum.AlreadyBilled,
+		Declined: sum.Declined, Processing: sum.Processing, FailedAfter: sum.DeclinedAfterProcessing,
+		Pending: sum.Pending, Invalid: sum.Invalid, ElapsedSeconds: sum.Elapsed.Seconds(), Failures: []failure{}}
+	for _, err := range sum.Failures {
+		out.Failures = append(out.Failures, failureOf(period, err))
+	}
+	var ret error
+	switch {
+	case errors.Is(runErr, billing.ErrRunHeldElsewhere):
+		out.Status, out.ExitCode = "lock_held", exitLockHeld
+		out.Next = "another runner holds the lock and is working now; nothing was done here. If no runner is alive, its lock went with its database connection: run again"
+		ret = &exitError{code: exitLockHeld, err: errReported}
+	case runErr != nil:
+		out.Status, out.ExitCode = "stopped", exitStopped
+		fe := failureOf(period, runErr)
+		out.Error = &fe
+		out.Next = "fix the cause above, then run the same command again: customers already billed are skipped, pending ones resume with their keys, and nobody is charged twice"
+		if billing.StopsRun(runErr) {
+			out.Next = "an answer that stops every run (a refused key or request, a spend cap): " + out.Next
+		}
+		ret = &exitError{code: exitStopped, err: errReported}
+	case !sum.Complete():
+		out.Status, out.ExitCode = "incomplete", exitIncomplete
+		out.Next = "see billonce status -period " + cmp.Or(period, "P") + "; pending customers resume with their keys on the next run; declined ones are billed again only by billonce rebill"
+		ret = errIncomplete
+	default:
+		out.Status = "complete"
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(out)
+	} else {
+		w := a.stdout
+		fmt.Fprintf(w, "%s: %d customers in %s: %s\n", what, sum.Done, sum.Elapsed.Round(10*time.Millisecond), out.Status)
+		fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  processing     %6d\n  failed after settlement %d\n  pending        %6d\n  invalid        %6d\n",
+			sum.Created, sum.AlreadyBilled, sum.Declined, sum.Processing, sum.DeclinedAfterProcessing, sum.Pending, sum.Invalid)
+		if len(out.Failures) > 0 {
+			fmt.Fprintln(w, "not billed:")
+			for _, fl := range out.Failures[:min(len(out.Failures), maxListed)] {
+				fmt.Fprintf(w, "  %s %s attempt %d: %s", fl.Customer, fl.Period, fl.Attempt, fl.Kind)
+				if fl.StripeCode != "" {
+					fmt.Fprintf(w, " (%s)", fl.StripeCode)
+				}
+				fmt.Fprintf(w, ": %s\n", fl.Message)
+			}
+			if n := len(out.Failures) - maxListed; n > 0 {
+				fmt.Fprintf(w, "  ... and %d more (billonce status -period %s)\n", n, cmp.Or(period, "P"))
+			}
+		}
+		if runErr != nil {
+			fmt.Fprintf(a.stderr, "billonce %s: %v\n", what, runErr)
+		}
+		if out.Next != "" {
+			fmt.Fprintf(a.stderr, "billonce %s: %s\n", what, out.Next)
+		}
+	}
+	return ret
+}

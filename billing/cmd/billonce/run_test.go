@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/lock"
+)
+
+const period = "2026-09"
+
+// customersFile writes a customers file for the test and returns its path.
+func customersFile(t *testing.T, rows string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "customers.csv")
+	if err := os.WriteFile(p, []byte(rows), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRunBillsEveryCustomerOnceAndAgainNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	file := customersFile(t, "customer,amount,currency\ncus_a,2500,usd\ncus_b,900,eur\ncus_c,4900,usd\n")
+	r := e.billonce("", "run", "-period", period, "-customers", file).want(t, exitOK)
+	if !strings.Contains(r.stdout, "created             3") || !strings.Contains(r.stderr, "100% 3/3") {
+		t.Errorf("summary or progress missing:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	for _, c := range []string{"cus_a", "cus_b", "cus_c"} {
+		billingtest.RequireChargedOnce(t, e.fake, c, period)
+	}
+	created := e.fake.Stats().Created
+	r = e.billonce("", "run", "-period", period, "-customers", file, "-json").want(t, exitOK)
+	s := decode[summaryJSON](t, r.stdout)
+	if s.Status != "complete" || s.AlreadyBilled != 3 || s.Created != 0 {
+		t.Errorf("second run: %+v, want complete with 3 already billed", s)
+	}
+	if got := e.fake.Stats().Created; got != created {
+		t.Errorf("second run created %d objects at Stripe, want 0", got-created)
+	}
+}
+
+func TestRunFlatPriceFromStandardInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	r := e.billonce("cus_x\ncus_y\n", "run", "-period", period, "-amount", "1200", "-currency", "usd", "-json").want(t, exitOK)
+	if s := decode[summaryJSON](t, r.stdout); s.Created != 2 {
+		t.Errorf("summary %+v, want 2 created", s)
+	}
+	for _, c := range []string{"cus_x", "cus_y"} {
+		billingtest.RequireChargedOnce(t, e.fake, c, period)
+	}
+	for _, p := range e.fake.Payments() {
+		if p.Amount != 1200 || p.Currency != "usd" {
+			t.Errorf("payment %s: %d %s, want 1200 usd", p.ID, p.Amount, p.Currency)
+		}
+	}
+}
+
+func TestRunWithDeclineExitsFourWithFailureObjects(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_b": "insufficient_funds"}})
+	r := e.billonce("cus_a,100,usd\ncus_b,200,usd\n", "run", "-period", period, "-json").want(t, exitIncomplete)
+	s := decode[summaryJSON](t, r.stdout)
+	if s.Status != "incomplete" || s.ExitCode != exitIncomplete || s.Created != 1 || s.Declined != 1 || len(s.Failures) != 1 {
+		t.Fatalf("summary %+v", s)
+	}
+	f := s.Failures[0]
+	if f.Customer != "cus_b" || f.Period != period || f.Key == "" || f.Attempt != 1 || f.Kind != "declined" ||
+		f.StripeCode != "card_declined" || f.DeclineCode != "insufficient_funds" {
+		t.Errorf("failure %+v", f)
+	}
+	if !strings.Contains(r.stdout, `"request_id"`) {
+		t.Errorf("failure object lacks request_id: %s", r.stdout)
+	}
+	billingtest.RequireChargedOnce(t, e.fake, "cus_a", period)
+	billingtest.RequireNotCharged(t, e.fake, "cus_b", period)
+}
+
+func TestRunStoppedByRefusedKeyExitsOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{APIKeys: []string{"sk_test_the_right_one"}})
+	r := e.billonce("cus_a,100,usd\ncus_b,200,usd\n", "run", "-period", period, "-json").want(t, exitStopped)
+	s := decode[summaryJSON](t, r.stdout)
+	if s.Status != "stopped" || s.Error == nil || s.Error.Kind != "stripe_auth" {
+		t.Errorf("summary %+v, error %+v: want stopped by stripe_auth", s, s.Error)
+	}
+	if strings.Contains(r.stdout+r.stderr, testKey) {
+		t.Errorf("the secret key was printed:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if n := e.fake.Stats().Paid; n != 0 {
+		t.Errorf("%d payments, want none", n)
+	}
+}
+
+func TestRunLockHeldElsewhereExitsThree(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	guard, err := lock.NewAdvisory(e.pool, lock.AdvisoryConfig{Namespace: "billonce"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The claim table must exist for the run to reach the lock.
+	e.billonce("", "migrate").want(t, exitOK)
+	l, err := guard.Lock(context.Background(), "billonce-run:billonce:"+period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	r := e.billonce("cus_a,100,usd\n", "run", "-period", period, "-json").want(t, exitLockHeld)
+	if s := decode[summaryJSON](t, r.stdout); s.Status != "lock_held" {
+		t.Errorf("summary %+v, want lock_held", s)
+	}
+	if n := e.fake.Stats().Requests; n != 0 {
+		t.Errorf("%d requests to Stripe, want none", n)
+	}
+}
+
+func TestRunBadInputChargesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	for _, c := range []struct{ in, want string }{
+		{"cus_a,100,usd\ncus_b,12.50,usd\n", "standard input:2: customer cus_b: amount \"12.50\""},
+		{"cus_a,100,usd\ncus_a,100,usd\n", "listed again"},
+		{"cus_a\n", "1 columns; want customer ID, amount"},
+	} {
+		r := e.billonce(c.in, "run", "-period", period).want(t, exitUsage)
+		if !strings.Contains(r.stderr, c.want) {
+			t.Errorf("input %q: stderr %q lacks %q", c.in, r.stderr, c.want)
+		}
+	}
+	if n := e.fake.Stats().Requests; n != 0 {
+		t.Errorf("%d requests to Stripe, want none", n)
+	}
+}

@@ -1,0 +1,72 @@
+// Package claimread holds the reads of the claim table that billonce's
+// operators' command needs and the library does not offer: the keys of a
+// period's claims and the events applied to a claim. Claims themselves are
+// read with claim.Store.Get, which owns the row's shape.
+package claimread
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier is what the reads need: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Keys returns the keys of the claims of period in table, of customer's
+// only when customer is not "", ordered by customer, attempt and creation.
+func Keys(ctx context.Context, db Querier, table, period, customer string) ([]string, error) {
+	q := "SELECT key FROM " + pgx.Identifier{table}.Sanitize() + " WHERE period = $1 AND ($2 = '' OR customer = $2) ORDER BY customer, attempt, created_at, key"
+	rows, err := db.Query(ctx, q, period, customer)
+	if err != nil {
+		return nil, fmt.Errorf("listing the claims of period %s: %w", period, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing the claims of period %s: %w", period, err)
+	}
+	return keys, nil
+}
+
+// An Event is a Stripe event recorded as applied to a claim.
+type Event struct {
+	ID         string    `json:"id"`
+	Type       string    `json:"type"`
+	StripeID   string    `json:"stripe_id"`
+	Created    time.Time `json:"created"`
+	Result     string    `json:"result"`
+	ReceivedAt time.Time `json:"received_at"`
+}
+
+// Events returns the events recorded for key in table's events table,
+// oldest first.
+func Events(ctx context.Context, db Querier, table, key string) ([]Event, error) {
+	q := "SELECT id, type, stripe_id, created, result, received_at FROM " + pgx.Identifier{table + "_events"}.Sanitize() +
+		" WHERE key = $1 ORDER BY created, received_at, id"
+	rows, err := db.Query(ctx, q, key)
+	if err != nil {
+		return nil, fmt.Errorf("listing the events of key %s: %w", key, err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := r.Scan(&e.ID, &e.Type, &e.StripeID, &e.Created, &e.Result, &e.ReceivedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the events of key %s: %w", key, err)
+	}
+	return evs, nil
+}
+
+// Now returns the database's clock, on which claims' leases and ages are
+// measured.
+func Now(ctx context.Context, db Querier) (time.Time, error) {
+	var t time.Time
+	err := db.QueryRow(ctx, "SELECT now()").Scan(&t)
+	return t, err
+}
