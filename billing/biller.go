@@ -32,8 +32,18 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
-// API chooses which Stripe API creates the money movement.
+// API chooses which Stripe API creates the money movement. The zero API
+// is Charges, the default.
 type API string
+
+// String returns "charges" or "payment_intents"; the zero API prints
+// "charges".
+func (a API) String() string {
+	if a == "" {
+		return string(Charges)
+	}
+	return string(a)
+}
 
 const (
 	// Charges creates a charge with POST /v1/charges against the customer's
@@ -220,6 +230,15 @@ type Event struct {
 	Kind     EventKind
 	Customer string
 	Period   string
+	// Key is the idempotency key of the claim the event concerns (every
+	// kind but EventNotApplied; empty for an outcome refused before a key
+	// was made).
+	Key string
+	// RequestID is Stripe's request id ("req_…") of the call an
+	// EventStripeCall reports (empty when no answer came), and of the
+	// answer that decided a failed EventOutcome (ChargeError.RequestID).
+	// It is not a secret.
+	RequestID string
 	// Attempt is the HTTP attempt number within one send, from 1
 	// (EventStripeCall).
 	Attempt int
@@ -247,7 +266,8 @@ type Event struct {
 	EventID string
 }
 
-// EventKind tells what an [Event] reports.
+// EventKind tells what an [Event] reports. The zero EventKind, "none",
+// is no event of billonce's (an Event built by hand).
 type EventKind int
 
 const (
@@ -275,8 +295,21 @@ const (
 	EventNotApplied
 )
 
+var eventKindNames = [...]string{"none", "stripe call", "outcome", "settled", "refunded", "disputed", "not applied"}
+
+// String returns the kind as words: "stripe call", "outcome", "settled",
+// "refunded", "disputed", "not applied", or "none" for the zero value.
+func (k EventKind) String() string {
+	if k >= 0 && int(k) < len(eventKindNames) {
+		return eventKindNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
 // Outcome tells how a charge came to be billed, in a [Receipt] and an
-// [Event]. [Progress] counts the same words.
+// [Event]. [Progress] counts the same words. The zero Outcome, "none", is
+// that of a charge that was not billed: the Receipt returned with an
+// error, the Event of a failed outcome.
 type Outcome int
 
 const (
@@ -294,8 +327,12 @@ const (
 	Reconciled
 )
 
+// String returns the outcome as words: "created", "replayed", "already
+// billed", "reconciled", or "none" for the zero value.
 func (o Outcome) String() string {
 	switch o {
+	case 0:
+		return "none"
 	case Created:
 		return "created"
 	case Replayed:

@@ -332,8 +332,15 @@ func (b *Biller) settle(ctx context.Context, j job, res claimResult) (Receipt, e
 // outcome reports a charge's outcome to Config.Observe.
 func (b *Biller) outcome(j job, start time.Time, r Receipt, err error) {
 	e := Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Duration: time.Since(start), Err: err}
-	if err == nil {
+	if !j.key.IsZero() {
+		e.Key = j.key.String()
+	}
+	var ce *ChargeError
+	switch {
+	case err == nil:
 		e.Outcome = r.Outcome
+	case errors.As(err, &ce):
+		e.RequestID = ce.RequestID
 	}
 	b.observe(e)
 }
@@ -438,6 +445,8 @@ type created struct {
 	id       string
 	status   string
 	replayed bool
+	// requestID is Stripe's id of the request that answered.
+	requestID string
 }
 
 // send calls Stripe under retry with the claim's key and records the
@@ -609,7 +618,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
 		var pi *stripe.PaymentIntent
 		if pi, err = b.intents.New(params); err == nil {
-			out = created{id: pi.ID, status: string(pi.Status), replayed: replayed(pi.LastResponse)}
+			out = created{id: pi.ID, status: string(pi.Status), replayed: replayed(pi.LastResponse), requestID: requestID(pi.LastResponse)}
 			if out.id == "" || out.status == "" {
 				err = notAPayment(pi.LastResponse)
 			}
@@ -623,13 +632,19 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
 		var ch *stripe.Charge
 		if ch, err = b.charges.New(params); err == nil {
-			out = created{id: ch.ID, status: string(ch.Status), replayed: replayed(ch.LastResponse)}
+			out = created{id: ch.ID, status: string(ch.Status), replayed: replayed(ch.LastResponse), requestID: requestID(ch.LastResponse)}
 			if out.id == "" || out.status == "" {
 				err = notAPayment(ch.LastResponse)
 			}
 		}
 	}
-	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Attempt: attempt, Duration: time.Since(start), Err: err})
+	rid := out.requestID
+	var se *stripe.Error
+	if errors.As(err, &se) {
+		rid = se.RequestID
+	}
+	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Key: key.String(), RequestID: rid,
+		Attempt: attempt, Duration: time.Since(start), Err: err})
 	if n := int(wrote.Load()); n > 0 {
 		return out, n, err
 	}
@@ -638,6 +653,13 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 
 func replayed(r *stripe.APIResponse) bool {
 	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
+}
+
+func requestID(r *stripe.APIResponse) string {
+	if r == nil {
+		return ""
+	}
+	return r.RequestID
 }
 
 // succeeded reports whether Stripe's answer is a money movement:
@@ -716,11 +738,11 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 		reason := "Stripe object " + out.id + " has status " + out.status
 		if err := recordErr(ctx, b.claims.Fail(ctx, j.key.String(), reason)); err != nil {
 			e := chargeErr(j, ErrNotRecorded, reason, err)
-			e.StripeID = out.id
+			e.StripeID, e.RequestID = out.id, out.requestID
 			return Receipt{}, e
 		}
 		e := chargeErr(j, ErrDeclined, reason, nil)
-		e.Code = out.status
+		e.Code, e.RequestID = out.status, out.requestID
 		return Receipt{}, e
 	}
 	// Record even if the caller gave up meanwhile: the charge exists.
@@ -745,7 +767,7 @@ func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (R
 	if err != nil {
 		if err := recordErr(ctx, b.settledByEvent(ctx, j, out, err)); err != nil {
 			e := chargeErr(j, ErrNotRecorded, "charged "+out.id, err)
-			e.StripeID = out.id
+			e.StripeID, e.RequestID = out.id, out.requestID
 			return Receipt{}, e
 		}
 	}
@@ -781,9 +803,9 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		}
 		reason += ": " + se.Msg
 		if ferr := recordErr(bg, b.claims.Fail(bg, key, reason)); ferr != nil {
-			return chargeErr(j, ErrNotRecorded, "declined ("+reason+")", ferr)
+			return declined(j, ErrNotRecorded, "declined ("+reason+")", ferr, se)
 		}
-		e := chargeErr(j, ErrDeclined, reason, nil)
+		e := declined(j, ErrDeclined, reason, nil, se)
 		e.Code, e.DeclineCode = string(se.Code), string(se.DeclineCode)
 		return e
 	}

@@ -36,8 +36,10 @@
 //
 // # What can go wrong, and what Charge returns
 //
-// Every error of a charge is a [*ChargeError]: the customer, period, key and
-// attempt, and in Err the kind, which errors.Is tells apart. Its
+// Every error of a charge is a [*ChargeError]: the customer, period, key,
+// attempt and Stripe's request id, and in Err the kind, which errors.Is
+// tells apart, and Stripe's own *stripe.Error whenever Stripe answered
+// with one (errors.As), declines included. Its
 // documentation has the table of kinds: what each leaves in the claim
 // table and what to do. Two rules explain most of it. Anything that may
 // have reached Stripe leaves the claim pending with its key, and the next

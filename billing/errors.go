@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe/stripe-go/v79"
+
 	"github.com/billonce/billonce/billing/spendcap"
 )
 
@@ -153,10 +155,13 @@ var (
 //
 // A price that contradicts the claim already made for the customer and
 // period is a [*claim.MismatchError] in Err (errors.As); nothing was sent.
-// Stripe's own answer, when there was one, is a *stripe.Error in Err
-// (errors.As). Claims the call made and whose key never executed at Stripe
-// are abandoned rather than left pending, so the next run claims them
-// afresh.
+// Stripe's own error answer, whenever this call got one, declines
+// included, is Stripe's *stripe.Error in Err (errors.As), with its
+// request id, param, doc URL and request log URL; RequestID repeats its
+// request id. An outcome read from the claim store (a decline recorded by
+// an earlier call) has no Stripe answer and no RequestID. Claims the call
+// made and whose key never executed at Stripe are abandoned rather than
+// left pending, so the next run claims them afresh.
 type ChargeError struct {
 	Customer, Period string
 	// Key is the idempotency key of the charge (empty when the input was
@@ -164,6 +169,13 @@ type ChargeError struct {
 	Key string
 	// Attempt is the billing attempt: 1 for Charge, 2 and up for Rebill.
 	Attempt int
+	// RequestID is Stripe's id ("req_…", the Request-Id header) of the
+	// answer that decided the error in this call: Stripe's error answer,
+	// or the payment it answered with (a declined status, or a charge
+	// whose recording failed). Quote it to Stripe support, or find it in
+	// the dashboard's request logs. Empty when no answer came (a network
+	// failure) or no call was made. It is not a secret.
+	RequestID string
 	// Err is the kind (see the table above) wrapping the cause.
 	Err error
 
@@ -189,21 +201,27 @@ func (e *ChargeError) Error() string {
 	if e.Err != nil {
 		what = strings.TrimPrefix(e.Err.Error(), "billing: ")
 	}
-	if e.Key == "" {
+	switch {
+	case e.Key == "":
 		return fmt.Sprintf("billing: customer %s, period %s: %s", e.Customer, e.Period, what)
+	case e.RequestID != "":
+		return fmt.Sprintf("billing: customer %s, period %s (key %s, attempt %d, request %s): %s", e.Customer, e.Period, e.Key, e.Attempt, e.RequestID, what)
 	}
 	return fmt.Sprintf("billing: customer %s, period %s (key %s, attempt %d): %s", e.Customer, e.Period, e.Key, e.Attempt, what)
 }
 
 func (e *ChargeError) Unwrap() error { return e.Err }
 
-// kindError is a ChargeError's Err: a kind sentinel, what happened, and the
-// cause. errors.Is matches the kind; errors.Is and errors.As look into the
-// cause.
+// kindError is a ChargeError's Err: a kind sentinel, what happened, the
+// cause, and Stripe's answer. errors.Is matches the kind; errors.Is and
+// errors.As look into the cause and the answer.
 type kindError struct {
 	kind  error
 	msg   string
 	cause error
+	// answer is Stripe's error answer when msg already says what it
+	// says (a decline): found by errors.As, not printed again.
+	answer *stripe.Error
 }
 
 func (e *kindError) Error() string {
@@ -218,10 +236,14 @@ func (e *kindError) Error() string {
 }
 
 func (e *kindError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{e.kind}
+	out := []error{e.kind}
+	if e.cause != nil {
+		out = append(out, e.cause)
 	}
-	return []error{e.kind, e.cause}
+	if e.answer != nil {
+		out = append(out, e.answer)
+	}
+	return out
 }
 
 // chargeErr is the *ChargeError of j: kind (nil for a cause that carries its
@@ -239,6 +261,20 @@ func chargeErr(j job, kind error, msg string, cause error) *ChargeError {
 	default:
 		e.Err = cause
 	}
+	var se *stripe.Error
+	if errors.As(e.Err, &se) {
+		e.RequestID = se.RequestID
+	}
+	return e
+}
+
+// declined is the *ChargeError of kind (ErrDeclined, or ErrNotRecorded
+// with cause) for Stripe's refusal se about this customer, which reason
+// describes: se is in its chain, though not printed twice.
+func declined(j job, kind error, reason string, cause error, se *stripe.Error) *ChargeError {
+	e := chargeErr(j, kind, reason, cause)
+	e.Err.(*kindError).answer = se
+	e.RequestID = se.RequestID
 	return e
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stripe/stripe-go/v79"
+
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
@@ -38,6 +40,10 @@ func ExampleChargeError() {
 			fmt.Printf("%q: invalid input, nothing sent\n", ce.Customer)
 		case errors.Is(err, billing.ErrDeclined):
 			fmt.Printf("%s: declined (%s); re-bill deliberately as attempt %d\n", ce.Customer, ce.DeclineCode, ce.Attempt+1)
+			var se *stripe.Error // Stripe's own answer, for its request id, param and doc URL
+			if errors.As(err, &se) {
+				fmt.Printf("Stripe answered %d %s in request %s\n", se.HTTPStatusCode, se.Code, ce.RequestID)
+			}
 			srv.Honor(customer) // the customer has a new card
 			r, err := biller.Rebill(ctx, customer, "2026-09", ce.Attempt+1, nil)
 			fmt.Println("rebill:", r.Outcome, r.Attempt, err)
@@ -46,6 +52,7 @@ func ExampleChargeError() {
 	// Output:
 	// "cus 1": invalid input, nothing sent
 	// cus_2: declined (insufficient_funds); re-bill deliberately as attempt 2
+	// Stripe answered 402 card_declined in request req_00000000000001
 	// rebill: created 2 <nil>
 }
 

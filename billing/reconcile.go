@@ -43,11 +43,17 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]created, error) {
 		return b.search(ctx, key)
 	})
+	var se *stripe.Error
 	needs := func(reason string) (Receipt, error) {
 		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
-		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago: %s", c.Age.Round(time.Minute), reason), nil)
+		e := chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago: %s", c.Age.Round(time.Minute), reason), nil)
+		if se != nil {
+			// Stripe's answer to the search, in the chain but not a cause
+			// of another kind: a refusal by a proxy stays what it was.
+			e.Err.(*kindError).answer, e.RequestID = se, se.RequestID
+		}
+		return Receipt{}, e
 	}
-	var se *stripe.Error
 	if err != nil && errors.As(err, &se) && !outcomeUnknown(err) && se.HTTPStatusCode != 402 {
 		// Stripe refused the search itself (a wrong URL or key, a
 		// restricted key without search): no claim can be settled this

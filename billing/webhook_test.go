@@ -198,6 +198,9 @@ func TestWebhookEveryEventType(t *testing.T) {
 			var kinds []string
 			for _, e := range h.observed() {
 				kinds = append(kinds, fmt.Sprintf("%d:%s:%s", e.Kind, e.Customer, e.State))
+				if e.Key != h.key(e.Customer) {
+					t.Errorf("%v event for %s has key %q; want the claim's %q", e.Kind, e.Customer, e.Key, h.key(e.Customer))
+				}
 				var fe *billing.ChargeError
 				if e.Kind == billing.EventSettled && e.State == "failed" && (!errors.As(e.Err, &fe) || !errors.Is(e.Err, billing.ErrDeclined) || !fe.AfterProcessing || fe.Code != "insufficient_funds") {
 					t.Errorf("failure event = %+v", e)
