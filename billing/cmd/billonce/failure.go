@@ -67,7 +67,7 @@ func failureOf(period string, err error) failure {
 	var ce *billing.ChargeError
 	if errors.As(err, &ce) {
 		f.Customer, f.Period, f.Key, f.Attempt = ce.Customer, ce.Period, ce.Key, ce.Attempt
-		f.StripeCode, f.DeclineCode, f.StripeID = ce.Code, ce.DeclineCode, ce.StripeID
+		f.StripeCode, f.DeclineCode, f.StripeID, f.RequestID = ce.Code, ce.DeclineCode, ce.StripeID, ce.RequestID
 		if !ce.Until.IsZero() {
 			u := ce.Until.UTC()
 			f.Until = &u

@@ -75,8 +75,8 @@ func TestRunWithDeclineExitsFourWithFailureObjects(t *testing.T) {
 		f.StripeCode != "card_declined" || f.DeclineCode != "insufficient_funds" {
 		t.Errorf("failure %+v", f)
 	}
-	if !strings.Contains(r.stdout, `"request_id"`) {
-		t.Errorf("failure object lacks request_id: %s", r.stdout)
+	if !strings.HasPrefix(f.RequestID, "req_") {
+		t.Errorf("failure %+v: want Stripe's request id of the decline", f)
 	}
 	billingtest.RequireChargedOnce(t, e.fake, "cus_a", period)
 	billingtest.RequireNotCharged(t, e.fake, "cus_b", period)
