@@ -478,6 +478,7 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		if j.reopened {
 			// A window just reopened closed again: retries outlasted it.
 			b.release(context.WithoutCancel(ctx), j, err)
+			b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation: the key's window closed twice in one call; the next run searches again", attrs(j)...)
 			return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run searches again", c.Age.Round(time.Minute)), nil)
 		}
 		return b.reconcile(ctx, j, c)
