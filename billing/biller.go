@@ -177,6 +177,25 @@ type Config struct {
 	// Retry is the policy around each Stripe call. Its Classify defaults to
 	// [Classify]; the other fields take retry's defaults.
 	Retry retry.Policy
+	// UnreachableAttempts and UnreachableAfter say when Stripe is
+	// unreachable, which stops a Run, and every call under way, with
+	// [ErrStripeUnreachable] instead of retrying: when this many attempts
+	// to create a payment in a row, across all the Biller's calls, got no
+	// HTTP answer (a transport error: connection refused, DNS or TLS
+	// failure, timeout, connection reset), or when such attempts, two at
+	// least, have gone on for UnreachableAfter since the first of them
+	// started. Any HTTP answer, a 5xx or a 429 included, starts the count
+	// again, so a Stripe that answers slowly or with errors is retried as
+	// Retry says. UnreachableAttempts defaults to 32 (four rounds of a
+	// default Run's workers: a Run against a refused port stops in about
+	// two seconds, a blip of a second or two is ridden out);
+	// UnreachableAfter defaults to 10 seconds (a single Charge against a
+	// refused port gives up after about ten seconds rather than its whole
+	// retry policy, and after two attempt timeouts against an address that
+	// never answers). A negative value turns that rule off; both negative,
+	// only Retry limits the attempts.
+	UnreachableAttempts int
+	UnreachableAfter    time.Duration
 	// WindowMargin is the deadline of a key: once this much
 	// time has passed on the database clock since the key was first sent
 	// (since its claim was made), no request carries it again until
@@ -196,8 +215,13 @@ type Config struct {
 	// share a configured Owner still see each other's claims as in
 	// progress. Defaults to host-pid; at most 200 bytes.
 	Owner string
-	// Logger receives retries, takeovers and reconciliations. Nil discards;
-	// a Logger without a handler (&slog.Logger{}) is refused.
+	// Logger receives retries, takeovers and reconciliations. Nil sends
+	// warnings and errors (a stopped run, a claim that needs
+	// reconciliation, a key sent elsewhere, a payment that failed after
+	// processing) to slog.Default, as it is when each line is logged, and
+	// drops the rest; to discard everything, set
+	// slog.New(slog.DiscardHandler). A Logger without a handler
+	// (&slog.Logger{}) is refused.
 	Logger *slog.Logger
 	// Observe, when set, is called after each attempt to create a charge at
 	// Stripe (EventStripeCall) and once per outcome of a charge that got as
@@ -385,6 +409,8 @@ type biller struct {
 	// newOwner.
 	instance string
 	seq      *atomic.Uint64
+	// reach tells whether Stripe answers at all (see ErrStripeUnreachable).
+	reach *reach
 	// endpoint and credential say where this Biller's keys go, recorded on
 	// every claim it makes.
 	endpoint, credential string
@@ -406,8 +432,9 @@ func New(cfg Config) (*Biller, error) {
 		b.searches = rate.NewLimiter(searchRateLimit, 1)
 	}
 	if b.log == nil {
-		b.log = slog.New(slog.DiscardHandler)
+		b.log = slog.New(defaultHandler{})
 	}
+	b.reach = newReach(&cfg)
 	b.endpoint, b.credential = string(cfg.API), fingerprint(cmp.Or(cfg.Credential, cfg.SecretKey))
 	var nonce [4]byte
 	rand.Read(nonce[:])
@@ -455,7 +482,7 @@ func (cfg Config) validate() error {
 	case cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil && nilness.Is(cfg.HTTPClient.Transport):
 		return invalid("Config.HTTPClient.Transport is a nil %T: set a transport, or leave Transport nil for the default", cfg.HTTPClient.Transport)
 	case cfg.Logger != nil && cfg.Logger.Handler() == nil:
-		return invalid("Config.Logger has no handler: build it with slog.New, or leave Logger nil to discard")
+		return invalid("Config.Logger has no handler: build it with slog.New, or leave Logger nil for warnings and errors on slog.Default")
 	case cfg.API != Charges && cfg.API != PaymentIntents:
 		return invalid("Config.API %q: use billing.Charges or billing.PaymentIntents", cfg.API)
 	}

@@ -459,15 +459,27 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	stop := b.renewWhileSending(ctx, j, c)
 	attempt := 0        // retry.Do runs attempts one after the other
 	mayHaveRun := false // whether any attempt may have executed at Stripe
-	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (created, error) {
+	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (created, error) {
 		attempt++
-		out, writes, err := b.create(ctx, j, key, attempt)
+		start := time.Now()
+		out, w, err := b.create(actx, j, key, attempt)
 		// One write refused before execution ran nothing. Several writes
 		// in one attempt (net/http resends a request with an
 		// Idempotency-Key by itself when a reused connection closes, and
 		// a caller's transport may retry) leave the earlier ones unknown;
 		// so does a transport whose writes cannot be seen (-1).
-		mayHaveRun = mayHaveRun || writes != 0 && (writes != 1 || !refusedBeforeExecution(err))
+		mayHaveRun = mayHaveRun || w.writes != 0 && (w.writes != 1 || !refusedBeforeExecution(err))
+		// Whether Stripe answers at all, counted across the Biller's
+		// calls; a stopped call's attempt says nothing about Stripe.
+		switch {
+		case !w.called || ctx.Err() != nil:
+		case w.answered:
+			b.reach.answered()
+		case err != nil:
+			if uerr := b.reach.missed(start, err); uerr != nil {
+				err = uerr
+			}
+		}
 		return out, err
 	})
 	j.won = j.won && !mayHaveRun
@@ -482,6 +494,7 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		if j.reopened {
 			// A window just reopened closed again: retries outlasted it.
 			b.release(context.WithoutCancel(ctx), j, err)
+			b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation: the key's window closed twice in one call; the next run searches again", attrs(j)...)
 			return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run searches again", c.Age.Round(time.Minute)), nil)
 		}
 		return b.reconcile(ctx, j, c)
@@ -561,15 +574,24 @@ func outcomeUnknown(err error) bool {
 	return true
 }
 
+// wire is what one attempt did on the network.
+type wire struct {
+	// writes counts the requests written: 0 when nothing was sent (the
+	// attempt never left, or net/http never got a connection for it), -1
+	// when it cannot be told (a transport not built on net/http, or one
+	// that got a connection and wrote nothing that it reported).
+	writes int
+	// called is set when the request was handed to the HTTP client.
+	called bool
+	// answered is set when an HTTP answer came back, whatever its status.
+	answered bool
+}
+
 // create makes one HTTP attempt. It never makes a key: it sends the one it
 // is given, in the header and in the metadata.
-//
-// writes counts the requests written to the network: 0 when nothing was
-// sent, -1 when the call was made through a transport that reports no
-// writes (one not built on net/http).
-func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (_ created, writes int, _ error) {
+func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (_ created, _ wire, _ error) {
 	if err := b.limiter.Wait(ctx); err != nil {
-		return created{}, 0, err
+		return created{}, wire{}, err
 	}
 	// The last check before the key leaves: the deadline, on the database
 	// clock, after any wait.
@@ -587,7 +609,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		err = b.claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin)
 	}
 	if err != nil {
-		return created{}, 0, err
+		return created{}, wire{}, err
 	}
 	if j.caller != nil {
 		var cancel context.CancelFunc
@@ -599,8 +621,17 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		defer cancel()
 		defer context.AfterFunc(j.caller, cancel)()
 	}
+	// A request is written only on a connection net/http got for it
+	// (GotConn comes before any write, in the caller's goroutine): one
+	// that asked for a connection (GetConn) and got none was never sent.
 	var wrote atomic.Int32
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Add(1) }})
+	var asked, connected, answered atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn:              func(string) { asked.Store(true) },
+		GotConn:              func(httptrace.GotConnInfo) { connected.Store(true) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Add(1) },
+		GotFirstResponseByte: func() { answered.Store(true) },
+	})
 	ctx = idemkey.WithKey(ctx, key)
 	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
 	start := time.Now()
@@ -645,10 +676,18 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	}
 	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Key: key.String(), RequestID: rid,
 		Attempt: attempt, Duration: time.Since(start), Err: err})
-	if n := int(wrote.Load()); n > 0 {
-		return out, n, err
+	w := wire{writes: int(wrote.Load()), called: true, answered: err == nil || answered.Load() || httpAnswer(err)}
+	if w.writes == 0 && (!asked.Load() || connected.Load()) {
+		w.writes = -1
 	}
-	return out, -1, err
+	return out, w, err
+}
+
+// httpAnswer reports whether err comes from an HTTP answer: Stripe's error,
+// any other status put in its shape, or a spend-cap proxy's refusal.
+func httpAnswer(err error) bool {
+	var se *stripe.Error
+	return proxyRefused(err) || errors.As(err, &se) && se.HTTPStatusCode != 0
 }
 
 func replayed(r *stripe.APIResponse) bool {
@@ -921,7 +960,8 @@ func (b *Biller) policyFor(ctx context.Context, j job) retry.Policy {
 	p := b.policy
 	classify := p.Classify
 	p.Classify = func(err error) retry.Decision {
-		if errors.Is(err, claimengine.ErrWindowClosed) || errors.Is(err, claimengine.ErrLeaseLost) {
+		if errors.Is(err, claimengine.ErrWindowClosed) || errors.Is(err, claimengine.ErrLeaseLost) ||
+			errors.Is(err, ErrStripeUnreachable) {
 			return retry.Stop()
 		}
 		return classify(err)

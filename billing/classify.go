@@ -45,6 +45,10 @@ const (
 //	spend cap, vault key revoked, endpoint   stop (and a Run stops: see spendcap.ErrSpendCapReached)
 //	anything else                            retry.DefaultClassify
 //
+// A Biller stops retrying network errors, whatever Classify says, once
+// Stripe has not answered at all for a while across its calls: see
+// [ErrStripeUnreachable].
+//
 // A Biller's client puts an error answer that is not Stripe's (no Stripe
 // Request-Id, a body that is not a Stripe error, such as a web server's or a
 // load balancer's own page) in Stripe's error shape with its status, so the

@@ -50,7 +50,13 @@
 // the customer ([ErrDeclined], terminal for the key: billing again is a
 // person's [Biller.Rebill]); a refusal that no customer's request could
 // get past (a wrong Config.StripeURL, a revoked key, a spend cap) decides
-// nobody and stops a Run ([StopsRun]).
+// nobody and stops a Run ([StopsRun]), and so does a Stripe that gives no
+// HTTP answer at all for a while ([ErrStripeUnreachable]).
+//
+// With no Config.Logger, warnings and errors (a stopped run, a claim that
+// needs reconciliation, a key sent elsewhere, a payment that failed after
+// processing) go to slog.Default, as River's do; retries and other
+// information stay quiet.
 //
 // A Run over [claim.Postgres] makes its workers' checks and records their
 // charges many per database round trip: a charge is recorded a few

@@ -52,6 +52,18 @@ var (
 	// fixed. errors.As finds the *stripe.Error in the chain. See [Classify]
 	// for the table.
 	ErrStripeRequest = errors.New("billing: Stripe refused the request")
+	// ErrStripeUnreachable is returned when attempts to create a payment,
+	// across all of a Biller's calls, get no HTTP answer at all from
+	// Config.StripeURL (or the spend-cap proxy): connection refused, DNS
+	// or TLS failure, timeout, connection reset, any transport error. It
+	// takes Config.UnreachableAttempts such attempts in a row, or
+	// Config.UnreachableAfter of them; any HTTP answer, a 5xx included,
+	// starts the count again, and a 5xx storm is retried as before. A
+	// claim whose request may have been written stays pending with its
+	// key (its outcome is unknown, and the next run resumes it); one whose
+	// request never reached a connection is abandoned. errors.As finds the
+	// last transport error in the chain.
+	ErrStripeUnreachable = errors.New("billing: Stripe unreachable")
 )
 
 // proxyRefused reports whether err is a spend-cap proxy's refusal: the
@@ -62,12 +74,14 @@ func proxyRefused(err error) bool {
 }
 
 // StopsRun reports whether err is an answer that stops a whole billing run
-// ([ErrStripeAuth], [ErrStripeRequest] or a spend-cap proxy's refusal): no
-// customer's charge can get past it until the configuration is fixed, so a
-// caller that bills customers one by one (a job queue, its own loop) stops
-// too, rather than trying the next customer.
+// ([ErrStripeAuth], [ErrStripeRequest], [ErrStripeUnreachable] or a
+// spend-cap proxy's refusal): no customer's charge can get past it until
+// the configuration (or the network) is fixed, so a caller that bills
+// customers one by one (a job queue, its own loop) stops too, rather than
+// trying the next customer.
 func StopsRun(err error) bool {
-	return proxyRefused(err) || errors.Is(err, ErrStripeAuth) || errors.Is(err, ErrStripeRequest)
+	return proxyRefused(err) || errors.Is(err, ErrStripeAuth) || errors.Is(err, ErrStripeRequest) ||
+		errors.Is(err, ErrStripeUnreachable)
 }
 
 // The kinds of [*ChargeError]. Test for them with errors.Is; what to do
@@ -145,6 +159,8 @@ var (
 //	ErrSentElsewhere         pending    finish with the Biller that sent it, or wait until Until
 //	ErrStripeAuth            deleted    fix the API key (the run stopped)
 //	ErrStripeRequest         deleted    fix the configuration (the run stopped)
+//	ErrStripeUnreachable     pending    fix the network or StripeURL (the run stopped);
+//	                         or deleted the next run resumes the pending ones
 //	spendcap.ErrSpendCapReached, spendcap.ErrVaultKeyRevoked, spendcap.ErrEndpointNotAllowed:
 //	                         deleted    see the spend-cap proxy (the run stopped)
 //

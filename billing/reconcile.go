@@ -46,6 +46,8 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 	var se *stripe.Error
 	needs := func(reason string) (Receipt, error) {
 		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
+		b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation: Stripe's search could not settle it, so nothing was sent; look its key up in Stripe",
+			attrs(j, "reason", reason, "age", c.Age.Round(time.Minute))...)
 		e := chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago: %s", c.Age.Round(time.Minute), reason), nil)
 		if se != nil {
 			// Stripe's answer to the search, in the chain but not a cause
@@ -116,6 +118,8 @@ func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, 
 		e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("it was sent to %s with credential %s, this Biller sends to %s with credential %s; nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by searching Stripe first",
 			orUnknown(c.Endpoint), orUnknown(c.Credential), b.endpoint, b.credential, searchIn.Round(time.Minute)), nil)
 		e.Until = time.Now().Add(searchIn)
+		b.log.LogAttrs(ctx, slogWarn, "billonce: key was sent with another endpoint or credential; nothing was sent",
+			attrs(j, "endpoint", orUnknown(c.Endpoint), "credential", orUnknown(c.Credential), "searchable_in", searchIn.Round(time.Minute))...)
 		return e
 	})
 }

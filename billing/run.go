@@ -145,7 +145,9 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled+s.
 // Summary.Failures. Run stops early, returning an error that wraps the
 // cause, on an answer that will not get better (a spend-cap
 // proxy's refusal such as spendcap.ErrSpendCapReached, ErrStripeAuth,
-// ErrStripeRequest), when ctx is done, or when items yields an error.
+// ErrStripeRequest), when Stripe does not answer at all
+// (ErrStripeUnreachable, see Config.UnreachableAttempts), when ctx is
+// done, or when items yields an error.
 // Customers this run claimed but never got executed at Stripe are
 // abandoned, to be claimed afresh by the next run; claims it resumed stay
 // pending, to be resumed with the same keys. Once ctx is done, the charges
@@ -518,7 +520,8 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 		if StopsRun(err) && r.stopErr == nil {
 			r.stopErr = err
 			r.cancel()
-			r.b.log.Error("billonce: stopping the run", "period", j.period, "customer", j.customer, "error", err)
+			r.b.log.Error("billonce: stopping the run", "period", j.period, "customer", j.customer,
+				"done", r.sum.Done, "elapsed", time.Since(r.start).Round(time.Millisecond).String(), "error", err)
 		}
 	}
 	if r.o.Progress != nil {

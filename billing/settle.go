@@ -244,7 +244,7 @@ func (b *Biller) pruneEvents(ctx context.Context) error {
 	n, err := b.claims.PruneEvents(ctx, b.cfg.EventRetention)
 	if n > 0 {
 		b.log.LogAttrs(ctx, slogInfo, "billonce: pruned the records of old webhook events",
-			slog.Int("pruned", n), slog.Duration("older_than", b.cfg.EventRetention))
+			slog.Int("pruned", n), duration("older_than", b.cfg.EventRetention))
 	}
 	if err != nil {
 		return fmt.Errorf("billing: pruning webhook event records older than %v (%d deleted): %w", b.cfg.EventRetention, n, err)

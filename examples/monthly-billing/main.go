@@ -5,7 +5,9 @@
 //
 // With no flags it is a self-contained demo: an in-process fake Stripe and a
 // throwaway PostgreSQL, 1,000 demo customers, the run, then the same run
-// again to show that it creates nothing new.
+// again to show that it creates nothing new. Given a Stripe key,
+// -stripe-url or a spend-cap proxy it needs a database (-database-url or
+// DATABASE_URL): a throwaway one would forget who was billed.
 //
 //	go run ./examples/monthly-billing
 //	go run ./examples/monthly-billing -database-url postgres://... -stripe-key sk_test_... -customers-file customers.csv
@@ -42,7 +44,7 @@ import (
 const (
 	exitOK         = 0 // every customer is billed or was already billed
 	exitIncomplete = 1 // some customers are not billed (declined, pending, invalid) or the run stopped
-	exitInput      = 2 // bad flags or input, or no database: nothing was charged
+	exitInput      = 2 // bad flags or input, or no database given or reachable: nothing was charged
 	exitLockHeld   = 3 // another runner holds the lock for the period: nothing was charged by this one
 )
 
@@ -92,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	// Defaults that come from the environment are applied after parsing, so
 	// that -h never prints a secret.
-	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL, else a throwaway cluster)")
+	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL; required with a Stripe key, -stripe-url or a proxy; the demo alone starts a throwaway cluster)")
 	fs.StringVar(&o.stripeKey, "stripe-key", "", "Stripe secret or restricted key (default $STRIPE_SECRET_KEY; with neither this nor -stripe-url, an in-process fake Stripe)")
 	fs.StringVar(&o.stripeURL, "stripe-url", "", "Stripe API base URL, for a proxy or a Stripe-compatible server (default "+billing.DefaultStripeURL+" when -stripe-key is set)")
 	fs.StringVar(&o.vaultProxyURL, "vault-proxy-url", "", "base URL of a spend-cap proxy that holds the Stripe secret (default $VAULT_PROXY_URL); needs -vault-key, replaces -stripe-key and -stripe-url")
@@ -146,6 +148,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return o, errors.New(vaultFlags.Replace(reason(err)))
 		}
 		o.proxyClient = hc
+	}
+	// The claims are what keep a customer from being billed twice: a
+	// throwaway database forgets them when the program exits, so the next
+	// run would bill everyone again. Only the demo, whose fake Stripe goes
+	// with it, may use one.
+	if !o.demo() && o.databaseURL == "" {
+		return o, errors.New("a Stripe key, -stripe-url or a spend-cap proxy is given but no database: pass -database-url or set DATABASE_URL to the PostgreSQL that keeps the claims (a throwaway database is for the demo alone, with no Stripe credentials: the next run would bill everyone again)")
 	}
 	return o, nil
 }

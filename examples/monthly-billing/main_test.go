@@ -670,3 +670,37 @@ func TestDemoBankDebitsSettleThroughTheWebhook(t *testing.T) {
 		t.Errorf("the webhook secret was printed:\n%s", r.stderr)
 	}
 }
+
+// A Stripe key, a Stripe URL or a spend-cap proxy without a database is a
+// usage error, run as a process: a throwaway database would forget the
+// claims, and the next run would bill everyone again. Nothing is sent.
+// With no credentials at all the demo still starts its own (see
+// TestNoFlagsStartsItsOwnDatabaseAndFake). The environment's defaults
+// fill the same settings as the flags (TestMain clears them, for every
+// process the tests start).
+func TestCredentialsWithoutADatabaseAreAUsageError(t *testing.T) {
+	srv := fakeStripe(t, billingtest.Config{})
+	for _, args := range [][]string{
+		{"-stripe-key", "sk_test_x", "-customers", "5"},
+		{"-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers", "5"},
+		{"-vault-proxy-url", srv.URL, "-vault-key", "vk_x", "-customers", "5"},
+	} {
+		cmd := helper(args...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if cmd.ProcessState != nil {
+			code = cmd.ProcessState.ExitCode()
+		}
+		if code != exitInput || !strings.Contains(errb.String(), "no database: pass -database-url or set DATABASE_URL") {
+			t.Errorf("%q: exit %d (%v); want %d and what to set\nstdout:\n%s\nstderr:\n%s", args, code, err, exitInput, out.String(), errb.String())
+		}
+		if strings.Contains(out.String()+errb.String(), "throwaway PostgreSQL") {
+			t.Errorf("%q: started a throwaway database", args)
+		}
+	}
+	if n := srv.Stats().Requests; n != 0 {
+		t.Errorf("the fake saw %d requests; want 0", n)
+	}
+}

@@ -189,6 +189,10 @@ func (r *reporter) stopAdvice(err error) string {
 		return "Stripe (or the spend-cap proxy) refused the request itself, for any customer: check -vault-proxy-url, and the mode and API version of the Stripe secret the proxy holds, then run again"
 	case errors.Is(err, billing.ErrStripeRequest):
 		return "Stripe refused the request itself, for any customer: check -stripe-url, the key's mode (test or live) and the API version, then run again"
+	case errors.Is(err, billing.ErrStripeUnreachable) && r.o.vault():
+		return "the spend-cap proxy gave no answer at all (connection refused, DNS, TLS or timeouts): check -vault-proxy-url and the network, then run the same command again; customers whose request may have left are pending and resumed with their keys"
+	case errors.Is(err, billing.ErrStripeUnreachable):
+		return "Stripe gave no answer at all (connection refused, DNS, TLS or timeouts): check -stripe-url and the network, then run the same command again; customers whose request may have left are pending and resumed with their keys"
 	case errors.Is(err, spendcap.ErrSpendCapReached):
 		return "the spend cap of the vault key is reached, so the proxy sent nothing more to Stripe. " +
 			"Check that the amounts charged so far are what you expect; then raise the cap (or issue a new vault key) and run the same command again"

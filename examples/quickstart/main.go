@@ -5,7 +5,11 @@
 //	DATABASE_URL=postgres://… STRIPE_SECRET_KEY=sk_… go run ./examples/quickstart 2026-09 < customers.txt
 //
 // Customers are read from standard input, one ID per line; each owes $25.00.
-// STRIPE_URL points it at another Stripe (the fake, in its test). Exit
+// STRIPE_URL points it at another Stripe (the fake, in its test). With no
+// Logger in the Config, warnings and errors (a stopped run, a claim that
+// needs reconciliation) go to the process's slog default. A Stripe that
+// gives no answer at all (a refused port, DNS, timeouts) stops the run
+// within seconds, with billing.ErrStripeUnreachable. Exit
 // status: 0 when every customer is billed; 1 when the run could not start
 // or stopped; 2 when some customers are not billed (declined, pending,
 // invalid: run again, nobody is charged twice); 3 when another replica

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -33,6 +35,12 @@ const period = "2026-09"
 // sample customers on standard input, and returns its exit status and log.
 func quickstart(t *testing.T, dbURL string, srv *billingtest.Server) (int, string) {
 	t.Helper()
+	return quickstartAt(t, dbURL, srv.URL)
+}
+
+// quickstartAt is quickstart against the Stripe at stripeURL.
+func quickstartAt(t *testing.T, dbURL, stripeURL string) (int, string) {
+	t.Helper()
 	in, err := os.Open("../../testdata/customers.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +48,7 @@ func quickstart(t *testing.T, dbURL string, srv *billingtest.Server) (int, strin
 	defer in.Close()
 	cmd := exec.Command(os.Args[0], period)
 	cmd.Env = append(os.Environ(), "QUICKSTART_MAIN=1", "DATABASE_URL="+dbURL,
-		"STRIPE_URL="+srv.URL, "STRIPE_SECRET_KEY=sk_test_quickstart")
+		"STRIPE_URL="+stripeURL, "STRIPE_SECRET_KEY=sk_test_quickstart")
 	var out bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, &out, &out
 	err = cmd.Run()
@@ -126,6 +134,39 @@ func TestQuickstartDeclined(t *testing.T) {
 		}
 		if n := srv.CountPeriod(id, period); n != want {
 			t.Fatalf("%s charged %d times at the fake; want %d", id, n, want)
+		}
+	}
+}
+
+// Against an address that refuses every connection the program stops,
+// exits 1 and says why on its own (the Biller's default logger writes the
+// stopped run to slog.Default), instead of retrying customer after
+// customer. The run after it, against a Stripe that answers, bills
+// everyone once: nothing was sent, so nothing was left pending.
+func TestQuickstartStripeUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + l.Addr().String()
+	l.Close()
+	dbURL := pgtest.URL(t)
+
+	start := time.Now()
+	code, log := quickstartAt(t, dbURL, refused)
+	t.Logf("against a refused port: exit %d after %v", code, time.Since(start).Round(time.Millisecond))
+	if code != 1 || !strings.Contains(log, "Stripe unreachable") || !strings.Contains(log, "billonce: stopping the run") {
+		t.Fatalf("exit %d; want 1, the stop logged and the error saying Stripe is unreachable\n%s", code, log)
+	}
+
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	if code, log := quickstart(t, dbURL, srv); code != 0 {
+		t.Fatalf("the next run: exit %d; want 0\n%s", code, log)
+	}
+	for _, id := range sampleCustomers(t) {
+		if n := srv.CountPeriod(id, period); n != 1 {
+			t.Errorf("%s charged %d times at the fake; want 1", id, n)
 		}
 	}
 }
