@@ -7,3 +7,6 @@ const (
 	MaxParts      = maxParts
 	MaxKeyBytes   = maxKeyBytes
 )
+
+// Header is the key's header name, for the tests of package idemkey_test.
+const Header = header

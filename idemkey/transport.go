@@ -8,12 +8,13 @@ import (
 	"github.com/billonce/billonce/internal/redact"
 )
 
-// Header is the name of the HTTP header that carries the key.
-const Header = "Idempotency-Key"
+// header is the name of the HTTP header that carries the key.
+const header = "Idempotency-Key"
 
-// Transport is an [http.RoundTripper] that sets the [Header] of every POST
-// and PATCH request (the methods HTTP does not define as idempotent) to the
-// key the request's context carries (see [WithKey]). It never makes a key:
+// Transport is an [http.RoundTripper] that sets the Idempotency-Key header
+// of every POST and PATCH request (the methods HTTP does not define as
+// idempotent) to the key the request's context carries (see [WithKey]). It
+// never makes a key:
 //
 //   - a POST or PATCH whose context carries no key is refused with
 //     *[MissingKeyError];
@@ -52,7 +53,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// Look at every spelling of the header name: a non-canonical map entry
 	// would still be sent.
 	for name, values := range req.Header {
-		if !strings.EqualFold(name, Header) {
+		if !strings.EqualFold(name, header) {
 			continue
 		}
 		for _, v := range values {
@@ -68,11 +69,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r2.Header = make(http.Header)
 	}
 	for name := range r2.Header {
-		if strings.EqualFold(name, Header) {
+		if strings.EqualFold(name, header) {
 			delete(r2.Header, name)
 		}
 	}
-	r2.Header[Header] = []string{key.s}
+	r2.Header[header] = []string{key.s}
 	return base.RoundTrip(r2)
 }
 

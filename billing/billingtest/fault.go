@@ -8,15 +8,15 @@ import (
 	"time"
 )
 
-// FaultKind names a failure the server produces on purpose. The zero value,
-// FaultNone, means the request is served normally.
+// FaultKind names a failure the server produces on purpose. The zero value
+// means the request is served normally.
 type FaultKind string
 
 // The faults the server can inject. "Commit" means the object is created, the
 // ledger counts it and, for a request with an Idempotency-Key, the response is
 // stored for replay.
 const (
-	FaultNone FaultKind = ""
+	faultNone FaultKind = ""
 
 	// FaultDrop commits, then closes the connection without writing a
 	// single byte. On a reused keep-alive connection net/http resends a POST
@@ -76,7 +76,7 @@ var faultKinds = []FaultKind{
 }
 
 func (k FaultKind) valid() bool {
-	if k == FaultNone {
+	if k == faultNone {
 		return true
 	}
 	for _, v := range faultKinds {
@@ -209,7 +209,7 @@ func newRateTable(seed int64, rates map[FaultKind]float64) (rateTable, error) {
 	for _, ks := range keys {
 		k := FaultKind(ks)
 		p := rates[k]
-		if k == FaultNone || !k.valid() {
+		if k == faultNone || !k.valid() {
 			return rateTable{}, fmt.Errorf("billingtest: unknown fault kind %q in rates; use one of %v", k, faultKinds)
 		}
 		if math.IsNaN(p) || p < 0 || p > 1 {
@@ -233,7 +233,7 @@ func newRateTable(seed int64, rates map[FaultKind]float64) (rateTable, error) {
 // requests interleave.
 func (t rateTable) draw(id string, attempt int) FaultKind {
 	if len(t.kinds) == 0 {
-		return FaultNone
+		return faultNone
 	}
 	h := fnv.New64a()
 	var b [16]byte
@@ -256,5 +256,5 @@ func (t rateTable) draw(id string, attempt int) FaultKind {
 			return t.kinds[i]
 		}
 	}
-	return FaultNone
+	return faultNone
 }

@@ -147,7 +147,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	declineCode, declined := s.declines[e.Customer]
 	s.mu.Unlock()
 
-	if fault.Kind == FaultNone && script != nil {
+	if fault.Kind == faultNone && script != nil {
 		fault = script(req)
 		if !fault.Kind.valid() {
 			fault = Fault{}
@@ -155,7 +155,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if fault.Kind == FaultDecline {
 		declined, declineCode = true, orDefault(fault.DeclineCode, defaultDeclineCode)
-	} else if declined && fault.Kind == FaultNone && (ep == epCreateCharge || ep == epCreateIntent) {
+	} else if declined && fault.Kind == faultNone && (ep == epCreateCharge || ep == epCreateIntent) {
 		fault.Kind = FaultDecline
 	}
 
@@ -389,7 +389,7 @@ func (s *Server) finish(w http.ResponseWriter, e *Entry, res result, fault Fault
 	s.mu.Lock()
 	e.Time = s.now()
 	s.log = append(s.log, *e)
-	if fault.Kind != FaultNone {
+	if fault.Kind != faultNone {
 		s.stats.Faults[fault.Kind]++
 	}
 	if res.status == http.StatusTooManyRequests && fault.Kind != FaultLockTimeout {

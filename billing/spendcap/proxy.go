@@ -31,12 +31,12 @@ const (
 	DefaultCapStatus = http.StatusTooManyRequests
 	// DefaultKeyLifetime is how long Stripe keeps an idempotency key.
 	DefaultKeyLifetime = 24 * time.Hour
-	// DefaultClockSkew is how far the proxy's clock may be ahead of
-	// Stripe's: a counted key is forgotten this much before Stripe could
-	// have forgotten it.
-	DefaultClockSkew = 5 * time.Minute
-	// DefaultUpstreamTimeout bounds one forwarded request.
-	DefaultUpstreamTimeout = 80 * time.Second
+)
+
+// Defaults stated in ProxyConfig's field docs.
+const (
+	defaultClockSkew       = 5 * time.Minute
+	defaultUpstreamTimeout = 80 * time.Second
 )
 
 // ProxyConfig configures a [Proxy]. Upstream, StripeKey and Store are
@@ -58,13 +58,14 @@ type ProxyConfig struct {
 	CapStatus int
 	// KeyLifetime is how long the upstream keeps an idempotency key
 	// (DefaultKeyLifetime, and at most that: Stripe keeps keys for at
-	// least 24 hours, and may forget them from then on); ClockSkew
-	// (DefaultClockSkew) is subtracted from it. A key counted longer ago
+	// least 24 hours, and may forget them from then on); ClockSkew (5
+	// minutes by default: how far the proxy's clock may be ahead of
+	// Stripe's) is subtracted from it. A key counted longer ago
 	// than that is reserved again when it is resent: the upstream may
 	// charge it anew.
 	KeyLifetime, ClockSkew time.Duration
-	// UpstreamTimeout bounds one forwarded request
-	// (DefaultUpstreamTimeout). A request that times out keeps its
+	// UpstreamTimeout bounds one forwarded request (80 seconds by
+	// default). A request that times out keeps its
 	// reservation: its outcome is unknown.
 	UpstreamTimeout time.Duration
 	// Transport sends requests upstream. Defaults to a transport of its
@@ -188,7 +189,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		cfg.KeyLifetime = DefaultKeyLifetime
 	}
 	if cfg.ClockSkew == 0 {
-		cfg.ClockSkew = DefaultClockSkew
+		cfg.ClockSkew = defaultClockSkew
 	}
 	if cfg.ClockSkew < 0 || cfg.KeyLifetime <= cfg.ClockSkew {
 		return nil, invalid("ProxyConfig.KeyLifetime %v must be above ClockSkew %v, which must not be negative", cfg.KeyLifetime, cfg.ClockSkew)
@@ -197,7 +198,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 		return nil, invalid("ProxyConfig.KeyLifetime %v is above Stripe's %v: Stripe may forget a key once it is 24 hours old, and a resend the proxy took for a replay would then be charged without a reservation; leave it zero or lower it", cfg.KeyLifetime, DefaultKeyLifetime)
 	}
 	if cfg.UpstreamTimeout == 0 {
-		cfg.UpstreamTimeout = DefaultUpstreamTimeout
+		cfg.UpstreamTimeout = defaultUpstreamTimeout
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = wallClock{}

@@ -53,6 +53,7 @@ var kinds = []struct {
 	{billing.ErrOutcomeUnknown, "outcome_unknown"},
 	{billing.ErrStripeAuth, "stripe_auth"},
 	{billing.ErrStripeRequest, "stripe_request"},
+	{billing.ErrStripeUnreachable, "stripe_unreachable"},
 	{spendcap.ErrSpendCapReached, "spend_cap"},
 	{spendcap.ErrVaultKeyRevoked, "spend_cap"},
 	{spendcap.ErrEndpointNotAllowed, "spend_cap"},
