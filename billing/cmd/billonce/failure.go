@@ -21,7 +21,7 @@ type failure struct {
 	// Kind is one word: declined, failed_after_settlement, in_progress,
 	// outcome_unknown, needs_reconciliation, sent_elsewhere,
 	// not_recorded, key_reused, mismatch, invalid, stripe_auth,
-	// stripe_request, spend_cap, interrupted or error.
+	// stripe_request, stripe_unreachable, spend_cap, interrupted or error.
 	Kind string `json:"kind"`
 	// StripeCode is Stripe's error code (or a payment's failure code),
 	// DeclineCode its decline code.
