@@ -112,15 +112,19 @@ var (
 	// from now when nobody holds it); try again after that (or set
 	// Config.InProgressWait).
 	ErrInProgress = errors.New("billing: charge in progress elsewhere")
-	// ErrNeedsReconciliation is returned when a pending claim is past its key's deadline and
-	// Stripe's search could not settle whether its charge exists. Sending
-	// again could charge twice, so nothing was sent. Look the key up in the
-	// Stripe dashboard (metadata billonce_key = ChargeError.Key), then
-	// record the outcome on the claim, or run Reconcile again later.
+	// ErrNeedsReconciliation is returned when a pending claim is past its
+	// key's deadline and Stripe's search could not settle whether its
+	// charge exists. Sending again could charge twice, so nothing was sent.
+	// Run Reconcile again later, or look the key up in the Stripe dashboard
+	// (metadata billonce_key = ChargeError.Key) and record what you found
+	// with the billonce command: billonce resolve -key KEY -payment ID (or
+	// -payment none once the key's 24-hour window has passed).
 	ErrNeedsReconciliation = errors.New("billing: needs reconciliation")
-	// ErrNotRecorded is returned when Stripe gave a definitive answer (a charge, StripeID,
-	// or a decline) but it could not be written to the claim store. Nothing
-	// is lost: the claim stays pending with its key, and the next run gets
+	// ErrNotRecorded is returned when Stripe gave a definitive answer (a
+	// charge, StripeID, or a decline) but it could not be written to the
+	// claim store, or not before the caller gave up (the write outlasts the
+	// caller by two seconds at most). Nothing is lost: the claim stays
+	// pending with its key, or the write lands later, and the next run gets
 	// the same answer back from Stripe (a replay) and records it.
 	ErrNotRecorded = errors.New("billing: charged but not recorded")
 	// ErrKeyReused is returned when Stripe answers idempotency_error: the key was sent
