@@ -9,17 +9,19 @@
 // Logger in the Config, warnings and errors (a stopped run, a claim that
 // needs reconciliation) go to the process's slog default. A Stripe that
 // gives no answer at all (a refused port, DNS, timeouts) stops the run
-// within seconds, with billing.ErrStripeUnreachable. Exit
-// status: 0 when every customer is billed; 1 when the run could not start
-// or stopped; 2 when some customers are not billed (declined, pending,
-// invalid: run again, nobody is charged twice); 3 when another replica
-// holds the lock.
+// within seconds, with billing.ErrStripeUnreachable.
+//
+// Its exit status follows the table every billonce program shares
+// (billing/cmd/billonce/README.md#exit-status). After a 4, customers not
+// billed (declined, pending, invalid), run it again: nobody is charged
+// twice.
 package main
 
 import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"os"
 	"os/signal"
@@ -31,13 +33,42 @@ import (
 	"github.com/billonce/billonce/lock"
 )
 
+// Exit statuses, as every billonce program has them; log.Fatal exits
+// with 1, stopped.
+const (
+	exitUsage      = 2
+	exitLockHeld   = 3
+	exitIncomplete = 4
+)
+
+const usage = `usage: quickstart PERIOD < customers.txt
+
+Bills PERIOD (2026-09, or a day: 2026-09-15) for the customer IDs on
+standard input, one per line, $25.00 each. Environment: DATABASE_URL,
+STRIPE_SECRET_KEY, STRIPE_URL (default https://api.stripe.com).
+Exit status: 0 billed, 1 stopped, 2 usage, 3 lock held elsewhere,
+4 customers not billed.
+`
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if len(os.Args) == 2 {
+		switch os.Args[1] {
+		case "-h", "-help", "--help":
+			fmt.Print(usage)
+			return
+		}
+	}
 	if len(os.Args) != 2 {
-		log.Fatal("usage: quickstart PERIOD < customers.txt")
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(exitUsage)
 	}
 	period := os.Args[1]
+	if err := billing.ValidatePeriod(period); err != nil {
+		fmt.Fprintf(os.Stderr, "quickstart: %v\n%s", err, usage)
+		os.Exit(exitUsage)
+	}
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	check(err)
 	defer pool.Close()
@@ -65,11 +96,11 @@ func main() {
 	switch {
 	case errors.Is(err, billing.ErrRunHeldElsewhere):
 		log.Print(err)
-		os.Exit(3)
+		os.Exit(exitLockHeld)
 	case err != nil:
 		log.Fatal(err)
 	case !sum.Complete():
-		os.Exit(2)
+		os.Exit(exitIncomplete)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -46,20 +47,33 @@ func quickstartAt(t *testing.T, dbURL, stripeURL string) (int, string) {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	cmd := exec.Command(os.Args[0], period)
+	var out bytes.Buffer
+	code := exitOf(t, command(dbURL, stripeURL, in, &out, &out, period))
+	return code, out.String()
+}
+
+// command is the program with args, the database and Stripe given in its
+// environment, and the streams given.
+func command(dbURL, stripeURL string, stdin io.Reader, stdout, stderr io.Writer, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "QUICKSTART_MAIN=1", "DATABASE_URL="+dbURL,
 		"STRIPE_URL="+stripeURL, "STRIPE_SECRET_KEY=sk_test_quickstart")
-	var out bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, &out, &out
-	err = cmd.Run()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	return cmd
+}
+
+// exitOf runs cmd and returns its exit status.
+func exitOf(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	err := cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		return exit.ExitCode(), out.String()
+		return exit.ExitCode()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return 0, out.String()
+	return 0
 }
 
 func sampleCustomers(t *testing.T) []string {
@@ -110,12 +124,13 @@ func TestQuickstart(t *testing.T) {
 	}
 	defer held.Unlock(context.Background())
 	before := srv.Stats().Requests
-	if code, log := quickstart(t, dbURL, srv); code != 3 || srv.Stats().Requests != before {
+	if code, log := quickstart(t, dbURL, srv); code != exitLockHeld || srv.Stats().Requests != before {
 		t.Fatalf("with the lock held elsewhere: exit %d, %d requests; want 3 and none\n%s", code, srv.Stats().Requests-before, log)
 	}
 }
 
-// A declined customer makes the program exit 2, run after run, and is
+// A declined customer makes the program exit 4 (customers not billed), run
+// after run, and is
 // charged at the fake by none of them.
 func TestQuickstartDeclined(t *testing.T) {
 	ids := sampleCustomers(t)
@@ -123,8 +138,8 @@ func TestQuickstartDeclined(t *testing.T) {
 	defer srv.Close()
 	dbURL := pgtest.URL(t)
 	for run := 1; run <= 2; run++ {
-		if code, log := quickstart(t, dbURL, srv); code != 2 || !strings.Contains(log, "1 declined") {
-			t.Fatalf("run %d: exit %d; want 2 with one declined\n%s", run, code, log)
+		if code, log := quickstart(t, dbURL, srv); code != exitIncomplete || !strings.Contains(log, "1 declined") {
+			t.Fatalf("run %d: exit %d; want 4 with one declined\n%s", run, code, log)
 		}
 	}
 	for i, id := range ids {
@@ -168,5 +183,54 @@ func TestQuickstartStripeUnreachable(t *testing.T) {
 		if n := srv.CountPeriod(id, period); n != 1 {
 			t.Errorf("%s charged %d times at the fake; want 1", id, n)
 		}
+	}
+}
+
+// -h, -help and --help print the usage on standard output and exit 0; a
+// wrong number of arguments or a period that is not one is a usage error,
+// exit 2. None of them touches the database or Stripe: no table, no
+// request.
+func TestQuickstartUsage(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-h"}, 0},
+		{[]string{"-help"}, 0},
+		{[]string{"--help"}, 0},
+		{nil, exitUsage},
+		{[]string{period, "extra"}, exitUsage},
+		{[]string{"-x"}, exitUsage},
+		{[]string{"2026-13-45"}, exitUsage},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := exitOf(t, command(dbURL, srv.URL, strings.NewReader("cus_a\n"), &stdout, &stderr, tc.args...))
+		// Help goes to standard output alone; a usage error to standard
+		// error.
+		usage, other, where := stdout.String(), stderr.String(), "stdout"
+		if tc.code != 0 {
+			usage, other, where = other, usage, "stderr"
+		}
+		if code != tc.code || !strings.Contains(usage, "usage: quickstart PERIOD") || other != "" {
+			t.Errorf("%q: exit %d; want %d and the usage on %s alone\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.code, where, stdout.String(), stderr.String())
+		}
+	}
+	if n := srv.Stats().Requests; n != 0 {
+		t.Errorf("%d requests to Stripe; want none", n)
+	}
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var tables int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')").Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Errorf("%d tables in the database; want it untouched", tables)
 	}
 }
