@@ -12,9 +12,14 @@
 //	go run ./examples/monthly-billing
 //	go run ./examples/monthly-billing -database-url postgres://... -stripe-key sk_test_... -customers-file customers.csv
 //	go run ./examples/monthly-billing -database-url postgres://... -vault-proxy-url https://proxy.example.com/stripe -vault-key ... -customers-file customers.csv
+//
+// Its exit status follows the table every billonce program shares
+// (billing/cmd/billonce/README.md#exit-status); the demo adds one case to
+// 1, stopped: its fake Stripe's ledger disagreeing with the runs.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -40,12 +45,14 @@ import (
 	"github.com/billonce/billonce/lock"
 )
 
-// Exit statuses.
+// Exit statuses: the table every billonce program shares
+// (billing/cmd/billonce/README.md#exit-status).
 const (
 	exitOK         = 0 // every customer is billed or was already billed
-	exitIncomplete = 1 // some customers are not billed (declined, pending, invalid) or the run stopped
-	exitInput      = 2 // bad flags or input, or no database given or reachable: nothing was charged
+	exitStopped    = 1 // an answer that stops runs, or another error ended the program early
+	exitUsage      = 2 // bad flags or input, or no database given: nothing was charged
 	exitLockHeld   = 3 // another runner holds the lock for the period: nothing was charged by this one
+	exitIncomplete = 4 // finished with customers not billed (declined, pending, invalid)
 )
 
 // demoKey is the API key the program gives its in-process fake Stripe.
@@ -88,10 +95,13 @@ func (o *options) demo() bool { return o.stripeURL == "" && o.stripeKey == "" &&
 // vault reports whether requests go through a spend-cap proxy.
 func (o *options) vault() bool { return o.vaultProxyURL != "" || o.vaultKey != "" }
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
+// parseFlags parses args; -h prints the flags on stdout, a bad flag on
+// stderr.
+func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("monthly-billing", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	var help bytes.Buffer
+	fs.SetOutput(&help)
 	// Defaults that come from the environment are applied after parsing, so
 	// that -h never prints a secret.
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL; required with a Stripe key, -stripe-url or a proxy; the demo alone starts a throwaway cluster)")
@@ -114,6 +124,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.demoBank, "demo-bank-debits", 0, "make this many demo customers pay by bank debit: processing after the run, settling three days later, the last one failing (in-process fake Stripe only)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object summarising the run on stdout; everything else goes to stderr")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			stdout.Write(help.Bytes())
+		} else {
+			stderr.Write(help.Bytes())
+		}
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -156,8 +171,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if !o.demo() && o.databaseURL == "" {
 		return o, errors.New("a Stripe key, -stripe-url or a spend-cap proxy is given but no database: pass -database-url or set DATABASE_URL to the PostgreSQL that keeps the claims (a throwaway database is for the demo alone, with no Stripe credentials: the next run would bill everyone again)")
 	}
+	if o.databaseURL != "" {
+		if _, err := pgxpool.ParseConfig(o.databaseURL); err != nil {
+			return o, errConnString
+		}
+	}
 	return o, nil
 }
+
+// errConnString is a database URL that does not parse; the error does not
+// quote it, since it may carry a password.
+var errConnString = errors.New("the database connection string does not parse: want postgres://user:password@host:5432/dbname")
 
 // check reports the first setting that cannot work, or that contradicts
 // another; customersSet says whether -customers was given.
@@ -222,7 +246,7 @@ func redactURL(s string) string {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -231,7 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rep.human = stderr
 	}
 	if err != nil {
-		return rep.fail(exitInput, "invalid_input", err, "")
+		return rep.fail(exitUsage, "invalid_input", err, "")
 	}
 
 	// Read the whole customers file before anything else, so that a bad
@@ -239,7 +263,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	total := o.customers
 	if o.customersFile != "" {
 		if total, err = checkFile(o.customersFile, o.api); err != nil {
-			return rep.fail(exitInput, "invalid_input", err, "fix the file and run again; nothing was charged")
+			return rep.fail(exitUsage, "invalid_input", err, "fix the file and run again; nothing was charged")
 		}
 	}
 
@@ -247,29 +271,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if dbURL == "" {
 		cluster, err := pgtest.Start(ctx)
 		if err != nil {
-			return rep.fail(exitInput, "error", fmt.Errorf("starting a throwaway PostgreSQL: %w", err), "pass -database-url or set DATABASE_URL")
+			return rep.fail(exitStopped, "error", fmt.Errorf("starting a throwaway PostgreSQL: %w", err), "pass -database-url or set DATABASE_URL")
 		}
 		defer cluster.Stop()
 		if dbURL, err = cluster.NewDatabase(ctx); err != nil {
-			return rep.fail(exitInput, "error", err, "pass -database-url or set DATABASE_URL")
+			return rep.fail(exitStopped, "error", err, "pass -database-url or set DATABASE_URL")
 		}
 		dbDesc = "throwaway PostgreSQL at " + redactURL(dbURL)
 	}
 	pool, err := connect(ctx, dbURL)
 	if err != nil {
-		return rep.fail(exitInput, "error", err, "check -database-url (or DATABASE_URL) and that the server is up; nothing was charged")
+		return rep.fail(exitStopped, "error", err, "check -database-url (or DATABASE_URL) and that the server is up; nothing was charged")
 	}
 	defer pool.Close()
 	store, err := claim.NewPostgres(pool, claim.Config{Lease: o.lease})
 	if err != nil {
-		return rep.fail(exitInput, "error", err, "")
+		return rep.fail(exitStopped, "error", err, "")
 	}
 	if err := store.Migrate(ctx); err != nil {
-		return rep.fail(exitInput, "error", fmt.Errorf("creating the claim table: %w", err), "the role needs CREATE on the database (or apply claim.Migrations yourself)")
+		return rep.fail(exitStopped, "error", fmt.Errorf("creating the claim table: %w", err), "the role needs CREATE on the database (or apply claim.Migrations yourself)")
 	}
 	guard, err := lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billonce"})
 	if err != nil {
-		return rep.fail(exitInput, "error", err, "")
+		return rep.fail(exitStopped, "error", err, "")
 	}
 
 	key, stripeURL, credential := o.stripeKey, o.stripeURL, ""
@@ -306,7 +330,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Logger:     logger,
 	})
 	if err != nil {
-		return rep.fail(exitInput, "invalid_input", err, "")
+		return rep.fail(exitUsage, "invalid_input", err, "")
 	}
 
 	stripeDesc := fmt.Sprintf("%s (key %s)", stripeURL, redactKey(key))
@@ -349,7 +373,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	hooks, err := startWebhooks(o, biller, fake, rep.human)
 	if err != nil {
-		return rep.fail(exitInput, "invalid_input", err, "")
+		return rep.fail(exitUsage, "invalid_input", err, "")
 	}
 	defer hooks.stop()
 
@@ -381,7 +405,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return nil, errors.New("the database connection string does not parse: want postgres://user:password@host:5432/dbname")
+		return nil, errConnString
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

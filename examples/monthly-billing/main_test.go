@@ -169,6 +169,21 @@ func TestDemoDeclinesExitNonZeroAndSayWhatToDo(t *testing.T) {
 	if !strings.Contains(r.stderr, "3 declined") || !strings.Contains(r.stderr, "Rebill") {
 		t.Errorf("stderr does not say what to do about declines:\n%s", r.stderr)
 	}
+	// Each failure is an object naming the customer, its key and attempt,
+	// the kind, and Stripe's codes and request id.
+	declined := map[string]bool{}
+	for _, i := range demoDeclined(3, 30) {
+		declined[demoID(i, 30)] = true
+	}
+	if len(rep.Run.Failures) != 3 {
+		t.Fatalf("failures %+v; want the 3 declined", rep.Run.Failures)
+	}
+	for _, f := range rep.Run.Failures {
+		if !declined[f.Customer] || f.Period != period || f.Key == "" || f.Attempt != 1 || f.Kind != "declined" ||
+			f.StripeCode != "card_declined" || f.DeclineCode != "insufficient_funds" || f.RequestID == "" || f.Message == "" {
+			t.Errorf("failure %+v; want a declined demo customer of %s with its key, attempt 1, card_declined (insufficient_funds) and a request id", f, period)
+		}
+	}
 }
 
 func writeFile(t *testing.T, content string) string {
@@ -229,8 +244,8 @@ func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
 			file := writeFile(t, tc.content)
 			args := append([]string{"-database-url", nowhere, "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers-file", file}, tc.extra...)
 			r := runMain(t, args...)
-			if r.code != exitInput {
-				t.Errorf("exit %d; want %d\nstderr:\n%s", r.code, exitInput, r.stderr)
+			if r.code != exitUsage {
+				t.Errorf("exit %d; want %d\nstderr:\n%s", r.code, exitUsage, r.stderr)
 			}
 			if !strings.Contains(r.stderr, "monthly-billing: "+file+tc.want) || strings.Contains(r.stderr, "invalid input") {
 				t.Errorf("stderr lacks %q after the file name, or repeats billing's \"invalid input\":\n%s", tc.want, r.stderr)
@@ -242,12 +257,27 @@ func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
 	}
 	t.Run("missing file", func(t *testing.T) {
 		r := runMain(t, "-database-url", nowhere, "-customers-file", filepath.Join(t.TempDir(), "nope.csv"))
-		if r.code != exitInput || !strings.Contains(r.stderr, "cannot open the customers file") {
+		if r.code != exitUsage || !strings.Contains(r.stderr, "cannot open the customers file") {
 			t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
 		}
 	})
 	if n := srv.Stats().Requests; n != 0 {
 		t.Errorf("the fake saw %d requests; want 0", n)
+	}
+}
+
+// -h, -help and --help print the flags on stdout and exit 0 before
+// anything is touched (the database URL points nowhere); a bad flag prints
+// them on stderr and exits 2.
+func TestHelpGoesToStdout(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	for _, h := range []string{"-h", "-help", "--help"} {
+		if r := runMain(t, h); r.code != exitOK || !strings.Contains(r.stdout, "-database-url") || r.stderr != "" {
+			t.Errorf("%s: exit %d; want 0 and the flags on stdout alone\nstdout:\n%s\nstderr:\n%s", h, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runMain(t, "-nope"); r.code != exitUsage || !strings.Contains(r.stderr, "-database-url") || r.stdout != "" {
+		t.Errorf("-nope: exit %d; want 2 and the flags on stderr alone\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
 
@@ -271,7 +301,6 @@ func TestBadFlagsFailWithAClearMessage(t *testing.T) {
 		{[]string{"-concurrency", "-1"}, "-concurrency -1"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"-nope"}, "flag provided but not defined: -nope"},
-		{[]string{"-database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "cannot reach the database"},
 		{[]string{"-database-url", "::not a url", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "connection string does not parse"},
 		{[]string{"-vault-proxy-url", srv.URL}, "-vault-proxy-url is set but there is no vault key: pass -vault-key or set VAULT_KEY"},
 		{[]string{"-vault-key", "vk_x"}, "-vault-key is set but there is no proxy: pass -vault-proxy-url or set VAULT_PROXY_URL"},
@@ -283,16 +312,21 @@ func TestBadFlagsFailWithAClearMessage(t *testing.T) {
 		{[]string{"-vault-proxy-url", srv.URL, "-vault-key", "vk_x", "-demo-declines", "1"}, "-demo-declines works only with the in-process fake"},
 	} {
 		r := runMain(t, tc.args...)
-		if r.code != exitInput || !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%q: exit %d; want %d and %q in stderr:\n%s", tc.args, r.code, exitInput, tc.want, r.stderr)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%q: exit %d; want %d and %q in stderr:\n%s", tc.args, r.code, exitUsage, tc.want, r.stderr)
 		}
 	}
 	if n := srv.Stats().Requests; n != 0 {
 		t.Errorf("the fake saw %d requests; want 0", n)
 	}
+	// A database that does not answer is no usage error: the program
+	// stopped early, exit 1.
+	if r := runMain(t, "-database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"); r.code != exitStopped || !strings.Contains(r.stderr, "cannot reach the database") {
+		t.Errorf("unreachable database: exit %d; want %d and \"cannot reach the database\" in stderr:\n%s", r.code, exitStopped, r.stderr)
+	}
 	// -json reports input errors as JSON too.
 	r := runMain(t, "-json", "-period", "soon")
-	if rep := decodeReport(t, r); rep.Status != "invalid_input" || rep.ExitCode != exitInput || !strings.Contains(rep.Error, "soon") {
+	if rep := decodeReport(t, r); rep.Status != "invalid_input" || rep.ExitCode != exitUsage || !strings.Contains(rep.Error, "soon") {
 		t.Errorf("report %+v", rep)
 	}
 }
@@ -326,24 +360,24 @@ func TestStripeKeyIsNeverPrinted(t *testing.T) {
 	}
 	refused := []string{"Stripe refused the key", "sk_test_****"}
 	check([]string{"-h"}, exitOK)
-	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period}, exitIncomplete, refused...)
-	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period, "-json"}, exitIncomplete, refused...)
-	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", secret, "-customers", "5", "-period", "bad"}, exitInput)
+	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period}, exitStopped, refused...)
+	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-customers", "5", "-period", period, "-json"}, exitStopped, refused...)
+	check([]string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", secret, "-customers", "5", "-period", "bad"}, exitUsage)
 
 	// The vault key, from the environment and from the flag.
 	t.Setenv("VAULT_KEY", vaultSecret)
 	// Another period: the claims the direct runs left pending were sent with
 	// the Stripe key, and a Biller behind the proxy would not resend them.
 	vault := []string{"-database-url", db, "-vault-proxy-url", proxy.URL, "-customers", "5", "-period", "2026-10"}
-	check(vault, exitInput, "behind the proxy this process needs no Stripe secret")
+	check(vault, exitUsage, "behind the proxy this process needs no Stripe secret")
 	t.Setenv("STRIPE_SECRET_KEY", "")
 	revoked := []string{"no longer accepts the vault key", "vault key ****"}
-	check(vault, exitIncomplete, revoked...)
-	check(append(vault, "-json"), exitIncomplete, revoked...)
+	check(vault, exitStopped, revoked...)
+	check(append(vault, "-json"), exitStopped, revoked...)
 	check(append(vault, "-h"), exitOK)
 	t.Setenv("VAULT_KEY", "")
-	check(append(vault, "-vault-key", vaultSecret), exitIncomplete, revoked...)
-	check(append(vault, "-vault-key", vaultSecret, "-period", "bad"), exitInput)
+	check(append(vault, "-vault-key", vaultSecret), exitStopped, revoked...)
+	check(append(vault, "-vault-key", vaultSecret, "-period", "bad"), exitUsage)
 
 	if paid := srv.Stats().Paid; paid != 0 {
 		t.Errorf("%d charges with a refused key", paid)
@@ -373,8 +407,8 @@ func TestVaultProxyCapStopsTheRunAndARerunFinishes(t *testing.T) {
 	args := []string{"-database-url", pgtest.URL(t), "-vault-proxy-url", proxy.URL,
 		"-customers", strconv.Itoa(n), "-rate", "-1", "-period", period}
 	r := runMain(t, append(args, "-vault-key", firstKey, "-json")...)
-	if r.code != exitIncomplete {
-		t.Fatalf("capped run: exit %d; want %d\n%s\n%s", r.code, exitIncomplete, r.stdout, r.stderr)
+	if r.code != exitStopped {
+		t.Fatalf("capped run: exit %d; want %d\n%s\n%s", r.code, exitStopped, r.stdout, r.stderr)
 	}
 	rep := decodeReport(t, r)
 	if rep.Status != "stopped" || len(rep.Advice) != 1 || !strings.Contains(rep.Advice[0], "the spend cap of the vault key is reached") ||
@@ -470,6 +504,9 @@ func TestChangedAmountIsRefused(t *testing.T) {
 	if got := *rep.Run; got.AlreadyBilled != 1 || got.Invalid != 1 || got.Pending != 0 || got.Created != 0 {
 		t.Errorf("run %+v; want already billed 1, invalid 1 (the changed amount), pending 0", got)
 	}
+	if f := rep.Run.Failures; len(f) != 1 || f[0].Customer != "cus_b" || f[0].Period != period || f[0].Kind != "mismatch" {
+		t.Errorf("failures %+v; want cus_b, kind mismatch", f)
+	}
 	// One piece of advice for the changed amount, and the summary line:
 	// nothing about unknown outcomes or other bad input.
 	if len(rep.Advice) != 2 || !strings.Contains(rep.Advice[0], "1 customers have an amount or currency that differs from the claim recorded earlier") ||
@@ -493,7 +530,7 @@ func TestInterruptedRunFinishesOnTheNextRun(t *testing.T) {
 	}})
 	args := []string{"-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers", "100", "-rate", "-1", "-period", period}
 	var out, errb bytes.Buffer
-	if code := run(ctx, args, &out, &errb); code != exitIncomplete || !strings.Contains(errb.String(), "interrupted: run the same command again") {
+	if code := run(ctx, args, &out, &errb); code != exitStopped || !strings.Contains(errb.String(), "interrupted: run the same command again") {
 		t.Fatalf("interrupted run: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
 	if paid := srv.Stats().Paid; paid == 0 || paid == 100 {
@@ -645,7 +682,7 @@ func TestDemoBankDebitsSettleThroughTheWebhook(t *testing.T) {
 	r := runMain(t, "-database-url", pgtest.URL(t), "-customers", "30", "-demo-bank-debits", "3", "-demo-declines", "1",
 		"-rate", "-1", "-period", period, "-json")
 	if r.code != exitIncomplete {
-		t.Fatalf("exit %d; want 1 (one bank debit failed)\nstderr:\n%s", r.code, r.stderr)
+		t.Fatalf("exit %d; want 4 (one bank debit failed)\nstderr:\n%s", r.code, r.stderr)
 	}
 	rep := decodeReport(t, r)
 	if rep.Run.Processing != 3 || rep.Run.Created != 26 || rep.Run.Declined != 1 || rep.Run.FailedAfter != 0 {
@@ -693,8 +730,8 @@ func TestCredentialsWithoutADatabaseAreAUsageError(t *testing.T) {
 		if cmd.ProcessState != nil {
 			code = cmd.ProcessState.ExitCode()
 		}
-		if code != exitInput || !strings.Contains(errb.String(), "no database: pass -database-url or set DATABASE_URL") {
-			t.Errorf("%q: exit %d (%v); want %d and what to set\nstdout:\n%s\nstderr:\n%s", args, code, err, exitInput, out.String(), errb.String())
+		if code != exitUsage || !strings.Contains(errb.String(), "no database: pass -database-url or set DATABASE_URL") {
+			t.Errorf("%q: exit %d (%v); want %d and what to set\nstdout:\n%s\nstderr:\n%s", args, code, err, exitUsage, out.String(), errb.String())
 		}
 		if strings.Contains(out.String()+errb.String(), "throwaway PostgreSQL") {
 			t.Errorf("%q: started a throwaway database", args)

@@ -29,18 +29,83 @@ type reporter struct {
 
 // runJSON is one run in the -json object.
 type runJSON struct {
-	Customers        int      `json:"customers"`
-	Created          int      `json:"created"`
-	AlreadyBilled    int      `json:"already_billed"`
-	Declined         int      `json:"declined"`
-	Processing       int      `json:"processing"`
-	FailedAfter      int      `json:"failed_after_settlement"`
-	Pending          int      `json:"pending"`
-	Invalid          int      `json:"invalid"`
-	ElapsedSeconds   float64  `json:"elapsed_seconds"`
-	ChargesPerSecond float64  `json:"charges_per_second"`
-	Complete         bool     `json:"complete"`
-	Failures         []string `json:"failures,omitempty"`
+	Customers        int       `json:"customers"`
+	Created          int       `json:"created"`
+	AlreadyBilled    int       `json:"already_billed"`
+	Declined         int       `json:"declined"`
+	Processing       int       `json:"processing"`
+	FailedAfter      int       `json:"failed_after_settlement"`
+	Pending          int       `json:"pending"`
+	Invalid          int       `json:"invalid"`
+	ElapsedSeconds   float64   `json:"elapsed_seconds"`
+	ChargesPerSecond float64   `json:"charges_per_second"`
+	Complete         bool      `json:"complete"`
+	Failures         []failure `json:"failures,omitempty"`
+}
+
+// failure is one customer not billed, with the fields and kinds billonce
+// run prints (billing/cmd/billonce/README.md#exit-status).
+type failure struct {
+	Customer string `json:"customer"`
+	Period   string `json:"period"`
+	Key      string `json:"key"`
+	Attempt  int    `json:"attempt"`
+	// Kind is one word: declined, failed_after_settlement, in_progress,
+	// outcome_unknown, needs_reconciliation, sent_elsewhere,
+	// not_recorded, key_reused, mismatch, invalid, stripe_auth,
+	// stripe_request, stripe_unreachable, spend_cap, interrupted or error.
+	Kind        string `json:"kind"`
+	StripeCode  string `json:"stripe_code"`
+	DeclineCode string `json:"decline_code,omitempty"`
+	RequestID   string `json:"request_id"`
+	Message     string `json:"message"`
+}
+
+// kinds maps billing's error kinds to failure kinds, first match wins.
+var kinds = []struct {
+	err  error
+	kind string
+}{
+	{billing.ErrDeclined, "declined"},
+	{billing.ErrInProgress, "in_progress"},
+	{billing.ErrNeedsReconciliation, "needs_reconciliation"},
+	{billing.ErrSentElsewhere, "sent_elsewhere"},
+	{billing.ErrNotRecorded, "not_recorded"},
+	{billing.ErrKeyReused, "key_reused"},
+	{billing.ErrOutcomeUnknown, "outcome_unknown"},
+	{billing.ErrStripeAuth, "stripe_auth"},
+	{billing.ErrStripeRequest, "stripe_request"},
+	{billing.ErrStripeUnreachable, "stripe_unreachable"},
+	{spendcap.ErrSpendCapReached, "spend_cap"},
+	{spendcap.ErrVaultKeyRevoked, "spend_cap"},
+	{spendcap.ErrEndpointNotAllowed, "spend_cap"},
+	{billing.ErrInvalid, "invalid"},
+	{context.Canceled, "interrupted"},
+	{context.DeadlineExceeded, "interrupted"},
+}
+
+// failureOf describes err, one of a run's Failures, for period.
+func failureOf(period string, err error) failure {
+	f := failure{Period: period, Kind: "error", Message: err.Error()}
+	var ce *billing.ChargeError
+	if errors.As(err, &ce) {
+		f.Customer, f.Period, f.Key, f.Attempt = ce.Customer, ce.Period, ce.Key, ce.Attempt
+		f.StripeCode, f.DeclineCode, f.RequestID = ce.Code, ce.DeclineCode, ce.RequestID
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			f.Kind = k.kind
+			break
+		}
+	}
+	var me *claim.MismatchError
+	switch {
+	case errors.As(err, &me):
+		f.Kind = "mismatch"
+	case f.Kind == "declined" && ce != nil && ce.AfterProcessing:
+		f.Kind = "failed_after_settlement"
+	}
+	return f
 }
 
 // reportJSON is what -json prints.
@@ -68,7 +133,7 @@ const maxListed = 5 // failures listed in the text output
 // resume is what running again does after a stop.
 const resume = "customers already charged are skipped, pending ones resume with their keys, and nobody is charged twice"
 
-func toJSON(s *billing.Summary) *runJSON {
+func toJSON(s *billing.Summary, period string) *runJSON {
 	if s == nil {
 		return nil
 	}
@@ -79,7 +144,7 @@ func toJSON(s *billing.Summary) *runJSON {
 		ChargesPerSecond: chargesPerSecond(*s), Complete: s.Complete(),
 	}
 	for _, err := range s.Failures[:min(len(s.Failures), 20)] {
-		r.Failures = append(r.Failures, err.Error())
+		r.Failures = append(r.Failures, failureOf(period, err))
 	}
 	return r
 }
@@ -165,7 +230,7 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 	}
 	if r.o.json {
 		out := reportJSON{Status: status, ExitCode: code, Period: r.o.period, API: string(r.o.api), Scope: r.o.scope,
-			Advice: advice, Run: toJSON(r.run), SecondRun: toJSON(r.second), Ledger: r.ledger, Settlement: r.settlement}
+			Advice: advice, Run: toJSON(r.run, r.o.period), SecondRun: toJSON(r.second, r.o.period), Ledger: r.ledger, Settlement: r.settlement}
 		if runErr != nil {
 			out.Error = runErr.Error()
 		}
@@ -219,13 +284,13 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 			"another runner holds the lock for %s (scope %q) and is billing now; nothing to do here. "+
 				"If no runner is alive, its lock went with its database connection: run again.", p, r.o.scope)}
 	case billing.StopsRun(runErr):
-		return exitIncomplete, "stopped", []string{r.stopAdvice(runErr) + "; " + resume}
+		return exitStopped, "stopped", []string{r.stopAdvice(runErr) + "; " + resume}
 	case errors.Is(runErr, context.Canceled), errors.Is(runErr, context.DeadlineExceeded):
-		return exitIncomplete, "stopped", []string{"interrupted: run the same command again to finish; " + resume}
+		return exitStopped, "stopped", []string{"interrupted: run the same command again to finish; " + resume}
 	case runErr != nil:
-		return exitIncomplete, "stopped", []string{"run the same command again once the cause is fixed; " + resume}
+		return exitStopped, "stopped", []string{"run the same command again once the cause is fixed; " + resume}
 	case r.ledger != nil && !r.ledger.OK:
-		return exitIncomplete, "ledger_mismatch", []string{"the fake Stripe's ledger does not match the runs: this is a bug in billonce; please report it with this output"}
+		return exitStopped, "ledger_mismatch", []string{"the fake Stripe's ledger does not match the runs: this is a bug in billonce; please report it with this output"}
 	case s.Complete():
 		return exitOK, "complete", nil
 	}
