@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -99,6 +100,9 @@ func TestRunCrashBeforeRecording(t *testing.T) {
 // recordCrashLease is the lease of the runner that dies.
 const recordCrashLease = 500 * time.Millisecond
 
+// dyingRunnerApp is the application_name of the dying runner's sessions.
+const dyingRunnerApp = "billonce_dying_runner"
+
 // killBeforeRecording runs TestHelperRecordCrash against e and kills it
 // once a round trip carrying Stripe's answers has begun and before it
 // writes them. It returns the charges Stripe made.
@@ -106,9 +110,18 @@ func killBeforeRecording(t *testing.T, e *env, n int) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The runner's sessions carry their own application_name, so that the
+	// test can wait for the database to have ended them.
+	dbURL, err := url.Parse(e.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := dbURL.Query()
+	q.Set("application_name", dyingRunnerApp)
+	dbURL.RawQuery = q.Encode()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperRecordCrash$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), envRecordCrash+"=1", envStripe+"="+e.srv.URL,
-		envN+"="+strconv.Itoa(n), pgtest.EnvURL+"="+e.pool.Config().ConnString())
+		envN+"="+strconv.Itoa(n), pgtest.EnvURL+"="+dbURL.String())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +137,16 @@ func killBeforeRecording(t *testing.T, e *env, n int) int {
 		if strings.HasPrefix(sc.Text(), "HOLDING ") {
 			cmd.Process.Kill()
 			cmd.Wait()
+			// A statement the runner sent before it died (a batch of
+			// claims) may still commit: wait until the server has ended
+			// its sessions, so that what the test reads and changes next
+			// is all the runner left behind.
+			waitFor(t, func() bool {
+				var sessions int
+				err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND application_name = $1`, dyingRunnerApp).Scan(&sessions)
+				return err == nil && sessions == 0
+			})
 			return int(e.srv.Stats().Paid)
 		}
 	}
