@@ -95,7 +95,7 @@ func TestAnswerCutThenRefusalsKeepsClaim(t *testing.T) {
 	} {
 		t.Run(string(refusal.Kind)+"/"+http.StatusText(refusal.Status), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
+			e := newEnv(t, serverWaitsSkipped)
 			ctx := context.Background()
 			key := e.key("cus_1")
 			e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {

@@ -81,7 +81,7 @@ func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"},
 		billingtest.Fault{Kind: billingtest.FaultRateLimit}, billingtest.Fault{Kind: billingtest.FaultRateLimit})
 	var once sync.Once
-	b := e.biller(func(c *billing.Config) {
+	b := e.biller(serverWaitsSkipped, func(c *billing.Config) {
 		c.Retry.Notify = func(retry.Event) { once.Do(func() { e.advance(2 * time.Hour) }) }
 	})
 	r, err := b.Charge(context.Background(), "cus_1", period, nil)
