@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -157,14 +158,49 @@ func killBeforeRecording(t *testing.T, e *env, n int) int {
 
 // holdingStore is a claim store whose round trips carrying successes never
 // reach the database: the process is killed while they wait.
-type holdingStore struct{ batchingStore }
+type holdingStore struct {
+	batchingStore
+	gate *sendGate
+}
 
 func (s holdingStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claimengine.SendCheck, done []claimengine.Success) ([]error, []error) {
 	if len(done) > 0 {
+		// Stripe's answers to the requests other workers have in flight
+		// are awaited, so that every charge the runner made is at the fake
+		// when it is killed.
+		s.gate.close()
 		fmt.Printf("HOLDING %d outcomes\n", len(done))
 		select {}
 	}
 	return s.Batcher.CheckSendSucceed(ctx, window, checks, done)
+}
+
+// sendGate carries the dying runner's requests to Stripe until it is
+// closed; close waits for the answers to those in flight, and requests
+// after it never leave.
+type sendGate struct {
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+func (g *sendGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		select {}
+	}
+	g.inflight.Add(1)
+	g.mu.Unlock()
+	defer g.inflight.Done()
+	return testTransport.RoundTrip(req)
+}
+
+func (g *sendGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.inflight.Wait()
 }
 
 // TestHelperRecordCrash is the runner TestRunCrashBeforeRecording kills.
@@ -186,8 +222,9 @@ func TestHelperRecordCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: os.Getenv(envStripe), Claims: holdingStore{wrapBatching(store)},
-		Price: flatPrice(amount), RateLimit: -1, Retry: fastRetry(), Owner: "dies"})
+	gate := &sendGate{}
+	b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: os.Getenv(envStripe), Claims: holdingStore{wrapBatching(store), gate},
+		HTTPClient: &http.Client{Transport: gate}, Price: flatPrice(amount), RateLimit: -1, Retry: fastRetry(), Owner: "dies"})
 	if err != nil {
 		t.Fatal(err)
 	}
