@@ -26,6 +26,7 @@ import (
 // Abandon, the claim would be deleted and the next Biller (rotated key)
 // would win a fresh claim and charge again.
 func TestTransparentResendKeepsClaimOfExecutedAttempt(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		fault billingtest.Fault
@@ -35,6 +36,7 @@ func TestTransparentResendKeepsClaimOfExecutedAttempt(t *testing.T) {
 			Refusal: billingtest.Refusal{Message: "Invalid API Key provided: sk_test_***"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, oneAttempt)
 			ctx := context.Background()
 			// A first charge leaves a keep-alive connection in the pool.
@@ -63,6 +65,7 @@ func TestTransparentResendKeepsClaimOfExecutedAttempt(t *testing.T) {
 // next day's run with the same Biller. Stripe has forgotten the key, and no
 // claim remembers it was ever sent.
 func TestTransparentResendThenNextDayChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	if _, err := e.b.Charge(ctx, "cus_0", period, nil); err != nil {
@@ -83,6 +86,7 @@ func TestTransparentResendThenNextDayChargesOnce(t *testing.T) {
 // abandoned, and a rotated Biller within the window sends nothing; after
 // the window its search finds the payment.
 func TestAnswerCutThenRefusalsKeepsClaim(t *testing.T) {
+	t.Parallel()
 	for _, refusal := range []billingtest.Fault{
 		{Kind: billingtest.FaultRefuse, Status: http.StatusUnauthorized},
 		{Kind: billingtest.FaultRefuse, Status: http.StatusForbidden},
@@ -91,7 +95,7 @@ func TestAnswerCutThenRefusalsKeepsClaim(t *testing.T) {
 	} {
 		t.Run(string(refusal.Kind)+"/"+http.StatusText(refusal.Status), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
+			e := newEnv(t, serverWaitsSkipped)
 			ctx := context.Background()
 			key := e.key("cus_1")
 			e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
@@ -125,6 +129,7 @@ func TestAnswerCutThenRefusalsKeepsClaim(t *testing.T) {
 // rotated key then bills each customer once, including the one whose
 // attempt executed before the stop.
 func TestRunStoppedBy401ThenRotatedRunBillsEachOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	ids := customers(20)

@@ -22,6 +22,7 @@ import (
 // (at once, and a day later) bill each customer exactly once. A step past
 // the last one the flow takes ends the loop.
 func TestCancelAtEveryStepChargesAtMostOnce(t *testing.T) {
+	t.Parallel()
 	type flow struct {
 		name string
 		run  func(ctx context.Context, b *billing.Biller, id string) error

@@ -634,6 +634,7 @@ func TestRebillOfABilledPeriodReportsIt(t *testing.T) {
 // Crash points after the database committed: Succeed, Fail and Reopen
 // that wrote their row but reported an error. The next call settles once.
 func TestStoreFailingAfterCommitChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	st := &failAfter{testStore: wrapStore(e.store), fail: map[string]bool{"Succeed": true, "Fail": true, "Reopen": true}}

@@ -37,11 +37,13 @@ import (
 // Expected: cus_1 charged exactly once, not twice (ch from B under the
 // rotated key, ch from A under the old one).
 func TestRotatedKeyTakeoverRacingExpiredLeaseSendChargesOnce(t *testing.T) {
+	t.Parallel()
 	// With B on the same key the race holds by itself: B's reopened send
 	// and A's late request carry one key in one key space, and Stripe
 	// replays.
 	for name, bKey := range map[string]string{"same key": secretKey, "rotated key": rotatedKey} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			ctx := context.Background()
 			e.crashedClaim("cus_1", amount) // claimed, never sent
@@ -100,6 +102,7 @@ func TestRotatedKeyTakeoverRacingExpiredLeaseSendChargesOnce(t *testing.T) {
 // scope, is also what keeps a renamed scope from billing everyone again.
 // With a claim table each, each product bills the customer once.
 func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	subs := e.biller(func(c *billing.Config) { c.Scope = "subscription" })
@@ -130,6 +133,7 @@ func TestProductsBillingOneCustomerUseATableEach(t *testing.T) {
 // The price function answers "usd" for the attempt whose answer is lost,
 // and "USD" for the retry: one currency, one claim, one charge.
 func TestCurrencyCaseChangedBetweenAttemptsIsOneClaim(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_c"}, billingtest.Fault{Kind: billingtest.FaultCut})
@@ -162,6 +166,7 @@ func TestCurrencyCaseChangedBetweenAttemptsIsOneClaim(t *testing.T) {
 // (Past the window, a table that knows no claim is a lost claim table: see
 // the README's "What billonce does not protect against".)
 func TestClaimTableChangedWithinWindowChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	ids := customers(20)
@@ -189,6 +194,7 @@ func TestClaimTableChangedWithinWindowChargesOnce(t *testing.T) {
 // stored request had the old one: Stripe refuses the key as reused;
 // nothing is charged; past the deadline search settles it.
 func TestPaymentMethodChangedBetweenRuns(t *testing.T) {
+	t.Parallel()
 	pis := func(c *billing.Config) { c.API = billing.PaymentIntents }
 	e := newEnv(t, oneAttempt, pis)
 	ctx := context.Background()
@@ -215,6 +221,7 @@ func TestPaymentMethodChangedBetweenRuns(t *testing.T) {
 // lost, search down); the charges Biller, back within the new window,
 // sends nothing blind, and finds the PI once search is back.
 func TestAPISwitchedBackAndForthChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
@@ -245,6 +252,7 @@ func TestAPISwitchedBackAndForthChargesOnce(t *testing.T) {
 // Credential rotated after the key's window (reopened under the new key, answer
 // lost), then rotated back: the old key sends nothing blind.
 func TestCredentialRotatedAndBackChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
@@ -277,6 +285,7 @@ func TestCredentialRotatedAndBackChargesOnce(t *testing.T) {
 // Config.Credential set after claims were made with it unset (and the
 // reverse) is another credential: nothing is sent blind.
 func TestCredentialSetThenUnsetChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
@@ -299,6 +308,7 @@ func TestCredentialSetThenUnsetChargesOnce(t *testing.T) {
 // The window margin lowered to MinWindowMargin between runs: a claim made
 // under 23 h is reconciled by search at 1 h, never resent blind.
 func TestWindowMarginLoweredBetweenRuns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.lostAnswer(e.b, "cus_1")
@@ -320,6 +330,7 @@ func TestWindowMarginLoweredBetweenRuns(t *testing.T) {
 // Scope changed while a claim is pending: the new keys meet the live claim
 // and nothing is sent.
 func TestScopeChangedWhileClaimPending(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	e.lostAnswer(e.b, "cus_1")
 	before := len(e.srv.Log())

@@ -53,6 +53,20 @@ func fastRetry() retry.Policy {
 	}
 }
 
+// serverWaitsSkipped keeps Classify's decisions but not the waits it asks
+// for on a 409 or a 429 rate_limit: the retries happen after fastRetry's
+// backoff instead. It is for tests in which those waits are only time
+// spent; the number of attempts and every answer stay the same. The waits
+// themselves are checked in classify_test.go.
+func serverWaitsSkipped(c *billing.Config) {
+	c.Retry.Classify = func(err error) retry.Decision {
+		if d := billing.Classify(err); d.Retry() {
+			return retry.After(0)
+		}
+		return retry.Stop()
+	}
+}
+
 func flatPrice(amount int64) func(context.Context, string, string) (billing.Price, error) {
 	return func(context.Context, string, string) (billing.Price, error) {
 		return billing.Price{Amount: amount, Currency: "usd", PaymentMethod: "pm_card_visa"}, nil

@@ -21,8 +21,10 @@ import (
 // Attempt 1 is processing; a dunning process calls Rebill(2) at once and
 // again after the payment settles. Nothing but attempt 1 may be charged.
 func TestRebillWhileProcessingChargesNothing(t *testing.T) {
+	t.Parallel()
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
 		t.Run(string(api), func(t *testing.T) {
+			t.Parallel()
 			h := newHookEnv(t, api, map[string]billingtest.Async{"cus_p": {After: time.Hour}})
 			ctx := context.Background()
 			r, err := h.b.Charge(ctx, "cus_p", period, nil)
@@ -53,6 +55,7 @@ func TestRebillWhileProcessingChargesNothing(t *testing.T) {
 // process after them. Such a re-bill is refused before anything is sent;
 // the consecutive one bills, and is then reported as billed.
 func TestRebillSkippingANumberIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.Decline("cus_s", "insufficient_funds")
@@ -92,6 +95,7 @@ func TestRebillSkippingANumberIsRefused(t *testing.T) {
 // Rebill with an attempt number already used by a re-bill that is paid, a
 // negative one, or one past the limit: nothing more is charged.
 func TestRebillReusedNegativeOrHugeNumberIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.Decline("cus_n", "insufficient_funds")
@@ -112,6 +116,7 @@ func TestRebillReusedNegativeOrHugeNumberIsRefused(t *testing.T) {
 // A refunded or disputed payment is not a reason to bill again: Rebill,
 // Charge and Run after it charge nothing, even a day later.
 func TestRebillAfterRefundOrDisputeChargesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	for _, c := range []string{"cus_rf", "cus_dp"} {
@@ -148,6 +153,7 @@ func TestRebillAfterRefundOrDisputeChargesNothing(t *testing.T) {
 // Rebill(2) racing a Run that bills the declined customer's neighbours and
 // finds the customer declined: the re-bill charges once, the Run none.
 func TestRebillRacingRunChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	ids := customers(40)
@@ -185,6 +191,7 @@ func TestRebillRacingRunChargesOnce(t *testing.T) {
 // daily, say), then paid by re-bill 122: Charge and Run report the period
 // as billed, however many re-bills came before.
 func TestManyRebillsThenPaidIsBilled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.Decline("cus_m", "insufficient_funds")
@@ -216,6 +223,7 @@ func TestManyRebillsThenPaidIsBilled(t *testing.T) {
 // 1's decline, would stop at attempt 2 and report a paying customer as
 // declined.
 func TestRebillRacingAbandonedPredecessorBillsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const cus = "cus_race5"
 	r3, err3 := rebill3PastAbandoned2(t, e, cus, false)
@@ -232,6 +240,7 @@ func TestRebillRacingAbandonedPredecessorBillsOnce(t *testing.T) {
 // later. Charge and Run must then say declined (not billed), and the
 // same Rebill(2) must now bill, once.
 func TestRebillDuringProcessingThenFailed(t *testing.T) {
+	t.Parallel()
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
 		for _, viaHook := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/webhook=%v", api, viaHook), func(t *testing.T) {
@@ -293,6 +302,7 @@ func TestRebillDuringProcessingThenFailed(t *testing.T) {
 // no claim, so sending attempt 3 would leave the gap that makes Charge and
 // Run report a paying customer declined.
 func TestRebillResumedAfterCrashChecksPredecessorsAgain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	const cus = "cus_crash5"
@@ -400,6 +410,7 @@ func TestChargeAfterRebillLeftUnknownSaysHowToSettle(t *testing.T) {
 // the re-bill made in answer, once Stripe has forgotten the key, charges
 // a second time.
 func TestRebillChainLookupErrorKeepsSentClaim(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	const cus = "cus_chain6"
@@ -460,6 +471,7 @@ func TestRebillChainLookupErrorKeepsSentClaim(t *testing.T) {
 // Rebill while attempt 1's outcome is unknown is refused (the period's live
 // claim holds), and nothing is sent; the charge is then found once.
 func TestRebillWhileAttemptOnePendingIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.lostAnswer(e.b, "cus_1")

@@ -123,6 +123,7 @@ func TestReconcileLockHeldElsewhere(t *testing.T) {
 // the claim fails, nothing is re-billed on its own, an explicit Rebill
 // charges once, and later Charges report the re-bill.
 func TestLostDeclineFoundBySearch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	ctx := context.Background()
 	e.srv.Decline("cus_1", "insufficient_funds")
@@ -152,6 +153,7 @@ func TestLostDeclineFoundBySearch(t *testing.T) {
 // A decline answered with a stored 500 (outcome unknown) is found by the
 // in-window search and fails the claim; it is not retried.
 func TestDeclineBehindStored500FoundBySearch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.srv.Decline("cus_1", "")
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
@@ -165,6 +167,7 @@ func TestDeclineBehindStored500FoundBySearch(t *testing.T) {
 // Several payments for one key (Stripe forgot the key once): search finds
 // both, nothing more is sent, and the caller is told to reconcile.
 func TestSearchFindingSeveralPaymentsForOneKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	key := e.crashedClaim("cus_1", amount)
 	e.chargeDirect("cus_1", key, amount)

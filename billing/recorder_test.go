@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -99,6 +101,9 @@ func TestRunCrashBeforeRecording(t *testing.T) {
 // recordCrashLease is the lease of the runner that dies.
 const recordCrashLease = 500 * time.Millisecond
 
+// dyingRunnerApp is the application_name of the dying runner's sessions.
+const dyingRunnerApp = "billonce_dying_runner"
+
 // killBeforeRecording runs TestHelperRecordCrash against e and kills it
 // once a round trip carrying Stripe's answers has begun and before it
 // writes them. It returns the charges Stripe made.
@@ -106,9 +111,18 @@ func killBeforeRecording(t *testing.T, e *env, n int) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The runner's sessions carry their own application_name, so that the
+	// test can wait for the database to have ended them.
+	dbURL, err := url.Parse(e.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := dbURL.Query()
+	q.Set("application_name", dyingRunnerApp)
+	dbURL.RawQuery = q.Encode()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperRecordCrash$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), envRecordCrash+"=1", envStripe+"="+e.srv.URL,
-		envN+"="+strconv.Itoa(n), pgtest.EnvURL+"="+e.pool.Config().ConnString())
+		envN+"="+strconv.Itoa(n), pgtest.EnvURL+"="+dbURL.String())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +138,16 @@ func killBeforeRecording(t *testing.T, e *env, n int) int {
 		if strings.HasPrefix(sc.Text(), "HOLDING ") {
 			cmd.Process.Kill()
 			cmd.Wait()
+			// A statement the runner sent before it died (a batch of
+			// claims) may still commit: wait until the server has ended
+			// its sessions, so that what the test reads and changes next
+			// is all the runner left behind.
+			waitFor(t, func() bool {
+				var sessions int
+				err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND application_name = $1`, dyingRunnerApp).Scan(&sessions)
+				return err == nil && sessions == 0
+			})
 			return int(e.srv.Stats().Paid)
 		}
 	}
@@ -134,14 +158,49 @@ func killBeforeRecording(t *testing.T, e *env, n int) int {
 
 // holdingStore is a claim store whose round trips carrying successes never
 // reach the database: the process is killed while they wait.
-type holdingStore struct{ batchingStore }
+type holdingStore struct {
+	batchingStore
+	gate *sendGate
+}
 
 func (s holdingStore) CheckSendSucceed(ctx context.Context, window time.Duration, checks []claimengine.SendCheck, done []claimengine.Success) ([]error, []error) {
 	if len(done) > 0 {
+		// Stripe's answers to the requests other workers have in flight
+		// are awaited, so that every charge the runner made is at the fake
+		// when it is killed.
+		s.gate.close()
 		fmt.Printf("HOLDING %d outcomes\n", len(done))
 		select {}
 	}
 	return s.Batcher.CheckSendSucceed(ctx, window, checks, done)
+}
+
+// sendGate carries the dying runner's requests to Stripe until it is
+// closed; close waits for the answers to those in flight, and requests
+// after it never leave.
+type sendGate struct {
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+func (g *sendGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		select {}
+	}
+	g.inflight.Add(1)
+	g.mu.Unlock()
+	defer g.inflight.Done()
+	return testTransport.RoundTrip(req)
+}
+
+func (g *sendGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.inflight.Wait()
 }
 
 // TestHelperRecordCrash is the runner TestRunCrashBeforeRecording kills.
@@ -163,8 +222,9 @@ func TestHelperRecordCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: os.Getenv(envStripe), Claims: holdingStore{wrapBatching(store)},
-		Price: flatPrice(amount), RateLimit: -1, Retry: fastRetry(), Owner: "dies"})
+	gate := &sendGate{}
+	b, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: os.Getenv(envStripe), Claims: holdingStore{wrapBatching(store), gate},
+		HTTPClient: &http.Client{Transport: gate}, Price: flatPrice(amount), RateLimit: -1, Retry: fastRetry(), Owner: "dies"})
 	if err != nil {
 		t.Fatal(err)
 	}

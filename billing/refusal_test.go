@@ -250,6 +250,7 @@ func TestForeignServerErrorIsRetriedWithTheSameKey(t *testing.T) {
 // would leave every claimed customer with ErrSentElsewhere, unbilled until
 // 23 h after the claim.
 func TestRunWithFixedKeyAfter401BillsEveryoneOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, billingtest.Config{APIKeys: []string{rotatedKey}})
 	ctx := context.Background()
 	cs := customers(5)

@@ -441,6 +441,7 @@ func TestRunStopsOnStripeAuth(t *testing.T) {
 // A customer listed twice in one batch is claimed once and reported once as
 // a repeat, instead of failing the whole batch.
 func TestRunSameCustomerTwiceChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sum, err := e.b.Run(context.Background(), period, billing.Customers("cus_1", "cus_2", "cus_1"), nil)
 	if err != nil {
@@ -459,6 +460,7 @@ func TestRunSameCustomerTwiceChargesOnce(t *testing.T) {
 // A Run cancelled after every customer was claimed, while charges are still
 // being sent, reports the cancellation instead of a nil error.
 func TestRunCancelledAfterClaimingReportsIt(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := newEnvWith(t, billingtest.Config{Script: func(r billingtest.Request) billingtest.Fault {
@@ -491,6 +493,7 @@ func TestRunCancelledAfterClaimingReportsIt(t *testing.T) {
 // A changed amount against an existing claim is counted as invalid input,
 // not as an unknown outcome, and nothing is sent for it.
 func TestRunChangedAmountIsInvalid(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	if _, err := e.b.Charge(ctx, "cus_1", period, nil); err != nil {
@@ -518,8 +521,10 @@ func TestRunChangedAmountIsInvalid(t *testing.T) {
 // complete; the next Run, on a new pool, finishes it, and a Run a day later
 // charges nobody again.
 func TestRunClaimDatabaseLostMidRunFinishesNextRun(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"pool closed", "backends terminated"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			ctx := context.Background()
 			ids := customers(60)
@@ -578,6 +583,7 @@ func TestRunClaimDatabaseLostMidRunFinishesNextRun(t *testing.T) {
 // faults (lost answers, stored and unstored 500s, lock timeouts); a clean
 // run then finishes. Everyone is charged exactly once. Run with -race.
 func TestConcurrentReplicasWithFaultsChargeOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.SetScript(faults(7, map[billingtest.FaultKind]float64{

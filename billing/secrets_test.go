@@ -193,6 +193,7 @@ func TestURLCredentialsNeverLeak(t *testing.T) {
 // guard, %d (and %t, %o, %e, ...) would print Config.SecretKey and the
 // vault key.
 func TestFormatVerbsNeverShowSecrets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const vaultKey = "vault_live_S3cretVaultKeyNeverPrint9876"
 	vt, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com/stripe", VaultKey: vaultKey})
@@ -216,6 +217,7 @@ func TestFormatVerbsNeverShowSecrets(t *testing.T) {
 // line, whatever is wrong: a secret with white space, a delivery signed
 // with another secret, a dispute whose payment cannot be read.
 func TestWebhookSecretsNeverShown(t *testing.T) {
+	t.Parallel()
 	h := newHookEnv(t, billing.Charges, nil)
 	bad := "whsec_" + "leakme0123456789 x"
 	_, err := h.b.Webhook(billing.WebhookConfig{Secret: bad, Tolerance: -1})
@@ -256,6 +258,7 @@ func TestWebhookSecretsNeverShown(t *testing.T) {
 // them (fmt verbs, slog's text and JSON handlers), shows no secret: not the
 // Stripe key in billing.Config, nor the vault key in spendcap.Config.
 func TestConfigsPrintNoSecret(t *testing.T) {
+	t.Parallel()
 	const vault = "vault_live_S3cretVaultKeyNeverPrint9876"
 	secret := strings.TrimPrefix(secretKey, "sk_test_")
 	secret = secret[:len(secret)-4]
@@ -293,6 +296,7 @@ func TestConfigsPrintNoSecret(t *testing.T) {
 // Secrets around the identity checks: neither the secret key nor the
 // Credential name shows in IdentityError or the log lines of a rotation.
 func TestNoSecretInIdentityErrors(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := newEnv(t, oneAttempt, func(c *billing.Config) { c.Logger = logger })

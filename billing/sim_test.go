@@ -41,6 +41,7 @@ import (
 // makes the same choices on every run; goroutines that act at once may
 // interleave differently, so a replay that passes may need -count=10.
 func TestSimulation(t *testing.T) {
+	t.Parallel()
 	seeds, single := simSeeds(t)
 	pool := simPool(t)
 	start := time.Now()

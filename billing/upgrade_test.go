@@ -20,6 +20,7 @@ import (
 // exactly once: at once when Stripe's search finds their payment, after
 // their deadline when it does not.
 func TestUpgradeFromVersion1(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := &env{tb: t, srv: newServer(t, billingtest.Config{}), pool: pgtest.Pool(t)}
 	v1, err := os.ReadFile("../testdata/claim_v1_schema.sql")

@@ -114,6 +114,7 @@ func startReplica(t *testing.T, rc replicaConfig) *replica {
 // acknowledge. Afterwards every claim's state is its payment's final
 // state at the fake, and nobody was charged twice.
 func TestWebhookChaos(t *testing.T) {
+	t.Parallel()
 	customers := testenv.Size(100, 1000)
 	const seed = 17
 	rng := rand.New(rand.NewPCG(seed, 0x5e771e))

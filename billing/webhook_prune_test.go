@@ -28,6 +28,7 @@ import (
 // each answers "unchanged", no claim moves, nothing is observed or logged
 // as news, and nobody is charged again by the next Run or Charge.
 func TestWebhookRedeliveredAfterPrune(t *testing.T) {
+	t.Parallel()
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
 		t.Run(string(api), func(t *testing.T) {
 			t.Parallel()
@@ -120,6 +121,7 @@ func TestWebhookRedeliveredAfterPrune(t *testing.T) {
 // deliver it again for days, to the same end, and may disable the
 // endpoint.
 func TestWebhookUnappliableEventAcknowledged(t *testing.T) {
+	t.Parallel()
 	h := newHookEnv(t, billing.Charges, nil)
 	r, err := h.b.Charge(context.Background(), "cus_1", period, nil)
 	if err != nil {
@@ -163,6 +165,7 @@ func TestWebhookUnappliableEventAcknowledged(t *testing.T) {
 // payment cannot be read for now (a 500, a rate limit) is answered 503 so
 // that Stripe delivers it again, and the redelivery applies it.
 func TestWebhookDisputeUnreadable(t *testing.T) {
+	t.Parallel()
 	h := newHookEnv(t, billing.Charges, nil)
 	disp := []byte(`{"id":"evt_disp_missing","object":"event","api_version":"` + billingtest.APIVersion + `","created":1,"type":"charge.dispute.created","data":{"object":{"id":"dp_x","object":"dispute","charge":"ch_nosuch","reason":"fraudulent"}}}`)
 	status, body := h.post(disp, billingtest.Sign(disp, whsec, time.Now()))
@@ -207,6 +210,7 @@ func TestWebhookDisputeUnreadable(t *testing.T) {
 // resend an event is refused; records younger than the retention stay;
 // a negative retention keeps every record.
 func TestEventRetention(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, d := range []time.Duration{time.Hour, 72 * time.Hour, 29 * 24 * time.Hour} {
 		_, err := billing.New(billing.Config{SecretKey: secretKey, StripeURL: e.srv.URL, Claims: e.store, EventRetention: d})
@@ -246,6 +250,7 @@ func TestEventRetention(t *testing.T) {
 // its full refund and its dispute; nobody is charged twice, and the next
 // run sends nothing.
 func TestWebhookPruneAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	customers := testenv.Size(50, 200)
 	async := map[string]billingtest.Async{}
 	var ids []string
@@ -376,6 +381,7 @@ func (failingPrune) PruneEvents(context.Context, time.Duration) (int, error) {
 // A failure to prune does not stop Reconcile: the claims are settled, and
 // the error comes back with the complete summary, saying what failed.
 func TestReconcilePruneFails(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	key := e.crashedClaim("cus_1", amount)
 	e.ageClaim(key, time.Hour)

@@ -115,6 +115,7 @@ func (h *hookEnv) observed() []billing.Event {
 // both APIs: processing, then settled or failed with the failure code;
 // refunds and disputes recorded without changing the state.
 func TestWebhookEveryEventType(t *testing.T) {
+	t.Parallel()
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
 		t.Run(string(api), func(t *testing.T) {
 			t.Parallel()
@@ -582,6 +583,7 @@ func TestReconcilePollsProcessing(t *testing.T) {
 }
 
 func TestWebhookConfigRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, cfg := range []billing.WebhookConfig{{}, {Secret: "whsec_x\n"}, {Secret: whsec, Tolerance: -1}, {Secret: whsec, MaxBody: -1}} {
 		if _, err := e.b.Webhook(cfg); !errors.Is(err, billing.ErrInvalid) {
@@ -606,6 +608,7 @@ func newPool(t *testing.T, p *pgxpool.Pool) *pgxpool.Pool {
 
 // The signing secret is never printed, whatever the verb or the logger.
 func TestWebhookSecretNeverPrinted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := billing.WebhookConfig{Secret: whsec}
 	h, err := e.b.Webhook(cfg)
@@ -627,6 +630,7 @@ func TestWebhookSecretNeverPrinted(t *testing.T) {
 // A charge.failed delivered after charge.succeeded for the same payment
 // (out of order, or a forged-but-signed replay) must not reopen the period.
 func TestWebhookFailedAfterSucceededKeepsPayment(t *testing.T) {
+	t.Parallel()
 	h := newHookEnv(t, billing.Charges, nil)
 	ctx := context.Background()
 	r, err := h.b.Charge(ctx, "cus_a", period, nil)
@@ -650,8 +654,10 @@ func TestWebhookFailedAfterSucceededKeepsPayment(t *testing.T) {
 // A full refund, its events delivered, then Charge, Run and Reconcile
 // again: a refund is never a reason to bill again.
 func TestWebhookRefundThenRunChargesNothing(t *testing.T) {
+	t.Parallel()
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
 		t.Run(string(api), func(t *testing.T) {
+			t.Parallel()
 			h := newHookEnv(t, api, nil)
 			ctx := context.Background()
 			r, err := h.b.Charge(ctx, "cus_r", period, nil)
@@ -682,6 +688,7 @@ func TestWebhookRefundThenRunChargesNothing(t *testing.T) {
 // attempt 1's events arrive late (redelivered, and a forged success for a
 // new id). The period is billed once and stays so.
 func TestWebhookLateEventsForEarlierAttemptKeepPeriodBilledOnce(t *testing.T) {
+	t.Parallel()
 	h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_l": {After: time.Hour, FailureCode: "account_closed"}})
 	ctx := context.Background()
 	r1, err := h.b.Charge(ctx, "cus_l", period, nil)
@@ -725,8 +732,10 @@ func TestWebhookLateEventsForEarlierAttemptKeepPeriodBilledOnce(t *testing.T) {
 // write; the payment settles, its webhook events arrive while the claim is
 // still pending, 25 hours pass on both clocks, and runs come back.
 func TestWebhookSettlesCrashedRunsPendingClaim(t *testing.T) {
+	t.Parallel()
 	for _, fail := range []string{"", "insufficient_funds"} {
 		t.Run("failure="+fail, func(t *testing.T) {
+			t.Parallel()
 			h := newHookEnv(t, billing.Charges, map[string]billingtest.Async{"cus_c": {After: time.Hour, FailureCode: fail}})
 			ctx := context.Background()
 			key := h.crashedClaim("cus_c", amount)
@@ -767,8 +776,10 @@ func TestWebhookSettlesCrashedRunsPendingClaim(t *testing.T) {
 // both orders: the claim ends succeeded with the refund and the dispute,
 // and later runs bill nothing.
 func TestWebhookConcurrentEventsForOnePayment(t *testing.T) {
+	t.Parallel()
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
 		t.Run(string(api), func(t *testing.T) {
+			t.Parallel()
 			h := newHookEnv(t, api, map[string]billingtest.Async{"cus_e": {After: time.Hour}})
 			ctx := context.Background()
 			r, err := h.b.Charge(ctx, "cus_e", period, nil)

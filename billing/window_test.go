@@ -71,6 +71,7 @@ func oneAttempt(c *billing.Config) { c.Retry.MaxAttempts = 1 }
 // run past 24 hours since its key was first sent must not send the key
 // again blind: Stripe has forgotten it, and a resend is a second charge.
 func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	e.lostAnswer(e.b, "cus_1")
 	e.advance(22*time.Hour + 59*time.Minute)
@@ -80,7 +81,7 @@ func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"},
 		billingtest.Fault{Kind: billingtest.FaultRateLimit}, billingtest.Fault{Kind: billingtest.FaultRateLimit})
 	var once sync.Once
-	b := e.biller(func(c *billing.Config) {
+	b := e.biller(serverWaitsSkipped, func(c *billing.Config) {
 		c.Retry.Notify = func(retry.Event) { once.Do(func() { e.advance(2 * time.Hour) }) }
 	})
 	r, err := b.Charge(context.Background(), "cus_1", period, nil)
@@ -95,6 +96,7 @@ func TestWindowDeadlineHoldsAcrossRetries(t *testing.T) {
 // The deadline in a Run: a claim waiting in the queue behind a slow customer while
 // its key's window closes goes to reconciliation, not to a blind resend.
 func TestWindowDeadlineHoldsInRunQueue(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	e.lostAnswer(e.b, "cus_2")
 	e.advance(22*time.Hour + 59*time.Minute)
@@ -123,6 +125,7 @@ func TestWindowDeadlineHoldsInRunQueue(t *testing.T) {
 // the other API that resumes it past the window must find the first
 // payment, whatever its object type, and not make a second one.
 func TestClaimRemembersEndpointAcrossAPISwitch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	e.lostAnswer(e.b, "cus_1")
 	e.advance(25 * time.Hour)
@@ -143,6 +146,7 @@ func TestClaimRemembersEndpointAcrossAPISwitch(t *testing.T) {
 // reports where the key went and leaves the claim for the Biller that made
 // it.
 func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	// The first send fails before Stripe stores anything.
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
@@ -178,6 +182,7 @@ func TestClaimOnOtherAPIWithinWindow(t *testing.T) {
 // resuming a claim within the window must not send it under the new key;
 // search finds the first charge.
 func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	e.lostAnswer(e.b, "cus_1")
 	e.advance(time.Hour)
@@ -196,6 +201,7 @@ func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
 // Biller sends nothing; after it a search miss is trusted, the window is
 // reopened for the new credential and the customer is billed once.
 func TestRotatedCredentialWithNoPayment(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
 	if _, err := e.b.Charge(context.Background(), "cus_1", period, nil); err == nil {
@@ -219,6 +225,7 @@ func TestRotatedCredentialWithNoPayment(t *testing.T) {
 // Reconcile settles only the claims of its own scope: a second product's
 // Biller on the same table must leave the first one's claims alone.
 func TestReconcileTouchesOnlyItsScope(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt, func(c *billing.Config) { c.Scope = "product-a"; c.API = billing.PaymentIntents })
 	e.lostAnswer(e.b, "cus_1")
 	e.advance(25 * time.Hour)
@@ -244,6 +251,7 @@ func TestReconcileTouchesOnlyItsScope(t *testing.T) {
 // Two replicas configured with the same Owner are still two owners: one
 // sees the other's live claim as in progress instead of resuming it.
 func TestSameConfiguredOwnerIsTwoOwners(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *billing.Config) { c.Owner = "billing-cron" })
 	release := make(chan struct{})
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultSlow, Release: release})
@@ -281,6 +289,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // without search permission) stops a Reconcile instead of reporting every
 // claim as needing reconciliation; the claims stay pending.
 func TestRefusedSearchStopsReconcile(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	for _, c := range []string{"cus_1", "cus_2"} {
 		e.lostAnswer(e.b, c)
@@ -309,6 +318,7 @@ func TestRefusedSearchStopsReconcile(t *testing.T) {
 // with clocks ClockAllowance apart, all within Stripe's 24 hours; and a
 // search trusted before MinWindowMargin might not have indexed a payment.
 func TestNewRefusesImpossibleWindowArithmetic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for name, set := range map[string]func(*billing.Config){
 		"margin + attempt + allowance > 24h": func(c *billing.Config) {
@@ -338,6 +348,7 @@ func TestNewRefusesImpossibleWindowArithmetic(t *testing.T) {
 // API, takes the claim over. Stripe refuses the key on the other endpoint,
 // so the customer is charged once.
 func TestFirstSendAfterDBClockJumpChargesOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		change func(*billing.Config)
@@ -352,7 +363,10 @@ func TestFirstSendAfterDBClockJumpChargesOnce(t *testing.T) {
 		// (see the package documentation, "Clocks").
 		{"payment intents", func(c *billing.Config) { c.API = billing.PaymentIntents }},
 	} {
-		t.Run(tc.name, func(t *testing.T) { firstSendSafeDBClockJump(t, tc.change) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			firstSendSafeDBClockJump(t, tc.change)
+		})
 	}
 }
 
@@ -360,6 +374,7 @@ func TestFirstSendAfterDBClockJumpChargesOnce(t *testing.T) {
 // while another runner takes its claim over, reconciles and charges: when
 // it wakes, its next attempt is refused by CheckSend (lease lost).
 func TestPausedRunnerWakingAfterTakeoverSendsNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultLockTimeout})

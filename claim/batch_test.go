@@ -17,6 +17,7 @@ import (
 // not; a success is written once, repeated with the same id is fine, and a
 // different id or a failed claim is a conflict.
 func TestCheckSendSucceed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p, pool := newPostgres(t, claim.Config{Lease: lease})
 	const window = 23 * time.Hour

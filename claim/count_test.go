@@ -13,6 +13,7 @@ import (
 
 // Count reports a period's claims by state, and only that period's.
 func TestCountByPeriod(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store, err := claim.NewPostgres(pgtest.Pool(t), claim.Config{})
 	if err != nil {

@@ -199,6 +199,7 @@ func shape(desc string) string {
 // are intact, the new columns hold their "unknown" values, each key's window
 // starts when its claim was made, and a second Migrate changes nothing.
 func TestMigrateUpgradesV1TableInPlace(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range migrateConfigs {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			t.Parallel()
@@ -255,6 +256,7 @@ func TestMigrateUpgradesV1TableInPlace(t *testing.T) {
 // every column, its indexes and checks, and the record; twice is the same
 // as once.
 func TestMigrateEmptyDatabaseAndTwice(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range migrateConfigs {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			t.Parallel()
@@ -304,6 +306,7 @@ func TestMigrateEmptyDatabaseAndTwice(t *testing.T) {
 // billonce migrated the table: Migrate refuses and changes nothing, not
 // even the migrations this binary knows and the record lacks.
 func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range migrateConfigs {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			t.Parallel()
@@ -339,6 +342,7 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 // each lists itself in the record, so Migrate afterwards finds nothing to
 // do and changes nothing, not even the record.
 func TestMigrationsAppliedByToolThenMigrate(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range append(migrateConfigs, claim.Config{Schema: "ops", Table: "charges_claimed"}) {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			t.Parallel()
@@ -397,6 +401,7 @@ func TestMigrationsAppliedByToolThenMigrate(t *testing.T) {
 // created, statement for statement, and then only the migrations record
 // that lists it.
 func TestFirstMigrationIsTheV1Table(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range migrateConfigs {
 		ms, err := claim.Migrations(cfg)
 		if err != nil {
@@ -439,6 +444,7 @@ func statements(sql string) string {
 // "nothing known" settlement values; the state check now takes processing
 // (with a payment) and still refuses anything else.
 func TestMigrationSettlementUpgradesRows(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range migrateConfigs {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			t.Parallel()

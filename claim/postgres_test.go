@@ -78,6 +78,7 @@ func TestHelperProcess(t *testing.T) {
 // Three OS processes claim the same customers at once: each claim is won by
 // exactly one of them.
 func TestMultiProcessOneWinner(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	gate, err := pgx.Connect(ctx, url)
@@ -156,6 +157,7 @@ func TestMultiProcessOneWinner(t *testing.T) {
 // A runner with a real one-second lease dies; once the lease has run out on
 // the database clock, another runner resumes the claim with the same key.
 func TestRealShortLeaseExpires(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := newPostgres(t, claim.Config{Lease: time.Second})
 	won := mustClaim(t, s, req("cus_1", "k1", "crashed"), claimengine.Won)
@@ -193,6 +195,7 @@ func batch(n int, owner string, pick func(i int) bool) []claimengine.Request {
 // Half of 10,000 customers are already claimed: a batch over all of them
 // wins exactly the other half, and running it again wins nothing.
 func TestClaimBatchTenThousand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, pool := newPostgres(t, claim.Config{})
 	const n = 10000
@@ -238,6 +241,7 @@ func TestClaimBatchTenThousand(t *testing.T) {
 // Migrate from eight connections at once, then twice more: no error, one
 // claim table and its migrations record.
 func TestMigrateConcurrentlyAndTwice(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	for _, cfg := range []claim.Config{{}, {Schema: "billing", Table: "Claims_v2"}} {
@@ -292,6 +296,7 @@ func TestMigrateConcurrentlyAndTwice(t *testing.T) {
 }
 
 func TestNewPostgresRefusesBadConfig(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	var nilPool *pgxpool.Pool
 	if _, err := claim.NewPostgres(nil, claim.Config{}); !errors.Is(err, claim.ErrInvalid) || !strings.Contains(err.Error(), "nil") {
@@ -322,6 +327,7 @@ func TestNewPostgresRefusesBadConfig(t *testing.T) {
 }
 
 func TestClosedPoolIsAnError(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, pool := newPostgres(t, claim.Config{})
 	url := pool.Config().ConnString()
@@ -357,6 +363,7 @@ func pgtestPool(t *testing.T, url string) *pgxpool.Pool {
 // time, each committed on its own (a single *pgx.Conn would fail with
 // "conn busy"; NewPostgres takes only a pool for that reason).
 func TestPoolOfOneConnection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfgPool, err := pgxpool.ParseConfig(pgtest.URL(t))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 // Config.EventRetention). Should an event come after all, it is applied
 // afresh and changes nothing.
 func TestPrunedEventAppliedAgainChangesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var out strings.Builder
 	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool

@@ -33,6 +33,7 @@ func paymentEvents(key string) []claimengine.Update {
 // forward, refunds only grow, the latest dispute stays. Whatever the
 // order of the redeliveries.
 func TestPruneEventsThenRedeliver(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -95,6 +96,7 @@ func TestPruneEventsThenRedeliver(t *testing.T) {
 // seconds): whichever is delivered last, and however often either is
 // delivered again after pruning, the claim keeps one of them, the same.
 func TestPruneSameSecondDisputes(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -131,6 +133,7 @@ func TestPruneSameSecondDisputes(t *testing.T) {
 // applied or a duplicate, none moves the claim backwards, and the claim
 // ends as the events say.
 func TestPruneConcurrentWithApply(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -211,6 +214,7 @@ func rankOf(s claim.State) int {
 // one the claim records: the order of disputes is theirs, not that of
 // other events.
 func TestLateDisputeAfterLaterEvent(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)

@@ -33,6 +33,7 @@ func mustApply(t *testing.T, s engine, u claimengine.Update, want claimengine.Ap
 // A payment that settles later: the claim is processing, holds its period
 // (Claim answers Processing, so nothing is sent again), and settles once.
 func TestProcessingSettles(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -70,6 +71,7 @@ func TestProcessingSettles(t *testing.T) {
 // is failed for its key: the next Claim with that key answers Failed (never
 // sent again); billing again is an explicit new key.
 func TestProcessingFailsWithCode(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -93,6 +95,7 @@ func TestProcessingFailsWithCode(t *testing.T) {
 
 // The same event delivered five times is applied once.
 func TestApplyDuplicateEvent(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
 		u := upd("evt_1", claim.StateProcessing, 1)
@@ -127,6 +130,7 @@ func permutations(n int) [][]int {
 // Events for one payment delivered in every order leave the same claim:
 // states only move forward, refunds only grow, and the latest dispute wins.
 func TestApplyEveryOrder(t *testing.T) {
+	t.Parallel()
 	events := []claimengine.Update{
 		upd("evt_p", claim.StateProcessing, 1),
 		upd("evt_s", claim.StateSucceeded, 2),
@@ -161,6 +165,7 @@ func TestApplyEveryOrder(t *testing.T) {
 // unknown key's event is not recorded, so it stays applicable should its
 // claim appear.
 func TestApplyOtherPaymentAndUnknownKey(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
@@ -197,6 +202,7 @@ func TestApplyOtherPaymentAndUnknownKey(t *testing.T) {
 // Unsettled lists processing claims by age, of the scope and of unknown
 // scope.
 func TestUnsettled(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		for i, scope := range []string{"a", "b", ""} {
@@ -234,6 +240,7 @@ func TestUnsettled(t *testing.T) {
 
 // One event delivered to many replicas at once is applied by one of them.
 func TestApplyConcurrentDeliveries(t *testing.T) {
+	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
 		const n = 16

@@ -32,6 +32,7 @@ func mustClaim(t *testing.T, s engine, r claimengine.Request, want claimengine.O
 }
 
 func TestClaimLifecycle(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -78,6 +79,7 @@ func TestClaimLifecycle(t *testing.T) {
 }
 
 func TestFailIsTerminalForTheKey(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -109,6 +111,7 @@ func TestFailIsTerminalForTheKey(t *testing.T) {
 }
 
 func TestMismatchIsRefused(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -162,6 +165,7 @@ func TestMismatchIsRefused(t *testing.T) {
 }
 
 func TestTakeoverAfterCrash(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -196,6 +200,7 @@ func TestTakeoverAfterCrash(t *testing.T) {
 }
 
 func TestRenewKeepsTheClaim(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -214,6 +219,7 @@ func TestRenewKeepsTheClaim(t *testing.T) {
 }
 
 func TestReleaseLetsTheNextRunResume(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -240,6 +246,7 @@ func TestReleaseLetsTheNextRunResume(t *testing.T) {
 // given window on the store's clock; a search that found nothing reopens
 // it, for the endpoint and credential that will send the key from then on.
 func TestKeyWindow(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -286,6 +293,7 @@ func TestKeyWindow(t *testing.T) {
 // Stale lists expired leases of one scope, and of claims whose scope is
 // unknown, oldest first.
 func TestStaleByScope(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		for i, scope := range []string{"a", "b", ""} {
@@ -321,6 +329,7 @@ func TestStaleByScope(t *testing.T) {
 }
 
 func TestClaimBatchOutcomes(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -373,6 +382,7 @@ func TestClaimBatchOutcomes(t *testing.T) {
 }
 
 func TestClaimNotFound(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
@@ -393,6 +403,7 @@ func TestClaimNotFound(t *testing.T) {
 }
 
 func TestBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 256) // one byte over the limit
 	edit := func(f func(*claimengine.Request)) claimengine.Request {
 		r := req("cus_1", "k1", "a")
@@ -467,6 +478,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 
 // 64 runners claim the same customer and period at once: exactly one wins.
 func TestConcurrentClaimsOneWinner(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		counts := race(t, 64, func(i int) (result, error) {
 			return h.store.Claim(context.Background(), req("cus_1", "k1", fmt.Sprintf("runner-%d", i)))
@@ -482,6 +494,7 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 
 // 64 runners find the same crashed claim at once: exactly one resumes it.
 func TestConcurrentTakeoverOneWinner(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		mustClaim(t, h.store, req("cus_1", "k1", "crashed"), claimengine.Won)
 		h.pass(t, lease+time.Second)
@@ -500,6 +513,7 @@ func TestConcurrentTakeoverOneWinner(t *testing.T) {
 // Runners racing with different keys for one customer and period: at most
 // one live claim, everyone else gets an error.
 func TestConcurrentDifferentKeysOneWinner(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		var errs int
 		var mu sync.Mutex
@@ -558,6 +572,7 @@ func race(t *testing.T, n int, f func(i int) (result, error)) map[claimengine.Ou
 // customers again. Products that bill the same customers for the same
 // periods use a claim table each.
 func TestLiveClaimAcrossScopes(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		a, b := req("cus_1", "ka", "x"), req("cus_1", "kb", "x")
 		a.Scope, b.Scope = "subscription", "renamed"
@@ -572,6 +587,7 @@ func TestLiveClaimAcrossScopes(t *testing.T) {
 // Abandon deletes a pending claim its owner never sent; only the owner can,
 // and only while pending. The next Claim starts afresh.
 func TestAbandon(t *testing.T) {
+	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)

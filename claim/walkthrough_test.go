@@ -15,6 +15,7 @@ import (
 // A billing run claims each customer before it charges, records the
 // outcome, and a second run (or a second replica) charges nobody twice.
 func TestEngineWalkthrough(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var out strings.Builder
 	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool

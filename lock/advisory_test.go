@@ -17,6 +17,7 @@ import (
 // Honest locks: three replicas start the same job at once; exactly one runs it. A
 // later start, after it finished, runs it again.
 func TestAdvisoryThreeProcessesOneRuns(t *testing.T) {
+	t.Parallel()
 	pool, url := newPool(t, 0)
 	const name = "monthly-billing:2026-09"
 	var cmds []interface{ Wait() error }
@@ -50,6 +51,7 @@ func TestAdvisoryThreeProcessesOneRuns(t *testing.T) {
 // Honest locks: terminating the holder's backend cancels the job in another process
 // with cause ErrLockLost, and the lock becomes free for others.
 func TestAdvisoryKilledBackendCancelsJobInOtherProcess(t *testing.T) {
+	t.Parallel()
 	pool, url := newPool(t, 0)
 	const name = "nightly-reconcile"
 	holder := startHelper(t, "hold", url, name, "")
@@ -89,6 +91,7 @@ func TestAdvisoryKilledBackendCancelsJobInOtherProcess(t *testing.T) {
 // Honest locks, the same in one process, where the time from kill to cancellation is
 // measured on one clock; Do reports the loss even when the job returns nil.
 func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	const name = "weekly-report"
 	const interval = 200 * time.Millisecond
@@ -146,6 +149,7 @@ func TestAdvisoryKilledBackendCancelsJob(t *testing.T) {
 // panic or are cancelled, and runs that lose the race, no connection of the
 // pool holds an advisory lock (and none is held anywhere).
 func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 2)
 	g := newAdvisory(t, pool, lock.AdvisoryConfig{})
 	errJob := errors.New("job failed")
@@ -249,6 +253,7 @@ func TestAdvisoryPoolNeverGetsALockedConnection(t *testing.T) {
 // pooled connection already holding it lets a second caller in. Here a
 // second Do on the same name from the same process is refused.
 func TestAdvisoryNotReentrant(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 1)
 	g := newAdvisory(t, pool, lock.AdvisoryConfig{})
 	ctx := context.Background()
@@ -270,6 +275,7 @@ func TestAdvisoryNotReentrant(t *testing.T) {
 
 // Wait makes Acquire keep trying until the holder is done, or give up.
 func TestAdvisoryWait(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	ctx := context.Background()
 	holder := newAdvisory(t, pool, lock.AdvisoryConfig{})
@@ -300,6 +306,7 @@ func TestAdvisoryWait(t *testing.T) {
 }
 
 func TestTryXact(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	ctx := context.Background()
 	tx1, err := pool.Begin(ctx)

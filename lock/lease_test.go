@@ -34,6 +34,7 @@ func leaseOwner(t *testing.T, pool *pgxpool.Pool, name string) string {
 // Database time: a holder whose process dies stops renewing; after the lease expires
 // on the database clock another process takes over.
 func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
+	t.Parallel()
 	pool, url := newPool(t, 0)
 	const name = "monthly-billing:2026-09"
 	const ttl = time.Second
@@ -72,6 +73,7 @@ func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
 // An expired row is taken over at once; a live one is not. Expiry is set on
 // the database clock.
 func TestLeaseExpiryOnDatabaseClock(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	g := newLease(t, pool, lock.LeaseConfig{})
 	ctx := context.Background()
@@ -92,6 +94,7 @@ func TestLeaseExpiryOnDatabaseClock(t *testing.T) {
 // A stale holder (its lease expired and was taken over) learns it lost the
 // lease and can neither renew nor release the newer holder's lease.
 func TestLeaseStaleHolderCannotTouchNewLease(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	ctx := context.Background()
 	cfg := lock.LeaseConfig{TTL: time.Hour, RenewInterval: 50 * time.Millisecond}
@@ -150,6 +153,7 @@ func TestLeaseStaleHolderCannotTouchNewLease(t *testing.T) {
 // A job whose lease is taken over while it runs is cancelled with cause
 // ErrLockLost, and a nested Do in the same process is refused.
 func TestLeaseLostCancelsJob(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	ctx := context.Background()
 	g := newLease(t, pool, lock.LeaseConfig{TTL: time.Hour, RenewInterval: 50 * time.Millisecond})
@@ -177,6 +181,7 @@ func TestLeaseLostCancelsJob(t *testing.T) {
 // EXISTS and no record, and refuses a table a newer billonce migrated
 // (the runner's own tests, in internal/migrate, cover the rest).
 func TestLeaseMigrateRecord(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	ctx := context.Background()
 	mustExec(t, pool, `CREATE TABLE other_leases (namespace text NOT NULL, name text NOT NULL, owner text NOT NULL,

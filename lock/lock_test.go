@@ -21,6 +21,7 @@ import (
 // a replica run the same job at once. The values were checked against an
 // independent implementation (Python hashlib).
 func TestKeyFrozen(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		namespace, name string
 		key             int64
@@ -39,6 +40,7 @@ func TestKeyFrozen(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	job := func(context.Context) error { t.Error("job ran on bad input"); return nil }
@@ -118,6 +120,7 @@ func TestBadInput(t *testing.T) {
 // leaves behind), a nil pool behind the DB interface or a nil transaction
 // behind pgx.Tx is refused with ErrInvalid, never a panic.
 func TestNilGuardsRefused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	job := func(context.Context) error { t.Error("job ran"); return nil }
 	noPanic := func(f func() error) (err error) {
@@ -163,6 +166,7 @@ func TestNilGuardsRefused(t *testing.T) {
 
 // A closed pool is an error, not "another holder has it".
 func TestClosedPool(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	g := newAdvisory(t, pool, lock.AdvisoryConfig{})
 	pool.Close()
@@ -176,6 +180,7 @@ func TestClosedPool(t *testing.T) {
 // Func runs the job under the lock, logs each outcome through the injected
 // logger, and turns a panic into a log line after releasing the lock.
 func TestFuncLogsOutcomes(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))

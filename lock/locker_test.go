@@ -116,6 +116,7 @@ func TestDoWithoutALockFromTheLocker(t *testing.T) {
 // Two Leases on different tables do not see each other's leases; a table
 // name that is not an identifier is refused before any SQL.
 func TestLeaseTable(t *testing.T) {
+	t.Parallel()
 	pool, _ := newPool(t, 0)
 	a := newLease(t, pool, lock.LeaseConfig{})
 	b := newLease(t, pool, lock.LeaseConfig{Table: "other_leases"})

@@ -13,6 +13,7 @@ import (
 
 // Every outcome of Charge and Rebill, and what River is told.
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
 	wrap := func(err error) error { return fmt.Errorf("billing: customer cus_1: %w", err) }
 	tests := []struct {
@@ -55,6 +56,7 @@ func TestDecide(t *testing.T) {
 // key's deadline: retries within it resend the key while Stripe still
 // knows it.
 func TestDefaultRetryBudgetFitsKeyWindow(t *testing.T) {
+	t.Parallel()
 	w, err := NewWorker(&billing.Biller{}, WorkerConfig{})
 	if err != nil {
 		t.Fatal(err)

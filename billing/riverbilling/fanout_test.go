@@ -20,6 +20,7 @@ import (
 // the completed jobs away a fan-out inserts them all again, and the claims
 // make those jobs complete without a request to Stripe.
 func TestFanOutTwiceChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_00007": "insufficient_funds"}})
 	ids := customers(300)
 	cfg := e.riverConfig(e.biller(), ids)
@@ -70,6 +71,7 @@ func TestFanOutTwiceChargesOnce(t *testing.T) {
 // FanOut reads the iterator batch by batch, skips duplicates and unusable
 // items, and stops on the iterator's error after committing what it read.
 func TestFanOutInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
 	c := e.client(e.riverConfig(e.biller(), nil))
 	ctx := context.Background()
@@ -107,6 +109,7 @@ func TestFanOutInput(t *testing.T) {
 // inserts a new job for it (discarded jobs do not block), which resumes the
 // claim with the same key: Stripe replays the first charge.
 func TestFanOutReinsertsDiscardedJob(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
 	c := e.client(e.riverConfig(e.biller(), nil))
 	res, err := c.Insert(context.Background(), riverbilling.ChargeArgs{Customer: "cus_1", Period: period}, &river.InsertOpts{MaxAttempts: 1})

@@ -24,6 +24,7 @@ import (
 // still bill the customer: a job that reported the period billed while it
 // was not may not stand in for it.
 func TestRebillJobWhileEarlierAttemptProcessing(t *testing.T) {
+	t.Parallel()
 	const cus = "cus_ach_river5"
 	e := newEnv(t, billingtest.Config{})
 	ctx := context.Background()
@@ -86,6 +87,7 @@ func TestRebillJobWhileEarlierAttemptProcessing(t *testing.T) {
 // the dunning process queues attempt 3 again, as the decline says. The
 // customer must be billed by attempt 3.
 func TestRebillJobWhileEarlierAttemptSending(t *testing.T) {
+	t.Parallel()
 	const cus = "cus_held_river5"
 	e := newEnv(t, billingtest.Config{})
 	ctx := context.Background()

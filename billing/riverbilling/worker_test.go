@@ -58,6 +58,7 @@ func (e *env) workJob(w *riverbilling.Worker, job *rivertype.JobRow) *rivertest.
 // was recorded complete: River's rescuer retries the job on another
 // worker, which resumes the claim with the same key. One charge.
 func TestWorkerKilledAfterStripeCommitted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
 	dead := e.biller(oneAttempt)
 	live := e.biller()
@@ -94,6 +95,7 @@ func TestWorkerKilledAfterStripeCommitted(t *testing.T) {
 // slow): one charge; the second run finds the first one's live claim and
 // is snoozed, then completes without calling Stripe.
 func TestSameJobTwiceAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultSlow, Delay: 500 * time.Millisecond})
 	b := e.biller()
@@ -147,6 +149,7 @@ func TestSameJobTwiceAtOnce(t *testing.T) {
 // searches Stripe and records the charge it finds instead of sending the
 // key again.
 func TestJobRetried25HoursLater(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
 	w := e.worker(e.biller(oneAttempt))
 	c := e.client(e.riverConfig(e.biller(), nil))
@@ -177,6 +180,7 @@ func TestJobRetried25HoursLater(t *testing.T) {
 
 // A decline cancels the job at once, with the reason, and is never retried.
 func TestDeclineCancelsWithoutRetry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_d": "insufficient_funds"}})
 	w := e.worker(e.biller())
 	c := e.client(e.riverConfig(e.biller(), nil))
@@ -209,6 +213,7 @@ func TestDeclineCancelsWithoutRetry(t *testing.T) {
 // A refusal of the API key cancels the job, visibly, and pauses the queue:
 // every other job would meet the same answer.
 func TestAuthRefusalCancelsAndPausesQueue(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{APIKeys: []string{"sk_test_the_right_one"}})
 	b := e.biller()
 	c := e.client(e.riverConfig(b, nil))
@@ -251,6 +256,7 @@ func TestAuthRefusalCancelsAndPausesQueue(t *testing.T) {
 // The first charge spelled two ways (Attempt 0 and 1) is two jobs to
 // River's uniqueness but one key and one claim: one charge.
 func TestFirstChargeUnderTwoSpellings(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
 	w := e.worker(e.biller())
 	c := e.client(e.riverConfig(e.biller(), nil))
@@ -269,6 +275,7 @@ func TestFirstChargeUnderTwoSpellings(t *testing.T) {
 // job) is cancelled as a mismatch with its claim, not charged again at
 // the new price.
 func TestRetryAfterPriceChangeIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
 	c := e.client(e.riverConfig(e.biller(), nil))
 	job := e.insert(c, riverbilling.ChargeArgs{Customer: "cus_1", Period: period})
@@ -304,6 +311,7 @@ func TestRetryAfterPriceChangeIsRefused(t *testing.T) {
 // is charged once, no day's spend passes the cap, and neither the vault
 // key nor the Stripe key shows up in the jobs' errors or the logs.
 func TestWorkersBehindSpendCapAcrossDays(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, billingtest.Config{APIKeys: []string{upstreamKey}})
 	px := spendcaptest.NewProxy(spendcaptest.Config{Upstream: e.srv.URL, StripeKey: upstreamKey, Clock: e.srv})
 	t.Cleanup(px.Close)
@@ -397,6 +405,7 @@ func TestWorkersBehindSpendCapAcrossDays(t *testing.T) {
 // (snoozed until the key's window has passed) or is cancelled with the
 // reason, and a run a day later settles it by search. One charge.
 func TestWorkerConfigChangedBetweenAttempts(t *testing.T) {
+	t.Parallel()
 	changes := map[string]func(*billing.Config){
 		"api":   func(c *billing.Config) { c.API = billing.PaymentIntents; c.Price = pmPrice },
 		"key":   func(c *billing.Config) { c.Credential = "sk_test_rotated_key_2" },

@@ -24,6 +24,7 @@ import (
 // Stripe forgets an idempotency key after 24 hours; a resend after that is
 // a new charge, and the proxy must count it as one.
 func TestProxyCountsAResendAfterStripeForgotTheKey(t *testing.T) {
+	t.Parallel()
 	srv, px := newProxy(t, spendcaptest.Config{})
 	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	if a := post(t, px.URL, vaultKey, "key-1", "cus_a", 600); a.status != http.StatusOK {
@@ -51,6 +52,7 @@ func TestProxyCountsAResendAfterStripeForgotTheKey(t *testing.T) {
 // proxy counts only the body, so it refuses writes with a query, and
 // amounts it cannot read as Stripe would.
 func TestProxyRefusesAmountsItCannotCount(t *testing.T) {
+	t.Parallel()
 	srv, px := newProxy(t, spendcaptest.Config{})
 	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	base := url.Values{"currency": {"usd"}, "customer": {"cus_q"}}.Encode()
@@ -87,6 +89,7 @@ func TestProxyRefusesAmountsItCannotCount(t *testing.T) {
 // A huge amount in flight must not wrap spent+reserved+amount and let
 // later requests through; an amount above the cap is refused outright.
 func TestProxySumsCannotWrap(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, billingtest.Config{APIKeys: []string{upstreamKey}})
 	// An upstream that holds the huge request until released, so that it
 	// is in flight while the others arrive.
@@ -133,6 +136,7 @@ func TestProxySumsCannotWrap(t *testing.T) {
 // replay, which the proxy releases. The proxy must never resend: each
 // request it forwards arrives at most once.
 func TestProxyNeverResendsUpstreamByItself(t *testing.T) {
+	t.Parallel()
 	srv, px := newProxy(t, spendcaptest.Config{})
 	px.IssueKey(vaultKey, spendcap.Key{CapAmount: 1000, Per: spendcap.PerRun})
 	post(t, px.URL, vaultKey, "warm", "cus_w", 100) // opens the connection the next request reuses
@@ -335,6 +339,7 @@ func TestCapLoweredInFlightAdmitsNothingMore(t *testing.T) {
 // again: with a cap of one charge, two charges would move. NewProxy
 // refuses such a lifetime; at 24 hours the resend is reserved, and refused.
 func TestKeyLifetimeLongerThanStripesIsRefused(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, billingtest.Config{APIKeys: []string{upstreamKey}})
 	store := spendcap.NewMemoryStore()
 	cfg := spendcap.ProxyConfig{Upstream: srv.URL, StripeKey: upstreamKey, Store: store, Clock: srv, KeyLifetime: 72 * time.Hour}

@@ -337,6 +337,7 @@ func BenchmarkVaultTransport(b *testing.B) {
 
 // A typed nil transport is refused with a clear error, never a panic.
 func TestClientRefusesANilTransport(t *testing.T) {
+	t.Parallel()
 	for name, call := range map[string]func() error{
 		"NewTransport": func() error {
 			_, err := spendcap.NewTransport(spendcap.Config{ProxyURL: "https://proxy.example.com", VaultKey: "vault_key_0001", Base: (*http.Transport)(nil)})

@@ -34,6 +34,7 @@ var (
 //
 //	go test ./billing/spendcap -run NeverPasses -spendcap.iterations=10000
 func TestProxyNeverPassesTheCap(t *testing.T) {
+	t.Parallel()
 	n := *propIterations
 	var sent, refused, moved int64
 	for i := range n {

@@ -339,6 +339,7 @@ func BenchmarkProxyCharge(b *testing.B) {
 
 // Close does not wait on a connection a client opened and never used.
 func TestProxyCloseDoesNotWaitForUnusedConnections(t *testing.T) {
+	t.Parallel()
 	srv := billingtest.NewServer(billingtest.Config{})
 	defer srv.Close()
 	p := spendcaptest.NewProxy(spendcaptest.Config{Upstream: srv.URL, StripeKey: "sk_test_upstream"})

@@ -103,6 +103,7 @@ func settle(tb testing.TB, s Store, a admission, o outcome, now time.Time) {
 }
 
 func TestStoreReservesAtTheEdgeConcurrently(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, s adminStore) {
 		s.issue(t, vaultKey, Key{CapAmount: 1000})
 		var (
@@ -141,6 +142,7 @@ func TestStoreReservesAtTheEdgeConcurrently(t *testing.T) {
 }
 
 func TestStoreCountsIdempotencyKeysWhileStripeRemembersThem(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, s adminStore) {
 		s.issue(t, vaultKey, Key{CapAmount: 1000})
 		s.issue(t, "vault_other_key_0000000000000", Key{CapAmount: 1000})
@@ -174,6 +176,7 @@ func TestStoreCountsIdempotencyKeysWhileStripeRemembersThem(t *testing.T) {
 }
 
 func TestStoreRefusals(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, s adminStore) {
 		s.issue(t, vaultKey, Key{CapAmount: 1000, AllowedEndpoints: []string{"POST /v1/charges"}, ExpiresAt: t0.Add(time.Hour)})
 		for _, c := range []struct {
@@ -199,6 +202,7 @@ func TestStoreRefusals(t *testing.T) {
 }
 
 func TestStorePerDayWindow(t *testing.T) {
+	t.Parallel()
 	eachStore(t, func(t *testing.T, s adminStore) {
 		s.issue(t, vaultKey, Key{CapAmount: 1000, Per: PerDay})
 		a := admit(t, s, req(vaultKey, "", 900, t0))
@@ -219,6 +223,7 @@ func TestStorePerDayWindow(t *testing.T) {
 // Migrate is idempotent and refuses tables a newer billonce migrated
 // (the runner's own tests, in internal/migrate, cover the rest).
 func TestPostgresStoreMigrate(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	s, err := NewPostgresStore(pool)
 	if err != nil {

@@ -95,6 +95,7 @@ func demoIDs(n int) []string {
 // The demo, as run with no Stripe flags: the program's own fake, its own
 // second run and its own ledger check, reported as JSON.
 func TestDemoBillsEveryoneOnceAndTheSecondRunCreatesNothing(t *testing.T) {
+	t.Parallel()
 	r := runMain(t, "-database-url", pgtest.URL(t), "-customers", "200", "-rate", "-1", "-period", period, "-json")
 	if r.code != exitOK {
 		t.Fatalf("exit %d; want 0\nstderr:\n%s", r.code, r.stderr)
@@ -121,6 +122,7 @@ func TestDemoBillsEveryoneOnceAndTheSecondRunCreatesNothing(t *testing.T) {
 // The same, counted at a fake the test owns: two runs of the program, every
 // demo customer charged exactly once.
 func TestTwoRunsChargeEveryCustomerOnceAtTheFake(t *testing.T) {
+	t.Parallel()
 	srv := fakeStripe(t, billingtest.Config{})
 	db := pgtest.URL(t)
 	args := []string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers", "150", "-rate", "-1", "-period", period}
@@ -143,6 +145,7 @@ func TestTwoRunsChargeEveryCustomerOnceAtTheFake(t *testing.T) {
 
 // The whole default path: no database flag, so a throwaway PostgreSQL.
 func TestNoFlagsStartsItsOwnDatabaseAndFake(t *testing.T) {
+	t.Parallel()
 	r := runMain(t, "-customers", "20", "-rate", "-1")
 	if r.code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
@@ -155,6 +158,7 @@ func TestNoFlagsStartsItsOwnDatabaseAndFake(t *testing.T) {
 }
 
 func TestDemoDeclinesExitNonZeroAndSayWhatToDo(t *testing.T) {
+	t.Parallel()
 	r := runMain(t, "-database-url", pgtest.URL(t), "-customers", "30", "-demo-declines", "3", "-rate", "-1", "-period", period, "-json")
 	if r.code != exitIncomplete {
 		t.Fatalf("exit %d; want %d\nstderr:\n%s", r.code, exitIncomplete, r.stderr)
@@ -196,6 +200,7 @@ func writeFile(t *testing.T, content string) string {
 }
 
 func TestCustomersFileBillsEachRowAtItsPrice(t *testing.T) {
+	t.Parallel()
 	srv := fakeStripe(t, billingtest.Config{})
 	file := writeFile(t, "customer,amount,currency,payment_method\ncus_a,2500,usd\ncus_b, 1200 ,EUR,pm_1\n# a comment\n\"cus_c\",99,jpy\n")
 	r := runMain(t, "-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-customers-file", file, "-period", period)
@@ -218,6 +223,7 @@ func TestCustomersFileBillsEachRowAtItsPrice(t *testing.T) {
 // Every bad file is refused before the database or Stripe is touched: the
 // database URL points nowhere, and the fake must see no request.
 func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
+	t.Parallel()
 	srv := fakeStripe(t, billingtest.Config{})
 	nowhere := "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1"
 	good := "cus_1,100,usd\n"
@@ -282,6 +288,7 @@ func TestHelpGoesToStdout(t *testing.T) {
 }
 
 func TestBadFlagsFailWithAClearMessage(t *testing.T) {
+	t.Parallel()
 	srv := fakeStripe(t, billingtest.Config{})
 	for _, tc := range []struct {
 		args []string
@@ -457,6 +464,7 @@ func TestVaultProxyCapStopsTheRunAndARerunFinishes(t *testing.T) {
 }
 
 func TestLockHeldByAnotherRunner(t *testing.T) {
+	t.Parallel()
 	srv := fakeStripe(t, billingtest.Config{})
 	db := pgtest.URL(t)
 	pool, err := pgxpool.New(context.Background(), db)
@@ -490,6 +498,7 @@ func TestLockHeldByAnotherRunner(t *testing.T) {
 // A changed amount for a customer already billed this period is refused,
 // never charged, and the message says so.
 func TestChangedAmountIsRefused(t *testing.T) {
+	t.Parallel()
 	srv := fakeStripe(t, billingtest.Config{})
 	db := pgtest.URL(t)
 	args := []string{"-database-url", db, "-stripe-url", srv.URL, "-stripe-key", "sk_test_x", "-period", period, "-customers-file"}
@@ -519,6 +528,7 @@ func TestChangedAmountIsRefused(t *testing.T) {
 // An interrupted run (SIGINT or SIGTERM cancel the context) leaves nothing
 // half done: run again and every customer is charged once.
 func TestInterruptedRunFinishesOnTheNextRun(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var once sync.Once
@@ -564,6 +574,7 @@ func helper(args ...string) *exec.Cmd {
 // nobody twice, with the lock (one does the work) and without it (the
 // claims decide).
 func TestSeveralProcessesBillNobodyTwice(t *testing.T) {
+	t.Parallel()
 	for _, useLock := range []string{"true", "false"} {
 		t.Run("lock="+useLock, func(t *testing.T) {
 			srv := fakeStripe(t, billingtest.Config{})
@@ -601,6 +612,7 @@ func TestSeveralProcessesBillNobodyTwice(t *testing.T) {
 // SIGKILL in the middle of a run, then run again until done: nobody is
 // charged twice. The killed runner's claims wait out their lease (-lease).
 func TestKilledRunFinishesWithoutASecondCharge(t *testing.T) {
+	t.Parallel()
 	srv := fakeStripe(t, billingtest.Config{})
 	args := []string{"-database-url", pgtest.URL(t), "-stripe-url", srv.URL, "-stripe-key", "sk_test_x",
 		"-customers", "400", "-rate", "100", "-lease", "2s", "-period", period}
@@ -641,6 +653,7 @@ func TestKilledRunFinishesWithoutASecondCharge(t *testing.T) {
 }
 
 func TestRedaction(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"sk_test_abc": "sk_test_****", "rk_live_abc_def": "rk_live_****", "sk_abc": "****", "whatever": "****", "": "****",
 	} {
@@ -656,6 +669,7 @@ func TestRedaction(t *testing.T) {
 // The shared sample customers file passes the program's check for either
 // API, and a run over it bills each customer once at the fake.
 func TestSampleCustomersFile(t *testing.T) {
+	t.Parallel()
 	const path = "../../testdata/customers.csv"
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
 		if n, err := checkFile(path, api); err != nil || n != 5 {
@@ -679,6 +693,7 @@ func TestSampleCustomersFile(t *testing.T) {
 // reports the one that failed after settlement apart from declines, and
 // nobody is charged twice.
 func TestDemoBankDebitsSettleThroughTheWebhook(t *testing.T) {
+	t.Parallel()
 	r := runMain(t, "-database-url", pgtest.URL(t), "-customers", "30", "-demo-bank-debits", "3", "-demo-declines", "1",
 		"-rate", "-1", "-period", period, "-json")
 	if r.code != exitIncomplete {
