@@ -281,7 +281,7 @@ func TestAdminAPI(t *testing.T) {
 			{"POST", px.base + "/v1/refunds", "Bearer " + vk, url.Values{"charge": {"ch_1"}}}, // not allowed
 			{"POST", keys, "Bearer " + token, url.Values{"cap": {"-1"}, "allow": {"POST /v1/charges"}}},
 			{"DELETE", keys + "/" + issued.KeyID, "Bearer " + token, nil},
-			{"DELETE", keys + "/" + issued.KeyID, "Bearer " + token, nil}, // twice
+			{"DELETE", keys + "/" + issued.KeyID, "Bearer " + token, nil},                                                              // twice
 			{"POST", px.base + "/v1/charges", "Bearer " + vk, url.Values{"amount": {"1"}, "currency": {"usd"}, "customer": {"cus_1"}}}, // revoked
 		} {
 			st, _, body := callAuth(t, c.method, c.url, c.auth, c.form)
