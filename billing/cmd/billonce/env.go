@@ -150,11 +150,11 @@ func (b *biller) open(ctx context.Context, price func(context.Context, string, s
 		StripeURL:  su,
 		HTTPClient: hc,
 		Claims:     s.store,
-		Price:     price,
-		API:       billing.API(b.api),
-		Scope:     b.scope,
-		RateLimit: b.rate,
-		Logger:    slog.New(slog.NewTextHandler(b.a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Price:      price,
+		API:        billing.API(b.api),
+		Scope:      b.scope,
+		RateLimit:  b.rate,
+		Logger:     slog.New(slog.NewTextHandler(b.a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		if s.vault != nil {
