@@ -54,7 +54,10 @@
 //
 // Command spendcap-proxy (billing/spendcap/cmd/spendcap-proxy) serves a
 // Proxy on a PostgresStore, with an admin API to issue and revoke vault
-// keys.
+// keys. [IssueRunKey] is that API's client: a service issues a key per
+// billing run with it (cap: the run's total plus a margin, the endpoints
+// the run calls, expiry: the end of the run's window) and revokes it when
+// the run ends; command billonce's run -vault-proxy-url does so.
 //
 // # What it does not protect against
 //

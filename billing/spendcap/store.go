@@ -2,9 +2,7 @@ package spendcap
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base32"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -86,13 +84,6 @@ func (k Key) allows(method, path string) bool {
 func KeyID(vaultKey string) string {
 	h := sha256.Sum256([]byte(vaultKey))
 	return "vk_" + hex.EncodeToString(h[:12])
-}
-
-// NewVaultKey returns a fresh random vault key.
-func NewVaultKey() string {
-	b := make([]byte, 30)
-	rand.Read(b) // never fails, see crypto/rand
-	return "vault_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
 }
 
 // Store keeps the budgets of vault keys for a [Proxy]: a [*PostgresStore],

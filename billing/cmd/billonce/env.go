@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -70,6 +71,9 @@ type biller struct {
 	scope     string
 	rate      float64
 	lease     time.Duration
+	// mint, when set, issues the run's vault key once the database is
+	// open; the Biller then bills through the proxy with it.
+	mint func(context.Context) (*runKey, error)
 }
 
 func (b *biller) register(f *flags) {
@@ -87,6 +91,7 @@ type session struct {
 	store  *claim.Postgres
 	guard  *lock.Advisory
 	biller *billing.Biller
+	vault  *runKey // the run's vault key, if minted
 }
 
 func (s *session) close() { s.pool.Close() }
@@ -95,7 +100,7 @@ func (s *session) close() { s.pool.Close() }
 // Biller's Config.Price.
 func (b *biller) open(ctx context.Context, price func(context.Context, string, string) (billing.Price, error)) (*session, error) {
 	key := b.a.getenv("STRIPE_SECRET_KEY")
-	if key == "" {
+	if key == "" && b.mint == nil {
 		return nil, usageError("no Stripe key: set STRIPE_SECRET_KEY (a secret or restricted key, sk_… or rk_…); it is never taken from a flag")
 	}
 	su := b.stripeURL
@@ -129,17 +134,32 @@ func (b *biller) open(ctx context.Context, price func(context.Context, string, s
 	if s.guard, err = lock.NewAdvisory(pool, lock.AdvisoryConfig{Namespace: "billonce"}); err != nil {
 		return fail(err)
 	}
+	var hc *http.Client
+	var cred string
+	if b.mint != nil {
+		if s.vault, err = b.mint(ctx); err != nil {
+			return fail(err)
+		}
+		// The proxy holds the Stripe key: the process sends only the
+		// vault key, to the proxy alone.
+		key, su, hc, cred = s.vault.key, s.vault.proxyURL, s.vault.client, s.vault.credential
+	}
 	s.biller, err = billing.New(billing.Config{
-		SecretKey: key,
-		StripeURL: su,
-		Claims:    s.store,
-		Price:     price,
-		API:       billing.API(b.api),
-		Scope:     b.scope,
-		RateLimit: b.rate,
-		Logger:    slog.New(slog.NewTextHandler(b.a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		SecretKey:  key,
+		Credential: cred,
+		StripeURL:  su,
+		HTTPClient: hc,
+		Claims:     s.store,
+		Price:      price,
+		API:        billing.API(b.api),
+		Scope:      b.scope,
+		RateLimit:  b.rate,
+		Logger:     slog.New(slog.NewTextHandler(b.a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
+		if s.vault != nil {
+			s.vault.end(ctx, b.a)
+		}
 		if errors.Is(err, billing.ErrInvalid) {
 			return fail(usageError("%v", err))
 		}

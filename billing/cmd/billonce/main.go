@@ -19,7 +19,10 @@
 // call Stripe (run, reconcile, rebill, resolve) take the secret key from
 // STRIPE_SECRET_KEY (never from a flag, so that it stays out of process
 // listings and shell history) and Stripe's URL from -stripe-url or
-// STRIPE_URL (defaults to https://api.stripe.com). The claim table is
+// STRIPE_URL (defaults to https://api.stripe.com); run -vault-proxy-url
+// instead bills through a spendcap-proxy with a vault key it has the proxy
+// issue for the run (capped at the run's total plus a margin) and revokes
+// at its end, the admin token from SPENDCAP_ADMIN_TOKEN. The claim table is
 // billonce_claims in the connection's search_path, and the scope of every
 // key is -scope (default "billonce"): both must be those of the services
 // that bill through the library.
@@ -119,7 +122,8 @@ Commands:
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprint(w, `
-Environment: DATABASE_URL (or -database-url), STRIPE_SECRET_KEY, STRIPE_URL (or -stripe-url).
+Environment: DATABASE_URL (or -database-url), STRIPE_SECRET_KEY, STRIPE_URL (or -stripe-url),
+SPENDCAP_ADMIN_TOKEN (run -vault-proxy-url).
 
 Exit status: 0 success; 1 stopped (an answer that stops runs, or another error);
 2 usage error or refused request; 3 lock held elsewhere; 4 customers not billed.

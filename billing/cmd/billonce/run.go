@@ -17,8 +17,14 @@ import (
 // period's advisory lock (one runner per scope and period), with the
 // library's guarantees. Run it again after any stop: customers already
 // billed are skipped and pending ones resume with their own keys.
+//
+// With -vault-proxy-url it bills through a spendcap-proxy with a vault key
+// of its own, issued from the proxy's admin API once the customers are
+// read (cap: their total plus -vault-margin, endpoints: those the Biller
+// calls, expiry: -vault-expires-in) and revoked when the run ends, however
+// it ends.
 func cmdRun(ctx context.Context, a *app, args []string) error {
-	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [flags]")
+	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [-vault-proxy-url URL -credential NAME] [flags]")
 	var b biller
 	b.register(f)
 	period := f.String("period", "", "billing period: a month (2026-09) or a day (2026-09-15); required")
@@ -27,7 +33,12 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	currency := f.String("currency", "", "currency of -amount, three lowercase letters (usd)")
 	concurrency := f.Int("concurrency", billing.DefaultConcurrency, "customers charged at once")
 	asJSON := f.Bool("json", false, "print one JSON object on standard output; progress and warnings stay on standard error")
+	var vault vaultFlags
+	vault.register(f)
 	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := vault.check(f); err != nil {
 		return err
 	}
 	if err := required("period", *period); err != nil {
@@ -64,11 +75,23 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 		return usageError("%v; fix the input and run again; nothing was charged", err)
 	}
 
+	if vault.proxyURL != "" {
+		capAmount, err := runCap(items, vault.margin)
+		if err != nil {
+			return err
+		}
+		b.mint = func(ctx context.Context) (*runKey, error) {
+			return vault.issue(ctx, a, *period, billing.API(b.api), capAmount)
+		}
+	}
 	s, err := b.open(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer s.close()
+	if s.vault != nil {
+		defer s.vault.end(ctx, a)
+	}
 	fmt.Fprintf(a.stderr, "billing %d customers for %s with the %s API, scope %q\n", len(items), *period, b.api, b.scope)
 	sum, err := s.biller.Run(ctx, *period, func(yield func(billing.Item, error) bool) {
 		for _, it := range items {

@@ -9,17 +9,25 @@
 // -upstream sends requests to another Stripe-compatible server, such as the
 // fake Stripe of billing/billingtest/cmd/fake-stripe.
 //
-// The admin API takes "Authorization: Bearer <admin token>":
+// The admin API takes "Authorization: Bearer <admin token>" and nothing
+// else (a token sent without the Bearer scheme is refused with 401):
 //
-//	POST /admin/keys      form: cap, per (run|day), allow (repeated "METHOD /path"), expires_in (a duration), label
+//	POST /admin/keys      form: cap, per (run|day), allow (repeated "METHOD /path", at least one), expires_in (a duration), label
 //	                      answers {"vault_key": ..., "key_id": ...}
 //	DELETE /admin/keys/{key_id}   revokes the key at once, on every replica
+//
+// A key is issued only with an allowlist: the cap bounds only requests
+// that carry an amount, so a key that may call every endpoint could
+// refund or pay out without limit. The vault key is in the issue answer
+// and nowhere else: later answers, errors and the log name it by its
+// key_id.
 package main
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -120,14 +128,25 @@ func random() string {
 	return hex.EncodeToString(b)
 }
 
+// newVaultKey returns a fresh random vault key. Its form is this
+// command's own: a store knows a key only by its spendcap.KeyID.
+func newVaultKey() string {
+	b := make([]byte, 30)
+	rand.Read(b) // never fails, see crypto/rand
+	return "vault_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
 type admin struct {
 	store *spendcap.PostgresStore
 	token string
 }
 
+// authorized answers 401 unless the request carries the admin token with
+// the Bearer scheme (its name compared without regard to case, as RFC 9110
+// says); a bare token, or one under another scheme, is refused.
 func (a *admin) authorized(w http.ResponseWriter, r *http.Request) bool {
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
+	scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
 		reply(w, http.StatusUnauthorized, map[string]any{"error": "admin token missing or wrong"})
 		return false
 	}
@@ -143,6 +162,14 @@ func (a *admin) issue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := spendcap.Key{AllowedEndpoints: r.PostForm["allow"]}
+	if len(k.AllowedEndpoints) == 0 {
+		// Refused rather than defaulted: the cap bounds only requests
+		// with an amount, so a key for every endpoint could refund or pay
+		// out without limit, and a guessed default would surprise a
+		// caller who meant more (or less) than charge creation.
+		reply(w, http.StatusBadRequest, map[string]any{"error": `allow: name every endpoint the key may call, such as allow=POST /v1/charges; a key is never issued for every endpoint, as the cap does not bound refunds, payouts and other requests without an amount`})
+		return
+	}
 	capAmount, err := strconv.ParseInt(r.PostFormValue("cap"), 10, 64)
 	if err != nil {
 		reply(w, http.StatusBadRequest, map[string]any{"error": "cap: want a positive integer amount in cents"})
@@ -165,11 +192,13 @@ func (a *admin) issue(w http.ResponseWriter, r *http.Request) {
 		}
 		k.ExpiresAt = time.Now().Add(d)
 	}
-	vk := spendcap.NewVaultKey()
+	vk := newVaultKey()
 	if err := a.store.IssueKey(r.Context(), vk, k, r.PostFormValue("label")); err != nil {
+		// The store's errors name the key by its KeyID only.
 		reply(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 		return
 	}
+	w.Header().Set("Cache-Control", "no-store")
 	reply(w, http.StatusOK, map[string]any{"vault_key": vk, "key_id": spendcap.KeyID(vk)})
 }
 

@@ -204,3 +204,97 @@ func TestTwoReplicasShareOneCap(t *testing.T) {
 		}
 	}
 }
+
+// callAuth is call with the Authorization header given whole ("" for
+// none); it returns the answer's body as text too.
+func callAuth(t *testing.T, method, u, authorization string, form url.Values) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, resp.Header, b.String()
+}
+
+// The admin API issues a key only with an allowlist, takes its token only
+// with the Bearer scheme, and hands a vault key out once: in the answer
+// that issues it, never in a later answer, an error or the log.
+func TestAdminAPI(t *testing.T) {
+	const secret = "sk_test_held_by_the_proxy_only_f6e5d4c3b2a1"
+	const token = "admin_token_for_the_admin_test"
+	srv := billingtest.Start(t, billingtest.Config{APIKeys: []string{secret}})
+	px := startReplica(t, []string{"STRIPE_SECRET_KEY=" + secret, "SPENDCAP_ADMIN_TOKEN=" + token},
+		"-database-url", pgtest.URL(t), "-upstream", srv.URL)
+	keys := px.base + "/admin/keys"
+	issue := url.Values{"cap": {"1000"}, "allow": {"POST /v1/charges"}, "expires_in": {"1h"}}
+
+	t.Run("NoAllowlistIsRefused", func(t *testing.T) {
+		st, _, body := callAuth(t, "POST", keys, "Bearer "+token, url.Values{"cap": {"1000"}})
+		if st != http.StatusBadRequest || !strings.Contains(body, "allow") || strings.Contains(body, "vault_key") {
+			t.Errorf("a key with no allowlist: %d %s; want 400 naming allow, and no key", st, body)
+		}
+	})
+
+	t.Run("TokenOnlyWithBearerScheme", func(t *testing.T) {
+		for _, auth := range []string{"", token, "Basic " + token, "Token " + token, "Bearer", "Bearer " + token + "x", "Bearer  " + token} {
+			if st, _, body := callAuth(t, "POST", keys, auth, issue); st != http.StatusUnauthorized || strings.Contains(body, token) {
+				t.Errorf("Authorization %q: %d %s; want 401 without the token", auth, st, body)
+			}
+		}
+		if st, _, body := callAuth(t, "POST", keys, "bearer "+token, issue); st != http.StatusOK {
+			t.Errorf("the scheme in lower case: %d %s; want 200 (the scheme's name is case-insensitive)", st, body)
+		}
+	})
+
+	t.Run("VaultKeyOnlyInTheIssueAnswer", func(t *testing.T) {
+		st, h, body := callAuth(t, "POST", keys, "Bearer "+token, issue)
+		var issued struct {
+			VaultKey string `json:"vault_key"`
+			KeyID    string `json:"key_id"`
+		}
+		json.Unmarshal([]byte(body), &issued)
+		if st != http.StatusOK || !strings.HasPrefix(issued.VaultKey, "vault_") || !strings.HasPrefix(issued.KeyID, "vk_") {
+			t.Fatalf("issuing: %d %s", st, body)
+		}
+		if h.Get("Cache-Control") != "no-store" {
+			t.Errorf("the issue answer's Cache-Control is %q; want no-store", h.Get("Cache-Control"))
+		}
+		vk := issued.VaultKey
+		var later []string
+		for _, c := range []struct {
+			method, url, auth string
+			form              url.Values
+		}{
+			{"POST", keys, "Bearer " + vk, issue}, // the vault key as admin token
+			{"DELETE", keys + "/" + issued.KeyID, vk, nil},
+			{"POST", px.base + "/v1/refunds", "Bearer " + vk, url.Values{"charge": {"ch_1"}}}, // not allowed
+			{"POST", keys, "Bearer " + token, url.Values{"cap": {"-1"}, "allow": {"POST /v1/charges"}}},
+			{"DELETE", keys + "/" + issued.KeyID, "Bearer " + token, nil},
+			{"DELETE", keys + "/" + issued.KeyID, "Bearer " + token, nil},                                                              // twice
+			{"POST", px.base + "/v1/charges", "Bearer " + vk, url.Values{"amount": {"1"}, "currency": {"usd"}, "customer": {"cus_1"}}}, // revoked
+		} {
+			st, _, body := callAuth(t, c.method, c.url, c.auth, c.form)
+			later = append(later, fmt.Sprintf("%s %s: %d %s", c.method, c.url, st, body))
+		}
+		if st, _, _ := callAuth(t, "POST", px.base+"/v1/charges", "Bearer "+vk, url.Values{"amount": {"1"}, "currency": {"usd"}, "customer": {"cus_1"}}); st != http.StatusUnauthorized {
+			t.Errorf("the revoked key: %d; want 401", st)
+		}
+		px.stop()
+		for _, s := range append(later, px.printed()) {
+			if strings.Contains(s, vk) || strings.Contains(s, secret) || strings.Contains(s, token) {
+				t.Errorf("the vault key, the Stripe secret or the admin token after issuing:\n%s", s)
+			}
+		}
+	})
+}

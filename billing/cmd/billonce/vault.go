@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/spendcap"
+)
+
+// Defaults of run's vault-key flags.
+const (
+	defaultVaultMargin = 0.05
+	defaultVaultExpiry = 12 * time.Hour
+	// maxVaultExpiry is how long Stripe keeps idempotency keys: a run key
+	// lives no longer than the keys it sends.
+	maxVaultExpiry = 24 * time.Hour
+)
+
+// vaultFlags are run's settings for a vault key of its own, issued by a
+// spendcap-proxy for the run and revoked when it ends.
+type vaultFlags struct {
+	proxyURL   string
+	credential string
+	margin     float64
+	expiresIn  time.Duration
+}
+
+func (v *vaultFlags) register(f *flags) {
+	f.StringVar(&v.proxyURL, "vault-proxy-url", "", "bill through the spendcap-proxy at this URL with a vault key issued for this run (cap: the run's total plus -vault-margin) and revoked when it ends; the admin token is $SPENDCAP_ADMIN_TOKEN, and no Stripe key is needed")
+	f.StringVar(&v.credential, "credential", "", "with -vault-proxy-url: a stable name of the Stripe key the proxy holds (acct_…/billing-key-2026), recorded on claims in place of the vault key; required")
+	f.Float64Var(&v.margin, "vault-margin", defaultVaultMargin, "with -vault-proxy-url: how far above the run's total the vault key's cap is, as a fraction (0.05 is 5%)")
+	f.DurationVar(&v.expiresIn, "vault-expires-in", defaultVaultExpiry, "with -vault-proxy-url: how long the vault key lives if the run does not revoke it, at most 24h")
+}
+
+// check returns a usage error for inconsistent vault-key flags.
+func (v *vaultFlags) check(f *flags) error {
+	if v.proxyURL == "" {
+		for _, name := range []string{"credential", "vault-margin", "vault-expires-in"} {
+			if f.set(name) {
+				return usageError("-%s goes with -vault-proxy-url", name)
+			}
+		}
+		return nil
+	}
+	switch {
+	case v.credential == "":
+		return usageError("-vault-proxy-url needs -credential: a stable name of the Stripe key the proxy holds, recorded on claims so that a resend under another vault key is recognised")
+	case v.margin < 0 || math.IsNaN(v.margin) || math.IsInf(v.margin, 0):
+		return usageError("-vault-margin %v: want a fraction of at least 0, such as 0.05", v.margin)
+	case v.expiresIn <= 0 || v.expiresIn > maxVaultExpiry:
+		return usageError("-vault-expires-in %v: want a duration above 0 and at most 24h, how long Stripe keeps idempotency keys", v.expiresIn)
+	}
+	return nil
+}
+
+// runCap is the cap of a run's vault key: the sum of the prices the run
+// charges, over every currency (as the proxy counts), times 1 + margin,
+// rounded up.
+func runCap(items []billing.Item, margin float64) (int64, error) {
+	var total int64
+	for _, it := range items {
+		if it.Price == nil {
+			return 0, usageError("customer %s has no price: a vault key's cap is computed from every price of the run", it.Customer)
+		}
+		if it.Price.Amount > math.MaxInt64-total {
+			return 0, usageError("the run's total overflows")
+		}
+		total += it.Price.Amount
+	}
+	c := math.Ceil(float64(total) * (1 + margin))
+	if c >= math.MaxInt64 || c < 1 {
+		return 0, usageError("a vault key's cap of %.0f: want a run whose total is above 0 and fits in 64 bits", c)
+	}
+	return int64(c), nil
+}
+
+// endpoints are the endpoints a Biller calls with api: creating a
+// payment, searching for one (reconciliation), and reading one
+// (settlement).
+func endpoints(api billing.API) []string {
+	p := "/v1/charges"
+	if api == billing.PaymentIntents {
+		p = "/v1/payment_intents"
+	}
+	return []string{"POST " + p, "GET " + p + "/*"}
+}
+
+// runKey is a vault key issued for one run, and how to bill with it.
+type runKey struct {
+	proxyURL, key, credential string
+	client                    *http.Client
+	revoke                    func(context.Context) error
+}
+
+// issue asks the proxy for the run's vault key. The cap is printed on
+// standard error; the key never is.
+func (v *vaultFlags) issue(ctx context.Context, a *app, period string, api billing.API, capAmount int64) (*runKey, error) {
+	token := a.getenv("SPENDCAP_ADMIN_TOKEN")
+	if token == "" {
+		return nil, usageError("-vault-proxy-url needs the proxy's admin token in SPENDCAP_ADMIN_TOKEN; it is never taken from a flag")
+	}
+	admin, err := spendcap.Client(v.proxyURL, token, nil)
+	if err != nil {
+		return nil, usageError("-vault-proxy-url: %v", err)
+	}
+	k := spendcap.Key{CapAmount: capAmount, AllowedEndpoints: endpoints(api), ExpiresAt: time.Now().Add(v.expiresIn)}
+	vk, revoke, err := spendcap.IssueRunKey(ctx, admin, k, "billonce run "+period)
+	if err != nil {
+		return nil, fmt.Errorf("the vault key for the run: %w", err)
+	}
+	hc, err := spendcap.Client(v.proxyURL, vk, nil)
+	if err != nil {
+		revoke(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	fmt.Fprintf(a.stderr, "vault key for %s: cap %d (the run's total plus %g%%), endpoints %v, expires in %v unless revoked at the end of the run\n",
+		period, capAmount, v.margin*100, k.AllowedEndpoints, v.expiresIn)
+	return &runKey{proxyURL: v.proxyURL, key: vk, credential: v.credential, client: hc, revoke: revoke}, nil
+}
+
+// end revokes the run's key, whatever happened to the run, with a context
+// that outlives a cancelled one.
+func (rk *runKey) end(ctx context.Context, a *app) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := rk.revoke(rctx); err != nil {
+		fmt.Fprintf(a.stderr, "billonce run: %v; revoke it with the proxy's admin API (DELETE /admin/keys/{key_id}) or let it expire\n", err)
+		return
+	}
+	fmt.Fprintln(a.stderr, "vault key revoked")
+}
