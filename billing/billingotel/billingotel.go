@@ -101,6 +101,7 @@ func New(cfg Config) (*Observer, error) {
 	o.charges, errs[0] = m.Int64Counter("billonce.charges", metric.WithUnit("{charge}"),
 		metric.WithDescription("Charges finished, by outcome and error kind."))
 	o.callDuration, errs[1] = m.Float64Histogram("billonce.stripe.call.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30),
 		metric.WithDescription("Duration of the HTTP calls that create a charge or payment intent at Stripe."))
 	o.retries, errs[2] = m.Int64Counter("billonce.stripe.retries", metric.WithUnit("{call}"),
 		metric.WithDescription("HTTP calls to Stripe that retried an earlier one with the same key."))
@@ -111,6 +112,7 @@ func New(cfg Config) (*Observer, error) {
 	o.runs, errs[5] = m.Int64Counter("billonce.runs", metric.WithUnit("{run}"),
 		metric.WithDescription("Billing runs finished, by result."))
 	o.runDuration, errs[6] = m.Float64Histogram("billonce.run.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(1, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 43200),
 		metric.WithDescription("Duration of billing runs."))
 	o.runCustomers, errs[7] = m.Int64Counter("billonce.run.customers", metric.WithUnit("{customer}"),
 		metric.WithDescription("Customers settled by billing runs, by outcome."))
