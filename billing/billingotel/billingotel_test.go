@@ -299,3 +299,12 @@ func noSecret(tb testing.TB, attrs []attribute.KeyValue) {
 		}
 	}
 }
+
+func hasAttr(attrs []attribute.KeyValue, key, value string) bool {
+	for _, kv := range attrs {
+		if string(kv.Key) == key && kv.Value.Emit() == value {
+			return true
+		}
+	}
+	return false
+}
