@@ -1,0 +1,404 @@
+package billingotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/spendcap"
+)
+
+// ScopeName is the instrumentation scope of the meter and the tracer.
+const ScopeName = "github.com/billonce/billonce/billing/billingotel"
+
+// maxPending bounds the charges whose Stripe calls are kept until their
+// outcome; maxCalls bounds the calls kept per charge.
+const (
+	maxPending = 10_000
+	maxCalls   = 64
+)
+
+// Config configures an [Observer]. The zero Config uses the global
+// providers.
+type Config struct {
+	// MeterProvider makes the meter. Defaults to otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the tracer. Defaults to
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// API is the Biller's billing.Config.API, recorded as billonce.api on
+	// every charge metric and span (a billing.Event does not carry it).
+	// Defaults to billing.Charges.
+	API billing.API
+	// Next, when set, is called with every event after the Observer has
+	// recorded it: the Observe function you had before.
+	Next func(billing.Event)
+}
+
+// Observer turns the events of a Biller into metrics and spans. Put its
+// Observe method in billing.Config.Observe. It is safe for concurrent use.
+type Observer struct {
+	tracer trace.Tracer
+	api    attribute.KeyValue
+	next   func(billing.Event)
+
+	charges      metric.Int64Counter
+	callDuration metric.Float64Histogram
+	retries      metric.Int64Counter
+	updates      metric.Int64Counter
+	webhook      metric.Int64Counter
+	runs         metric.Int64Counter
+	runDuration  metric.Float64Histogram
+	runCustomers metric.Int64Counter
+
+	mu      sync.Mutex
+	pending map[string]*charge // by idempotency key
+}
+
+// charge is what is known of a charge between its first Stripe call and
+// its outcome.
+type charge struct {
+	customer, period string
+	start            time.Time
+	calls            []call
+	dropped          int
+}
+
+type call struct {
+	start time.Time
+	e     billing.Event
+}
+
+// New returns an Observer that records to cfg's providers. It fails only
+// when an instrument cannot be created.
+func New(cfg Config) (*Observer, error) {
+	mp, tp := cfg.MeterProvider, cfg.TracerProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(ScopeName)
+	o := &Observer{
+		tracer:  tp.Tracer(ScopeName),
+		api:     attribute.String("billonce.api", cfg.API.String()),
+		next:    cfg.Next,
+		pending: make(map[string]*charge),
+	}
+	var errs [8]error
+	o.charges, errs[0] = m.Int64Counter("billonce.charges", metric.WithUnit("{charge}"),
+		metric.WithDescription("Charges finished, by outcome and error kind."))
+	o.callDuration, errs[1] = m.Float64Histogram("billonce.stripe.call.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30),
+		metric.WithDescription("Duration of the HTTP calls that create a charge or payment intent at Stripe."))
+	o.retries, errs[2] = m.Int64Counter("billonce.stripe.retries", metric.WithUnit("{call}"),
+		metric.WithDescription("HTTP calls to Stripe that retried an earlier one with the same key."))
+	o.updates, errs[3] = m.Int64Counter("billonce.payment.updates", metric.WithUnit("{update}"),
+		metric.WithDescription("Payments settled, refunded or disputed, learned from a webhook or Reconcile."))
+	o.webhook, errs[4] = m.Int64Counter("billonce.webhook.events", metric.WithUnit("{event}"),
+		metric.WithDescription("Signed webhook events, by result (billing reports those not applied)."))
+	o.runs, errs[5] = m.Int64Counter("billonce.runs", metric.WithUnit("{run}"),
+		metric.WithDescription("Billing runs finished, by result."))
+	o.runDuration, errs[6] = m.Float64Histogram("billonce.run.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(1, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 43200),
+		metric.WithDescription("Duration of billing runs."))
+	o.runCustomers, errs[7] = m.Int64Counter("billonce.run.customers", metric.WithUnit("{customer}"),
+		metric.WithDescription("Customers settled by billing runs, by outcome."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("billingotel: %w", err)
+	}
+	return o, nil
+}
+
+// Observe records one event; use it as billing.Config.Observe. It then
+// calls Config.Next, if set.
+func (o *Observer) Observe(e billing.Event) {
+	now := time.Now()
+	ctx := context.Background()
+	switch e.Kind {
+	case billing.EventStripeCall:
+		o.stripeCall(ctx, now, e)
+	case billing.EventOutcome:
+		o.outcome(ctx, now, e)
+	case billing.EventSettled:
+		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "settled"), attribute.String("billonce.state", e.State)))
+	case billing.EventRefunded:
+		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "refunded")))
+	case billing.EventDisputed:
+		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "disputed")))
+	case billing.EventNotApplied:
+		o.webhook.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.result", "not_applied")))
+	}
+	if o.next != nil {
+		o.next(e)
+	}
+}
+
+func (o *Observer) stripeCall(ctx context.Context, now time.Time, e billing.Event) {
+	attrs := []attribute.KeyValue{o.api}
+	if e.Err != nil {
+		attrs = append(attrs, attribute.String("error.type", callErrorType(e.Err)))
+	}
+	if s := httpStatus(e.Err); s != 0 {
+		attrs = append(attrs, attribute.Int("http.response.status_code", s))
+	}
+	o.callDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(attrs...))
+	if e.Attempt > 1 {
+		o.retries.Add(ctx, 1, metric.WithAttributes(o.api))
+	}
+	if e.Key == "" {
+		return
+	}
+	start := now.Add(-e.Duration)
+	var evictedKey string
+	var evicted *charge
+	o.mu.Lock()
+	c := o.pending[e.Key]
+	if c == nil {
+		if len(o.pending) >= maxPending {
+			evictedKey, evicted = o.oldest()
+			delete(o.pending, evictedKey)
+		}
+		c = &charge{customer: e.Customer, period: e.Period, start: start}
+		o.pending[e.Key] = c
+	}
+	if len(c.calls) < maxCalls {
+		c.calls = append(c.calls, call{start: start, e: e})
+	} else {
+		c.dropped++
+	}
+	o.mu.Unlock()
+	if evicted != nil {
+		o.span(evictedKey, evicted, evicted.start, now, nil, errNoOutcome)
+	}
+}
+
+// oldest returns the charge waiting longest for its outcome. o.mu is
+// held and o.pending is not empty.
+func (o *Observer) oldest() (string, *charge) {
+	var key string
+	var oldest *charge
+	for k, c := range o.pending {
+		if oldest == nil || c.start.Before(oldest.start) {
+			key, oldest = k, c
+		}
+	}
+	return key, oldest
+}
+
+// errNoOutcome is the status of a span ended without its outcome.
+var errNoOutcome = errors.New("billingotel: no outcome reported for this charge")
+
+func (o *Observer) outcome(ctx context.Context, now time.Time, e billing.Event) {
+	attrs := []attribute.KeyValue{o.api, attribute.String("billonce.outcome", outcomeWord(e))}
+	if e.Err != nil {
+		attrs = append(attrs, attribute.String("error.type", errorKind(e.Err)))
+	}
+	o.charges.Add(ctx, 1, metric.WithAttributes(attrs...))
+
+	start := now.Add(-e.Duration)
+	var c *charge
+	// ErrInProgress is another caller's charge of the same key: its
+	// calls are not this outcome's.
+	if e.Key != "" && !errors.Is(e.Err, billing.ErrInProgress) {
+		o.mu.Lock()
+		c = o.pending[e.Key]
+		delete(o.pending, e.Key)
+		o.mu.Unlock()
+	}
+	if c == nil {
+		c = &charge{customer: e.Customer, period: e.Period, start: start}
+	} else if start.Before(c.start) {
+		c.start = start
+	}
+	o.span(e.Key, c, c.start, now, &e, e.Err)
+}
+
+// span records one charge's span, from start to end, with an event per
+// Stripe call. out is the outcome event, nil for a span ended without
+// one.
+func (o *Observer) span(key string, c *charge, start, end time.Time, out *billing.Event, err error) {
+	attrs := []attribute.KeyValue{o.api,
+		attribute.String("billonce.customer", c.customer), attribute.String("billonce.period", c.period)}
+	if key != "" {
+		attrs = append(attrs, attribute.String("billonce.key", key))
+	}
+	if out != nil {
+		attrs = append(attrs, attribute.String("billonce.outcome", outcomeWord(*out)))
+		if out.RequestID != "" {
+			attrs = append(attrs, attribute.String("billonce.request_id", out.RequestID))
+		}
+		var ce *billing.ChargeError
+		if errors.As(err, &ce) && ce.Attempt > 0 {
+			attrs = append(attrs, attribute.Int("billonce.attempt", ce.Attempt))
+		}
+	}
+	if c.dropped > 0 {
+		attrs = append(attrs, attribute.Int("billonce.calls_dropped", c.dropped))
+	}
+	_, sp := o.tracer.Start(context.Background(), "billonce.charge", trace.WithTimestamp(start),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	for _, cl := range c.calls {
+		ea := []attribute.KeyValue{attribute.String("billonce.key", cl.e.Key),
+			attribute.Int("billonce.http_attempt", cl.e.Attempt),
+			attribute.Float64("billonce.duration_s", cl.e.Duration.Seconds())}
+		if s := httpStatus(cl.e.Err); s != 0 {
+			ea = append(ea, attribute.Int("http.response.status_code", s))
+		}
+		if cl.e.RequestID != "" {
+			ea = append(ea, attribute.String("billonce.request_id", cl.e.RequestID))
+		}
+		if cl.e.Err != nil {
+			ea = append(ea, attribute.String("error.type", callErrorType(cl.e.Err)))
+		}
+		sp.AddEvent("billonce.stripe.call", trace.WithTimestamp(cl.start), trace.WithAttributes(ea...))
+	}
+	switch {
+	case errors.Is(err, errNoOutcome):
+		sp.SetStatus(codes.Error, err.Error())
+	case err != nil:
+		sp.SetAttributes(attribute.String("error.type", errorKind(err)))
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End(trace.WithTimestamp(end))
+}
+
+// RecordRun records a finished [billing.Biller.Run]: its result
+// ("complete", "incomplete", or "stopped" when err is not nil), its
+// duration and its customers by outcome. Call it with what Run returned;
+// billing reports no event for a run. It also ends, as spans without an
+// outcome, the spans of the run's period still waiting for one (a Run
+// reports every outcome before it returns).
+func (o *Observer) RecordRun(ctx context.Context, s billing.Summary, err error) {
+	result := "complete"
+	switch {
+	case err != nil:
+		result = "stopped"
+	case !s.Complete():
+		result = "incomplete"
+	}
+	attrs := metric.WithAttributes(o.api, attribute.String("billonce.result", result))
+	o.runs.Add(ctx, 1, attrs)
+	o.runDuration.Record(ctx, s.Elapsed.Seconds(), attrs)
+	for _, n := range []struct {
+		outcome string
+		n       int
+	}{
+		{"created", s.Created}, {"already_billed", s.AlreadyBilled}, {"declined", s.Declined},
+		{"processing", s.Processing}, {"declined_after_processing", s.DeclinedAfterProcessing},
+		{"pending", s.Pending}, {"invalid", s.Invalid},
+	} {
+		if n.n > 0 {
+			o.runCustomers.Add(ctx, int64(n.n), metric.WithAttributes(o.api, attribute.String("billonce.outcome", n.outcome)))
+		}
+	}
+	now := time.Now()
+	left := make(map[string]*charge)
+	o.mu.Lock()
+	for k, c := range o.pending {
+		if c.period == s.Period {
+			delete(o.pending, k)
+			left[k] = c
+		}
+	}
+	o.mu.Unlock()
+	for k, c := range left {
+		o.span(k, c, c.start, now, nil, errNoOutcome)
+	}
+}
+
+// outcomeWord is an outcome as an attribute value: "created",
+// "replayed", "already_billed", "reconciled", or "not_billed" for an
+// outcome with an error.
+func outcomeWord(e billing.Event) string {
+	if e.Err != nil {
+		return "not_billed"
+	}
+	return strings.ReplaceAll(e.Outcome.String(), " ", "_")
+}
+
+// kinds are the kinds of billing's errors, in the order errorKind tests
+// them: StopsRun's answers first, as a ChargeError may wrap one in
+// another kind.
+var kinds = []struct {
+	err  error
+	name string
+}{
+	{billing.ErrStripeAuth, "stripe_auth"},
+	{billing.ErrStripeRequest, "stripe_request"},
+	{billing.ErrStripeUnreachable, "stripe_unreachable"},
+	{spendcap.ErrSpendCapReached, "spend_cap_reached"},
+	{spendcap.ErrEndpointNotAllowed, "endpoint_not_allowed"},
+	{spendcap.ErrVaultKeyRevoked, "vault_key_revoked"},
+	{billing.ErrDeclined, "declined"},
+	{billing.ErrOutcomeUnknown, "outcome_unknown"},
+	{billing.ErrInProgress, "in_progress"},
+	{billing.ErrNeedsReconciliation, "needs_reconciliation"},
+	{billing.ErrNotRecorded, "not_recorded"},
+	{billing.ErrKeyReused, "key_reused"},
+	{billing.ErrSentElsewhere, "sent_elsewhere"},
+	{billing.ErrInvalid, "invalid"},
+	{billing.ErrRunHeldElsewhere, "run_held_elsewhere"},
+	{context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// errorKind names the kind of one of billing's errors, as the error.type
+// attribute says it: "declined", "outcome_unknown", "in_progress",
+// "needs_reconciliation", "not_recorded", "key_reused", "sent_elsewhere",
+// "stripe_auth", "stripe_request", "stripe_unreachable",
+// "spend_cap_reached", "endpoint_not_allowed", "vault_key_revoked",
+// "invalid", "run_held_elsewhere", "canceled", "deadline_exceeded", or
+// "other"; "" for nil.
+func errorKind(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "other"
+}
+
+// callErrorType names the failure of one HTTP call: Stripe's error type
+// when Stripe (or whatever answered) gave an error answer
+// ("api_error", "card_error", "idempotency_error",
+// "invalid_request_error"), a kind of billing's, or "transport" when no
+// answer came.
+func callErrorType(err error) string {
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode != 0 {
+		if se.Type != "" {
+			return string(se.Type)
+		}
+		return "http_error"
+	}
+	if k := errorKind(err); k != "other" {
+		return k
+	}
+	return "transport"
+}
+
+// httpStatus is the HTTP status of Stripe's error answer in err, or 0.
+// An event does not carry the status of a successful call.
+func httpStatus(err error) int {
+	var se *stripe.Error
+	if errors.As(err, &se) {
+		return se.HTTPStatusCode
+	}
+	return 0
+}

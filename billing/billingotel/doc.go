@@ -1,0 +1,72 @@
+// Package billingotel reports what a [billing.Biller] does as
+// OpenTelemetry metrics and spans. It is the only package of billonce that
+// imports OpenTelemetry: a program that does not use it does not link it.
+//
+// # Wiring
+//
+// Make an [Observer] and put its Observe method in billing.Config.Observe;
+// the function you had there, if any, goes in Config.Next. After each
+// [billing.Biller.Run], hand what it returned to [Observer.RecordRun]:
+//
+//	obs, err := billingotel.New(billingotel.Config{}) // the global providers
+//	if err != nil { … }
+//	b, err := billing.New(billing.Config{…, Observe: obs.Observe})
+//	…
+//	sum, err := b.Run(ctx, period, customers, nil)
+//	obs.RecordRun(ctx, sum, err)
+//
+// # Metrics
+//
+// Every metric is named under "billonce." and carries billonce.api
+// ("charges" or "payment_intents", from Config.API). No metric carries a
+// customer, a period, a key or a request id.
+//
+//	billonce.charges               counter {charge}    charges finished: billonce.outcome ("created",
+//	                                                   "replayed", "already_billed", "reconciled",
+//	                                                   "not_billed") and error.type (below)
+//	billonce.stripe.call.duration  histogram s         HTTP calls creating a charge or payment intent:
+//	                                                   error.type (Stripe's error type, "transport" when
+//	                                                   no answer came) and http.response.status_code
+//	                                                   of an error answer
+//	billonce.stripe.retries        counter {call}      calls that retried an earlier one with the same key
+//	billonce.payment.updates       counter {update}    billonce.update ("settled", "refunded", "disputed"),
+//	                                                   billonce.state of a settlement; from a webhook or
+//	                                                   Reconcile alike (an event does not say which)
+//	billonce.webhook.events        counter {event}     billonce.result: "not_applied", the one result of
+//	                                                   a webhook event that billing reports
+//	billonce.runs                  counter {run}       billonce.result: "complete", "incomplete" (customers
+//	                                                   not billed), "stopped" (Run returned an error)
+//	billonce.run.duration          histogram s         the same attribute
+//	billonce.run.customers         counter {customer}  billonce.outcome: "created", "already_billed",
+//	                                                   "declined", "processing",
+//	                                                   "declined_after_processing", "pending", "invalid"
+//
+// The run metrics come from RecordRun, as billing reports no event for a
+// run. error.type of a charge is the kind of [billing.ChargeError]:
+// "declined", "outcome_unknown", "in_progress", "needs_reconciliation",
+// "not_recorded", "key_reused", "sent_elsewhere", "stripe_auth",
+// "stripe_request", "stripe_unreachable", "spend_cap_reached",
+// "endpoint_not_allowed", "vault_key_revoked", "invalid",
+// "canceled", "deadline_exceeded" or "other".
+//
+// # Spans
+//
+// Each charge that reaches its outcome is one span, "billonce.charge",
+// from the earlier of its first Stripe call and the start of its
+// settlement to its outcome, with billonce.customer, billonce.period,
+// billonce.key, billonce.outcome, billonce.attempt and
+// billonce.request_id of a failure, error.type, and an error status
+// when it was not billed. Each HTTP call to Stripe is an event of the span,
+// "billonce.stripe.call", at the time the call started, with billonce.key,
+// billonce.http_attempt (from 1 within one send), billonce.duration_s,
+// http.response.status_code and error.type of an error answer, and
+// billonce.request_id when Stripe answered. No attribute holds a secret:
+// billing's events carry none.
+//
+// Calls are kept until their charge's outcome, at most 64 per charge and
+// for at most 10,000 charges at once; past that, the charge waiting
+// longest is ended as a span without an outcome (error status "no
+// outcome reported"), as are the charges of a period still waiting when
+// RecordRun is called for it. Spans are roots: billing's events carry no
+// context to make them children of the caller's span.
+package billingotel
