@@ -76,7 +76,7 @@ func (t *telemetry) metrics(tb testing.TB) map[string]metricdata.Aggregation {
 func label(s attribute.Set) string {
 	var b []string
 	for _, kv := range s.ToSlice() {
-		b = append(b, string(kv.Key)+"="+kv.Value.Emit())
+		b = append(b, string(kv.Key)+"="+kv.Value.String())
 	}
 	return strings.Join(b, ",")
 }
@@ -294,7 +294,7 @@ func metricLabels(data metricdata.Aggregation) []string {
 func noSecret(tb testing.TB, attrs []attribute.KeyValue) {
 	tb.Helper()
 	for _, kv := range attrs {
-		if v := kv.Value.Emit(); strings.Contains(v, secretKey) || strings.Contains(v, "sk_") {
+		if v := kv.Value.String(); strings.Contains(v, secretKey) || strings.Contains(v, "sk_") {
 			tb.Errorf("attribute %s = %q carries a secret key", kv.Key, v)
 		}
 	}
@@ -302,7 +302,7 @@ func noSecret(tb testing.TB, attrs []attribute.KeyValue) {
 
 func hasAttr(attrs []attribute.KeyValue, key, value string) bool {
 	for _, kv := range attrs {
-		if string(kv.Key) == key && kv.Value.Emit() == value {
+		if string(kv.Key) == key && kv.Value.String() == value {
 			return true
 		}
 	}

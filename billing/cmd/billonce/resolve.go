@@ -227,7 +227,7 @@ func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, 
 	}
 	var p payment
 	if err := json.Unmarshal(body, &p); err != nil || p.ID != id || p.Status == "" {
-		return nil, fmt.Errorf("Stripe's answer for %s is not that payment; nothing was recorded", id)
+		return nil, fmt.Errorf("the answer from Stripe for %s is not that payment; nothing was recorded", id)
 	}
 	return &p, nil
 }
