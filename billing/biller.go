@@ -411,6 +411,11 @@ type biller struct {
 	seq      *atomic.Uint64
 	// reach tells whether Stripe answers at all (see ErrStripeUnreachable).
 	reach *reach
+	// traced is set when every request is sent by a *http.Transport, whose
+	// trace hooks tell a request never written (see create). A caller's
+	// other transport may send a request where no hook of its context sees
+	// it (a fallback client of its own, a queue, another protocol).
+	traced bool
 	// endpoint and credential say where this Biller's keys go, recorded on
 	// every claim it makes.
 	endpoint, credential string
@@ -440,6 +445,11 @@ func New(cfg Config) (*Biller, error) {
 	rand.Read(nonce[:])
 	b.instance = hex.EncodeToString(nonce[:])
 	backend := cfg.backend()
+	b.traced = cfg.HTTPClient == nil || cfg.HTTPClient.Transport == nil
+	if cfg.HTTPClient != nil {
+		_, ok := cfg.HTTPClient.Transport.(*http.Transport)
+		b.traced = b.traced || ok
+	}
 	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
 	return b, nil

@@ -578,8 +578,8 @@ func outcomeUnknown(err error) bool {
 type wire struct {
 	// writes counts the requests written: 0 when nothing was sent (the
 	// attempt never left, or net/http never got a connection for it), -1
-	// when it cannot be told (a transport not built on net/http, or one
-	// that got a connection and wrote nothing that it reported).
+	// when it cannot be told (a transport other than a *http.Transport, or
+	// one that got a connection and wrote nothing that it reported).
 	writes int
 	// called is set when the request was handed to the HTTP client.
 	called bool
@@ -624,6 +624,9 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	// A request is written only on a connection net/http got for it
 	// (GotConn comes before any write, in the caller's goroutine): one
 	// that asked for a connection (GetConn) and got none was never sent.
+	// Only a *http.Transport is known to send every request it is given
+	// that way; any other transport may send it where these hooks do not
+	// see (see Biller.traced).
 	var wrote atomic.Int32
 	var asked, connected, answered atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
@@ -677,7 +680,7 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Key: key.String(), RequestID: rid,
 		Attempt: attempt, Duration: time.Since(start), Err: err})
 	w := wire{writes: int(wrote.Load()), called: true, answered: err == nil || answered.Load() || httpAnswer(err)}
-	if w.writes == 0 && (!asked.Load() || connected.Load()) {
+	if w.writes == 0 && (!b.traced || !asked.Load() || connected.Load()) {
 		w.writes = -1
 	}
 	return out, w, err
