@@ -26,6 +26,8 @@ import (
 //     for the claim's customer, amount and currency, and carry the claim's
 //     key in its billonce_key metadata; its state (succeeded, processing,
 //     failed) is then recorded on the claim, as a run would record it.
+//     A failed one is recorded only when Stripe's search shows no other
+//     payment carrying the key that succeeded or is processing.
 //   - -payment none: no payment exists for the key. Accepted only once
 //     the key's 24-hour window has passed since it was first sent (Stripe
 //     may still hold a request carrying it before then, and the next run
@@ -109,6 +111,15 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 	if err := p.matches(c); err != nil {
 		return release(usageError("%s is not this claim's payment: %v; nothing was recorded", *payment, err))
 	}
+	if p.state() == "failed" {
+		// Several payments may carry the key (the case resolve exists
+		// for): a decline is the claim's outcome only if none of the
+		// others moved money, or a re-bill would charge a customer who
+		// paid.
+		if err := noOtherPaid(ctx, a, b.stripeURL, p, c.Key); err != nil {
+			return release(err)
+		}
+	}
 	switch p.state() {
 	case "succeeded":
 		err = eng.Succeed(ctx, c.Key, p.ID)
@@ -182,9 +193,56 @@ func (p *payment) failure() string {
 	return p.FailureCode
 }
 
+// noOtherPaid searches Stripe for the payments (of p's kind) carrying key
+// and returns a usage error naming one that succeeded or is processing,
+// other than p; an error too when the search fails, since a decline is
+// then not shown to be the key's outcome.
+func noOtherPaid(ctx context.Context, a *app, stripeURL string, p *payment, key string) error {
+	kind := "charges"
+	if p.Object == "payment_intent" {
+		kind = "payment_intents"
+	}
+	q := url.Values{"query": {fmt.Sprintf("metadata['%s']:'%s'", billing.MetaKey, key)}, "limit": {"100"}}
+	body, err := getStripe(ctx, a, stripeURL, "/v1/"+kind+"/search?"+q.Encode(), "the payments carrying "+key)
+	if err != nil {
+		return fmt.Errorf("%w; a decline is recorded only once Stripe's search shows no other payment of the key succeeded", err)
+	}
+	var found struct {
+		Data []payment `json:"data"`
+	}
+	if err := json.Unmarshal(body, &found); err != nil {
+		return fmt.Errorf("the answer from Stripe's search for %s is not a list of payments; nothing was recorded", key)
+	}
+	for _, o := range found.Data {
+		if o.ID != p.ID && o.Metadata[billing.MetaKey] == key && (o.state() == "succeeded" || o.state() == "processing") {
+			return usageError("%s carries the key too and is %s: resolve the claim with %s, not with the decline %s; nothing was recorded", o.ID, o.state(), o.ID, p.ID)
+		}
+	}
+	return nil
+}
+
 // fetchPayment reads a charge or PaymentIntent from Stripe, with the key
 // of STRIPE_SECRET_KEY, following no redirect.
 func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, error) {
+	path := "/v1/charges/"
+	if strings.HasPrefix(id, "pi_") {
+		path = "/v1/payment_intents/"
+	}
+	body, err := getStripe(ctx, a, stripeURL, path+url.PathEscape(id), id)
+	if err != nil {
+		return nil, err
+	}
+	var p payment
+	if err := json.Unmarshal(body, &p); err != nil || p.ID != id || p.Status == "" {
+		return nil, fmt.Errorf("the answer from Stripe for %s is not that payment; nothing was recorded", id)
+	}
+	return &p, nil
+}
+
+// getStripe reads path (with its query) from Stripe, with the key of
+// STRIPE_SECRET_KEY, following no redirect, and returns the body of a 200
+// answer; what names what is read in errors.
+func getStripe(ctx context.Context, a *app, stripeURL, path, what string) ([]byte, error) {
 	base := stripeURL
 	if base == "" {
 		base = a.getenv("STRIPE_URL")
@@ -192,13 +250,9 @@ func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, 
 	if base == "" {
 		base = billing.DefaultStripeURL
 	}
-	path := "/v1/charges/"
-	if strings.HasPrefix(id, "pi_") {
-		path = "/v1/payment_intents/"
-	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path+url.PathEscape(id), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path, nil)
 	if err != nil {
 		return nil, usageError("the Stripe URL does not parse: want an absolute URL such as https://api.stripe.com")
 	}
@@ -206,12 +260,12 @@ func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, 
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s from Stripe: %w", id, err)
+		return nil, fmt.Errorf("reading %s from Stripe: %w", what, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s from Stripe: %w", id, err)
+		return nil, fmt.Errorf("reading %s from Stripe: %w", what, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
@@ -219,15 +273,11 @@ func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, 
 		}
 		json.Unmarshal(body, &e)
 		msg := fmt.Sprintf("Stripe answered %d to reading %s: %s %s; request id %q; nothing was recorded",
-			resp.StatusCode, id, e.Error.Code, e.Error.Message, resp.Header.Get("Request-Id"))
+			resp.StatusCode, what, e.Error.Code, e.Error.Message, resp.Header.Get("Request-Id"))
 		if resp.StatusCode == http.StatusNotFound {
 			return nil, usageError("%s", msg)
 		}
 		return nil, errors.New(msg)
 	}
-	var p payment
-	if err := json.Unmarshal(body, &p); err != nil || p.ID != id || p.Status == "" {
-		return nil, fmt.Errorf("the answer from Stripe for %s is not that payment; nothing was recorded", id)
-	}
-	return &p, nil
+	return body, nil
 }
