@@ -61,3 +61,22 @@ func TestResolveRefusesADeclineWhenAnotherPaymentOfTheKeySucceeded(t *testing.T)
 			declined, r.code, strings.TrimSpace(r.stdout+r.stderr), e.fake.CountPeriod("cus_p", period))
 	}
 }
+
+// "none" reopens the key for a resend after its window, which Stripe
+// takes as a new charge: it is refused while Stripe's search shows a
+// payment carrying the key.
+func TestResolveNoneRefusedWhileAPaymentCarriesTheKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,100,usd\n")
+	key := e.pendingClaim("cus_p", 300, "cus_a")
+	e.exec(`UPDATE billonce_claims SET first_sent_at = now() - interval '25 hours', created_at = now() - interval '25 hours',
+		last_error = 'reconciliation: Stripe search failed: boom' WHERE key = $1`, key)
+	e.postCharge("cus_p", key, "first-send")
+
+	r := e.billonce("", "resolve", "-key", key, "-payment", "none")
+	e.billed("cus_a,100,usd\ncus_p,300,usd\n")
+	if n := e.fake.CountPeriod("cus_p", period); n != 1 {
+		t.Fatalf("cus_p paid %d times after resolve none (exit %d: %s) and a run", n, r.code, strings.TrimSpace(r.stdout+r.stderr))
+	}
+}
