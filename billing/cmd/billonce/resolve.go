@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,7 +29,8 @@ import (
 //     failed) is then recorded on the claim, as a run would record it.
 //     A failed one is recorded only when Stripe's search shows no other
 //     payment carrying the key that succeeded or is processing.
-//   - -payment none: no payment exists for the key. Accepted only once
+//   - -payment none: no payment exists for the key, and Stripe's search
+//     finds none carrying it. Accepted only once
 //     the key's 24-hour window has passed since it was first sent (Stripe
 //     may still hold a request carrying it before then, and the next run
 //     settles it itself); the claim's window is then reopened, as
@@ -94,6 +96,16 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 	}
 
 	if *payment == "none" {
+		// Reopening sends the key again after Stripe forgot it: a new
+		// charge if any payment carries it.
+		kind := cmp.Or(c.Endpoint, string(billing.Charges))
+		found, err := keyPayments(ctx, a, b.stripeURL, kind, c.Key)
+		if err != nil {
+			return release(fmt.Errorf("%w; \"none\" is accepted only once Stripe's search shows no payment carrying the key", err))
+		}
+		if len(found) > 0 {
+			return release(usageError("%s carries the key (%s): resolve the claim with it, not with none; nothing was recorded", found[0].ID, orUnknown(found[0].Status)))
+		}
 		if err := eng.Reopen(ctx, c.Key, owner, c.Endpoint, c.Credential); err != nil {
 			return release(err)
 		}
@@ -202,23 +214,39 @@ func noOtherPaid(ctx context.Context, a *app, stripeURL string, p *payment, key 
 	if p.Object == "payment_intent" {
 		kind = "payment_intents"
 	}
-	q := url.Values{"query": {fmt.Sprintf("metadata['%s']:'%s'", billing.MetaKey, key)}, "limit": {"100"}}
-	body, err := getStripe(ctx, a, stripeURL, "/v1/"+kind+"/search?"+q.Encode(), "the payments carrying "+key)
+	found, err := keyPayments(ctx, a, stripeURL, kind, key)
 	if err != nil {
 		return fmt.Errorf("%w; a decline is recorded only once Stripe's search shows no other payment of the key succeeded", err)
 	}
-	var found struct {
-		Data []payment `json:"data"`
-	}
-	if err := json.Unmarshal(body, &found); err != nil {
-		return fmt.Errorf("the answer from Stripe's search for %s is not a list of payments; nothing was recorded", key)
-	}
-	for _, o := range found.Data {
+	for _, o := range found {
 		if o.ID != p.ID && o.Metadata[billing.MetaKey] == key && (o.state() == "succeeded" || o.state() == "processing") {
 			return usageError("%s carries the key too and is %s: resolve the claim with %s, not with the decline %s; nothing was recorded", o.ID, o.state(), o.ID, p.ID)
 		}
 	}
 	return nil
+}
+
+// keyPayments returns the payments of kind (charges or payment_intents)
+// that Stripe's search finds carrying key.
+func keyPayments(ctx context.Context, a *app, stripeURL, kind, key string) ([]payment, error) {
+	q := url.Values{"query": {fmt.Sprintf("metadata['%s']:'%s'", billing.MetaKey, key)}, "limit": {"100"}}
+	body, err := getStripe(ctx, a, stripeURL, "/v1/"+kind+"/search?"+q.Encode(), "the payments carrying "+key)
+	if err != nil {
+		return nil, err
+	}
+	var found struct {
+		Data []payment `json:"data"`
+	}
+	if err := json.Unmarshal(body, &found); err != nil {
+		return nil, fmt.Errorf("the answer from Stripe's search for %s is not a list of payments; nothing was recorded", key)
+	}
+	var out []payment
+	for _, o := range found.Data {
+		if o.Metadata[billing.MetaKey] == key {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 // fetchPayment reads a charge or PaymentIntent from Stripe, with the key
