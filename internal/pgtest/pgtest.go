@@ -299,7 +299,7 @@ func (c *Cluster) NewDatabase(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("pgtest: connecting to the server: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 STRATEGY FILE_COPY"); err != nil {
 		return "", fmt.Errorf("pgtest: creating database %s: %w", name, err)
 	}
 	u, err := url.Parse(c.adminURL)
