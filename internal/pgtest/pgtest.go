@@ -2,8 +2,9 @@
 //
 // A test binary starts one cluster from the local PostgreSQL binaries
 // (initdb and postgres on PATH or under /usr/lib/postgresql/*/bin), in a
-// temporary directory, listening on a free loopback port, with fsync off,
-// when its first test asks for a database: a binary run as a helper
+// temporary directory (under /dev/shm where there is one), listening on a
+// free loopback port, with fsync off, when its first test asks for a
+// database: a binary run as a helper
 // process, or whose tests need none, starts nothing. Every test gets a
 // fresh database of its own, so tables and advisory locks never leak
 // between tests. The cluster is stopped and deleted when the test binary
@@ -86,7 +87,7 @@ func Start(ctx context.Context) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "billonce-pg-")
+	dir, err := os.MkdirTemp(clusterParent(), "billonce-pg-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
@@ -466,4 +467,18 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 	}
 	tb.Cleanup(pool.Close) // runs before the database is dropped (LIFO)
 	return pool
+}
+
+// clusterParent is where throwaway clusters live: /dev/shm when it is a
+// writable directory, so that the files of a cluster nobody keeps never
+// reach a disk (creating a test database copies a template of some 8 MB,
+// hundreds of times per package: on tmpfs the quick suite took 122 s
+// wall instead of 156 s on a 2-core machine); otherwise os.TempDir.
+func clusterParent() string {
+	const shm = "/dev/shm"
+	const writable = 2 // W_OK
+	if fi, err := os.Stat(shm); err == nil && fi.IsDir() && syscall.Access(shm, writable) == nil {
+		return shm
+	}
+	return ""
 }
