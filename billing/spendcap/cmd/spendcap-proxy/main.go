@@ -51,22 +51,40 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout)
+	var usage usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return
+	case errors.As(err, &usage):
+		fmt.Fprintln(os.Stderr, "spendcap-proxy:", err)
+		os.Exit(2) // the exit statuses of every billonce program: billing/cmd/billonce/README.md
+	default:
 		fmt.Fprintln(os.Stderr, "spendcap-proxy:", err)
 		os.Exit(1)
 	}
 }
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ error }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("spendcap-proxy", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on")
 	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL holding keys and budgets, shared by every replica (default $DATABASE_URL)")
 	upstream := fs.String("upstream", "https://api.stripe.com", "Stripe API base URL, or a Stripe-compatible server's")
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) { // -h, -help, --help: the flags on standard output
+			fmt.Fprintln(stdout, "Usage of spendcap-proxy:")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return err
+		}
+		return usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: every setting is a flag (see -h)", fs.Arg(0))
+		return usageError{fmt.Errorf("unexpected argument %q: every setting is a flag (see -h)", fs.Arg(0))}
 	}
 	secret := os.Getenv("STRIPE_SECRET_KEY")
 	if secret == "" {

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -297,4 +299,23 @@ func TestAdminAPI(t *testing.T) {
 			}
 		}
 	})
+}
+
+// -h prints the flags on standard output and touches nothing; a mistake in
+// the command line is a usage error (exit status 2 in main).
+func TestHelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"-h"}, {"-help"}, {"--help"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "-database-url") {
+			t.Errorf("run(%q) = %v, output %q; want the flags on standard output", args, err, out.String())
+		}
+	}
+	for _, args := range [][]string{{"-nope"}, {"extra"}} {
+		var out bytes.Buffer
+		var u usageError
+		if err := run(context.Background(), args, &out); !errors.As(err, &u) {
+			t.Errorf("run(%q) = %v; want a usage error", args, err)
+		}
+	}
 }
