@@ -229,7 +229,9 @@ type Config struct {
 	// for metrics; and when a webhook or Reconcile learns that a payment
 	// settled, was refunded or was disputed (EventSettled, EventRefunded,
 	// EventDisputed), or that a webhook event cannot be applied
-	// (EventNotApplied). It must be fast and safe for concurrent use.
+	// (EventNotApplied); once per webhook delivery, with its result
+	// (EventWebhook); and once when a Run ends (EventRun). It must be fast
+	// and safe for concurrent use.
 	Observe func(Event)
 
 	// SettleAfter is how long a payment may be processing (a bank debit
@@ -255,8 +257,9 @@ type Event struct {
 	Customer string
 	Period   string
 	// Key is the idempotency key of the claim the event concerns (every
-	// kind but EventNotApplied; empty for an outcome refused before a key
-	// was made).
+	// kind but EventNotApplied and EventRun; empty for an outcome refused
+	// before a key was made, and for an EventWebhook before its claim was
+	// known).
 	Key string
 	// RequestID is Stripe's request id ("req_…") of the call an
 	// EventStripeCall reports (empty when no answer came), and of the
@@ -266,8 +269,8 @@ type Event struct {
 	// Attempt is the HTTP attempt number within one send, from 1
 	// (EventStripeCall).
 	Attempt int
-	// Duration is the HTTP call's (EventStripeCall), or the time from the
-	// claim to the outcome (EventOutcome).
+	// Duration is the HTTP call's (EventStripeCall), the time from the
+	// claim to the outcome (EventOutcome), or the time Run took (EventRun).
 	Duration time.Duration
 	// Err is the call's or the charge's error, or nil.
 	Err error
@@ -286,8 +289,21 @@ type Event struct {
 	Refunded int64
 	// Dispute is the dispute's id and reason (EventDisputed).
 	Dispute string
-	// EventID is the Stripe event's id (EventNotApplied).
+	// EventID is the Stripe event's id (EventNotApplied, and EventWebhook
+	// once the delivery's signature was verified).
 	EventID string
+	// Result is what came of a webhook delivery (EventWebhook): "applied"
+	// (the claim changed), "duplicate" (applied before), "unchanged" (the
+	// claim knew as much already), "other_payment" (the claim records
+	// another payment), "ignored" (an event type not handled, or a payment
+	// that is not billonce's or has no claim), "not_applied" (as
+	// EventNotApplied), "rejected" (answered 4xx: not a POST, a body too
+	// large or unreadable, a bad signature) or "retry" (answered 5xx, for
+	// Stripe to deliver it again; Err says why).
+	Result string
+	// Summary is what Run returned (EventRun), its counts as of the end of
+	// the run. It is shared with Run's caller: do not modify it.
+	Summary *Summary
 }
 
 // EventKind tells what an [Event] reports. The zero EventKind, "none",
@@ -317,12 +333,22 @@ const (
 	// Stripe does not deliver it again, and logged as an error. It deserves
 	// a look.
 	EventNotApplied
+	// EventWebhook: the webhook handler answered a delivery (Result;
+	// EventID, Key, StripeID, Customer and Period as far as they are
+	// known; Err of a "rejected", "not_applied" or "retry"). Every
+	// delivery is reported once, after the events it caused.
+	EventWebhook
+	// EventRun: a Run ended (Period, Duration, Summary, and Err, what Run
+	// returned), whether it ran or was refused (ErrInvalid,
+	// ErrRunHeldElsewhere). A Run that panics reports none.
+	EventRun
 )
 
-var eventKindNames = [...]string{"none", "stripe call", "outcome", "settled", "refunded", "disputed", "not applied"}
+var eventKindNames = [...]string{"none", "stripe call", "outcome", "settled", "refunded", "disputed", "not applied", "webhook", "run"}
 
 // String returns the kind as words: "stripe call", "outcome", "settled",
-// "refunded", "disputed", "not applied", or "none" for the zero value.
+// "refunded", "disputed", "not applied", "webhook", "run", or "none" for
+// the zero value.
 func (k EventKind) String() string {
 	if k >= 0 && int(k) < len(eventKindNames) {
 		return eventKindNames[k]

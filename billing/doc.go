@@ -186,7 +186,9 @@
 // An event that can never be applied is answered 200 and reported
 // (EventNotApplied), so that Stripe does not retry it for days; a failure
 // that may pass (the claim store, a read from Stripe) is answered 5xx, so
-// that Stripe delivers again.
+// that Stripe delivers again. Every delivery is reported to Config.Observe
+// as an EventWebhook with its result ("applied", "duplicate", "rejected",
+// "retry", …).
 //
 // The record of an applied event is what makes a redelivery a duplicate.
 // Reconcile deletes records older than Config.EventRetention, 90 days by
@@ -196,7 +198,8 @@
 // schedules; the store's PruneEvents is there for services that do not.
 // An event delivered after its record was pruned is applied again and
 // changes nothing, since claims only move forward: it is answered
-// "unchanged", is not reported to Config.Observe, and charges nobody.
+// "unchanged", is reported only as an EventWebhook "unchanged", and
+// charges nobody.
 //
 // # Charges or PaymentIntents
 //

@@ -160,7 +160,18 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled+s.
 // net/http and job runners expect, to recover it): by then the claims the
 // run had made but not sent are handed back, the charges under way are
 // recorded, and none of the run's goroutines is left.
+//
+// Each Run that returns is reported to Config.Observe as one [EventRun].
 func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
+	start := time.Now()
+	sum, err := b.runChecked(ctx, period, items, opts)
+	s := sum
+	b.observe(Event{Kind: EventRun, Period: period, Duration: time.Since(start), Err: err, Summary: &s})
+	return sum, err
+}
+
+// runChecked is Run without its event.
+func (b *Biller) runChecked(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
 		o = *opts

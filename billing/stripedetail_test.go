@@ -188,7 +188,15 @@ func TestObserveEventsCarryKeyAndRequestID(t *testing.T) {
 	}
 	calls := map[string][]string{}
 	outcomes := map[string]int{}
+	runs := 0
 	for _, ev := range rec.take() {
+		if ev.Kind == billing.EventRun {
+			// The run's own event, once, after its customers'.
+			if runs++; ev.Key != "" || ev.Period != period || ev.Summary == nil || ev.Summary.Done != 2 || ev.Err != nil || ev.Duration <= 0 {
+				t.Fatalf("run event %+v; want the run's period, no key, a summary of 2 customers and a duration", ev)
+			}
+			continue
+		}
 		key := e.key(ev.Customer)
 		if ev.Key != key {
 			t.Fatalf("%v event for %s has key %q; want %q", ev.Kind, ev.Customer, ev.Key, key)
@@ -207,6 +215,9 @@ func TestObserveEventsCarryKeyAndRequestID(t *testing.T) {
 				t.Fatalf("failed outcome for %s has request id %q; want %q", ev.Customer, ev.RequestID, want)
 			}
 		}
+	}
+	if runs != 1 {
+		t.Fatalf("%d run events; want 1", runs)
 	}
 	for _, cus := range []string{"cus_1", "cus_2", "cus_3"} {
 		var want []string

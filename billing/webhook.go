@@ -99,13 +99,20 @@ var webhookTypes = map[string]bool{
 // does not deliver it again for days, logged as an error and reported to
 // Config.Observe as EventNotApplied.
 //
+// Every delivery, whatever its answer, is then reported to Config.Observe
+// as one EventWebhook whose Result says what came of it: "applied",
+// "duplicate", "unchanged", "other_payment", "ignored", "not_applied",
+// "rejected" (a 4xx answer: not a POST, a body too large or unreadable, a
+// bad signature) or "retry" (a 5xx answer, for Stripe to deliver again).
+//
 // The record of each applied event is kept for Config.EventRetention (90
 // days by default, well past the 30 days for which Stripe can resend an
 // event); Reconcile deletes older ones. An event delivered again after
 // its record is gone is applied again and, claims only moving forward,
 // changes nothing: it is answered "unchanged", is logged at debug level
 // (an event about another payment than the claim's is warned about again,
-// as the first time) and is not reported to Observe.
+// as the first time) and is reported to Observe only as an EventWebhook
+// "unchanged".
 //
 // The event's API version is not checked against stripe-go's: the handler
 // reads only fields that every version has (ids, status, metadata,
@@ -155,21 +162,30 @@ func answer(w http.ResponseWriter, status int, msg string) {
 }
 
 func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e := h.serve(w, r)
+	e.Kind = EventWebhook
+	h.b.observe(e)
+}
+
+// serve answers one delivery and returns what it did, for the
+// EventWebhook that ServeHTTP reports: Result and what is known of the
+// event.
+func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	ctx := r.Context()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		answer(w, http.StatusMethodNotAllowed, "billonce webhook: use POST")
-		return
+		return Event{Result: resultRejected, Err: errors.New("billing: webhook delivery refused: method " + clip(r.Method) + " is not POST")}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			answer(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("billonce webhook: body larger than %d bytes", h.cfg.MaxBody))
-			return
+			return Event{Result: resultRejected, Err: fmt.Errorf("billing: webhook delivery refused: body larger than %d bytes", h.cfg.MaxBody)}
 		}
 		answer(w, http.StatusBadRequest, "billonce webhook: could not read the body")
-		return
+		return Event{Result: resultRejected, Err: fmt.Errorf("billing: webhook delivery refused: could not read the body: %w", err)}
 	}
 	ev, err := webhook.ConstructEventWithOptions(body, r.Header.Get("Stripe-Signature"), h.cfg.Secret,
 		webhook.ConstructEventOptions{Tolerance: h.cfg.Tolerance, IgnoreAPIVersionMismatch: true})
@@ -177,33 +193,31 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		msg := signatureProblem(err)
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook refused", slog.String("reason", msg), slog.String("remote", r.RemoteAddr))
 		answer(w, http.StatusBadRequest, "billonce webhook: "+msg)
-		return
+		return Event{Result: resultRejected, Err: errors.New("billing: webhook delivery refused: " + msg)}
 	}
 	log := []slog.Attr{slog.String("event", ev.ID), slog.String("type", string(ev.Type))}
 	if !webhookTypes[string(ev.Type)] {
 		answer(w, http.StatusOK, "ignored: event type not handled")
-		return
+		return Event{Result: resultIgnored, EventID: ev.ID}
 	}
 	if ev.Data == nil || len(ev.Data.Raw) == 0 || string(ev.Data.Raw) == "null" {
-		h.notApplied(ctx, w, ev, "", log, "the event carries no data object", errNoEventData)
-		return
+		return h.notApplied(ctx, w, ev, "", log, "the event carries no data object", errNoEventData)
 	}
 	u, err := h.update(ctx, ev)
 	if err != nil {
 		if missingPayment(err) {
-			h.notApplied(ctx, w, ev, "", log, "its payment does not exist on this Stripe account (check that Config.SecretKey is of the account and mode the endpoint is registered in)", err)
-			return
+			return h.notApplied(ctx, w, ev, "", log, "its payment does not exist on this Stripe account (check that Config.SecretKey is of the account and mode the endpoint is registered in)", err)
 		}
 		// Reading the payment from Stripe failed for now: let Stripe
 		// deliver the event again.
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the event's payment; Stripe will deliver the event again", append(log, slog.Any("error", err))...)
 		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the event's payment from Stripe; deliver again")
-		return
+		return Event{Result: resultRetry, EventID: ev.ID, Err: fmt.Errorf("billing: webhook event %s: reading its payment from Stripe: %w", ev.ID, err)}
 	}
 	if u.Key == "" {
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event is not about a billonce payment", log...)
 		answer(w, http.StatusOK, "ignored: not a billonce payment")
-		return
+		return Event{Result: resultIgnored, EventID: ev.ID, StripeID: u.StripeID}
 	}
 	u.EventID, u.EventType, u.Created = ev.ID, string(ev.Type), time.Unix(ev.Created, 0).UTC()
 	log = append(log, slog.String("key", u.Key), slog.String("stripe_id", u.StripeID))
@@ -212,40 +226,63 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, claim.ErrNotFound):
 		h.b.log.LogAttrs(ctx, slogInfo, "billonce: webhook event for a payment without a claim in this table; ignored", log...)
 		answer(w, http.StatusOK, "ignored: no claim for this payment")
-		return
+		return Event{Result: resultIgnored, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID}
 	case errors.Is(err, claim.ErrInvalid):
 		// What the claim table refuses is the event's content, which a
 		// redelivery repeats: no answer but 200 stops them.
-		h.notApplied(ctx, w, ev, u.StripeID, log, strings.TrimPrefix(err.Error(), claim.ErrInvalid.Error()+": "), err)
-		return
+		return h.notApplied(ctx, w, ev, u.StripeID, log, strings.TrimPrefix(err.Error(), claim.ErrInvalid.Error()+": "), err)
 	case err != nil:
 		h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
 		answer(w, http.StatusInternalServerError, "billonce webhook: the claim store failed; deliver again")
-		return
+		return Event{Result: resultRetry, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID,
+			Err: fmt.Errorf("billing: webhook event %s: applying it to the claim store: %w", ev.ID, err)}
 	}
 	log = append(log, slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("outcome", a.Outcome.String()))
+	e := Event{EventID: ev.ID, Key: u.Key, StripeID: u.StripeID, Customer: a.Claim.Customer, Period: a.Claim.Period}
 	switch a.Outcome {
 	case claimengine.Changed:
 		h.b.applied(ctx, ev.ID, a)
+		e.Result = resultApplied
 	case claimengine.OtherPayment:
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names another payment than the claim's; nothing changed", append(log, slog.String("reason", a.Reason))...)
+		e.Result = resultOtherPayment
+	case claimengine.Duplicate:
+		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
+		e.Result = resultDuplicate
 	default:
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
+		e.Result = resultUnchanged
 	}
 	answer(w, http.StatusOK, strings.ToLower(a.Outcome.String()))
+	return e
 }
 
 // notApplied acknowledges a signed event that cannot be applied, now or
 // on any redelivery: 200, so that Stripe does not deliver it again for
 // days (and disable the endpoint), an error in the log and an
 // EventNotApplied to Config.Observe, saying why.
-func (h *webhookHandler) notApplied(ctx context.Context, w http.ResponseWriter, ev stripe.Event, stripeID string, log []slog.Attr, why string, err error) {
+func (h *webhookHandler) notApplied(ctx context.Context, w http.ResponseWriter, ev stripe.Event, stripeID string, log []slog.Attr, why string, err error) Event {
 	h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied and acknowledged; Stripe will not deliver it again",
 		append(log, slog.String("reason", why), slog.Any("error", err))...)
-	h.b.observe(Event{Kind: EventNotApplied, EventID: ev.ID, StripeID: stripeID,
-		Err: fmt.Errorf("billing: webhook event %s (%s) not applied: %s: %w", ev.ID, ev.Type, why, err)})
+	e := Event{Kind: EventNotApplied, EventID: ev.ID, StripeID: stripeID,
+		Err: fmt.Errorf("billing: webhook event %s (%s) not applied: %s: %w", ev.ID, ev.Type, why, err)}
+	h.b.observe(e)
 	answer(w, http.StatusOK, "not applied: "+why)
+	e.Result = resultNotApplied
+	return e
 }
+
+// The results of a delivery, in EventWebhook's Result.
+const (
+	resultApplied      = "applied"
+	resultDuplicate    = "duplicate"
+	resultUnchanged    = "unchanged"
+	resultOtherPayment = "other_payment"
+	resultIgnored      = "ignored"
+	resultNotApplied   = "not_applied"
+	resultRejected     = "rejected"
+	resultRetry        = "retry"
+)
 
 // errNoEventData is the cause reported for a signed event without data.
 var errNoEventData = errors.New("billing: webhook event without data")

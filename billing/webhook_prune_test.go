@@ -204,6 +204,10 @@ func TestWebhookDisputeUnreadable(t *testing.T) {
 	if c := h.claimOf("cus_1"); c.Dispute == "" {
 		t.Errorf("dispute not recorded: %+v", c)
 	}
+	// Every delivery is reported once, with its result.
+	if got, want := strings.Join(h.webhookResults(), " "), "not_applied retry retry applied"; got != want {
+		t.Errorf("webhook results %q, want %q", got, want)
+	}
 }
 
 // Config.EventRetention: shorter than the 30 days for which Stripe can

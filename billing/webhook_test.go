@@ -32,7 +32,9 @@ type hookEnv struct {
 	url    string
 	logs   *syncBuffer
 	mu     sync.Mutex
-	events []billing.Event
+	events []billing.Event // from EventSettled to EventNotApplied
+	// results holds the Result of every EventWebhook, in order.
+	results []string
 }
 
 func newHookEnv(t *testing.T, api billing.API, async map[string]billingtest.Async) *hookEnv {
@@ -42,10 +44,13 @@ func newHookEnv(t *testing.T, api billing.API, async map[string]billingtest.Asyn
 		c.API = api
 		c.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.Observe = func(e billing.Event) {
-			if e.Kind >= billing.EventSettled {
-				h.mu.Lock()
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			switch {
+			case e.Kind == billing.EventWebhook:
+				h.results = append(h.results, e.Result)
+			case e.Kind >= billing.EventSettled && e.Kind <= billing.EventNotApplied:
 				h.events = append(h.events, e)
-				h.mu.Unlock()
 			}
 		}
 	})
@@ -109,6 +114,13 @@ func (h *hookEnv) observed() []billing.Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]billing.Event(nil), h.events...)
+}
+
+// webhookResults returns the Result of every EventWebhook so far.
+func (h *hookEnv) webhookResults() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.results...)
 }
 
 // Every event type the handler knows, from the fake's own events, for

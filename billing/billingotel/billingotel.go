@@ -108,7 +108,7 @@ func New(cfg Config) (*Observer, error) {
 	o.updates, errs[3] = m.Int64Counter("billonce.payment.updates", metric.WithUnit("{update}"),
 		metric.WithDescription("Payments settled, refunded or disputed, learned from a webhook or Reconcile."))
 	o.webhook, errs[4] = m.Int64Counter("billonce.webhook.events", metric.WithUnit("{event}"),
-		metric.WithDescription("Signed webhook events, by result (billing reports those not applied)."))
+		metric.WithDescription("Webhook deliveries answered, by result."))
 	o.runs, errs[5] = m.Int64Counter("billonce.runs", metric.WithUnit("{run}"),
 		metric.WithDescription("Billing runs finished, by result."))
 	o.runDuration, errs[6] = m.Float64Histogram("billonce.run.duration", metric.WithUnit("s"),
@@ -138,8 +138,10 @@ func (o *Observer) Observe(e billing.Event) {
 		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "refunded")))
 	case billing.EventDisputed:
 		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "disputed")))
-	case billing.EventNotApplied:
-		o.webhook.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.result", "not_applied")))
+	case billing.EventWebhook:
+		o.webhook.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.result", e.Result)))
+	case billing.EventRun:
+		o.run(ctx, now, e)
 	}
 	if o.next != nil {
 		o.next(e)
@@ -275,23 +277,26 @@ func (o *Observer) span(key string, c *charge, start, end time.Time, out *billin
 	sp.End(trace.WithTimestamp(end))
 }
 
-// RecordRun records a finished [billing.Biller.Run]: its result
-// ("complete", "incomplete", or "stopped" when err is not nil), its
-// duration and its customers by outcome. Call it with what Run returned;
-// billing reports no event for a run. It also ends, as spans without an
-// outcome, the spans of the run's period still waiting for one (a Run
+// run records a finished [billing.Biller.Run] (an EventRun): its result
+// ("complete", "incomplete", or "stopped" when it returned an error), its
+// duration and its customers by outcome. It also ends, as spans without
+// an outcome, the spans of the run's period still waiting for one (a Run
 // reports every outcome before it returns).
-func (o *Observer) RecordRun(ctx context.Context, s billing.Summary, err error) {
+func (o *Observer) run(ctx context.Context, now time.Time, e billing.Event) {
+	var s billing.Summary
+	if e.Summary != nil {
+		s = *e.Summary
+	}
 	result := "complete"
 	switch {
-	case err != nil:
+	case e.Err != nil:
 		result = "stopped"
 	case !s.Complete():
 		result = "incomplete"
 	}
 	attrs := metric.WithAttributes(o.api, attribute.String("billonce.result", result))
 	o.runs.Add(ctx, 1, attrs)
-	o.runDuration.Record(ctx, s.Elapsed.Seconds(), attrs)
+	o.runDuration.Record(ctx, e.Duration.Seconds(), attrs)
 	for _, n := range []struct {
 		outcome string
 		n       int
@@ -304,11 +309,10 @@ func (o *Observer) RecordRun(ctx context.Context, s billing.Summary, err error) 
 			o.runCustomers.Add(ctx, int64(n.n), metric.WithAttributes(o.api, attribute.String("billonce.outcome", n.outcome)))
 		}
 	}
-	now := time.Now()
 	left := make(map[string]*charge)
 	o.mu.Lock()
 	for k, c := range o.pending {
-		if c.period == s.Period {
+		if c.period == e.Period {
 			delete(o.pending, k)
 			left[k] = c
 		}

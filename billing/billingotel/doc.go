@@ -5,15 +5,14 @@
 // # Wiring
 //
 // Make an [Observer] and put its Observe method in billing.Config.Observe;
-// the function you had there, if any, goes in Config.Next. After each
-// [billing.Biller.Run], hand what it returned to [Observer.RecordRun]:
+// the function you had there, if any, goes in Config.Next. Charges, Stripe
+// calls, webhook deliveries and runs all arrive as billing's events:
 //
 //	obs, err := billingotel.New(billingotel.Config{}) // the global providers
 //	if err != nil { … }
 //	b, err := billing.New(billing.Config{…, Observe: obs.Observe})
 //	…
-//	sum, err := b.Run(ctx, period, customers, nil)
-//	obs.RecordRun(ctx, sum, err)
+//	sum, err := b.Run(ctx, period, customers, nil) // recorded when it returns
 //
 // # Metrics
 //
@@ -32,8 +31,10 @@
 //	billonce.payment.updates       counter {update}    billonce.update ("settled", "refunded", "disputed"),
 //	                                                   billonce.state of a settlement; from a webhook or
 //	                                                   Reconcile alike (an event does not say which)
-//	billonce.webhook.events        counter {event}     billonce.result: "not_applied", the one result of
-//	                                                   a webhook event that billing reports
+//	billonce.webhook.events        counter {event}     webhook deliveries, by billonce.result: "applied",
+//	                                                   "duplicate", "unchanged", "other_payment",
+//	                                                   "ignored", "not_applied", "rejected" (4xx: a bad
+//	                                                   signature or body), "retry" (5xx)
 //	billonce.runs                  counter {run}       billonce.result: "complete", "incomplete" (customers
 //	                                                   not billed), "stopped" (Run returned an error)
 //	billonce.run.duration          histogram s         the same attribute
@@ -41,8 +42,8 @@
 //	                                                   "declined", "processing",
 //	                                                   "declined_after_processing", "pending", "invalid"
 //
-// The run metrics come from RecordRun, as billing reports no event for a
-// run. error.type of a charge is the kind of [billing.ChargeError]:
+// The run metrics come from billing's EventRun, reported when a Run
+// returns, whether it ran or was refused. error.type of a charge is the kind of [billing.ChargeError]:
 // "declined", "outcome_unknown", "in_progress", "needs_reconciliation",
 // "not_recorded", "key_reused", "sent_elsewhere", "stripe_auth",
 // "stripe_request", "stripe_unreachable", "spend_cap_reached",
@@ -67,6 +68,6 @@
 // for at most 10,000 charges at once; past that, the charge waiting
 // longest is ended as a span without an outcome (error status "no
 // outcome reported"), as are the charges of a period still waiting when
-// RecordRun is called for it. Spans are roots: billing's events carry no
+// a Run of that period returns. Spans are roots: billing's events carry no
 // context to make them children of the caller's span.
 package billingotel

@@ -1,7 +1,6 @@
 package billingotel_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 // Calls whose outcome never comes are kept for at most 10,000 charges: the
 // charge waiting longest is ended as a span without an outcome, and
-// RecordRun ends those of its period.
+// the end of a Run ends those of its period.
 func TestPendingChargesAreBounded(t *testing.T) {
 	t.Parallel()
 	tel := newTelemetry(t)
@@ -32,19 +31,20 @@ func TestPendingChargesAreBounded(t *testing.T) {
 	if got := ended[0].Attributes(); !hasAttr(got, "billonce.customer", "cus_first") {
 		t.Fatalf("ended span %v; want cus_first's", got)
 	}
-	tel.obs.RecordRun(context.Background(), billing.Summary{Period: "2026-09"}, nil)
+	tel.obs.Observe(billing.Event{Kind: billing.EventRun, Period: "2026-09", Summary: &billing.Summary{Period: "2026-09"}})
 	if n := len(tel.spans.Ended()); n != 10_001 {
-		t.Fatalf("%d spans after RecordRun; want every pending charge of the period ended (10,001)", n)
+		t.Fatalf("%d spans after the run's event; want every pending charge of the period ended (10,001)", n)
 	}
 	// Nothing is left: an outcome now is a span of its own, without calls.
 	tel.obs.Observe(billing.Event{Kind: billing.EventOutcome, Customer: "cus_1", Period: "2026-09", Key: "key-2026-09-cus_1", Outcome: billing.Created})
 	if last := tel.spans.Ended()[10_001]; len(last.Events()) != 0 || last.Status().Code == codes.Error {
-		t.Fatalf("outcome after RecordRun: %d events, status %v; want none and no error", len(last.Events()), last.Status())
+		t.Fatalf("outcome after the run's event: %d events, status %v; want none and no error", len(last.Events()), last.Status())
 	}
 }
 
-// Payment updates and unapplied webhook events are counted by what they
-// report, without customers or ids.
+// Payment updates and webhook deliveries are counted by what they
+// report, without customers or ids; EventNotApplied is not counted again
+// besides its delivery's EventWebhook.
 func TestUpdatesAndWebhookEvents(t *testing.T) {
 	t.Parallel()
 	tel := newTelemetry(t)
@@ -54,6 +54,7 @@ func TestUpdatesAndWebhookEvents(t *testing.T) {
 		{Kind: billing.EventRefunded, Customer: "cus_1", StripeID: "ch_1", Refunded: 100},
 		{Kind: billing.EventDisputed, Customer: "cus_1", StripeID: "ch_1", Dispute: "dp_1 fraudulent"},
 		{Kind: billing.EventNotApplied, EventID: "evt_1", StripeID: "ch_9"},
+		{Kind: billing.EventWebhook, EventID: "evt_1", StripeID: "ch_9", Result: "not_applied"},
 	} {
 		tel.obs.Observe(e)
 	}
