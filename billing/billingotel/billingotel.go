@@ -61,6 +61,7 @@ type Observer struct {
 	runs         metric.Int64Counter
 	runDuration  metric.Float64Histogram
 	runCustomers metric.Int64Counter
+	proxy        metric.Int64Counter
 
 	mu      sync.Mutex
 	pending map[string]*charge // by idempotency key
@@ -97,7 +98,7 @@ func New(cfg Config) (*Observer, error) {
 		next:    cfg.Next,
 		pending: make(map[string]*charge),
 	}
-	var errs [8]error
+	var errs [9]error
 	o.charges, errs[0] = m.Int64Counter("billonce.charges", metric.WithUnit("{charge}"),
 		metric.WithDescription("Charges finished, by outcome and error kind."))
 	o.callDuration, errs[1] = m.Float64Histogram("billonce.stripe.call.duration", metric.WithUnit("s"),
@@ -116,6 +117,8 @@ func New(cfg Config) (*Observer, error) {
 		metric.WithDescription("Duration of billing runs."))
 	o.runCustomers, errs[7] = m.Int64Counter("billonce.run.customers", metric.WithUnit("{customer}"),
 		metric.WithDescription("Customers settled by billing runs, by outcome."))
+	o.proxy, errs[8] = m.Int64Counter("billonce.proxy.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests to a spend-cap proxy, admitted or by refusal."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("billingotel: %w", err)
 	}
@@ -321,6 +324,19 @@ func (o *Observer) run(ctx context.Context, now time.Time, e billing.Event) {
 	for k, c := range left {
 		o.span(k, c, c.start, now, nil, errNoOutcome)
 	}
+}
+
+// ObserveProxy counts one request to a spend-cap proxy in
+// billonce.proxy.requests: "admitted" (forwarded to Stripe and its
+// answer passed back), or the word of its refusal (Entry.Refused: "cap",
+// "endpoint", "revoked", …). Put it in spendcap.ProxyConfig.Observe.
+// Config.Next is not called: an Entry is not a billing.Event.
+func (o *Observer) ObserveProxy(e spendcap.Entry) {
+	result := e.Refused
+	if result == "" {
+		result = "admitted"
+	}
+	o.proxy.Add(context.Background(), 1, metric.WithAttributes(attribute.String("billonce.result", result)))
 }
 
 // outcomeWord is an outcome as an attribute value: "created",

@@ -14,10 +14,15 @@
 //	…
 //	sum, err := b.Run(ctx, period, customers, nil) // recorded when it returns
 //
+// A spend-cap proxy is observed where it runs, through its own hook:
+//
+//	px, err := spendcap.NewProxy(spendcap.ProxyConfig{…, Observe: obs.ObserveProxy})
+//
 // # Metrics
 //
-// Every metric is named under "billonce." and carries billonce.api
-// ("charges" or "payment_intents", from Config.API). No metric carries a
+// Every metric is named under "billonce."; those of charges, Stripe calls
+// and runs carry billonce.api ("charges" or "payment_intents", from
+// Config.API). No metric carries a
 // customer, a period, a key or a request id.
 //
 //	billonce.charges               counter {charge}    charges finished: billonce.outcome ("created",
@@ -41,6 +46,12 @@
 //	billonce.run.customers         counter {customer}  billonce.outcome: "created", "already_billed",
 //	                                                   "declined", "processing",
 //	                                                   "declined_after_processing", "pending", "invalid"
+//	billonce.proxy.requests        counter {request}   requests to a spend-cap proxy, by billonce.result:
+//	                                                   "admitted" or the refusal (spendcap.Entry.Refused:
+//	                                                   "cap", "endpoint", "revoked", "expired",
+//	                                                   "unknown_key", "kill_switch", "bad_request",
+//	                                                   "upstream", "store"); from ObserveProxy in
+//	                                                   spendcap.ProxyConfig.Observe, where the proxy runs
 //
 // The run metrics come from billing's EventRun, reported when a Run
 // returns, whether it ran or was refused. error.type of a charge is the kind of [billing.ChargeError]:

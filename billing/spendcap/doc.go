@@ -35,7 +35,7 @@
 // body that is not a form, not a plain positive integer) is refused, and
 // so is an amount above the cap. Every request leaves an audit [Entry]
 // that names the vault key only by its [KeyID] and never holds the
-// Stripe secret.
+// Stripe secret; ProxyConfig.Observe hears each one, for metrics.
 //
 // # Stores
 //

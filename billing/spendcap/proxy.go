@@ -71,6 +71,12 @@ type ProxyConfig struct {
 	// Transport sends requests upstream. Defaults to a transport of its
 	// own that ignores proxy environment variables.
 	Transport http.RoundTripper
+	// Observe, when set, is called with each audit entry the proxy
+	// records, one per request, admitted (Refused empty) or refused, once
+	// the entry is stored and before the answer is written: for metrics
+	// (billingotel's Observer.ObserveProxy). An Entry holds no secret. It
+	// must be fast and safe for concurrent use.
+	Observe func(Entry)
 }
 
 // Proxy is a spend-cap proxy as an [http.Handler]: it holds the Stripe
@@ -129,6 +135,7 @@ type Proxy struct {
 	tr          http.RoundTripper
 	suspended   atomic.Bool
 	beforeReply atomic.Pointer[func(*http.Request)]
+	observe     func(Entry)
 }
 
 // Format prints the configuration without the Stripe secret, for every
@@ -210,7 +217,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 	return &Proxy{
 		upstream: up, stripeKey: cfg.StripeKey, store: cfg.Store, clock: cfg.Clock,
 		capStatus: cfg.CapStatus, countFor: cfg.KeyLifetime - cfg.ClockSkew, skew: cfg.ClockSkew,
-		timeout: cfg.UpstreamTimeout, tr: cfg.Transport,
+		timeout: cfg.UpstreamTimeout, tr: cfg.Transport, observe: cfg.Observe,
 	}, nil
 }
 
@@ -486,6 +493,9 @@ func (p *Proxy) refuse(ctx context.Context, w http.ResponseWriter, e *Entry, sta
 func (p *Proxy) record(ctx context.Context, e *Entry) {
 	e.Time = p.clock.Now()
 	_ = p.store.record(ctx, *e)
+	if p.observe != nil {
+		p.observe(*e)
+	}
 }
 
 // dollars formats an amount in cents: "$50", "$50.25".
