@@ -36,15 +36,6 @@ import (
 // is Charges, the default.
 type API string
 
-// String returns "charges" or "payment_intents"; the zero API prints
-// "charges".
-func (a API) String() string {
-	if a == "" {
-		return string(Charges)
-	}
-	return string(a)
-}
-
 const (
 	// Charges creates a charge with POST /v1/charges against the customer's
 	// default source. It is the older API; use it when your customers were

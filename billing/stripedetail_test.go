@@ -256,9 +256,6 @@ func TestEnumsPrintWords(t *testing.T) {
 		{billing.EventDisputed.String(), "disputed"},
 		{billing.EventNotApplied.String(), "not applied"},
 		{fmt.Sprint(billing.Event{}.Kind), "none"},
-		{billing.API("").String(), "charges"},
-		{billing.Charges.String(), "charges"},
-		{billing.PaymentIntents.String(), "payment_intents"},
 	} {
 		if c.got != c.want {
 			t.Errorf("printed %q; want %q", c.got, c.want)

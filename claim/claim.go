@@ -127,17 +127,9 @@ func validateBatch(reqs []request) error {
 	return nil
 }
 
-// State is where a claim is in its life. The zero State, "none", is
-// no claim: the State of a Claim that was not found.
+// State is where a claim is in its life. The zero State (empty) is no
+// claim: the State of a Claim that was not found.
 type State string
-
-// String returns the state, or "none" for the zero State.
-func (s State) String() string {
-	if s == "" {
-		return "none"
-	}
-	return string(s)
-}
 
 // The states of a claim. Succeeded and Failed are terminal.
 const (

@@ -94,7 +94,7 @@ func New(cfg Config) (*Observer, error) {
 	m := mp.Meter(ScopeName)
 	o := &Observer{
 		tracer:  tp.Tracer(ScopeName),
-		api:     attribute.String("billonce.api", cfg.API.String()),
+		api:     attribute.String("billonce.api", apiName(cfg.API)),
 		next:    cfg.Next,
 		pending: make(map[string]*charge),
 	}
@@ -421,4 +421,12 @@ func httpStatus(err error) int {
 		return se.HTTPStatusCode
 	}
 	return 0
+}
+
+// apiName is the billonce.api attribute: the zero API is Charges.
+func apiName(api billing.API) string {
+	if api == "" {
+		return string(billing.Charges)
+	}
+	return string(api)
 }
