@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/claim"
 )
 
 // ErrInvalid is returned, wrapped, for bad input: an empty
@@ -316,4 +318,59 @@ func orUnknown(s string) string {
 		return "(not recorded)"
 	}
 	return s
+}
+
+// errorKinds are the words of ErrorKind, in the order it tests them:
+// the answers that stop runs first, since a ChargeError may wrap one in
+// another kind.
+var errorKinds = []struct {
+	err  error
+	word string
+}{
+	{ErrStripeAuth, "stripe_auth"},
+	{ErrStripeRequest, "stripe_request"},
+	{ErrStripeUnreachable, "stripe_unreachable"},
+	{spendcap.ErrSpendCapReached, "spend_cap_reached"},
+	{spendcap.ErrEndpointNotAllowed, "endpoint_not_allowed"},
+	{spendcap.ErrVaultKeyRevoked, "vault_key_revoked"},
+	{ErrDeclined, "declined"},
+	{ErrOutcomeUnknown, "outcome_unknown"},
+	{ErrInProgress, "in_progress"},
+	{ErrNeedsReconciliation, "needs_reconciliation"},
+	{ErrNotRecorded, "not_recorded"},
+	{ErrKeyReused, "key_reused"},
+	{ErrSentElsewhere, "sent_elsewhere"},
+	{ErrInvalid, "invalid"},
+	{ErrRunHeldElsewhere, "run_held_elsewhere"},
+	{context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// ErrorKind names the kind of err, one of billonce's errors, in one word
+// for logs, JSON reports and metrics: "stripe_auth", "stripe_request",
+// "stripe_unreachable", "spend_cap_reached", "endpoint_not_allowed",
+// "vault_key_revoked", "declined", "failed_after_settlement" (a payment
+// that failed when it settled), "outcome_unknown", "in_progress",
+// "needs_reconciliation", "not_recorded", "key_reused", "sent_elsewhere",
+// "mismatch" (a price that contradicts the claim, a [*claim.MismatchError]),
+// "invalid", "run_held_elsewhere", "canceled", "deadline_exceeded", or
+// "other"; "" for nil. Test for a kind with errors.Is, not with its word.
+func ErrorKind(err error) string {
+	if err == nil {
+		return ""
+	}
+	var me *claim.MismatchError
+	if errors.As(err, &me) {
+		return "mismatch"
+	}
+	for _, k := range errorKinds {
+		if errors.Is(err, k.err) {
+			var ce *ChargeError
+			if k.err == ErrDeclined && errors.As(err, &ce) && ce.AfterProcessing {
+				return "failed_after_settlement"
+			}
+			return k.word
+		}
+	}
+	return "other"
 }

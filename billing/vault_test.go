@@ -151,7 +151,7 @@ func proxied(tb testing.TB, proxyURL string) *client.API {
 
 func vaultChargeParams(customer, key string, amount int64) *stripe.ChargeParams {
 	p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
-	p.AddMetadata(billingtest.DefaultPeriodKey, "2026-09")
+	p.AddMetadata(billing.MetaPeriod, "2026-09")
 	if key != "" {
 		p.SetIdempotencyKey(key)
 	}

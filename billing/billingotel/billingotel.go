@@ -209,7 +209,7 @@ var errNoOutcome = errors.New("billingotel: no outcome reported for this charge"
 func (o *Observer) outcome(ctx context.Context, now time.Time, e billing.Event) {
 	attrs := []attribute.KeyValue{o.api, attribute.String("billonce.outcome", outcomeWord(e))}
 	if e.Err != nil {
-		attrs = append(attrs, attribute.String("error.type", errorKind(e.Err)))
+		attrs = append(attrs, attribute.String("error.type", billing.ErrorKind(e.Err)))
 	}
 	o.charges.Add(ctx, 1, metric.WithAttributes(attrs...))
 
@@ -274,7 +274,7 @@ func (o *Observer) span(key string, c *charge, start, end time.Time, out *billin
 	case errors.Is(err, errNoOutcome):
 		sp.SetStatus(codes.Error, err.Error())
 	case err != nil:
-		sp.SetAttributes(attribute.String("error.type", errorKind(err)))
+		sp.SetAttributes(attribute.String("error.type", billing.ErrorKind(err)))
 		sp.SetStatus(codes.Error, err.Error())
 	}
 	sp.End(trace.WithTimestamp(end))
@@ -349,51 +349,6 @@ func outcomeWord(e billing.Event) string {
 	return strings.ReplaceAll(e.Outcome.String(), " ", "_")
 }
 
-// kinds are the kinds of billing's errors, in the order errorKind tests
-// them: StopsRun's answers first, as a ChargeError may wrap one in
-// another kind.
-var kinds = []struct {
-	err  error
-	name string
-}{
-	{billing.ErrStripeAuth, "stripe_auth"},
-	{billing.ErrStripeRequest, "stripe_request"},
-	{billing.ErrStripeUnreachable, "stripe_unreachable"},
-	{spendcap.ErrSpendCapReached, "spend_cap_reached"},
-	{spendcap.ErrEndpointNotAllowed, "endpoint_not_allowed"},
-	{spendcap.ErrVaultKeyRevoked, "vault_key_revoked"},
-	{billing.ErrDeclined, "declined"},
-	{billing.ErrOutcomeUnknown, "outcome_unknown"},
-	{billing.ErrInProgress, "in_progress"},
-	{billing.ErrNeedsReconciliation, "needs_reconciliation"},
-	{billing.ErrNotRecorded, "not_recorded"},
-	{billing.ErrKeyReused, "key_reused"},
-	{billing.ErrSentElsewhere, "sent_elsewhere"},
-	{billing.ErrInvalid, "invalid"},
-	{billing.ErrRunHeldElsewhere, "run_held_elsewhere"},
-	{context.Canceled, "canceled"},
-	{context.DeadlineExceeded, "deadline_exceeded"},
-}
-
-// errorKind names the kind of one of billing's errors, as the error.type
-// attribute says it: "declined", "outcome_unknown", "in_progress",
-// "needs_reconciliation", "not_recorded", "key_reused", "sent_elsewhere",
-// "stripe_auth", "stripe_request", "stripe_unreachable",
-// "spend_cap_reached", "endpoint_not_allowed", "vault_key_revoked",
-// "invalid", "run_held_elsewhere", "canceled", "deadline_exceeded", or
-// "other"; "" for nil.
-func errorKind(err error) string {
-	if err == nil {
-		return ""
-	}
-	for _, k := range kinds {
-		if errors.Is(err, k.err) {
-			return k.name
-		}
-	}
-	return "other"
-}
-
 // callErrorType names the failure of one HTTP call: Stripe's error type
 // when Stripe (or whatever answered) gave an error answer
 // ("api_error", "card_error", "idempotency_error",
@@ -407,7 +362,7 @@ func callErrorType(err error) string {
 		}
 		return "http_error"
 	}
-	if k := errorKind(err); k != "other" {
+	if k := billing.ErrorKind(err); k != "other" {
 		return k
 	}
 	return "transport"

@@ -54,12 +54,8 @@
 //	                                                   spendcap.ProxyConfig.Observe, where the proxy runs
 //
 // The run metrics come from billing's EventRun, reported when a Run
-// returns, whether it ran or was refused. error.type of a charge is the kind of [billing.ChargeError]:
-// "declined", "outcome_unknown", "in_progress", "needs_reconciliation",
-// "not_recorded", "key_reused", "sent_elsewhere", "stripe_auth",
-// "stripe_request", "stripe_unreachable", "spend_cap_reached",
-// "endpoint_not_allowed", "vault_key_revoked", "invalid",
-// "canceled", "deadline_exceeded" or "other".
+// returns, whether it ran or was refused. error.type of a charge is
+// [billing.ErrorKind] of its error.
 //
 // # Spans
 //

@@ -15,8 +15,8 @@ import (
 
 // Defaults for [Config] fields left zero.
 const (
-	defaultAddr        = "127.0.0.1:0" // a free loopback port
-	DefaultPeriodKey   = "billonce_period"
+	defaultAddr        = "127.0.0.1:0"     // a free loopback port
+	defaultPeriodKey   = "billonce_period" // billing.MetaPeriod
 	defaultKeyTTL      = 24 * time.Hour
 	DefaultSlowDelay   = 2 * time.Second
 	defaultDeclineCode = "generic_decline"
@@ -44,7 +44,8 @@ type Config struct {
 	RateBurst int
 
 	// PeriodKey is the metadata key whose value is a payment's billing
-	// period in the ledger. Defaults to DefaultPeriodKey.
+	// period in the ledger. Defaults to "billonce_period", the key billing
+	// writes (billing.MetaPeriod).
 	PeriodKey string
 
 	// KeyTTL is how long an idempotency key's stored result lives on the
@@ -122,7 +123,7 @@ func newServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("billingtest: Config.KeyTTL is %v; want a positive duration or 0 for %v", cfg.KeyTTL, defaultKeyTTL)
 	}
 	s := &Server{
-		periodKey: orDefault(cfg.PeriodKey, DefaultPeriodKey),
+		periodKey: orDefault(cfg.PeriodKey, defaultPeriodKey),
 		ttl:       cfg.KeyTTL,
 		closing:   make(chan struct{}),
 		keys:      make(map[string]*idemEntry),

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
@@ -282,7 +283,7 @@ func TestReplaysCountedOnce(t *testing.T) {
 	post(t, px.URL, vaultKey, "r-1", "cus_1", 400) // replay
 	post(t, px.URL, other, "r-1", "cus_1", 400)    // replay via another vault key
 	srv.FailNext(billingtest.Match{IdempotencyKey: "r-2"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	req, _ := http.NewRequest("POST", px.URL+"/v1/charges", strings.NewReader("amount=300&currency=usd&customer=cus_2&metadata%5B"+billingtest.DefaultPeriodKey+"%5D=2026-09"))
+	req, _ := http.NewRequest("POST", px.URL+"/v1/charges", strings.NewReader("amount=300&currency=usd&customer=cus_2&metadata%5B"+billing.MetaPeriod+"%5D=2026-09"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "Bearer "+vaultKey)
 	req.Header.Set("Idempotency-Key", "r-2")
@@ -291,7 +292,7 @@ func TestReplaysCountedOnce(t *testing.T) {
 		t.Logf("cut: status %d", resp.StatusCode)
 	}
 	// The same request, parameters in another order: a replay.
-	req, _ = http.NewRequest("POST", px.URL+"/v1/charges", strings.NewReader("customer=cus_2&currency=usd&metadata%5B"+billingtest.DefaultPeriodKey+"%5D=2026-09&amount=300"))
+	req, _ = http.NewRequest("POST", px.URL+"/v1/charges", strings.NewReader("customer=cus_2&currency=usd&metadata%5B"+billing.MetaPeriod+"%5D=2026-09&amount=300"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "Bearer "+vaultKey)
 	req.Header.Set("Idempotency-Key", "r-2")

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
@@ -47,7 +47,7 @@ func proxied(tb testing.TB, proxyURL string) *client.API {
 
 func vaultChargeParams(customer, key string, amount int64) *stripe.ChargeParams {
 	p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
-	p.AddMetadata(billingtest.DefaultPeriodKey, "2026-09")
+	p.AddMetadata(billing.MetaPeriod, "2026-09")
 	if key != "" {
 		p.SetIdempotencyKey(key)
 	}

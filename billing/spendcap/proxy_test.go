@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/billing/spendcap"
 	"github.com/billonce/billonce/billing/spendcap/spendcaptest"
@@ -45,7 +46,7 @@ type answer struct {
 // post sends a charge for amount through the proxy with plain net/http.
 func post(tb testing.TB, base, bearer, idem, customer string, amount int64) answer {
 	tb.Helper()
-	form := url.Values{"amount": {fmt.Sprint(amount)}, "currency": {"usd"}, "customer": {customer}, "metadata[" + billingtest.DefaultPeriodKey + "]": {"2026-09"}}
+	form := url.Values{"amount": {fmt.Sprint(amount)}, "currency": {"usd"}, "customer": {customer}, "metadata[" + billing.MetaPeriod + "]": {"2026-09"}}
 	req, err := http.NewRequest(http.MethodPost, base+"/v1/charges", strings.NewReader(form.Encode()))
 	if err != nil {
 		tb.Fatal(err)

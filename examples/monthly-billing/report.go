@@ -50,10 +50,8 @@ type failure struct {
 	Period   string `json:"period"`
 	Key      string `json:"key"`
 	Attempt  int    `json:"attempt"`
-	// Kind is one word: declined, failed_after_settlement, in_progress,
-	// outcome_unknown, needs_reconciliation, sent_elsewhere,
-	// not_recorded, key_reused, mismatch, invalid, stripe_auth,
-	// stripe_request, stripe_unreachable, spend_cap, interrupted or error.
+	// Kind is billing.ErrorKind of the error: one word, such as
+	// declined, outcome_unknown or spend_cap_reached.
 	Kind        string `json:"kind"`
 	StripeCode  string `json:"stripe_code"`
 	DeclineCode string `json:"decline_code,omitempty"`
@@ -61,50 +59,15 @@ type failure struct {
 	Message     string `json:"message"`
 }
 
-// kinds maps billing's error kinds to failure kinds, first match wins.
-var kinds = []struct {
-	err  error
-	kind string
-}{
-	{billing.ErrDeclined, "declined"},
-	{billing.ErrInProgress, "in_progress"},
-	{billing.ErrNeedsReconciliation, "needs_reconciliation"},
-	{billing.ErrSentElsewhere, "sent_elsewhere"},
-	{billing.ErrNotRecorded, "not_recorded"},
-	{billing.ErrKeyReused, "key_reused"},
-	{billing.ErrOutcomeUnknown, "outcome_unknown"},
-	{billing.ErrStripeAuth, "stripe_auth"},
-	{billing.ErrStripeRequest, "stripe_request"},
-	{billing.ErrStripeUnreachable, "stripe_unreachable"},
-	{spendcap.ErrSpendCapReached, "spend_cap"},
-	{spendcap.ErrVaultKeyRevoked, "spend_cap"},
-	{spendcap.ErrEndpointNotAllowed, "spend_cap"},
-	{billing.ErrInvalid, "invalid"},
-	{context.Canceled, "interrupted"},
-	{context.DeadlineExceeded, "interrupted"},
-}
-
 // failureOf describes err, one of a run's Failures, for period.
 func failureOf(period string, err error) failure {
-	f := failure{Period: period, Kind: "error", Message: err.Error()}
+	f := failure{Period: period, Message: err.Error()}
 	var ce *billing.ChargeError
 	if errors.As(err, &ce) {
 		f.Customer, f.Period, f.Key, f.Attempt = ce.Customer, ce.Period, ce.Key, ce.Attempt
 		f.StripeCode, f.DeclineCode, f.RequestID = ce.Code, ce.DeclineCode, ce.RequestID
 	}
-	for _, k := range kinds {
-		if errors.Is(err, k.err) {
-			f.Kind = k.kind
-			break
-		}
-	}
-	var me *claim.MismatchError
-	switch {
-	case errors.As(err, &me):
-		f.Kind = "mismatch"
-	case f.Kind == "declined" && ce != nil && ce.AfterProcessing:
-		f.Kind = "failed_after_settlement"
-	}
+	f.Kind = billing.ErrorKind(err)
 	return f
 }
 
