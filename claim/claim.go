@@ -56,8 +56,8 @@ func validateRequest(r request) error {
 	if r.Amount <= 0 {
 		problems = append(problems, fmt.Sprintf("amount %d must be positive (in the currency's smallest unit)", r.Amount))
 	}
-	if !validCurrency(r.Currency) {
-		problems = append(problems, fmt.Sprintf("currency %q must be three lowercase letters, as in \"usd\"", r.Currency))
+	if r.Currency != "" && !validCurrency(r.Currency) {
+		problems = append(problems, fmt.Sprintf("currency %q must be three lowercase letters, as in \"usd\" (or empty, for a usage report)", r.Currency))
 	}
 	if problems != nil {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
@@ -152,7 +152,7 @@ type Claim struct {
 	Amount     int64
 	Currency   string
 	State      State
-	StripeID   string    // set when State is StateSucceeded
+	StripeID   string    // set when State is StateSucceeded (see also Step)
 	Leases     int       // how many times the claim was won or resumed
 	Owner      string    // the runner holding the lease; "" after Release
 	LeaseUntil time.Time // the lease ends at this time on the store's clock
@@ -197,6 +197,13 @@ type Claim struct {
 	// DisputeAt is Stripe's creation time of the event of Dispute; zero
 	// if there is none, or it was recorded before billonce kept this time.
 	DisputeAt time.Time
+
+	// Step is the recovery point of a claim made in steps (an invoice:
+	// "draft", "line 3", "finalized", …): the last step known to be done
+	// at Stripe; "" for none, and for payments and usage reports, which
+	// are one request each. While such a claim is pending, StripeID names
+	// the object its steps build on (the draft invoice).
+	Step string
 }
 
 var (

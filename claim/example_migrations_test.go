@@ -28,4 +28,5 @@ func ExampleMigrations() {
 	// 00002_billonce_claims_identity.sql: -- What a claim knows about where its key went and the window of Stripe's
 	// 00003_billonce_claims_settlement.sql: -- Payments that settle later (bank debits: ACH, SEPA, BACS) and the Stripe
 	// 00004_billonce_claims_event_pruning.sql: -- Records of applied Stripe events are pruned once they are older than
+	// 00005_billonce_claims_steps.sql: -- Claims of other Stripe writes than a single payment.
 }

@@ -174,6 +174,20 @@ func (m *memEngine) Reopen(ctx context.Context, key, owner, endpoint, credential
 	})
 }
 
+// Advance records step as done on owner's pending claim. See claimengine.Engine.
+func (m *memEngine) Advance(ctx context.Context, key, owner, stripeID, step string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateID("stripe id", stripeID), validateID("step", step)); err != nil {
+		return err
+	}
+	return m.update(key, func(c *Claim, now time.Time) error {
+		if c.State != StatePending || c.Owner != owner || !now.Before(c.LeaseUntil) || (c.StripeID != "" && c.StripeID != stripeID) {
+			return advanceConflict(*c, owner, stripeID)
+		}
+		c.Step, c.StripeID, c.FirstSentAt, c.ReconciledAt = step, stripeID, now, time.Time{}
+		return nil
+	})
+}
+
 // Release gives up owner's lease on key, recording lastErr. See claimengine.Engine.
 func (m *memEngine) Release(ctx context.Context, key, owner, lastErr string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
@@ -198,6 +212,9 @@ func (m *memEngine) Abandon(ctx context.Context, key, owner string) error {
 	c, err := m.heldLocked(key, owner)
 	if err != nil {
 		return err
+	}
+	if c.Step != "" {
+		return fmt.Errorf("%w: claim %q has done step %q at Stripe; it is resumed, never abandoned", claimengine.ErrLeaseLost, key, c.Step)
 	}
 	delete(m.byKey, key)
 	delete(m.live, [2]string{c.Customer, c.Period})

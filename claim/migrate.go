@@ -40,7 +40,7 @@ func migrationNames(cfg Config) migrate.Names {
 		Tables:  []string{"", "_events", "_migrations"},
 		// The indexes, and PostgreSQL's name for the first migration's
 		// check on state.
-		Others: []string{"_live", "_pending", "_processing", "_events_received", "_state_check"},
+		Others: []string{"_live", "_pending", "_processing", "_events_received", "_state_check", "_currency_check"},
 		Name:   cfg.Table,
 		Schema: cfg.Schema,
 	}

@@ -136,7 +136,7 @@ func colsOf(x string) string {
 	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint,
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
 	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
-	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at`)
+	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at, x.step`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -348,7 +348,7 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Leases,
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
 		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
-		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt)
+		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt, &c.Step)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}
@@ -436,6 +436,34 @@ func (p *pgEngine) Reopen(ctx context.Context, key, owner, endpoint, credential 
 	return p.lost(ctx, key, owner)
 }
 
+// Advance records step as done on owner's pending claim on key, and
+// stripeID as the object the steps build on. See [claimengine.Engine].
+func (p *pgEngine) Advance(ctx context.Context, key, owner, stripeID, step string) error {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateID("stripe id", stripeID), validateID("step", step)); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET step = $4, stripe_id = $3, first_sent_at = now(), reconciled_at = NULL, updated_at = now()
+		WHERE key = $1 AND owner = $2 AND state = 'pending' AND lease_until > now() AND stripe_id IN ('', $3)`, key, owner, stripeID, step)
+	if err != nil {
+		return fmt.Errorf("claim: recording step %q of %q: %w", step, key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	c, err := p.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return advanceConflict(c, owner, stripeID)
+}
+
+func advanceConflict(c Claim, owner, stripeID string) error {
+	if c.State == StatePending && c.StripeID != "" && c.StripeID != stripeID {
+		return fmt.Errorf("%w: claim %q builds on %q, not %q", claimengine.ErrConflict, c.Key, c.StripeID, stripeID)
+	}
+	return fmt.Errorf("%w: claim %q is %s and held by %q until %s, not by %q", claimengine.ErrLeaseLost, c.Key, c.State, c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339), owner)
+}
+
 // lost explains why owner's update of key matched no row.
 func (p *pgEngine) lost(ctx context.Context, key, owner string) error {
 	c, err := p.Get(ctx, key)
@@ -467,7 +495,7 @@ func (p *pgEngine) Abandon(ctx context.Context, key, owner string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, "DELETE FROM "+p.names.table+" WHERE key = $1 AND owner = $2 AND state = 'pending'", key, owner)
+	tag, err := p.db.Exec(ctx, "DELETE FROM "+p.names.table+" WHERE key = $1 AND owner = $2 AND state = 'pending' AND step = ''", key, owner)
 	if err != nil {
 		return fmt.Errorf("claim: abandoning %q: %w", key, err)
 	}

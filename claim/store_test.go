@@ -427,7 +427,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"zero amount", edit(func(r *claimengine.Request) { r.Amount = 0 }), "amount 0 must be positive"},
 		{"negative amount", edit(func(r *claimengine.Request) { r.Amount = -100 }), "amount -100 must be positive"},
 		{"uppercase currency", edit(func(r *claimengine.Request) { r.Currency = "USD" }), `currency "USD"`},
-		{"empty currency", edit(func(r *claimengine.Request) { r.Currency = "" }), `currency ""`},
+		{"short currency", edit(func(r *claimengine.Request) { r.Currency = "us" }), `currency "us"`},
 		{"long currency", edit(func(r *claimengine.Request) { r.Currency = "usdx" }), `currency "usdx"`},
 		{"digits currency", edit(func(r *claimengine.Request) { r.Currency = "us1" }), `currency "us1"`},
 	}
@@ -610,6 +610,56 @@ func TestAbandon(t *testing.T) {
 		}
 		if err := h.store.Abandon(ctx, "k1", "b"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Abandon of a succeeded claim = %v, want ErrLeaseLost", err)
+		}
+	})
+}
+
+// A claim made in steps records each step and the object they build on,
+// starts its next key's window with each step, keeps its object, and is
+// never abandoned once a step is done at Stripe. A usage report's claim
+// has no currency.
+func TestAdvanceRecordsSteps(t *testing.T) {
+	t.Parallel()
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		r := req("cus_1", "inv", "a")
+		mustClaim(t, s, r, claimengine.Won)
+		if err := s.Advance(ctx, "inv", "b", "in_1", "draft"); !errors.Is(err, claimengine.ErrLeaseLost) {
+			t.Errorf("Advance by another owner: %v, want ErrLeaseLost", err)
+		}
+		if err := s.Advance(ctx, "inv", "a", "in_1", "draft"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Get(ctx, "inv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Step != "draft" || c.StripeID != "in_1" || c.State != claim.StatePending {
+			t.Fatalf("after Advance: %+v", c)
+		}
+		if err := s.Advance(ctx, "inv", "a", "in_2", "line 0"); !errors.Is(err, claimengine.ErrConflict) {
+			t.Errorf("Advance with another object: %v, want ErrConflict", err)
+		}
+		if err := s.Abandon(ctx, "inv", "a"); err == nil {
+			t.Error("Abandon of a claim with a step done at Stripe succeeded")
+		}
+		if err := s.Advance(ctx, "inv", "a", "in_1", "line 0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Succeed(ctx, "inv", "in_1"); err != nil {
+			t.Fatal(err)
+		}
+		if c, _ := s.Get(ctx, "inv"); c.Step != "line 0" || c.State != claim.StateSucceeded {
+			t.Errorf("after Succeed: %+v", c)
+		}
+		if err := s.Advance(ctx, "inv", "a", "in_1", "paid"); !errors.Is(err, claimengine.ErrLeaseLost) {
+			t.Errorf("Advance of a succeeded claim: %v, want ErrLeaseLost", err)
+		}
+
+		u := claimengine.Request{Customer: "cus_1", Period: "meter:api_calls:2026-11-30T10:00Z", Key: "use", Amount: 17, Owner: "a"}
+		if got := mustClaim(t, s, u, claimengine.Won).Claim; got.Currency != "" || got.Amount != 17 {
+			t.Errorf("usage claim = %+v", got)
 		}
 	})
 }

@@ -65,6 +65,14 @@ type Engine[C any] interface {
 	// Renew extends owner's lease on a pending claim. It returns
 	// ErrLeaseLost if owner no longer holds the claim.
 	Renew(ctx context.Context, key, owner string) error
+	// Advance records, on owner's pending claim whose lease is live, that
+	// step is done at Stripe and that stripeID is the object the claim's
+	// steps build on (an invoice's draft). The claim keeps stripeID from
+	// then on: another id is ErrConflict. It starts the window of the
+	// claim's next key now: that key has not been sent yet, so CheckSend
+	// then counts its window from a time no later than its first send.
+	// ErrLeaseLost when owner does not hold the claim.
+	Advance(ctx context.Context, key, owner, stripeID, step string) error
 	// Succeed records the charge. Calling it again with the same stripeID
 	// is fine; a different id, or a failed claim, returns
 	// ErrConflict.
