@@ -202,7 +202,7 @@ func (b *Biller) runChecked(ctx context.Context, period string, items iter.Seq2[
 	}
 	name := cmp.Or(o.LockName, "billonce-run:"+b.cfg.Scope+":"+period)
 	sum, err := locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
-		return b.run(ctx, period, items, &o)
+		return b.run(ctx, period, b.itemJobs(period, items), &o)
 	})
 	if sum.Period == "" {
 		sum.Period = period
@@ -255,7 +255,25 @@ type runner struct {
 	caller  context.Context // the context Run was given, before the stop's cancel
 }
 
-func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[Item, error], o *RunOptions) (Summary, error) {
+// prep prepares one entry of a run: it checks it and derives its job.
+// Its errors are *ChargeError.
+type prep func(ctx context.Context) (job, error)
+
+// itemJobs is the preparation of each item of a Run for period.
+func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2[prep, error] {
+	return func(yield func(prep, error) bool) {
+		for it, err := range items {
+			p := func(ctx context.Context) (job, error) { return b.prepare(ctx, it.Customer, period, it.Price, 1) }
+			if !yield(p, err) {
+				return
+			}
+		}
+	}
+}
+
+// run bills what items prepares; period names the run in its summary,
+// errors and log lines.
+func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prep, error], o *RunOptions) (Summary, error) {
 	r := &runner{b: b, o: o, start: time.Now()}
 	r.sum.Period, r.sum.Total = period, o.Total
 	parent := ctx
@@ -339,12 +357,12 @@ type feeder struct {
 	period   string
 	tasks    chan<- task
 	batch    []job
-	inBatch  map[string]bool // a batch claims each customer once
+	inBatch  map[string]bool // a batch claims each customer and period once
 	inflight *claimed
 }
 
 // feed reads items into tasks with a feeder.
-func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, error], tasks chan<- task) error {
+func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[prep, error], tasks chan<- task) error {
 	f := &feeder{r: r, period: period, tasks: tasks,
 		batch: make([]job, 0, r.o.BatchSize), inBatch: make(map[string]bool, r.o.BatchSize)}
 	fed := false
@@ -363,9 +381,9 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[Item, 
 }
 
 // read claims and queues the customers of items.
-func (f *feeder) read(ctx context.Context, items iter.Seq2[Item, error]) error {
+func (f *feeder) read(ctx context.Context, items iter.Seq2[prep, error]) error {
 	r, period := f.r, f.period
-	for it, err := range items {
+	for prepare, err := range items {
 		if ctx.Err() != nil {
 			break
 		}
@@ -375,17 +393,18 @@ func (f *feeder) read(ctx context.Context, items iter.Seq2[Item, error]) error {
 			}
 			return fmt.Errorf("billing: reading customers for %s: %w", period, err)
 		}
-		j, err := r.b.prepare(ctx, it.Customer, period, it.Price, 1)
+		j, err := prepare(ctx)
 		if err != nil {
 			r.settled(j, Receipt{}, err)
 			continue
 		}
-		if f.inBatch[j.customer] {
-			r.settled(j, Receipt{}, chargeErr(j, nil, "", invalid("listed more than once for %s; it is billed once", period)))
+		once := j.customer + "\x00" + j.period
+		if f.inBatch[once] {
+			r.settled(j, Receipt{}, chargeErr(j, nil, "", invalid("listed more than once for %s; it is billed once", j.period)))
 			continue
 		}
+		f.inBatch[once] = true
 		f.batch = append(f.batch, j)
-		f.inBatch[j.customer] = true
 		if len(f.batch) == cap(f.batch) {
 			if err := f.flush(ctx); err != nil {
 				return f.finish(ctx, err)
