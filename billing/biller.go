@@ -20,6 +20,9 @@ import (
 	"unicode"
 
 	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/billing/meter"
+	"github.com/stripe/stripe-go/v79/billing/meterevent"
+	"github.com/stripe/stripe-go/v79/billing/metereventsummary"
 	"github.com/stripe/stripe-go/v79/charge"
 	"github.com/stripe/stripe-go/v79/paymentintent"
 	"golang.org/x/time/rate"
@@ -438,6 +441,7 @@ type biller struct {
 	endpoint, credential string
 	charges              *charge.Client
 	intents              *paymentintent.Client
+	usageClients
 }
 
 // New checks cfg and returns a Biller. Its errors wrap [ErrInvalid] and
@@ -469,6 +473,9 @@ func New(cfg Config) (*Biller, error) {
 	}
 	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	b.usageClients = usageClients{meterList: &meter.Client{B: backend, Key: cfg.SecretKey},
+		meterEvents: &meterevent.Client{B: backend, Key: cfg.SecretKey}, meterSummaries: &metereventsummary.Client{B: backend, Key: cfg.SecretKey},
+		meters: &meters{by: map[string]meterInfo{}}}
 	return b, nil
 }
 
