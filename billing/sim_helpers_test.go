@@ -141,6 +141,9 @@ func (w *simWorld) move(ctx context.Context, d time.Duration, why string) {
 	w.mu.Lock()
 	w.virtual += d
 	w.mu.Unlock()
+	if d >= 20*time.Hour {
+		w.count("clock jumps of 20h or more", 1)
+	}
 	if why != "" {
 		w.logf("! clock +%s %s (now %s)", simDur(d), why, simAt(w.now()))
 	}
@@ -217,6 +220,8 @@ func (r simRetry) policy() retry.Policy {
 // runners, virtual time and the trace.
 type simWorld struct {
 	plan  *simPlan
+	mode  simMode
+	usage simUsageWorld // mode simUsage only
 	pool  *pgxpool.Pool
 	table string
 	srv   *billingtest.Server
@@ -242,11 +247,23 @@ type simWorld struct {
 	labels     map[string]string // idempotency key → "cus_03/2026-09#1"
 	configs    []simConfig       // distinct places keys were sent from, in order of first use
 	madeIn     []string          // per payment (by index): the step that created it
+	figures    map[string]int    // see simResult
 }
 
-func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan) (*simWorld, error) {
+// count adds n to the figure name.
+func (w *simWorld) count(name string, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.figures == nil {
+		w.figures = make(map[string]int)
+	}
+	w.figures[name] += n
+}
+
+func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan, mode simMode) (*simWorld, error) {
 	w := &simWorld{
 		plan:    plan,
+		mode:    mode,
 		pool:    pool,
 		table:   fmt.Sprintf("sim_%d", plan.seed),
 		labels:  make(map[string]string),
@@ -256,6 +273,9 @@ func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan) (*simWo
 	w.base = http.DefaultTransport.(*http.Transport).Clone()
 	w.base.MaxIdleConnsPerHost = 16
 	w.t0 = w.srv.Now()
+	if mode == simUsage {
+		w.usageWorld()
+	}
 	if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{w.table}.Sanitize()); err != nil {
 		w.close()
 		return nil, err
@@ -504,6 +524,7 @@ func (p *simProc) die(how string) {
 	}
 	if how != "" {
 		p.w.logf("! %s crashed %s", p.name, how)
+		p.w.count("crashes", 1)
 	}
 	p.mu.Lock()
 	cancel := p.cancel
@@ -661,6 +682,10 @@ func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, c
 	return s.inner.(claimengine.Batcher).CheckSendSucceed(ctx, window, checks, done)
 }
 
+// simCreates are the requests that create what is billed: the crash
+// points around Stripe's answer fire on them.
+var simCreates = map[string]bool{"/v1/charges": true, "/v1/payment_intents": true, meterEvents: true}
+
 // simTransport is a runner's HTTP transport: it fails once the runner is
 // dead and kills the runner at the crash points around Stripe's answer.
 type simTransport struct {
@@ -676,7 +701,7 @@ func (t *simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, errSimCrashed
 	}
-	if req.Method != http.MethodPost || (req.URL.Path != "/v1/charges" && req.URL.Path != "/v1/payment_intents") {
+	if req.Method != http.MethodPost || !simCreates[req.URL.Path] {
 		return t.send(req)
 	}
 	key := req.Header.Get("Idempotency-Key")

@@ -42,6 +42,21 @@ import (
 // interleave differently, so a replay that passes may need -count=10.
 func TestSimulation(t *testing.T) {
 	t.Parallel()
+	simTest(t, simCharges)
+}
+
+// simMode is what a scenario's runners bill: charges (or payment intents),
+// or usage reports to a meter.
+type simMode int
+
+const (
+	simCharges simMode = iota
+	simUsage
+)
+
+// simTest plays the seeds of BILLONCE_SIM_SEEDS (or BILLONCE_SIM_SEED) in
+// mode and reports what they found.
+func simTest(t *testing.T, mode simMode) {
 	seeds, single := simSeeds(t)
 	pool := simPool(t)
 	start := time.Now()
@@ -52,7 +67,7 @@ func TestSimulation(t *testing.T) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i] = simulate(pool, seed)
+			results[i] = simulate(pool, seed, mode)
 		})
 	}
 	wg.Wait()
@@ -106,16 +121,17 @@ type simResult struct {
 	trace      []string
 	virtual    time.Duration
 	elapsed    time.Duration
+	figures    map[string]int // what the scenario did, by name, summed over seeds
 }
 
 // simulate plays one seed's scenario, settles it and checks the ledger.
-func simulate(pool *pgxpool.Pool, seed uint64) (res simResult) {
+func simulate(pool *pgxpool.Pool, seed uint64, mode simMode) (res simResult) {
 	res.seed = seed
 	start := time.Now()
 	plan := newSimPlan(seed)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w, err := newSimWorld(ctx, pool, plan)
+	w, err := newSimWorld(ctx, pool, plan, mode)
 	if err != nil {
 		res.harness = append(res.harness, "setting up: "+err.Error())
 		return res
@@ -127,11 +143,16 @@ func simulate(pool *pgxpool.Pool, seed uint64) (res simResult) {
 		}
 		w.drop()
 		w.mu.Lock()
-		res.trace, res.harness, res.virtual = w.trace, w.harness, w.virtual
+		res.trace, res.harness, res.virtual, res.figures = w.trace, w.harness, w.virtual, w.figures
 		w.mu.Unlock()
 		res.elapsed = time.Since(start)
 	}()
 	w.play(ctx)
+	if mode == simUsage {
+		w.settleUsage(ctx)
+		res.violations = w.checkUsage(ctx)
+		return res
+	}
 	w.settle(ctx)
 	res.violations = w.check(ctx)
 	return res
@@ -174,6 +195,19 @@ func simReport(t *testing.T, results []simResult, elapsed time.Duration, single 
 	t.Logf("%d seeds in %v (each %s to %s of virtual time; slowest: seed %d, %v): %d with ledger violations, %d with harness errors",
 		len(results), elapsed.Round(time.Millisecond), simDur(shortest), simDur(longest), slowest.seed,
 		slowest.elapsed.Round(time.Millisecond), len(violated), len(broken))
+	figures := make(map[string]int)
+	for _, r := range results {
+		for k, v := range r.figures {
+			figures[k] += v
+		}
+	}
+	if len(figures) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(figures)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, figures[k]))
+		}
+		t.Logf("  over all seeds: %s", strings.Join(parts, ", "))
+	}
 	for _, k := range slices.Sorted(maps.Keys(byKind)) {
 		t.Logf("  %3d seeds: %s: %v", len(byKind[k]), k, byKind[k])
 	}
@@ -190,12 +224,12 @@ func simReport(t *testing.T, results []simResult, elapsed time.Duration, single 
 		if single || i < 3 {
 			fmt.Fprintf(&b, "  trace:\n    %s\n", strings.Join(r.trace, "\n    "))
 		}
-		fmt.Fprintf(&b, "  replay: BILLONCE_SIM_SEED=%d go test ./billing -run TestSimulation -v", r.seed)
+		fmt.Fprintf(&b, "  replay: BILLONCE_SIM_SEED=%d go test ./billing -run '%s$' -v", r.seed, t.Name())
 		t.Error(b.String())
 	}
 	for _, r := range broken {
-		t.Errorf("seed %d: HARNESS ERROR (the simulation itself failed, not the ledger):\n    %s\n  replay: BILLONCE_SIM_SEED=%d go test ./billing -run TestSimulation -v",
-			r.seed, strings.Join(r.harness, "\n    "), r.seed)
+		t.Errorf("seed %d: HARNESS ERROR (the simulation itself failed, not the ledger):\n    %s\n  replay: BILLONCE_SIM_SEED=%d go test ./billing -run '%s$' -v",
+			r.seed, strings.Join(r.harness, "\n    "), r.seed, t.Name())
 	}
 	if single && len(violated) == 0 && len(results) == 1 {
 		t.Logf("trace of seed %d:\n    %s", results[0].seed, strings.Join(results[0].trace, "\n    "))
@@ -771,6 +805,9 @@ func (w *simWorld) play(ctx context.Context) {
 		wg.Wait()
 		w.quiet(0)
 		w.disarm()
+		if w.mode == simUsage {
+			w.deliverWebhooks(ctx)
+		}
 		if rd.faults.jumps() && !w.jumped.Load() {
 			// The step never reached the jump (too few requests or
 			// claims): the time passes after it, so that a seed always
@@ -796,9 +833,19 @@ func (w *simWorld) apply(ev simEvent) {
 		}
 		w.logf("  start %s.%d (%s): %s", r.name, r.life, ev.note, ev.cfg)
 	case simDecline:
+		if w.mode == simUsage {
+			w.srv.RejectUsage(ev.customer, simRejectCode)
+			w.logf("  %s's meter events are rejected from now on (%s)", ev.customer, ev.note)
+			return
+		}
 		w.srv.Decline(ev.customer, "insufficient_funds")
 		w.logf("  %s's card declines from now on (%s)", ev.customer, ev.note)
 	case simHonor:
+		if w.mode == simUsage {
+			w.srv.RejectUsage(ev.customer, "")
+			w.logf("  %s's meter events count again", ev.customer)
+			return
+		}
 		w.srv.Honor(ev.customer)
 		w.logf("  %s's card works again", ev.customer)
 	case simStop:
@@ -884,17 +931,19 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 	p.arm(op.crash, op.crashAt, cancel)
 	defer p.arm(simCrashNone, 0, nil)
 	var errs []error
-	switch op.kind {
-	case simCharge:
+	switch {
+	case w.mode == simUsage:
+		out, errs = w.usageStep(ctx, b, op)
+	case op.kind == simCharge:
 		rc, err := b.Charge(ctx, op.customer, op.period, nil)
 		out, errs = simReceipt(rc, err), []error{err}
-	case simRun:
+	case op.kind == simRun:
 		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
 		out, errs = simSummary(sum, err), append(sum.Failures, err)
-	case simReconcile:
+	case op.kind == simReconcile:
 		sum, err := b.Reconcile(ctx, nil)
 		out, errs = simSummary(sum, err), append(sum.Failures, err)
-	case simRebill:
+	case op.kind == simRebill:
 		rc, err := b.Charge(ctx, op.customer, op.period, nil)
 		out, errs = "charge: "+simReceipt(rc, err), []error{err}
 		var fe *billing.ChargeError

@@ -1,0 +1,334 @@
+package billing_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+)
+
+// TestSimulationUsage plays the scenarios of TestSimulation (the same
+// seeds, rounds, runners, crashes, faults, clock jumps, key rotations and
+// second scope) with usage reports instead of charges: each customer has
+// three hourly windows of usage per period, reported by ReportUsage one by
+// one, by RunUsage over many customers, or again with the next attempt
+// after Stripe rejected them. A customer whose card the scenario makes
+// decline has its meter events rejected instead (Server.RejectUsage), and
+// the error reports reach a webhook handler at the end of every round. The
+// fake's identifier window and key window move with the claim table's
+// clock, so clock jumps carry resends past both.
+//
+// After settling (faults off, rejections lifted for the customers the
+// scenario re-reports, every event aggregated, clean runs before and after
+// a further day), the meter is checked at the fake: every window of every
+// customer still reported counted exactly once, as one event, with one
+// succeeded claim; a window whose event was rejected counted zero times,
+// with its claims failed; no other event.
+//
+// BILLONCE_SIM_SEEDS and BILLONCE_SIM_SEED choose the seeds as for
+// TestSimulation.
+func TestSimulationUsage(t *testing.T) {
+	t.Parallel()
+	simTest(t, simUsage)
+}
+
+const (
+	simMeter         = "api_calls"
+	simRejectCode    = "meter_event_customer_not_found"
+	simUsageWindows  = 3 // per customer and period
+	simMaxUsageTries = 6 // attempts of a window the settle phase makes
+)
+
+// simUsageWorld is what a usage scenario adds to its world.
+type simUsageWorld struct {
+	base      time.Time    // the start of the first window, on the wall clock
+	hook      http.Handler // the webhook endpoint, of a Biller that never crashes
+	delivered int          // events of the fake delivered so far
+	redeliver []billingtest.Event
+}
+
+// usageWorld creates the meter and places the windows: whole hours that
+// ended before the scenario began, on the wall clock that Biller checks
+// windows against. The fake's clock only moves on from there, so the
+// events are never in its future.
+func (w *simWorld) usageWorld() {
+	w.srv.CreateMeter(simMeter, "sum", "")
+	n := len(w.plan.periods) * simUsageWindows
+	w.usage.base = time.Now().UTC().Truncate(time.Hour).Add(-time.Duration(n+1) * time.Hour)
+}
+
+// reports returns the usage reports of customer for period, attempt 0.
+func (w *simWorld) reports(customer, period string) []billing.Usage {
+	i := slices.Index(w.plan.periods, period)
+	out := make([]billing.Usage, simUsageWindows)
+	for k := range out {
+		start := w.usage.base.Add(time.Duration(i*simUsageWindows+k) * time.Hour)
+		out[k] = billing.Usage{Customer: customer, Meter: simMeter, Kind: billing.Increments,
+			Start: start, End: start.Add(time.Hour), Value: w.plan.prices[customer].Amount/10 + int64(k)}
+	}
+	return out
+}
+
+// reportsOf yields the reports of customers for period.
+func (w *simWorld) reportsOf(customers []string, period string) iter.Seq2[billing.Usage, error] {
+	return func(yield func(billing.Usage, error) bool) {
+		for _, c := range customers {
+			for _, u := range w.reports(c, period) {
+				if !yield(u, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// simUsagePeriod is the claim period of a report (see ReportUsage).
+func simUsagePeriod(u billing.Usage) string {
+	return fmt.Sprintf("usage %s %s %s increment", u.Meter, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339))
+}
+
+// usageStep runs one runner's step of a usage scenario: a charge reports
+// the customer's windows one by one, a run reports many customers' at
+// once, a re-bill reports again with the next attempt a window whose
+// report Stripe rejected.
+func (w *simWorld) usageStep(ctx context.Context, b *billing.Biller, op simOp) (string, []error) {
+	switch op.kind {
+	case simRun:
+		sum, err := b.RunUsage(ctx, w.reportsOf(op.run, op.period), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
+		return simSummary(sum, err), append(sum.Failures, err)
+	case simReconcile:
+		sum, err := b.Reconcile(ctx, nil)
+		return simSummary(sum, err), append(sum.Failures, err)
+	}
+	var outs []string
+	var errs []error
+	for _, u := range w.reports(op.customer, op.period) {
+		var out string
+		var err error
+		for try := 0; try < 2 && ctx.Err() == nil; try++ {
+			var r billing.Receipt
+			r, err = b.ReportUsage(ctx, u)
+			out = simIf(try > 0, fmt.Sprintf("attempt %d ", u.Attempt)) + simUsageReceipt(r, err)
+			var fe *billing.ChargeError
+			if op.kind != simRebill || !errors.As(err, &fe) || !errors.Is(err, billing.ErrDeclined) {
+				break
+			}
+			u.Attempt = fe.Attempt + 1
+		}
+		outs, errs = append(outs, out), append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return "report " + strings.Join(outs, "; "), errs
+}
+
+func simUsageReceipt(r billing.Receipt, err error) string {
+	if err != nil {
+		return simErr(err)
+	}
+	return r.Outcome.String()
+}
+
+// deliverWebhooks delivers the fake's new events, and those refused
+// before, to the webhook endpoint, as Stripe does after a round.
+func (w *simWorld) deliverWebhooks(ctx context.Context) {
+	u := &w.usage
+	if u.hook == nil {
+		b := w.clean(w.plan.initial[0])
+		if b == nil {
+			return
+		}
+		h, err := b.Webhook(billing.WebhookConfig{Secret: whsec})
+		if err != nil {
+			w.harnessf("webhook handler: %v", err)
+			return
+		}
+		u.hook = h
+	}
+	evs := w.srv.Events()
+	todo := append(u.redeliver, evs[u.delivered:]...)
+	u.delivered, u.redeliver = len(evs), nil
+	for _, ev := range todo {
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/stripe/webhook", bytes.NewReader(ev.Body))
+		req.Header.Set("Stripe-Signature", billingtest.Sign(ev.Body, whsec, time.Now()))
+		rec := httptest.NewRecorder()
+		u.hook.ServeHTTP(rec, req)
+		answer := strings.TrimSpace(rec.Body.String())
+		if rec.Code != http.StatusOK {
+			u.redeliver = append(u.redeliver, ev)
+		}
+		w.logf("  webhook %s %s: %d %s", ev.ID, ev.Type, rec.Code, answer)
+	}
+}
+
+// settleUsage ends a usage scenario as settle ends a charge scenario, and
+// aggregates every event and delivers every error report before each
+// clean pass reads the claims.
+func (w *simWorld) settleUsage(ctx context.Context) {
+	plan := w.plan
+	w.logf("settle at %s with %s", simAt(w.now()), plan.final)
+	w.srv.SetScript(nil)
+	for _, c := range plan.rebill {
+		w.srv.RejectUsage(c, "")
+	}
+	w.quiet(0)
+	w.move(ctx, plan.settleJump, "before settling")
+	w.srv.AggregateNow()
+	w.deliverWebhooks(ctx)
+	w.settleUsageWith(ctx, w.clean(plan.final), "final config")
+	w.quiet(0)
+	w.move(ctx, 25*time.Hour, "past every key and identifier window")
+	w.mu.Lock()
+	configs := slices.Clone(w.configs)
+	w.mu.Unlock()
+	for _, cfg := range configs {
+		if b := w.clean(cfg); b != nil {
+			sum, err := b.Reconcile(ctx, nil)
+			w.logf("  reconcile with %s: %s", cfg.where(), simSummary(sum, err))
+		}
+	}
+	w.settleUsageWith(ctx, w.clean(plan.final), "final config, a day later")
+}
+
+func (w *simWorld) settleUsageWith(ctx context.Context, b *billing.Biller, what string) {
+	if b == nil {
+		return
+	}
+	sum, err := b.Reconcile(ctx, nil)
+	w.logf("  %s: reconcile: %s", what, simSummary(sum, err))
+	for _, p := range w.plan.periods {
+		sum, err := b.RunUsage(ctx, w.reportsOf(w.plan.active, p), &billing.RunOptions{Concurrency: 4})
+		w.logf("  %s: run %s: %s", what, p, simSummary(sum, err))
+	}
+	w.srv.AggregateNow()
+	w.deliverWebhooks(ctx)
+	for _, c := range w.plan.rebill {
+		if !slices.Contains(w.plan.active, c) {
+			continue
+		}
+		for _, p := range w.plan.periods {
+			for _, u := range w.reports(c, p) {
+				for range simMaxUsageTries {
+					_, err := b.ReportUsage(ctx, u)
+					var fe *billing.ChargeError
+					if !errors.As(err, &fe) || !errors.Is(err, billing.ErrDeclined) {
+						break
+					}
+					u.Attempt = fe.Attempt + 1
+					r, err := b.ReportUsage(ctx, u)
+					w.logf("  %s: report %s %s again, attempt %d: %s", what, c, u.Start.Format("15:04"), u.Attempt, simUsageReceipt(r, err))
+					if err == nil {
+						break
+					}
+				}
+			}
+		}
+	}
+	w.srv.AggregateNow()
+	w.deliverWebhooks(ctx)
+}
+
+// checkUsage checks the meter at the fake against the claim table after
+// settling.
+func (w *simWorld) checkUsage(ctx context.Context) []simViolation {
+	claims, err := simListClaims(ctx, w.pool, w.table)
+	if err != nil {
+		w.harnessf("listing claims: %v", err)
+		return nil
+	}
+	var out []simViolation
+	add := func(kind, format string, args ...any) {
+		out = append(out, simViolation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	}
+	byWindow := make(map[[2]string][]simClaim)
+	for _, c := range claims {
+		cp := [2]string{c.Customer, c.Period}
+		byWindow[cp] = append(byWindow[cp], c)
+	}
+	for _, cust := range w.plan.customers {
+		counted := 0
+		leftRejected := slices.Contains(w.plan.declined, cust) && !slices.Contains(w.plan.rebill, cust)
+		billed := slices.Contains(w.plan.active, cust)
+		for _, p := range w.plan.periods {
+			for _, u := range w.reports(cust, p) {
+				at := cust + " " + u.Start.Format("15:04")
+				cs := byWindow[[2]string{cust, simUsagePeriod(u)}]
+				delete(byWindow, [2]string{cust, simUsagePeriod(u)})
+				var states []string
+				succeeded, unsettled := 0, 0
+				for _, c := range cs {
+					states = append(states, c.State)
+					switch c.State {
+					case string(claim.StateSucceeded):
+						succeeded++
+					case string(claim.StatePending):
+						unsettled++
+					}
+				}
+				total := w.srv.MeterTotal(simMeter, cust, u.Start, u.End)
+				switch {
+				case total == float64(u.Value):
+					counted++
+					w.count("windows counted once", 1)
+					if succeeded != 1 {
+						add("unrecorded usage", "%s: counted once at Stripe, but %d succeeded claims %v", at, succeeded, states)
+					}
+				case total == 0 && succeeded > 0:
+					add("false success", "%s: %d succeeded claims %v, but Stripe counts nothing", at, succeeded, states)
+				case total == 0 && billed && !leftRejected:
+					add("missing", "%s: Stripe counts nothing; claims %v", at, states)
+				case total == 0:
+					if len(cs) > 0 && unsettled == 0 {
+						w.count("windows rejected, claims failed", 1)
+					}
+					if leftRejected && len(cs) > 0 && unsettled > 0 {
+						add("rejection not recorded", "%s: its event was rejected, claims %v", at, states)
+					}
+				case total > float64(u.Value) && int64(total)%u.Value == 0:
+					add("double count", "%s: counted %v times (total %v, value %d); claims %v", at, total/float64(u.Value), total, u.Value, states)
+				default:
+					add("wrong total", "%s: total %v, value %d; claims %v", at, total, u.Value, states)
+				}
+				if unsettled > 0 && billed {
+					add("unsettled", "%s: claims %v after settling", at, states)
+				}
+			}
+		}
+		if n := w.srv.MeterEvents(simMeter, cust); n != counted {
+			add("extra events", "%s: %d events counted at Stripe, %d windows counted once", cust, n, counted)
+		}
+	}
+	for cp, cs := range byWindow {
+		add("unknown claim", "%s %q: %d claims", cp[0], cp[1], len(cs))
+	}
+	w.countFake()
+	return out
+}
+
+// countFake counts what the fake served: meter event requests, the
+// duplicate-identifier answers among them, and the faults injected.
+func (w *simWorld) countFake() {
+	for _, e := range w.srv.Log() {
+		if e.Method == http.MethodPost && e.Path == meterEvents {
+			w.count("meter event requests", 1)
+			if e.Status == http.StatusBadRequest {
+				w.count("duplicate-identifier answers", 1)
+			}
+		}
+	}
+	for _, n := range w.srv.Stats().Faults {
+		w.count("faults", int(n))
+	}
+}
