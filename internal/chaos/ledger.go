@@ -22,7 +22,9 @@ type Ledger struct {
 	Faults            map[billingtest.FaultKind]int64
 	Requests, Replays int64
 	// Paid and Declined count the customers of the main period.
-	Paid, Declined                  int
+	Paid, Declined int
+	// Reports counts the usage windows counted once (CheckUsage).
+	Reports                         int
 	Duplicates, Missing, Mismatches int
 	Problems                        []string // one line per broken invariant (first 20)
 	// Evidence holds, when an invariant broke, the fake's request log and

@@ -18,58 +18,75 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestChaosSmall runs the harness at CI size: three runner processes bill
-// 300 customers while about 10% of requests fail, two runners are killed,
+// TestChaosSmall runs the harness at CI size, in each mode: three runner
+// processes bill 300 customers (or report two usage windows for each of
+// 100) while about 10% of requests fail, two runners are killed,
 // PostgreSQL restarts once and the runners' backends are terminated once.
-// The fake's ledger must show every customer charged exactly once.
+// The fake's ledger must show every customer charged exactly once, or
+// every usage window counted exactly once and none of a rejected
+// customer's.
 func TestChaosSmall(t *testing.T) {
-	testenv.Long(t) // starts PostgreSQL and three runner processes
-	cfg := Config{
-		Customers: 300, Runners: 3, Period: "2026-09", Seed: 7,
-		Kills: 2, DBRestarts: 1, DBDown: 300 * time.Millisecond, Terminations: 1,
-		Rates: map[billingtest.FaultKind]float64{
-			billingtest.FaultCut:         0.04,
-			billingtest.FaultSlow:        0.005,
-			billingtest.FaultErrorBefore: 0.015,
-			billingtest.FaultErrorAfter:  0.015,
-			billingtest.FaultInFlight:    0.01,
-			billingtest.FaultLockTimeout: 0.015,
-		},
-		DeclineFraction: 0.03,
-		Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
-		AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
-		Timeout: 90 * time.Second,
-		LogDir:  t.TempDir(),
-		Out:     chaos.LogWriter(t),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	fig, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("figures:\n%s", fig)
-	for _, line := range fig.Evidence {
-		t.Log(line)
-	}
-	if fig.Duplicates != 0 || fig.Missing != 0 || fig.Mismatches != 0 || fig.UnsettledAfterFinalRun != 0 {
-		t.Errorf("duplicates %d, missing %d, mismatches %d, unsettled %d; want all 0",
-			fig.Duplicates, fig.Missing, fig.Mismatches, fig.UnsettledAfterFinalRun)
-	}
-	if fig.Paid+fig.Declined != cfg.Customers || fig.Declined == 0 {
-		t.Errorf("%d charged + %d declined, want %d customers with some declined", fig.Paid, fig.Declined, cfg.Customers)
-	}
-	// The chaos must really have happened, or the test proves nothing.
-	if fig.Kills == 0 || fig.DBRestarts == 0 || fig.BackendTerminations == 0 {
-		t.Errorf("kills %d, DB restarts %d, backend terminations %d; want each > 0", fig.Kills, fig.DBRestarts, fig.BackendTerminations)
-	}
-	for _, k := range []billingtest.FaultKind{billingtest.FaultCut, billingtest.FaultErrorAfter} {
-		if fig.Faults[k] == 0 {
-			t.Errorf("no %s fault injected", k)
-		}
-	}
-	if fig.Replays == 0 {
-		t.Error("no replays served: no lost answer was ever resent")
+	testenv.Long(t) // starts PostgreSQL and three runner processes per mode
+	for _, tc := range []struct {
+		mode               string
+		customers, windows int
+	}{
+		{ModeCharges, 300, 0},
+		{ModeUsage, 100, 2},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg := Config{
+				Mode: tc.mode, Windows: tc.windows,
+				Customers: tc.customers, Runners: 3, Period: "2026-09", Seed: 7,
+				Kills: 2, DBRestarts: 1, DBDown: 300 * time.Millisecond, Terminations: 1,
+				Rates: map[billingtest.FaultKind]float64{
+					billingtest.FaultCut:         0.04,
+					billingtest.FaultSlow:        0.005,
+					billingtest.FaultErrorBefore: 0.015,
+					billingtest.FaultErrorAfter:  0.015,
+					billingtest.FaultInFlight:    0.01,
+					billingtest.FaultLockTimeout: 0.015,
+				},
+				DeclineFraction: 0.03,
+				Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
+				AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
+				Timeout: 90 * time.Second,
+				LogDir:  t.TempDir(),
+				Out:     chaos.LogWriter(t),
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			fig, err := Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("figures:\n%s", fig)
+			for _, line := range fig.Evidence {
+				t.Log(line)
+			}
+			if fig.Duplicates != 0 || fig.Missing != 0 || fig.Mismatches != 0 || fig.UnsettledAfterFinalRun != 0 {
+				t.Errorf("duplicates %d, missing %d, mismatches %d, unsettled %d; want all 0",
+					fig.Duplicates, fig.Missing, fig.Mismatches, fig.UnsettledAfterFinalRun)
+			}
+			if fig.Paid+fig.Declined != cfg.Customers || fig.Declined == 0 {
+				t.Errorf("%d done + %d declined or rejected, want %d customers with some declined", fig.Paid, fig.Declined, cfg.Customers)
+			}
+			if want := fig.Paid * tc.windows; fig.Reports != want {
+				t.Errorf("%d usage windows counted once, want %d", fig.Reports, want)
+			}
+			// The chaos must really have happened, or the test proves nothing.
+			if fig.Kills == 0 || fig.DBRestarts == 0 || fig.BackendTerminations == 0 {
+				t.Errorf("kills %d, DB restarts %d, backend terminations %d; want each > 0", fig.Kills, fig.DBRestarts, fig.BackendTerminations)
+			}
+			for _, k := range []billingtest.FaultKind{billingtest.FaultCut, billingtest.FaultErrorAfter} {
+				if fig.Faults[k] == 0 {
+					t.Errorf("no %s fault injected", k)
+				}
+			}
+			if fig.Replays == 0 {
+				t.Error("no replays served: no lost answer was ever resent")
+			}
+		})
 	}
 }
 

@@ -18,8 +18,26 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
+// The modes of a run: what the runners do.
+const (
+	// ModeCharges bills each customer once for the period (the default).
+	ModeCharges = "charges"
+	// ModeUsage reports Windows hourly usage windows per customer to a
+	// sum meter with RunUsage; the declined customers' meter events are
+	// rejected by Stripe later, in error reports delivered to the
+	// webhook.
+	ModeUsage = "usage"
+)
+
+// webhookSecret signs the events the harness delivers.
+const webhookSecret = "whsec_chaosHarnessSigningSecret0000"
+
 // Config is one chaos run.
 type Config struct {
+	// Mode is ModeCharges (or empty) or ModeUsage.
+	Mode string
+	// Windows is the number of usage windows per customer (ModeUsage).
+	Windows      int
 	Customers    int
 	Runners      int
 	Period       string
@@ -54,7 +72,11 @@ type Config struct {
 // Figures is what a chaos run reports.
 type Figures struct {
 	chaos.Ledger
+	Mode                   string
 	Customers, Runners     int
+	Windows                int
+	WebhooksRefused        int // webhook deliveries the handler refused (ModeUsage)
+	PendingPastWindow      int // reports still pending after the chaos, settled a day later (ModeUsage)
 	RunnerStarts           int
 	Kills                  int
 	DBRestarts             int
@@ -74,7 +96,11 @@ func (f Figures) OK() bool { return f.Ledger.OK() && f.UnsettledAfterFinalRun ==
 func (f Figures) String() string {
 	var b strings.Builder
 	row := func(name string, v any) { fmt.Fprintf(&b, "  %-28s %v\n", name, v) }
+	row("mode", f.Mode)
 	row("customers", f.Customers)
+	if f.Mode == ModeUsage {
+		row("usage windows", f.Customers*f.Windows)
+	}
 	row("runners", f.Runners)
 	row("runner processes started", f.RunnerStarts)
 	row("kills (SIGKILL)", f.Kills)
@@ -83,8 +109,16 @@ func (f Figures) String() string {
 	chaos.FaultRows(f.Faults, row)
 	row("requests sent", f.Requests)
 	row("replays served", f.Replays)
-	row("customers charged", f.Paid)
-	row("customers declined", f.Declined)
+	if f.Mode == ModeUsage {
+		row("windows counted once", f.Reports)
+		row("customers counted", f.Paid)
+		row("customers rejected", f.Declined)
+		row("pending, settled a day later", f.PendingPastWindow)
+		row("error reports refused", f.WebhooksRefused)
+	} else {
+		row("customers charged", f.Paid)
+		row("customers declined", f.Declined)
+	}
 	row("final clean run: created", f.FinalRunCreated)
 	row("final clean run: already", f.FinalRunAlreadyDone)
 	row("reconcile pass: settled", f.Reconciled)
@@ -107,6 +141,17 @@ func (c *Config) check() error {
 	if c.Customers < 1 || c.Runners < 1 {
 		return errors.New("need at least 1 customer and 1 runner")
 	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeCharges
+	case ModeCharges:
+	case ModeUsage:
+		if c.Windows < 1 {
+			return errors.New("usage mode needs at least 1 window per customer")
+		}
+	default:
+		return fmt.Errorf("unknown mode %q: use %s or %s", c.Mode, ModeCharges, ModeUsage)
+	}
 	return chaos.CheckConfig(c.Period, c.AttemptTimeout, c.Lease, c.DeclineFraction)
 }
 
@@ -116,7 +161,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	if err := cfg.check(); err != nil {
 		return Figures{}, fmt.Errorf("chaos: %w", err)
 	}
-	fig := Figures{Customers: cfg.Customers, Runners: cfg.Runners}
+	fig := Figures{Mode: cfg.Mode, Customers: cfg.Customers, Runners: cfg.Runners, Windows: cfg.Windows}
 	env, err := chaos.Start(ctx, chaos.Setup{
 		Name: "chaos", Seed: cfg.Seed, Stream: 0x0c4a05, Customers: cfg.Customers,
 		Rates: cfg.Rates, DeclineFraction: cfg.DeclineFraction, LogDir: cfg.LogDir,
@@ -134,6 +179,13 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	if err := store.Migrate(ctx); err != nil {
 		return fig, err
 	}
+	var base time.Time
+	progress := func() int { return int(env.Fake.Stats().Paid) }
+	if cfg.Mode == ModeUsage {
+		base = env.CreateMeter(cfg.Windows)
+		// Progress is in customers' worth of meter events accepted.
+		progress = func() int { return int(env.Fake.Stats().Created) / cfg.Windows }
+	}
 
 	deadline := time.Now().Add(cfg.Timeout)
 	start := func(index, gen int) (*chaos.Proc, error) {
@@ -144,6 +196,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 			BatchSize: cfg.BatchSize, Lease: cfg.Lease, AttemptTimeout: cfg.AttemptTimeout,
 			RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax, RetryAttempts: cfg.RetryAttempts,
 			LogPath: filepath.Join(env.LogDir, fmt.Sprintf("runner-%d.log", index)), Deadline: deadline,
+			Mode: cfg.Mode, Windows: cfg.Windows, Base: base,
 		})
 		if err == nil {
 			fig.RunnerStarts++
@@ -167,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		paid := int(env.Fake.Stats().Paid)
+		paid := progress()
 		for _, ev := range env.Due(paid) {
 			switch ev.Kind {
 			case "kill":
@@ -255,10 +308,27 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	// Faults off, then a clean run and a reconcile pass settle what the
 	// chaos left pending.
 	env.Fake.SetScript(nil)
-	if err := finalRun(ctx, cfg, env, &fig); err != nil {
+	if cfg.Mode == ModeUsage {
+		// Reports whose outcome stayed unknown wait out their key's
+		// window: time passes on both clocks, and the final run settles
+		// them from the meter's summaries, without sending blind.
+		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM billonce_claims WHERE state = 'pending'`).Scan(&fig.PendingPastWindow); err != nil {
+			return fig, err
+		}
+		if err := env.PassTime(ctx, 25*time.Hour); err != nil {
+			return fig, err
+		}
+		env.Fake.AggregateNow()
+	}
+	if err := finalRun(ctx, cfg, env, base, &fig); err != nil {
 		return fig, err
 	}
-	if fig.Ledger, err = env.Check(ctx, cfg.Period, map[string]int{cfg.Period: cfg.Customers}); err != nil {
+	if cfg.Mode == ModeUsage {
+		fig.Ledger, err = env.CheckUsage(ctx, base, cfg.Windows)
+	} else {
+		fig.Ledger, err = env.Check(ctx, cfg.Period, map[string]int{cfg.Period: cfg.Customers})
+	}
+	if err != nil {
 		return fig, err
 	}
 	fig.WallTime = env.Elapsed()
@@ -268,7 +338,8 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 
 // finalRun bills every customer once more with faults off, until nothing is
 // pending (claims of killed runners wait out their lease), then reconciles.
-func finalRun(ctx context.Context, cfg Config, env *chaos.Env, fig *Figures) error {
+// A usage run then delivers the meter error reports to the webhook.
+func finalRun(ctx context.Context, cfg Config, env *chaos.Env, base time.Time, fig *Figures) error {
 	f, err := os.Create(filepath.Join(env.LogDir, "final.log"))
 	if err != nil {
 		return err
@@ -288,7 +359,12 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, fig *Figures) err
 	}
 	deadline := time.Now().Add(cfg.Lease + time.Minute)
 	for run := 1; ; run++ {
-		sum, err := b.Run(ctx, cfg.Period, items(cfg.Customers, 0), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
+		var sum billing.Summary
+		if cfg.Mode == ModeUsage {
+			sum, err = b.RunUsage(ctx, usageItems(cfg.Customers, 0, cfg.Windows, base), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
+		} else {
+			sum, err = b.Run(ctx, cfg.Period, items(cfg.Customers, 0), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
+		}
 		fig.FinalRunCreated += sum.Created
 		fig.FinalRunAlreadyDone = sum.AlreadyBilled
 		if err == nil && sum.Pending == 0 {
@@ -312,5 +388,12 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, fig *Figures) err
 	}
 	fig.Reconciled = sum.Created + sum.AlreadyBilled
 	env.Logf("reconcile pass: %d stale claims, %d settled", sum.Total, fig.Reconciled)
+	if cfg.Mode == ModeUsage {
+		h, err := b.Webhook(billing.WebhookConfig{Secret: webhookSecret})
+		if err != nil {
+			return err
+		}
+		fig.WebhooksRefused = env.DeliverWebhooks(ctx, h, webhookSecret)
+	}
 	return nil
 }
