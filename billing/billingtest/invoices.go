@@ -411,7 +411,6 @@ func (s *Server) renderInvoice(inv *invoice) map[string]any {
 		lines[i] = listItem{inv.Lines[i].ID, renderLine(inv, &inv.Lines[i])}
 	}
 	list := listPage("/v1/invoices/"+inv.ID+"/lines", lines, 10, "")
-	list["total_count"] = len(inv.Lines)
 	return map[string]any{"id": inv.ID, "object": "invoice", "amount_due": due, "amount_paid": inv.amountPaid,
 		"amount_remaining": due - inv.amountPaid, "attempt_count": inv.attempts, "attempted": inv.attempts > 0,
 		"auto_advance": inv.autoAdvance, "billing_reason": "manual", "collection_method": inv.collection,

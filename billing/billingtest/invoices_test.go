@@ -421,8 +421,8 @@ func TestInvoiceLinesPage(t *testing.T) {
 		t.Fatalf("lines = %v; want %v, in the order added", got, amounts)
 	}
 	full, err := api.Invoices.Get(inv.ID, nil)
-	if err != nil || len(full.Lines.Data) != 10 || !full.Lines.HasMore || full.Lines.TotalCount != 25 {
-		t.Fatalf("embedded lines: %d, has_more %v, total %d, %v", len(full.Lines.Data), full.Lines.HasMore, full.Lines.TotalCount, err)
+	if err != nil || len(full.Lines.Data) != 10 || !full.Lines.HasMore {
+		t.Fatalf("embedded lines: %d, has_more %v, %v; want the first 10 and more", len(full.Lines.Data), full.Lines.HasMore, err)
 	}
 }
 
