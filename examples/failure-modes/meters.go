@@ -144,12 +144,14 @@ func naiveUsageDuplicate(ctx context.Context, e *env) error {
 	id := "usage-cus_usage_dup-" + time.Now().UTC().Truncate(time.Hour).Format("2006010215")
 	e.stripe.FailNext(postMeterEvents, billingtest.Fault{Kind: billingtest.FaultCut})
 	events := e.meterClient()
-	for attempt := 1; attempt <= 3; attempt++ {
-		_, err := events.New(meterParams(ctx, "cus_usage_dup", id, uuid.NewString()))
-		e.logf("unsafe: attempt %d with identifier %s: %v", attempt, id, err)
+	for attempt := 1; attempt <= 4; attempt++ {
+		ident := id
+		if attempt == 4 {
+			ident = id + "-retry" // give up on the identifier
+		}
+		_, err := events.New(meterParams(ctx, "cus_usage_dup", ident, uuid.NewString()))
+		e.logf("unsafe: attempt %d with identifier %s: %v", attempt, ident, err)
 	}
-	_, err := events.New(meterParams(ctx, "cus_usage_dup", id+"-retry", uuid.NewString()))
-	e.logf("unsafe: gave up on the identifier, reported under a new one: %v", err)
 	return nil
 }
 
