@@ -21,6 +21,8 @@ import (
 
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/charge"
+	"github.com/stripe/stripe-go/v79/invoice"
+	"github.com/stripe/stripe-go/v79/invoiceitem"
 	"github.com/stripe/stripe-go/v79/paymentintent"
 	"golang.org/x/time/rate"
 
@@ -149,6 +151,12 @@ type Config struct {
 	// optional when every Run item carries its own price. An error aborts
 	// that customer's charge before anything is claimed or sent.
 	Price func(ctx context.Context, customer, period string) (Price, error)
+	// Invoice returns the invoice a customer is billed for a period, for
+	// [Biller.Invoice] called with a nil *Invoice, for Run items billed by
+	// invoice, and for Reconcile, which needs an invoice's lines to resume
+	// it. An error aborts that customer's invoice before anything is
+	// claimed or sent.
+	Invoice func(ctx context.Context, customer, period string) (Invoice, error)
 	// API is Charges (the default) or PaymentIntents.
 	API API
 	// Scope is the first part of every idempotency key; use one per product
@@ -438,6 +446,8 @@ type biller struct {
 	endpoint, credential string
 	charges              *charge.Client
 	intents              *paymentintent.Client
+	invoices             *invoice.Client
+	items                *invoiceitem.Client
 }
 
 // New checks cfg and returns a Biller. Its errors wrap [ErrInvalid] and
@@ -469,6 +479,8 @@ func New(cfg Config) (*Biller, error) {
 	}
 	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	b.invoices = &invoice.Client{B: backend, Key: cfg.SecretKey}
+	b.items = &invoiceitem.Client{B: backend, Key: cfg.SecretKey}
 	return b, nil
 }
 
@@ -715,6 +727,11 @@ func (p Price) Validate(api API) error {
 func (it Item) Validate(api API) error {
 	if err := checkID("customer ID", it.Customer); err != nil {
 		return err
+	}
+	if it.Invoice != nil {
+		if _, _, err := checkInvoice(*it.Invoice); err != nil {
+			return fmt.Errorf("customer %s: %w", it.Customer, err)
+		}
 	}
 	if it.Price != nil {
 		if err := it.Price.Validate(api); err != nil {

@@ -201,6 +201,7 @@ type job struct {
 	start            time.Time // when settling began, for Config.Observe
 	claimedAt        time.Time // local time just before the claim statement left, in a Run
 	firstSendBy      time.Time // see firstSendSafe
+	inv              *Invoice  // billed as this invoice, checked; nil for a payment
 	// caller is the context a Run or Reconcile was given. Their own stop
 	// cancels the context they hand on, which refuses every later send;
 	// a request already on its way is bounded by caller and its attempt
@@ -258,9 +259,13 @@ func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) 
 
 // request is the claim of j, recording where its key goes.
 func (b *Biller) request(j job) claimengine.Request {
+	endpoint := b.endpoint
+	if j.inv != nil {
+		endpoint = endpointInvoices
+	}
 	return claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
 		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
-		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpoint, Credential: b.credential}
+		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: endpoint, Credential: b.credential}
 }
 
 // newOwner names one charge attempt on its claim: the Biller's owner, its
@@ -287,6 +292,12 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 			return r, nil
 		}
 	}
+	return b.claimLoop(ctx, j, start)
+}
+
+// claimLoop claims j and settles the claim, waiting up to
+// Config.InProgressWait for another runner that holds it.
+func (b *Biller) claimLoop(ctx context.Context, j job, start time.Time) (Receipt, error) {
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
 		res, err := b.claims.Claim(ctx, b.request(j))
@@ -376,7 +387,7 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 		if err := b.checkChain(ctx, j); err != nil {
 			return Receipt{}, err
 		}
-		if c.Endpoint != b.endpoint || c.Credential != b.credential {
+		if j.inv == nil && (c.Endpoint != b.endpoint || c.Credential != b.credential) {
 			return b.elsewhere(ctx, j, c)
 		}
 	case claimengine.Mismatch:
@@ -391,6 +402,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 		}
 	default:
 		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
+	}
+	if j.inv != nil {
+		return b.sendInvoice(ctx, j, c)
 	}
 	return b.send(ctx, j, c)
 }
