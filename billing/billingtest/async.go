@@ -179,11 +179,12 @@ func (s *Server) emitObject(typ, objectID string, obj any, at time.Time) {
 }
 
 // Events returns the events emitted so far, in order, after settling the
-// payments that are due.
+// payments that are due and processing the meter events that are due.
 func (s *Server) Events() []Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.settleDue()
+	s.processMeterEvents(false)
 	return append([]Event(nil), s.events...)
 }
 

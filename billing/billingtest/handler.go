@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,7 +49,54 @@ const (
 	epSearchIntents
 	epGetCharge
 	epGetIntent
+
+	epCreateMeter
+	epListMeters
+	epGetMeter
+	epMeterSummaries
+	epCreateMeterEvent
+	epGetV2Event
+
+	epCreateInvoice
+	epCreateInvoiceItem
+	epGetInvoice
+	epInvoiceLines
+	epSearchInvoices
+	epFinalizeInvoice
+	epPayInvoice
+	epSendInvoice
+	epVoidInvoice
+	epDeleteInvoice
 )
+
+// invoiceEndpoint reports whether ep names an invoice by id in its path.
+func (ep endpoint) invoiceEndpoint() bool { return ep >= epGetInvoice && ep != epSearchInvoices }
+
+// writes reports whether ep changes the server's state, under the
+// idempotency layer.
+func (ep endpoint) writes() bool {
+	switch ep {
+	case epCreateCharge, epCreateIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
+		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice:
+		return true
+	}
+	return false
+}
+
+// pathID returns the id in path after prefix, with an optional suffix
+// after it ("" for none), and whether path has that shape.
+func pathID(path, prefix, suffix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, prefix)
+	if !ok {
+		return "", false
+	}
+	if suffix != "" {
+		if rest, ok = strings.CutSuffix(rest, suffix); !ok {
+			return "", false
+		}
+	}
+	return rest, rest != "" && !strings.Contains(rest, "/")
+}
 
 func route(method, path string) (endpoint, string) {
 	switch method {
@@ -58,6 +106,26 @@ func route(method, path string) (endpoint, string) {
 			return epCreateCharge, ""
 		case "/v1/payment_intents":
 			return epCreateIntent, ""
+		case "/v1/billing/meters":
+			return epCreateMeter, ""
+		case "/v1/billing/meter_events":
+			return epCreateMeterEvent, ""
+		case "/v1/invoices":
+			return epCreateInvoice, ""
+		case "/v1/invoiceitems":
+			return epCreateInvoiceItem, ""
+		}
+		for _, a := range []struct {
+			suffix string
+			ep     endpoint
+		}{{"/finalize", epFinalizeInvoice}, {"/pay", epPayInvoice}, {"/send", epSendInvoice}, {"/void", epVoidInvoice}} {
+			if id, ok := pathID(path, "/v1/invoices/", a.suffix); ok {
+				return a.ep, id
+			}
+		}
+	case http.MethodDelete:
+		if id, ok := pathID(path, "/v1/invoices/", ""); ok && id != "search" {
+			return epDeleteInvoice, id
 		}
 	case http.MethodGet:
 		switch path {
@@ -69,12 +137,31 @@ func route(method, path string) (endpoint, string) {
 			return epSearchCharges, ""
 		case "/v1/payment_intents/search":
 			return epSearchIntents, ""
+		case "/v1/billing/meters":
+			return epListMeters, ""
+		case "/v1/invoices/search":
+			return epSearchInvoices, ""
 		}
-		if id, ok := strings.CutPrefix(path, "/v1/charges/"); ok && id != "" && !strings.Contains(id, "/") {
+		if id, ok := pathID(path, "/v1/charges/", ""); ok {
 			return epGetCharge, id
 		}
-		if id, ok := strings.CutPrefix(path, "/v1/payment_intents/"); ok && id != "" && !strings.Contains(id, "/") {
+		if id, ok := pathID(path, "/v1/payment_intents/", ""); ok {
 			return epGetIntent, id
+		}
+		if id, ok := pathID(path, "/v1/billing/meters/", ""); ok {
+			return epGetMeter, id
+		}
+		if id, ok := pathID(path, "/v1/billing/meters/", "/event_summaries"); ok {
+			return epMeterSummaries, id
+		}
+		if id, ok := pathID(path, "/v2/core/events/", ""); ok {
+			return epGetV2Event, id
+		}
+		if id, ok := pathID(path, "/v1/invoices/", ""); ok {
+			return epGetInvoice, id
+		}
+		if id, ok := pathID(path, "/v1/invoices/", "/lines"); ok {
+			return epInvoiceLines, id
 		}
 	}
 	return epNone, ""
@@ -104,7 +191,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	ep, id := route(r.Method, r.URL.Path)
 	if ep == epNone {
 		s.finish(w, &e, errResult(http.StatusNotFound, apiErr{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves POST/GET /v1/charges and /v1/payment_intents, GET by id, and /search.", r.Method, r.URL.Path)}), Fault{})
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves charges, payment intents, invoices, invoice items, billing meters and meter events (see the package documentation).", r.Method, r.URL.Path)}), Fault{})
 		return
 	}
 	e.Customer = r.Form.Get("customer")
@@ -114,6 +201,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// The rate limiter runs before anything else and stores nothing.
 	s.mu.Lock()
 	s.stats.Requests++
+	if e.Customer == "" {
+		e.Customer = s.customerOf(ep, id, r.Form)
+	}
 	if !s.bucket.allow(time.Now()) {
 		s.mu.Unlock()
 		s.finish(w, &e, rateLimited(), Fault{})
@@ -155,7 +245,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if fault.Kind == FaultDecline {
 		declined, declineCode = true, orDefault(fault.DeclineCode, defaultDeclineCode)
-	} else if declined && fault.Kind == faultNone && (ep == epCreateCharge || ep == epCreateIntent) {
+	} else if declined && fault.Kind == faultNone && ep.pays() {
 		fault.Kind = FaultDecline
 	}
 
@@ -187,10 +277,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var res result
-	switch ep {
-	case epCreateCharge, epCreateIntent:
+	if ep.writes() {
+		if fault.Kind == FaultDecline && !ep.pays() {
+			fault = Fault{} // nothing to decline
+		}
 		var executed bool
-		res, executed = s.create(ep, r, rid, idem, scoped, key, declined, declineCode, fault)
+		res, executed = s.write(ep, id, r, rid, idem, scoped, key, declined, declineCode, fault)
 		if !executed {
 			// Faults of execution have no effect on a replay or a rejection.
 			if fault.Kind == FaultDecline || fault.Kind == FaultErrorAfter {
@@ -200,11 +292,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				s.hold(fault)
 			}
 		}
-	default:
+	} else {
 		if fault.Kind == FaultDecline {
 			fault = Fault{}
 		}
-		res = s.read(ep, id, r)
+		res = s.get(ep, id, r)
 		if fault.Kind == FaultErrorAfter {
 			res = errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request."})
 			res.shouldRetry = "true"
@@ -216,13 +308,93 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.finish(w, &e, res, fault)
 }
 
-// create runs a POST that creates an object, under Stripe's idempotency
-// rules.
-// executed reports whether an object was created.
-func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (res result, executed bool) {
+// create runs a POST that creates a charge or a payment intent.
+func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (result, bool) {
 	intent := ep == epCreateIntent
 	p, verr := parseCreate(r.Form, intent)
-	epName := r.URL.Path
+	return s.idempotent(r, rid, idem, scoped, key, fault, verr, func(now time.Time) (result, bool) {
+		s.objSeq++
+		p.Created = now
+		p.Period = p.Metadata[s.periodKey]
+		if idem {
+			p.IdempotencyKey = key
+		}
+		async, isAsync := s.async[p.Customer]
+		isAsync = isAsync && !declined
+		if isAsync {
+			p.settleAt, p.FailureCode = now.Add(async.After), async.FailureCode
+		}
+		if intent {
+			p.ID = fmt.Sprintf("pi_%014d", s.objSeq)
+			p.Object = "payment_intent"
+			switch {
+			case isAsync && p.confirm:
+				p.Status = "processing"
+			case declined && p.confirm:
+				p.Status, p.DeclineCode = "requires_payment_method", declineCode
+			case p.confirm:
+				p.Status, p.Paid = "succeeded", true
+			case p.PaymentMethod != "":
+				p.Status = "requires_confirmation"
+			default:
+				p.Status = "requires_payment_method"
+			}
+		} else {
+			p.ID = fmt.Sprintf("ch_%014d", s.objSeq)
+			p.Object = "charge"
+			if isAsync {
+				p.Status = "pending"
+			} else if declined {
+				p.Status, p.DeclineCode = "failed", declineCode
+			} else {
+				p.Status, p.Paid = "succeeded", true
+			}
+		}
+		stored := p.Payment
+		s.payments = append(s.payments, &stored)
+		s.byID[stored.ID] = &stored
+		if intent && !p.confirm {
+			stored.settleAt = time.Time{} // settles only once confirmed, which the fake does not do later
+		}
+		s.stats.Created++
+		if stored.Paid {
+			s.count(&stored)
+		}
+		s.created(&stored)
+		var res result
+		if stored.DeclineCode != "" {
+			e := apiErr{Type: "card_error", Code: "card_declined", DeclineCode: stored.DeclineCode, Message: declineMessage(stored.DeclineCode)}
+			if intent {
+				e.PaymentIntent = renderIntent(&stored, &e)
+			} else {
+				e.Charge = stored.ID
+			}
+			res = errResult(http.StatusPaymentRequired, e)
+		} else {
+			res = ok(render(&stored))
+		}
+		res.objectID = stored.ID
+		return res, true
+	})
+}
+
+// idempotent runs a write under Stripe's idempotency rules, the same for
+// every endpoint. A request whose key already has a result gets that
+// result back (replayed), or 400 idempotency_error when its endpoint or
+// parameters differ, or 409 while the first request is still executing.
+// Otherwise verr, the request's validation error, refuses it; then run
+// executes it with mu held at the server's time now and returns its
+// answer, or executed false for a refusal that depends on the server's
+// state (an invoice that is no longer a draft, an identifier already
+// used). Refusals store nothing, as Stripe stores nothing for a request
+// it rejects before executing it. Once run has executed, the answer is
+// stored under the key, FaultErrorAfter's 500 instead of it, and
+// FaultSlow holds it before it is stored.
+//
+// idem is false for a request without a key, and for DELETE: such a
+// request executes every time.
+func (s *Server) idempotent(r *http.Request, rid string, idem bool, scoped, key string, fault Fault, verr *apiErr, run func(now time.Time) (result, bool)) (res result, executed bool) {
+	epName := r.URL.Path // only POSTs carry keys
 	sig := signature(r.Form)
 
 	s.mu.Lock()
@@ -262,79 +434,24 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 		s.mu.Unlock()
 		return errResult(http.StatusBadRequest, *verr), false
 	}
-
-	// Execute: from here on the object exists whatever the client sees.
-	s.objSeq++
-	p.Created = now
-	p.Period = p.Metadata[s.periodKey]
-	if idem {
-		p.IdempotencyKey = key
+	// Execute: from here on the effect exists whatever the client sees.
+	res, executed = run(now)
+	if !executed {
+		s.mu.Unlock()
+		return res, false
 	}
-	async, isAsync := s.async[p.Customer]
-	isAsync = isAsync && !declined
-	if isAsync {
-		p.settleAt, p.FailureCode = now.Add(async.After), async.FailureCode
-	}
-	if intent {
-		p.ID = fmt.Sprintf("pi_%014d", s.objSeq)
-		p.Object = "payment_intent"
-		switch {
-		case isAsync && p.confirm:
-			p.Status = "processing"
-		case declined && p.confirm:
-			p.Status, p.DeclineCode = "requires_payment_method", declineCode
-		case p.confirm:
-			p.Status, p.Paid = "succeeded", true
-		case p.PaymentMethod != "":
-			p.Status = "requires_confirmation"
-		default:
-			p.Status = "requires_payment_method"
-		}
-	} else {
-		p.ID = fmt.Sprintf("ch_%014d", s.objSeq)
-		p.Object = "charge"
-		if isAsync {
-			p.Status = "pending"
-		} else if declined {
-			p.Status, p.DeclineCode = "failed", declineCode
-		} else {
-			p.Status, p.Paid = "succeeded", true
-		}
-	}
-	stored := p.Payment
-	s.payments = append(s.payments, &stored)
-	s.byID[stored.ID] = &stored
-	if intent && !p.confirm {
-		stored.settleAt = time.Time{} // settles only once confirmed, which the fake does not do later
-	}
-	s.stats.Created++
-	if stored.Paid {
-		s.count(&stored)
-	}
-	s.created(&stored)
 	if idem {
 		*ent = idemEntry{attempts: ent.attempts, state: stateExecuting, endpoint: epName, sig: sig, created: now}
 	}
 	s.mu.Unlock()
 
-	switch {
-	case fault.Kind == FaultErrorAfter:
+	if fault.Kind == FaultErrorAfter {
+		id := res.objectID
 		res = errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request."})
 		res.shouldRetry = "false"
-	case stored.DeclineCode != "":
-		e := apiErr{Type: "card_error", Code: "card_declined", DeclineCode: stored.DeclineCode, Message: declineMessage(stored.DeclineCode)}
-		if intent {
-			e.PaymentIntent = renderIntent(&stored, &e)
-		} else {
-			e.Charge = stored.ID
-		}
-		res = errResult(http.StatusPaymentRequired, e)
-	default:
-		res = result{status: http.StatusOK, body: mustJSON(render(&stored))}
+		res.objectID = id
 	}
-	res.objectID = stored.ID
 	res.requestID = rid
-
 	if fault.Kind == FaultSlow {
 		s.hold(fault)
 	}
@@ -345,6 +462,64 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 	}
 	return res, true
 }
+
+// pays reports whether ep takes a payment that a decline refuses.
+func (ep endpoint) pays() bool {
+	return ep == epCreateCharge || ep == epCreateIntent || ep == epPayInvoice
+}
+
+// write serves the endpoints that change state.
+func (s *Server) write(ep endpoint, id string, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (result, bool) {
+	switch ep {
+	case epCreateCharge, epCreateIntent:
+		return s.create(ep, r, rid, idem, scoped, key, declined, declineCode, fault)
+	case epCreateMeter:
+		verr, run := s.createMeter(r.Form)
+		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+	case epCreateMeterEvent:
+		verr, run := s.createMeterEvent(r.Form)
+		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+	case epCreateInvoice:
+		verr, run := s.createInvoice(r.Form)
+		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+	case epCreateInvoiceItem:
+		verr, run := s.createInvoiceItem(r.Form)
+		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+	default:
+		verr, run := s.invoiceAction(ep, id, r.Form, declined, declineCode)
+		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+	}
+}
+
+// get serves the endpoints that read.
+func (s *Server) get(ep endpoint, id string, r *http.Request) result {
+	switch ep {
+	case epListMeters, epGetMeter, epMeterSummaries:
+		return s.readMeters(ep, id, r.Form)
+	case epGetV2Event:
+		return s.readV2Event(id)
+	case epGetInvoice, epInvoiceLines, epSearchInvoices:
+		return s.readInvoices(ep, id, r.Form)
+	}
+	return s.read(ep, id, r)
+}
+
+// customerOf returns the customer a request is about when its form does
+// not name one: the invoice's, or a meter event's payload customer, so
+// that the log and [Match] see it. mu is held.
+func (s *Server) customerOf(ep endpoint, id string, form url.Values) string {
+	switch {
+	case ep.invoiceEndpoint():
+		if inv := s.inv.byID[id]; inv != nil {
+			return inv.Customer
+		}
+	case ep == epCreateMeterEvent:
+		return form.Get("payload[" + s.customerKey(form.Get("event_name")) + "]")
+	}
+	return ""
+}
+
+func ok(v any) result { return result{status: http.StatusOK, body: mustJSON(v)} }
 
 // hold blocks for a FaultSlow: until Release is closed, or for Delay, or
 // until the server closes.

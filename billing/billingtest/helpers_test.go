@@ -2,7 +2,10 @@ package billingtest_test
 
 import (
 	"errors"
+	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,4 +71,35 @@ func faults(seed int64, rates map[billingtest.FaultKind]float64) func(billingtes
 		panic(err)
 	}
 	return f
+}
+
+// do sends one request to srv as a client other than stripe-go would, to
+// read what stripe-go hides (headers, raw bodies).
+func do(tb testing.TB, srv *billingtest.Server, method, path, key string, form url.Values) (*http.Response, []byte) {
+	tb.Helper()
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader(form.Encode())
+	} else if len(form) > 0 {
+		path += "?" + form.Encode()
+	}
+	req, err := http.NewRequest(method, srv.URL+path, body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp, b
 }

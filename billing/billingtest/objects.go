@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // apiErr is the body of a Stripe error: {"error": {...}}.
@@ -147,35 +148,11 @@ func parseCreate(form url.Values, intent bool) (createParams, *apiErr) {
 	if intent {
 		allowed = intentParams
 	}
-	for k := range form {
-		if mk, ok := strings.CutPrefix(k, "metadata["); ok {
-			mk = strings.TrimSuffix(mk, "]")
-			if mk == "" || len(mk) > 40 || strings.ContainsAny(mk, "[]") {
-				return p, invalid(k, "parameter_invalid_string", fmt.Sprintf("Invalid metadata key %q: keys are 1 to 40 characters without square brackets.", mk))
-			}
-			v := form.Get(k)
-			if len(v) > 500 {
-				return p, invalid(k, "parameter_invalid_string", fmt.Sprintf("Metadata value for %q is %d characters; the limit is 500.", mk, len(v)))
-			}
-			if v == "" {
-				continue // Stripe treats an empty value as unset
-			}
-			if p.Metadata == nil {
-				p.Metadata = make(map[string]string)
-			}
-			p.Metadata[mk] = v
-			continue
-		}
-		if strings.HasPrefix(k, "expand[") || k == "expand" ||
-			(intent && (strings.HasPrefix(k, "payment_method_types[") || strings.HasPrefix(k, "automatic_payment_methods["))) {
-			continue
-		}
-		if !allowed[k] {
-			return p, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
-		}
-	}
-	if len(p.Metadata) > 50 {
-		return p, invalid("metadata", "parameter_invalid_string", fmt.Sprintf("Metadata has %d keys; the limit is 50.", len(p.Metadata)))
+	var bad *apiErr
+	if p.Metadata, bad = parseMetadata(form, func(k string) bool {
+		return allowed[k] || (intent && (strings.HasPrefix(k, "payment_method_types[") || strings.HasPrefix(k, "automatic_payment_methods[")))
+	}); bad != nil {
+		return p, bad
 	}
 
 	raw := form.Get("amount")
@@ -211,7 +188,6 @@ func parseCreate(form url.Values, intent bool) (createParams, *apiErr) {
 		return p, nil
 	}
 	p.PaymentMethod = form.Get("payment_method")
-	var bad *apiErr
 	if p.confirm, bad = parseBool(form, "confirm"); bad != nil {
 		return p, bad
 	}
@@ -226,6 +202,43 @@ func parseCreate(form url.Values, intent bool) (createParams, *apiErr) {
 		return p, invalid("payment_method", "payment_intent_unexpected_state", "You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method.")
 	}
 	return p, nil
+}
+
+// parseMetadata reads the metadata[…] parameters as Stripe validates
+// them, and refuses any other parameter that allowed does not accept
+// (expand aside). It returns nil when there is no metadata.
+func parseMetadata(form url.Values, accept func(param string) bool) (map[string]string, *apiErr) {
+	var md map[string]string
+	for k := range form {
+		if mk, ok := strings.CutPrefix(k, "metadata["); ok {
+			mk = strings.TrimSuffix(mk, "]")
+			if mk == "" || len(mk) > 40 || strings.ContainsAny(mk, "[]") {
+				return nil, invalid(k, "parameter_invalid_string", fmt.Sprintf("Invalid metadata key %q: keys are 1 to 40 characters without square brackets.", mk))
+			}
+			v := form.Get(k)
+			if len(v) > 500 {
+				return nil, invalid(k, "parameter_invalid_string", fmt.Sprintf("Metadata value for %q is %d characters; the limit is 500.", mk, len(v)))
+			}
+			if v == "" {
+				continue // Stripe treats an empty value as unset
+			}
+			if md == nil {
+				md = make(map[string]string)
+			}
+			md[mk] = v
+			continue
+		}
+		if strings.HasPrefix(k, "expand[") || k == "expand" {
+			continue
+		}
+		if !accept(k) {
+			return nil, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+		}
+	}
+	if len(md) > 50 {
+		return nil, invalid("metadata", "parameter_invalid_string", fmt.Sprintf("Metadata has %d keys; the limit is 50.", len(md)))
+	}
+	return md, nil
 }
 
 func parseBool(form url.Values, k string) (bool, *apiErr) {
@@ -288,7 +301,7 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 		if err != nil {
 			return errResult(http.StatusBadRequest, *err)
 		}
-		match = q.match
+		match = func(p *Payment) bool { return p.searchable(s.now(), s.search) && q.match(p) }
 		if pg := r.Form.Get("page"); pg != "" {
 			n, err := strconv.Atoi(strings.TrimPrefix(pg, "page_"))
 			if err != nil || n < 0 {
@@ -351,25 +364,62 @@ type query []clause
 type clause struct{ field, key, value string }
 
 func (q query) match(p *Payment) bool {
-	for _, c := range q {
-		var v string
-		switch c.field {
+	return q.matches(func(field, key string) string {
+		switch field {
 		case "metadata":
-			v = p.Metadata[c.key]
+			return p.Metadata[key]
 		case "customer":
-			v = p.Customer
+			return p.Customer
 		case "status":
-			v = p.Status
+			return p.Status
 		case "currency":
-			v = p.Currency
+			return p.Currency
 		case "amount":
-			v = strconv.FormatInt(p.Amount, 10)
+			return strconv.FormatInt(p.Amount, 10)
 		}
-		if v != c.value {
+		return ""
+	})
+}
+
+// matches reports whether every clause holds for the object whose fields
+// field returns.
+func (q query) matches(field func(name, key string) string) bool {
+	for _, c := range q {
+		if field(c.field, c.key) != c.value {
 			return false
 		}
 	}
 	return true
+}
+
+// searchable reports whether p has reached the search index: delay after
+// its creation on the server's clock.
+func (p *Payment) searchable(now time.Time, delay time.Duration) bool {
+	return now.Sub(p.Created) >= delay
+}
+
+// searchResult pages a search's matches, in the order given, from page
+// ("page_N": the offset N).
+func searchResult(url string, items []any, limit int, page string) result {
+	offset := 0
+	if page != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(page, "page_"))
+		if err != nil || n < 0 {
+			return errResult(http.StatusBadRequest, *invalid("page", "parameter_invalid_string", "Invalid page: "+page))
+		}
+		offset = n
+	}
+	data := []any{}
+	if offset < len(items) {
+		data = items[offset:min(len(items), offset+limit)]
+	}
+	hasMore := offset+len(data) < len(items)
+	var next *string
+	if hasMore {
+		n := fmt.Sprintf("page_%d", offset+len(data))
+		next = &n
+	}
+	return ok(map[string]any{"object": "search_result", "data": data, "has_more": hasMore, "next_page": next, "url": url})
 }
 
 // parseQuery reads Stripe's search syntax, restricted to exact matches on

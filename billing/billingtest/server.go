@@ -65,6 +65,23 @@ type Config struct {
 	// Async maps customer IDs to how their payments settle later (see
 	// [Async] and [Server.SettleLater]).
 	Async map[string]Async
+
+	// IdentifierWindow is how long a meter event's identifier stays
+	// taken on the server's clock: a second event with the same identifier
+	// within it is refused. Defaults to 24 hours, the least Stripe
+	// promises.
+	IdentifierWindow time.Duration
+
+	// MeterDelay is how long after acceptance, on the server's clock, a
+	// meter event is processed: counted in the meter's event summaries, or
+	// rejected into an error report. Defaults to 1 minute.
+	// [Server.AggregateNow] processes every event at once.
+	MeterDelay time.Duration
+
+	// SearchDelay is how long, on the server's clock, a new charge,
+	// payment intent or invoice stays out of search results, as Stripe's
+	// search index lags behind writes. Defaults to 0: searchable at once.
+	SearchDelay time.Duration
 }
 
 // Server is a fake Stripe API listening on a real TCP port. Its methods are
@@ -101,6 +118,9 @@ type Server struct {
 	async    map[string]Async
 	events   []Event
 	evSeq    uint64
+	search   time.Duration // Config.SearchDelay
+	meters   meterState
+	inv      invoiceState
 }
 
 // NewServer starts a server and returns it. Like httptest.NewServer it
@@ -119,8 +139,13 @@ func newServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.KeyTTL < 0 {
-		return nil, fmt.Errorf("billingtest: Config.KeyTTL is %v; want a positive duration or 0 for %v", cfg.KeyTTL, defaultKeyTTL)
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"KeyTTL", cfg.KeyTTL}, {"IdentifierWindow", cfg.IdentifierWindow}, {"MeterDelay", cfg.MeterDelay}, {"SearchDelay", cfg.SearchDelay}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("billingtest: Config.%s is %v; want a positive duration or 0 for the default", d.name, d.v)
+		}
 	}
 	s := &Server{
 		periodKey: orDefault(cfg.PeriodKey, defaultPeriodKey),
@@ -136,6 +161,9 @@ func newServer(cfg Config) (*Server, error) {
 		declines:  make(map[string]string),
 		bucket:    b,
 		async:     make(map[string]Async),
+		search:    cfg.SearchDelay,
+		meters:    newMeterState(cfg.IdentifierWindow, cfg.MeterDelay),
+		inv:       newInvoiceState(),
 	}
 	for c, a := range cfg.Async {
 		if a.After < 0 {
@@ -195,8 +223,9 @@ func (s *Server) Now() time.Time {
 func (s *Server) now() time.Time { return time.Now().Add(s.offset) }
 
 // Advance moves the server's clock forward by d. Idempotency keys older
-// than Config.KeyTTL on that clock are forgotten, and asynchronous
-// payments whose time has come settle. d must not be negative.
+// than Config.KeyTTL on that clock are forgotten, asynchronous payments
+// whose time has come settle, and meter events older than
+// Config.MeterDelay are processed. d must not be negative.
 func (s *Server) Advance(d time.Duration) {
 	if d < 0 {
 		panic(fmt.Sprintf("billingtest: Advance(%v): the clock only moves forward", d))
@@ -204,6 +233,7 @@ func (s *Server) Advance(d time.Duration) {
 	s.mu.Lock()
 	s.offset += d
 	s.settleDue()
+	s.processMeterEvents(false)
 	s.mu.Unlock()
 }
 
