@@ -343,6 +343,16 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 			return "", v.needs(ctx, step, "the step's window closed twice in one call")
 		case errors.Is(err, claimengine.ErrLeaseLost):
 			return "", chargeErr(j, ErrInProgress, "stopped at step "+step, err)
+		case ctx.Err() == nil && outcomeUnknown(err):
+			// Retries could not tell whether Stripe did the step (or
+			// Stripe stored a 5xx for its key, which every replay
+			// repeats). Looking may: what it finds is the truth; finding
+			// nothing proves nothing (a request may still be on its way,
+			// search lags), and the claim stays pending.
+			if res, found, ferr := find(ctx); ferr == nil && found {
+				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an invoice step's unknown outcome by looking at Stripe", attrs(j, "step", step, "invoice", v.id)...)
+				return res, nil
+			}
 		}
 		return "", v.failure(ctx, step, err)
 	}
