@@ -84,7 +84,16 @@ var webhookTypes = map[string]bool{
 //   - charge.refunded, charge.dispute.created: the refunded amount or the
 //     dispute is recorded on the claim, reported to Config.Observe and
 //     logged. A refunded or disputed payment was billed: neither is a
-//     reason to bill again, and billonce never does.
+//     reason to bill again, and billonce never does;
+//   - invoice.paid: the invoice's claim succeeded; invoice.voided and
+//     invoice.marked_uncollectible: it failed;
+//   - invoice.payment_failed: reported as a payment failed after
+//     processing is (an EventSettled whose Err is an [ErrDeclined]
+//     *ChargeError with AfterProcessing), once per event; the claim stays
+//     processing, since the invoice stays open and Stripe keeps
+//     collecting it;
+//   - invoice.finalized: recorded and nothing more: a resumed invoice
+//     reads the invoice itself before a step it cannot replay.
 //
 // Each event is applied exactly once (the claim store records its id in
 // the transaction that applies it): Stripe's redeliveries, and one event
