@@ -310,8 +310,9 @@ type Event struct {
 type EventKind int
 
 const (
-	// EventStripeCall: one HTTP call creating a charge or payment intent
-	// finished (Attempt, Duration, Err). Searches are not reported.
+	// EventStripeCall: one HTTP call creating a charge or payment intent,
+	// or making a step of an invoice, finished (Attempt, Duration, Err).
+	// Searches and reads are not reported.
 	EventStripeCall EventKind = iota + 1
 	// EventOutcome: one customer's charge finished (Outcome on success, Err
 	// otherwise).
@@ -397,7 +398,8 @@ func (o Outcome) String() string {
 // Receipt describes a customer's charge for a period.
 type Receipt struct {
 	Customer, Period string
-	// StripeID is the charge ("ch_…") or payment intent ("pi_…").
+	// StripeID is the charge ("ch_…"), payment intent ("pi_…") or
+	// invoice ("in_…").
 	StripeID string
 	Amount   int64
 	Currency string

@@ -564,3 +564,29 @@ func TestInvoiceStepWithAStored500IsFound(t *testing.T) {
 		})
 	}
 }
+
+// Reconcile reads an invoice that has been processing (a declined payment,
+// then paid) as an invoice, not as a charge, and settles its claim.
+func TestReconcileReadsAProcessingInvoice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.Decline("cus_1", "insufficient_funds")
+	r, err := e.b.Invoice(context.Background(), "cus_1", period, threeLines())
+	if err != nil || !r.Processing {
+		t.Fatalf("declined invoice: %+v %v", r, err)
+	}
+	e.srv.Honor("cus_1")
+	pp := &stripe.InvoicePayParams{}
+	pp.IdempotencyKey = stripe.String("dunning-" + r.StripeID)
+	if _, err := e.invoices().Pay(r.StripeID, pp); err != nil {
+		t.Fatal(err)
+	}
+	e.advance(2 * time.Hour)
+	sum, err := e.b.Reconcile(context.Background(), nil)
+	if err != nil || sum.AlreadyBilled != 1 {
+		t.Fatalf("reconcile = %+v, %v %v", sum.Progress, err, sum.Failures)
+	}
+	if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded || c.StripeID != r.StripeID {
+		t.Fatalf("claim %s %s, want succeeded", c.State, c.StripeID)
+	}
+}
