@@ -590,3 +590,18 @@ func TestReconcileReadsAProcessingInvoice(t *testing.T) {
 		t.Fatalf("claim %s %s, want succeeded", c.State, c.StripeID)
 	}
 }
+
+// A claim resumed with another credential (a rotated key, whose requests
+// Stripe's replays do not meet) looks for the step it may have done before
+// writing: the line made under the old key is found, not added again.
+func TestInvoiceResumedWithAnotherCredentialLooksFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.crashAt(e.b, "cus_1", "line 1", inv)
+	rotated := e.biller(oneAttempt, func(c *billing.Config) { c.SecretKey = "sk_test_51BillonceRotatedKey000000000000000000wxyz" })
+	if _, err := rotated.Invoice(context.Background(), "cus_1", period, inv); err != nil {
+		t.Fatal(err)
+	}
+	e.wantOneInvoice("cus_1", inv, "paid", 1)
+}
