@@ -20,6 +20,9 @@ import (
 	"unicode"
 
 	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/billing/meter"
+	"github.com/stripe/stripe-go/v79/billing/meterevent"
+	"github.com/stripe/stripe-go/v79/billing/metereventsummary"
 	"github.com/stripe/stripe-go/v79/charge"
 	"github.com/stripe/stripe-go/v79/invoice"
 	"github.com/stripe/stripe-go/v79/invoiceitem"
@@ -450,6 +453,7 @@ type biller struct {
 	intents              *paymentintent.Client
 	invoices             *invoice.Client
 	items                *invoiceitem.Client
+	usageClients
 }
 
 // New checks cfg and returns a Biller. Its errors wrap [ErrInvalid] and
@@ -483,6 +487,9 @@ func New(cfg Config) (*Biller, error) {
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
 	b.invoices = &invoice.Client{B: backend, Key: cfg.SecretKey}
 	b.items = &invoiceitem.Client{B: backend, Key: cfg.SecretKey}
+	b.usageClients = usageClients{meterList: &meter.Client{B: backend, Key: cfg.SecretKey},
+		meterEvents: &meterevent.Client{B: backend, Key: cfg.SecretKey}, meterSummaries: &metereventsummary.Client{B: backend, Key: cfg.SecretKey},
+		meters: &meters{by: map[string]meterInfo{}}}
 	return b, nil
 }
 

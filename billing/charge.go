@@ -202,6 +202,8 @@ type job struct {
 	claimedAt        time.Time // local time just before the claim statement left, in a Run
 	firstSendBy      time.Time // see firstSendSafe
 	inv              *Invoice  // billed as this invoice, checked; nil for a payment
+	// usage is set for a usage report (see ReportUsage).
+	usage *usageJob
 	// caller is the context a Run or Reconcile was given. Their own stop
 	// cancels the context they hand on, which refuses every later send;
 	// a request already on its way is bounded by caller and its attempt
@@ -259,13 +261,16 @@ func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) 
 
 // request is the claim of j, recording where its key goes.
 func (b *Biller) request(j job) claimengine.Request {
-	endpoint := b.endpoint
-	if j.inv != nil {
-		endpoint = endpointInvoices
-	}
-	return claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
+	r := claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
 		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
-		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: endpoint, Credential: b.credential}
+		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpoint, Credential: b.credential}
+	switch {
+	case j.inv != nil:
+		r.Endpoint = endpointInvoices
+	case j.usage != nil:
+		r.Endpoint = endpointMeterEvents
+	}
+	return r
 }
 
 // newOwner names one charge attempt on its claim: the Biller's owner, its
@@ -376,6 +381,11 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 		r.Processing = true
 		return r, nil
 	case claimengine.Failed:
+		if j.usage != nil || j.inv != nil {
+			e := chargeErr(j, ErrDeclined, c.LastError, nil)
+			e.Code = c.FailureCode
+			return Receipt{}, e
+		}
 		return b.afterFailure(ctx, j, c)
 	case claimengine.InProgress:
 		e := chargeErr(j, ErrInProgress, fmt.Sprintf("claimed by %s until %s", c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
@@ -384,6 +394,12 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 	case claimengine.Resumed:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
 			attrs(j, "leases", c.Leases, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
+		if j.usage != nil {
+			// A usage report is identified at Stripe by its identifier,
+			// whatever the credential: past the deadline, send checks
+			// the meter's summary first.
+			break
+		}
 		if err := b.checkChain(ctx, j); err != nil {
 			return Receipt{}, err
 		}
@@ -397,6 +413,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
 	case claimengine.Won:
 		j.won = true
+		if j.usage != nil {
+			break
+		}
 		if err := b.checkChain(ctx, j); err != nil {
 			return Receipt{}, err
 		}
@@ -476,7 +495,14 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (created, error) {
 		attempt++
 		start := time.Now()
+		sentBefore := mayHaveRun || !j.won && !j.reopened
 		out, w, err := b.create(actx, j, key, attempt)
+		if j.usage != nil && duplicateIdentifier(err) && sentBefore {
+			// Stripe has an event with this identifier, and this
+			// claim's key may have carried it: the event is there.
+			b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe already has the usage event; recorded as delivered", attrs(j)...)
+			out, err = created{id: key.String(), status: "succeeded", replayed: true, requestID: out.requestID}, nil
+		}
 		// One write refused before execution ran nothing. Several writes
 		// in one attempt (net/http resends a request with an
 		// Idempotency-Key by itself when a reused connection closes, and
@@ -511,12 +537,22 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 			b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation: the key's window closed twice in one call; the next run searches again", attrs(j)...)
 			return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run searches again", c.Age.Round(time.Minute)), nil)
 		}
+		if j.usage != nil {
+			return b.reconcileUsage(ctx, j, c)
+		}
 		return b.reconcile(ctx, j, c)
+	case j.usage != nil && duplicateIdentifier(err):
+		// The identifier was used by an event this claim never sent:
+		// another claim table, or one restored from an old backup.
+		reason := "Stripe already has a meter event with this report's identifier, and this claim never sent it; nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+		b.release(context.WithoutCancel(ctx), j, errors.New(reason))
+		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
+		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, err)
 	case errors.Is(err, claimengine.ErrLeaseLost):
 		// Another runner took the claim over; it sends from now on.
 		return Receipt{}, chargeErr(j, ErrInProgress, "stopped sending", err)
 	}
-	if ctx.Err() == nil && outcomeUnknown(err) {
+	if ctx.Err() == nil && outcomeUnknown(err) && j.usage == nil {
 		// Retries could not tell whether Stripe made the charge (or Stripe
 		// said not to retry a 5xx it had stored). One search may: a charge
 		// it finds is the truth; finding none proves nothing (the index
@@ -653,8 +689,10 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
 	start := time.Now()
 	var out created
-	switch b.cfg.API {
-	case PaymentIntents:
+	switch {
+	case j.usage != nil:
+		out, err = b.sendUsage(ctx, j, key)
+	case b.cfg.API == PaymentIntents:
 		params := &stripe.PaymentIntentParams{
 			Amount:        stripe.Int64(j.price.Amount),
 			Currency:      stripe.String(j.price.Currency),

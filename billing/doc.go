@@ -109,6 +109,29 @@
 // customer and period, whatever the scope: products that bill the same
 // customers for the same periods use a claim table each.
 //
+// # Usage meters
+//
+// [Biller.ReportUsage] reports a customer's usage on a Stripe meter for a
+// window of time as one meter event, exactly once, and [Biller.RunUsage]
+// reports many with Run's batching, concurrency, rate limit, progress and
+// lock. A [Usage] names its meter's kind: [Increments] for a summing
+// meter, [WindowTotals] (the window's running total) for a pre-aggregated
+// one (event_time_window hour or day, of which Stripe keeps the newest
+// event per window). The Biller reads each meter from Stripe once and
+// refuses the wrong combination, which would over- or under-count.
+//
+// The charge rules hold, with the meter event's identifier as a second
+// key: it is the claim's idempotency key, derived from (scope, meter,
+// customer, window, kind, attempt), and Stripe refuses a repeat of it for
+// at least a day. That refusal is read as "delivered" when this claim may
+// have sent the event before, and as needing a person when it cannot
+// have; it is never retried. Past the key's deadline the meter's event
+// summary for the customer and window decides, instead of a search. A
+// delivered report's claim is succeeded; Stripe may still reject the
+// event as it aggregates it, and the meter error report that says so
+// (a v2 event, delivered to [Biller.Webhook]) fails the claims it names.
+// ReportUsage has the details, and what each step can and cannot prove.
+//
 // # Invariants
 //
 // Whatever the configuration, the retries and the replicas, billonce keeps
@@ -116,8 +139,9 @@
 //
 //  1. Key from intent: an idempotency key is a pure function of the
 //     business identity (scope, customer, period and the attempt number a
-//     person chose when re-billing), never of time, randomness, retry
-//     count, host or process.
+//     person chose when re-billing; for a usage report its meter, window
+//     and kind; for an invoice's steps, the invoice's key and the step),
+//     never of time, randomness, retry count, host or process.
 //  2. Every write carries a key: every POST to Stripe carries its key, and
 //     no transport or retry layer makes one up; a POST that reaches
 //     [idemkey.Transport] without a key is refused, not sent.

@@ -187,23 +187,8 @@ func (b *Biller) runChecked(ctx context.Context, period string, items iter.Seq2[
 	if items == nil {
 		return Summary{Period: period}, invalid("Run needs an iterator of customers (billing.Customers for a fixed list)")
 	}
-	if o.Concurrency < 0 || o.BatchSize < 0 || o.Total < 0 {
-		return Summary{Period: period}, invalid("RunOptions: Concurrency, BatchSize and Total must not be negative")
-	}
-	if o.Concurrency > maxConcurrency {
-		return Summary{Period: period}, invalid("RunOptions.Concurrency %d is above the limit of %d", o.Concurrency, maxConcurrency)
-	}
-	if o.BatchSize > maxBatchSize {
-		return Summary{Period: period}, invalid("RunOptions.BatchSize %d is above the limit of %d", o.BatchSize, maxBatchSize)
-	}
-	if o.Lock != nil && nilness.Is(o.Lock) {
-		return Summary{Period: period}, invalid("RunOptions.Lock is a nil %T: check the error of the constructor (lock.NewAdvisory), or leave Lock nil to run without a lock", o.Lock)
-	}
-	if o.Concurrency == 0 {
-		o.Concurrency = DefaultConcurrency
-	}
-	if o.BatchSize == 0 {
-		o.BatchSize = DefaultBatchSize
+	if err := o.check(); err != nil {
+		return Summary{Period: period}, err
 	}
 	name := cmp.Or(o.LockName, "billonce-run:"+b.cfg.Scope+":"+period)
 	sum, err := locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
@@ -213,6 +198,23 @@ func (b *Biller) runChecked(ctx context.Context, period string, items iter.Seq2[
 		sum.Period = period
 	}
 	return sum, err
+}
+
+// check checks o and sets its defaults.
+func (o *RunOptions) check() error {
+	switch {
+	case o.Concurrency < 0 || o.BatchSize < 0 || o.Total < 0:
+		return invalid("RunOptions: Concurrency, BatchSize and Total must not be negative")
+	case o.Concurrency > maxConcurrency:
+		return invalid("RunOptions.Concurrency %d is above the limit of %d", o.Concurrency, maxConcurrency)
+	case o.BatchSize > maxBatchSize:
+		return invalid("RunOptions.BatchSize %d is above the limit of %d", o.BatchSize, maxBatchSize)
+	case o.Lock != nil && nilness.Is(o.Lock):
+		return invalid("RunOptions.Lock is a nil %T: check the error of the constructor (lock.NewAdvisory), or leave Lock nil to run without a lock", o.Lock)
+	}
+	o.Concurrency = cmp.Or(o.Concurrency, DefaultConcurrency)
+	o.BatchSize = cmp.Or(o.BatchSize, DefaultBatchSize)
+	return nil
 }
 
 // locked runs fn under guard's lock name, or without a lock when guard is

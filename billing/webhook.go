@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/claimengine"
 )
 
@@ -198,8 +200,17 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 		answer(w, http.StatusBadRequest, "billonce webhook: could not read the body")
 		return Event{Result: resultRejected, Err: fmt.Errorf("billing: webhook delivery refused: could not read the body: %w", err)}
 	}
-	ev, err := webhook.ConstructEventWithOptions(body, r.Header.Get("Stripe-Signature"), h.cfg.Secret,
-		webhook.ConstructEventOptions{Tolerance: h.cfg.Tolerance, IgnoreAPIVersionMismatch: true})
+	err = webhook.ValidatePayloadWithTolerance(body, r.Header.Get("Stripe-Signature"), h.cfg.Secret, h.cfg.Tolerance)
+	var ev stripe.Event
+	if err == nil {
+		var env thinEvent
+		if json.Unmarshal(body, &env) == nil && env.Object == "v2.core.event" {
+			return h.thin(ctx, w, env)
+		}
+		if jerr := json.Unmarshal(body, &ev); jerr != nil {
+			err = errors.New("not a Stripe event")
+		}
+	}
 	if err != nil {
 		msg := signatureProblem(err)
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook refused", slog.String("reason", msg), slog.String("remote", r.RemoteAddr))
@@ -409,4 +420,121 @@ func (h *webhookHandler) intentUpdate(ctx context.Context, id string, u claimeng
 	}
 	u.Key, u.StripeID = pi.Metadata[MetaKey], pi.ID
 	return u, nil
+}
+
+// thinEvent is the envelope of a v2 ("thin") event, as Stripe delivers it
+// to an event destination: its data must be read from Stripe.
+type thinEvent struct {
+	ID      string    `json:"id"`
+	Object  string    `json:"object"`
+	Type    string    `json:"type"`
+	Created time.Time `json:"created"`
+}
+
+// meterErrorReport is the type of the event that reports meter events
+// Stripe rejected after accepting them.
+const meterErrorReport = "v1.billing.meter.error_report_triggered"
+
+// v2Version is the API version of the request that reads a v2 event:
+// Stripe serves /v2 under its 2024-09-30 versions and later.
+const v2Version = "2024-09-30.acacia"
+
+// errorReport is the part of a meter error report billonce reads.
+type errorReport struct {
+	stripe.APIResource
+	ID     string `json:"id"`
+	Object string `json:"object"`
+	Data   struct {
+		Reason struct {
+			ErrorCount int64 `json:"error_count"`
+			ErrorTypes []struct {
+				Code         string `json:"code"`
+				ErrorCount   int64  `json:"error_count"`
+				SampleErrors []struct {
+					ErrorMessage string `json:"error_message"`
+					Request      struct {
+						Identifier string `json:"identifier"`
+					} `json:"request"`
+				} `json:"sample_errors"`
+			} `json:"error_types"`
+		} `json:"reason"`
+	} `json:"data"`
+}
+
+// thin applies a v2 event. A meter error report fails the claims of the
+// usage events it names (their identifiers are the claims' keys); every
+// other v2 event is acknowledged and ignored.
+func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env thinEvent) Event {
+	log := []slog.Attr{slog.String("event", env.ID), slog.String("type", env.Type)}
+	if env.Type != meterErrorReport || env.ID == "" {
+		answer(w, http.StatusOK, "ignored: event type not handled")
+		return Event{Result: resultIgnored, EventID: env.ID}
+	}
+	rep, err := h.readReport(ctx, env.ID)
+	if err != nil {
+		if missingPayment(err) {
+			h.b.log.LogAttrs(ctx, slogError, "billonce: meter error report not found on this Stripe account; acknowledged", append(log, slog.Any("error", err))...)
+			answer(w, http.StatusOK, "not applied: the event does not exist on this Stripe account")
+			e := Event{Kind: EventNotApplied, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s (%s) not applied: %w", env.ID, env.Type, err)}
+			h.b.observe(e)
+			e.Result = resultNotApplied
+			return e
+		}
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the meter error report; Stripe will deliver it again", append(log, slog.Any("error", err))...)
+		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the event from Stripe; deliver again")
+		return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: reading it from Stripe: %w", env.ID, err)}
+	}
+	named, failed := 0, 0
+	for _, t := range rep.Data.Reason.ErrorTypes {
+		for _, s := range t.SampleErrors {
+			id := s.Request.Identifier
+			if _, err := idemkey.Parse(id); err != nil || !strings.HasPrefix(id, "bo1_") {
+				continue // not an identifier billonce made
+			}
+			named++
+			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
+				Created: env.Created, State: string(claim.StateFailed), FailureCode: t.Code}
+			if u.Created.IsZero() {
+				u.Created = time.Now()
+			}
+			a, err := h.b.claims.Apply(ctx, u)
+			switch {
+			case errors.Is(err, claim.ErrNotFound), errors.Is(err, claim.ErrInvalid):
+				continue
+			case err != nil:
+				h.b.log.LogAttrs(ctx, slogError, "billonce: meter error report not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
+				answer(w, http.StatusInternalServerError, "billonce webhook: the claim store failed; deliver again")
+				return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: applying it to the claim store: %w", env.ID, err)}
+			case a.Outcome == claimengine.Changed:
+				failed++
+				h.b.applied(ctx, env.ID, a)
+			}
+		}
+	}
+	if n := rep.Data.Reason.ErrorCount; n > int64(named) {
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: Stripe rejected more usage events than its error report names; compare the meter's summaries with your records to find the others",
+			append(log, slog.Int64("rejected", n), slog.Int("named", named))...)
+	}
+	if failed == 0 {
+		answer(w, http.StatusOK, "unchanged")
+		return Event{Result: resultUnchanged, EventID: env.ID}
+	}
+	answer(w, http.StatusOK, fmt.Sprintf("applied: %d usage reports failed", failed))
+	return Event{Result: resultApplied, EventID: env.ID}
+}
+
+// readReport reads a v2 event whole from Stripe.
+func (h *webhookHandler) readReport(ctx context.Context, id string) (*errorReport, error) {
+	if err := h.b.limiter.Wait(ctx); err != nil {
+		return nil, err
+	}
+	params := &stripe.Params{Context: ctx, Headers: http.Header{"Stripe-Version": {v2Version}}}
+	var rep errorReport
+	if err := h.b.meterList.B.Call(http.MethodGet, "/v2/core/events/"+url.PathEscape(id), h.b.meterList.Key, params, &rep); err != nil {
+		return nil, err
+	}
+	if rep.ID != id {
+		return nil, notAPayment(rep.LastResponse)
+	}
+	return &rep, nil
 }

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,9 @@ func validateUpdate(u update) error {
 	}
 	return errors.Join(errs...)
 }
+
+// endpointMeterEvents is the Endpoint of a usage report's claim.
+const endpointMeterEvents = "meter_events"
 
 // rank orders the states a payment moves through: an update never moves a
 // claim to a lower rank, and the two terminal states never replace each
@@ -84,6 +88,14 @@ func decide(c Claim, u update) change {
 			}
 		}
 		did = append(did, string(c.State)+" → "+string(u.State))
+	case State(u.State) == StateFailed && c.State == StateSucceeded && c.Endpoint == endpointMeterEvents:
+		// Stripe accepts a meter event, then validates it as it
+		// aggregates, and reports a rejected one later (a meter error
+		// report): the usage was never counted, so its claim fails.
+		code := cmp.Or(u.FailureCode, "unknown")
+		n.State, n.FailureCode = StateFailed, code
+		n.LastError = "usage event " + u.StripeID + " rejected by Stripe after it was accepted: " + code
+		did = append(did, "succeeded → failed (rejected after acceptance)")
 	case State(u.State) == c.State:
 		ch.reason = "the claim is already " + string(c.State)
 	case rank(State(u.State)) == rank(c.State):

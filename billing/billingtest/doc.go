@@ -34,9 +34,54 @@
 // /v1/charges and /v1/payment_intents listed by customer; GET
 // /v1/charges/search and /v1/payment_intents/search with clauses such as
 // metadata['billonce_period']:'2026-09', customer:'cus_1', status:'succeeded' joined by
-// AND. Parameters are validated as Stripe does (a positive integer amount, a
+// AND; and the invoice and usage-meter endpoints below. Parameters are validated as Stripe does (a positive integer amount, a
 // known lowercase currency, no unknown parameters); a rejection is a 400
 // invalid_request_error that names the parameter.
+//
+// # Usage meters
+//
+// POST /v1/billing/meters (or [Server.CreateMeter]) creates a meter that
+// sums or counts events by event_name, optionally keeping only the most
+// recent event of each UTC hour or day (event_time_window). POST
+// /v1/billing/meter_events is validated at once (timestamp within the
+// past 35 days and at most 5 minutes ahead, a numeric value, an identifier
+// of at most 100 characters) and refuses an identifier already used within
+// Config.IdentifierWindow (24 hours) with 400 "An event already exists with
+// identifier …" and no Stripe-Should-Retry. Accepted events are processed
+// Config.MeterDelay (1 minute) later on the server's clock, or at once by
+// [Server.AggregateNow]; only then do they count in GET
+// /v1/billing/meters/{id}/event_summaries, whose start and end must be
+// aligned to minutes (hours or days with a grouping window or a windowed
+// meter). Events of a customer given to [Server.RejectUsage], or of an
+// event_name with no meter, are accepted, then rejected at processing into
+// a v1.billing.meter.error_report_triggered event: a v2 thin event in
+// [Server.Events], served whole, with the rejected identifiers, by GET
+// /v2/core/events/{id}. The ledger's oracle is [Server.MeterTotal] (what
+// the meter counts over every accepted, not rejected event, processed or
+// not) and [Server.MeterEvents].
+//
+// # Invoices
+//
+// POST /v1/invoices creates a draft; pending_invoice_items_behavior
+// defaults to exclude, as stripe-go v79 documents for API 2024-06-20, so
+// the customer's pending items ([Server.AddPendingItem], or POST
+// /v1/invoiceitems without invoice) are swept in only with include. POST
+// /v1/invoiceitems with invoice adds a line to a draft of the same
+// customer, and is refused for any other. POST /v1/invoices/{id}/finalize
+// turns a draft open (or paid when nothing is due) and refuses anything
+// else; /pay turns an open invoice paid, answers a declined customer 402
+// card_error and leaves the invoice open, and refuses a paid, draft or void
+// one; /send marks an open or paid send_invoice invoice sent; /void voids
+// an open one; DELETE removes a draft. GET /v1/invoices/{id}, its /lines
+// (paged) and GET /v1/invoices/search (metadata['k']:'v', customer,
+// status, currency, amount) read them. Each change emits invoice.created,
+// invoice.finalized, invoice.paid, invoice.payment_failed, invoice.sent,
+// invoice.voided or invoice.deleted with the invoice as data.object.
+// [Server.Invoices] is the ledger: status, lines, and how many times each
+// invoice was finalized and paid.
+//
+// Every POST above goes through the idempotency layer below, with every
+// fault, exactly as charges do.
 //
 // # Idempotency, as Stripe does it
 //
@@ -123,16 +168,29 @@
 //
 // Trust it for idempotency and failure handling, not for the rest of Stripe:
 //
-//   - Only charges and payment intents exist: no customers, payment methods,
-//     sources, refunds, captures, updates, confirm/cancel endpoints, invoices
-//     or webhooks. Any customer or payment-method ID is accepted; a confirmed
-//     payment intent does not create a separate ch_ object.
+//   - Only charges, payment intents, invoices, invoice items, meters and
+//     meter events exist: no customers, payment methods, sources, refunds,
+//     captures, updates, confirm/cancel endpoints, subscriptions, prices or
+//     webhooks endpoints. Any customer or payment-method ID is accepted; a
+//     confirmed payment intent does not create a separate ch_ object, and
+//     paying an invoice creates no charge or payment intent.
+//   - Invoices have no tax, discounts, credit balance, automatic
+//     advancement (auto_advance is stored, nothing happens by itself),
+//     uncollectible status or invoice-item endpoints beyond create; an
+//     invoice's currency is its first line's (usd when it has none).
+//   - Meters cannot be updated or deactivated; there are no meter event
+//     adjustments and no v2 meter event streams. Whether an event is
+//     rejected is decided when it is accepted (its customer, its meter),
+//     though reported only once processed. An error report lists every
+//     rejected identifier (up to 100 per code), where Stripe sends samples.
 //   - Cards are not modelled: payments succeed unless a decline is set; there
 //     is no 3-D Secure, requires_action, authorisation hold, minimum amount
 //     per currency, zero-decimal currency rules or currency conversion.
 //   - Search is exact-match only (metadata, customer, status, currency,
-//     amount, joined by AND; no OR, negation, ranges or prefix matches) and is
-//     immediately consistent; Stripe's search index can lag by up to a minute.
+//     amount, joined by AND; no OR, negation, ranges or prefix matches). An
+//     object becomes searchable Config.SearchDelay after its creation on the
+//     server's clock (0 by default: at once); Stripe's index usually lags by
+//     up to a minute, and more during incidents.
 //   - Lists support customer, limit and starting_after, not ending_before or
 //     created filters.
 //   - All API keys belong to one account: every key sees every object. There

@@ -21,7 +21,6 @@ const (
 	maxSampleErrors         = 100
 	defaultCustomerKey      = "stripe_customer_id"
 	defaultValueKey         = "value"
-	defaultRejectCode       = "meter_event_customer_not_found"
 	errorReportType         = "v1.billing.meter.error_report_triggered"
 )
 
@@ -268,13 +267,18 @@ func (s *Server) createMeterEvent(form url.Values) (*apiErr, func(time.Time) (re
 }
 
 // RejectUsage makes the meter events of customer accepted later fail at
-// processing with the error code code (meter_event_customer_not_found if
-// empty): they are answered 200 when sent, never counted, and reported in
-// a meter error report event.
+// processing with the error code code (such as
+// meter_event_customer_not_found): they are answered 200 when sent, never
+// counted, and reported in a meter error report event. An empty code
+// accepts the customer's events again.
 func (s *Server) RejectUsage(customer, code string) {
 	s.mu.Lock()
-	s.meters.reject[customer] = orDefault(code, defaultRejectCode)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if code == "" {
+		delete(s.meters.reject, customer)
+		return
+	}
+	s.meters.reject[customer] = code
 }
 
 // AggregateNow processes every accepted meter event now, without waiting

@@ -351,7 +351,7 @@ func TestRejectedEventsProduceAnErrorReport(t *testing.T) {
 	srv := newServer(t, billingtest.Config{})
 	api := newAPI(t, srv, testKey, nil)
 	m := srv.CreateMeter("api_calls", "sum", "")
-	srv.RejectUsage("cus_gone", "")
+	srv.RejectUsage("cus_gone", "meter_event_customer_not_found")
 
 	for _, p := range []*stripe.BillingMeterEventParams{
 		meterEvent("api_calls", "cus_gone", "5", "gone-1", ""),

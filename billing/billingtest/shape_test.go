@@ -2,12 +2,13 @@ package billingtest_test
 
 import (
 	"encoding/json"
-	"io"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/billonce/billonce/billing/billingtest"
 )
@@ -16,25 +17,42 @@ import (
 // field of Stripe's own object or error in ../../testdata/stripe (bodies as
 // Stripe documents them), with a value of the same JSON kind, and the
 // fields a client decides by (object, status, type, code, decline_code,
-// param) have Stripe's values.
+// param) have Stripe's values. For a list, its first element is compared
+// too.
+//
+// The invoice, invoice item, line and meter fixtures are stripe-mock's
+// answers (stripe-mock serves Stripe's current OpenAPI fixtures), which
+// follow a newer API version than stripe-go v79's 2024-06-20: the few
+// fields stripe-go v79 reads that a fixture lacks (dropped by the newer
+// version, or next_page, which stripe-mock leaves out) are listed per
+// case. stripe-mock serves no /v2 endpoint, so the meter error report
+// event has no fixture; TestRejectedEventsProduceAnErrorReport checks its
+// fields.
 func TestAnswersHaveStripesShape(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, billingtest.Config{Declines: map[string]string{"cus_d": "insufficient_funds"}})
 	post := func(path, key string, form url.Values) []byte {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(form.Encode()))
-		req.Header.Set("Authorization", "Bearer "+testKey)
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		_, b := do(t, srv, http.MethodPost, path, key, form)
 		return b
 	}
+	get := func(path string, form url.Values) []byte {
+		_, b := do(t, srv, http.MethodGet, path, "", form)
+		return b
+	}
+	meter := srv.CreateMeter("api_calls", "sum", "")
+	var invoiceID string
+	invoice := func() []byte {
+		b := post("/v1/invoices", "inv1", url.Values{"customer": {"cus_1"}, "auto_advance": {"false"}, "metadata[billonce_period]": {"2026-09"}})
+		var v struct{ ID string }
+		json.Unmarshal(b, &v)
+		invoiceID = v.ID
+		return b
+	}
+	item := func() []byte {
+		return post("/v1/invoiceitems", "ii1", url.Values{"customer": {"cus_1"}, "invoice": {invoiceID}, "amount": {"1000"},
+			"currency": {"usd"}, "description": {"September"}, "metadata[billonce_line]": {"0"}})
+	}
+	minute := srv.Now().Truncate(time.Minute).Unix()
 	charge := func(customer, amount string) url.Values {
 		return url.Values{"amount": {amount}, "currency": {"usd"}, "customer": {customer}, "metadata[billonce_period]": {"2026-09"}}
 	}
@@ -45,24 +63,42 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 		fixture string
 		answer  func() []byte
 		decide  []string // fields whose values must equal Stripe's
+		extra   []string // fields stripe-go v79 reads that the fixture lacks
 	}{
-		{"charge.json", func() []byte { return post("/v1/charges", "k1", charge("cus_1", "2500")) }, []string{"object", "status", "amount", "currency", "paid", "captured"}},
-		{"payment_intent.json", func() []byte { return post("/v1/payment_intents", "k2", intent) }, []string{"object", "status", "amount", "amount_received", "currency"}},
-		{"error_card_declined.json", func() []byte { return post("/v1/charges", "k3", charge("cus_d", "2500")) }, []string{"type", "code", "decline_code"}},
-		{"error_idempotency.json", func() []byte { return post("/v1/charges", "k1", charge("cus_1", "2600")) }, []string{"type"}},
+		{"charge.json", func() []byte { return post("/v1/charges", "k1", charge("cus_1", "2500")) }, []string{"object", "status", "amount", "currency", "paid", "captured"}, nil},
+		{"payment_intent.json", func() []byte { return post("/v1/payment_intents", "k2", intent) }, []string{"object", "status", "amount", "amount_received", "currency"}, nil},
+		{"error_card_declined.json", func() []byte { return post("/v1/charges", "k3", charge("cus_d", "2500")) }, []string{"type", "code", "decline_code"}, nil},
+		{"error_idempotency.json", func() []byte { return post("/v1/charges", "k1", charge("cus_1", "2600")) }, []string{"type"}, nil},
 		{"error_key_in_use.json", func() []byte {
 			srv.FailNext(billingtest.Match{IdempotencyKey: "k4"}, billingtest.Fault{Kind: billingtest.FaultInFlight})
 			return post("/v1/charges", "k4", charge("cus_1", "2500"))
-		}, []string{"type", "code"}},
-		{"error_invalid_param.json", func() []byte { return post("/v1/charges", "k5", charge("cus_1", "abc")) }, []string{"type", "param"}},
+		}, []string{"type", "code"}, nil},
+		{"error_invalid_param.json", func() []byte { return post("/v1/charges", "k5", charge("cus_1", "abc")) }, []string{"type", "param"}, nil},
 		{"error_lock_timeout.json", func() []byte {
 			srv.FailNext(billingtest.Match{IdempotencyKey: "k6"}, billingtest.Fault{Kind: billingtest.FaultLockTimeout})
 			return post("/v1/charges", "k6", charge("cus_1", "2500"))
-		}, []string{"type", "code"}},
+		}, []string{"type", "code"}, nil},
 		{"error_api.json", func() []byte {
 			srv.FailNext(billingtest.Match{IdempotencyKey: "k7"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
 			return post("/v1/charges", "k7", charge("cus_1", "2500"))
-		}, []string{"type"}},
+		}, []string{"type"}, nil},
+		{"invoice.json", invoice, []string{"object", "status", "collection_method", "billing_reason"}, []string{"paid"}},
+		{"invoiceitem.json", item, []string{"object", "currency"}, nil},
+		{"invoice_lines.json", func() []byte { return get("/v1/invoices/"+invoiceID+"/lines", nil) }, []string{"object"},
+			[]string{"type", "invoice_item", "proration"}},
+		{"invoice_search.json", func() []byte {
+			return get("/v1/invoices/search", url.Values{"query": {"metadata['billonce_period']:'2026-09'"}})
+		}, []string{"object"}, []string{"paid", "next_page"}},
+		{"billing_meter.json", func() []byte { return get("/v1/billing/meters/"+meter, nil) }, []string{"object", "status"}, nil},
+		{"billing_meter_event.json", func() []byte {
+			return post("/v1/billing/meter_events", "me1", url.Values{"event_name": {"api_calls"},
+				"payload[stripe_customer_id]": {"cus_1"}, "payload[value]": {"25"}, "identifier": {"cus_1-1"}})
+		}, []string{"object"}, nil},
+		{"billing_meter_event_summaries.json", func() []byte {
+			srv.AggregateNow()
+			return get("/v1/billing/meters/"+meter+"/event_summaries", url.Values{"customer": {"cus_1"},
+				"start_time": {fmt.Sprint(minute - 3600)}, "end_time": {fmt.Sprint(minute + 60)}})
+		}, []string{"object", "has_more"}, nil},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			raw, err := os.ReadFile("../../testdata/stripe/" + tc.fixture)
@@ -83,15 +119,13 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 					t.Fatalf("answer %s; want a Stripe error object", body)
 				}
 			}
-			for k, v := range got {
-				w, ok := want[k]
-				if !ok {
-					t.Errorf("field %q is not in Stripe's %s", k, tc.fixture)
-					continue
+			sameShape(t, tc.fixture, got, want, tc.extra)
+			if w, ok := want["data"].([]any); ok && len(w) > 0 {
+				g, _ := got["data"].([]any)
+				if len(g) == 0 {
+					t.Fatalf("answer %s: an empty list; want one element to compare", body)
 				}
-				if w != nil && v != nil && kind(w) != kind(v) {
-					t.Errorf("field %q is a %s; Stripe's is a %s", k, kind(v), kind(w))
-				}
+				sameShape(t, tc.fixture+" data[0]", g[0].(map[string]any), w[0].(map[string]any), tc.extra)
 			}
 			for _, k := range tc.decide {
 				if g, w := got[k], want[k]; g != w {
@@ -99,6 +133,24 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// sameShape checks that every field of got is a field of want with a value
+// of the same JSON kind, extra fields aside.
+func sameShape(t *testing.T, fixture string, got, want map[string]any, extra []string) {
+	t.Helper()
+	for k, v := range got {
+		w, ok := want[k]
+		if !ok {
+			if !slices.Contains(extra, k) {
+				t.Errorf("field %q is not in Stripe's %s", k, fixture)
+			}
+			continue
+		}
+		if w != nil && v != nil && kind(w) != kind(v) {
+			t.Errorf("field %q is a %s; Stripe's is a %s", k, kind(v), kind(w))
+		}
 	}
 }
 

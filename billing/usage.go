@@ -1,0 +1,517 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/billing/meter"
+	"github.com/stripe/stripe-go/v79/billing/meterevent"
+	"github.com/stripe/stripe-go/v79/billing/metereventsummary"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/retry"
+)
+
+// UsageKind says what kind of Stripe meter a [Usage] report is for, and so
+// what its Value means. The zero UsageKind is no kind: a report must say.
+type UsageKind int
+
+const (
+	// Increments is for a meter that sums its events (default_aggregation
+	// sum, no event_time_window): Value is the usage within the report's
+	// window, added to the customer's total.
+	Increments UsageKind = iota + 1
+	// WindowTotals is for a pre-aggregated meter (event_time_window hour
+	// or day), of which Stripe keeps only the newest event of each UTC
+	// window: Value is the window's running total, and the report's window
+	// is exactly one of the meter's. Each total is reported once; a larger
+	// one, reported later, replaces it at Stripe.
+	WindowTotals
+)
+
+// String returns "increments", "window totals", or "none" for the zero
+// value.
+func (k UsageKind) String() string {
+	switch k {
+	case 0:
+		return "none"
+	case Increments:
+		return "increments"
+	case WindowTotals:
+		return "window totals"
+	}
+	return fmt.Sprintf("UsageKind(%d)", int(k))
+}
+
+// Usage is one report of a customer's usage on a Stripe meter for a window
+// of time, sent once as one meter event.
+type Usage struct {
+	// Customer is the Stripe customer ("cus_…").
+	Customer string
+	// Meter is the meter's event_name ("api_calls"); an active meter with
+	// this event name must exist on the account.
+	Meter string
+	// Kind says what kind of meter Meter is. The Biller reads the meter
+	// from Stripe once and refuses a report whose kind does not match it,
+	// as an ErrInvalid: increments sent to a pre-aggregated meter, or
+	// totals to a summing one, would count the wrong usage.
+	Kind UsageKind
+	// Start and End bound the window the usage was measured in: Start
+	// inclusive, End exclusive, both whole minutes (for WindowTotals, one
+	// whole UTC hour or day, as the meter's event_time_window). The event
+	// is stamped with Start. Start must be within the last 34 days (Stripe
+	// takes events up to 35 days old; a day is left for retries and
+	// resumes), and End no more than 5 minutes ahead. Windows of one
+	// customer and meter must not overlap.
+	Start, End time.Time
+	// Value is the quantity: the window's usage (Increments) or its
+	// running total (WindowTotals). It must be positive.
+	Value int64
+	// Attempt numbers reports of the same window: 0 or 1 for the first;
+	// after Stripe rejected a report (an ErrDeclined), report it again
+	// with the next number. Like a re-bill, it is a person's decision.
+	Attempt int
+}
+
+// Limits on usage reports.
+const (
+	// maxMeterName is the longest meter event name accepted, in bytes.
+	maxMeterName = 100
+	// usageMaxAge is how old a window's start may be: Stripe refuses
+	// events older than 35 days; a day is left for retries and resumes.
+	usageMaxAge = 34 * 24 * time.Hour
+	// usageMaxAhead is how far ahead of now a window may end: Stripe
+	// refuses events more than 5 minutes in the future.
+	usageMaxAhead = 5 * time.Minute
+	// endpointMeterEvents is the Endpoint of a usage claim.
+	endpointMeterEvents = "meter_events"
+)
+
+// usageJob is what a job of a usage report carries besides a charge's.
+type usageJob struct {
+	Usage
+	meter meterInfo
+}
+
+// meterInfo is what billonce needs of a Stripe meter.
+type meterInfo struct {
+	id, formula, window   string
+	customerKey, valueKey string
+}
+
+// meters caches the Biller's meters by event name: a meter's aggregation
+// and window never change once it is made.
+type meters struct {
+	mu sync.Mutex
+	by map[string]meterInfo
+}
+
+// checkUsage checks u's fields that need no meter, and returns it with
+// its defaults and its times in UTC.
+func checkUsage(u Usage, now time.Time) (Usage, error) {
+	if err := checkID("customer ID", u.Customer); err != nil {
+		return u, err
+	}
+	if err := checkID("Usage.Meter", u.Meter); err != nil {
+		return u, err
+	}
+	if len(u.Meter) > maxMeterName {
+		return u, invalid("Usage.Meter is %d bytes long; Stripe's event names are at most %d", len(u.Meter), maxMeterName)
+	}
+	switch {
+	case u.Kind != Increments && u.Kind != WindowTotals:
+		return u, invalid("Usage.Kind %v: say which kind of meter %s is: billing.Increments (a sum meter) or billing.WindowTotals (a meter with event_time_window)", u.Kind, u.Meter)
+	case u.Value <= 0:
+		return u, invalid("Usage.Value %d: report a positive quantity (a window without usage needs no report)", u.Value)
+	case float64(u.Value) > 1<<53:
+		return u, invalid("Usage.Value %d is larger than Stripe's summaries can count exactly", u.Value)
+	case u.Attempt < 0 || u.Attempt > maxAttempt:
+		return u, invalid("Usage.Attempt %d: use 0 or 1 for the first report, up to %d", u.Attempt, maxAttempt)
+	case u.Start.IsZero() || u.End.IsZero():
+		return u, invalid("Usage.Start and Usage.End must be set: the window the usage was measured in")
+	}
+	u.Attempt = max(u.Attempt, 1)
+	u.Start, u.End = u.Start.UTC(), u.End.UTC()
+	switch {
+	case !u.End.After(u.Start):
+		return u, invalid("Usage window %s to %s: End must be after Start", u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339))
+	case !u.Start.Equal(u.Start.Truncate(time.Minute)) || !u.End.Equal(u.End.Truncate(time.Minute)):
+		return u, invalid("Usage window %s to %s: Start and End must be whole minutes, as Stripe's summaries are", u.Start.Format(time.RFC3339Nano), u.End.Format(time.RFC3339Nano))
+	case u.Start.Before(now.Add(-usageMaxAge)):
+		return u, invalid("Usage window starts %s, more than 34 days ago: Stripe refuses meter events older than 35 days", u.Start.Format(time.RFC3339))
+	case u.End.After(now.Add(usageMaxAhead)):
+		return u, invalid("Usage window ends %s, in the future: report a window once it is over (Stripe refuses events more than 5 minutes ahead)", u.End.Format(time.RFC3339))
+	}
+	return u, nil
+}
+
+// checkMeter checks u against its meter.
+func checkMeter(u Usage, m meterInfo) error {
+	switch {
+	case m.formula != "sum":
+		return invalid("meter %s (%s) aggregates by %s; billonce reports quantities to sum meters only", u.Meter, m.id, m.formula)
+	case u.Kind == Increments && m.window != "":
+		return invalid("meter %s (%s) has event_time_window %s: Stripe keeps only the newest event of each %s, so increments would be lost; report the window's running total with billing.WindowTotals", u.Meter, m.id, m.window, m.window)
+	case u.Kind == WindowTotals && m.window == "":
+		return invalid("meter %s (%s) sums every event: window totals would be added up and overcount; report increments with billing.Increments", u.Meter, m.id)
+	}
+	if u.Kind == WindowTotals {
+		size := time.Hour
+		if m.window == "day" {
+			size = 24 * time.Hour
+		}
+		if !u.Start.Equal(u.Start.Truncate(size)) || u.End.Sub(u.Start) != size {
+			return invalid("meter %s keeps one total per UTC %s: the window must be exactly one %s, not %s to %s", u.Meter, m.window, m.window, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
+// usagePeriod is the claim's period of a report: the meter, the window and
+// its kind, and for a window total the total, so that each total is its
+// own report.
+func usagePeriod(u Usage) string {
+	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339) + " " + u.End.Format(time.RFC3339)
+	if u.Kind == WindowTotals {
+		return p + " total " + strconv.FormatInt(u.Value, 10)
+	}
+	return p + " increment"
+}
+
+// parseUsagePeriod reads a report back from its claim.
+func parseUsagePeriod(c claim.Claim) (Usage, error) {
+	f := strings.Fields(c.Period)
+	u := Usage{Customer: c.Customer, Value: c.Amount, Attempt: c.Attempt}
+	if len(f) < 5 || f[0] != "usage" {
+		return u, fmt.Errorf("billing: claim %s has no usage period: %q", c.Key, c.Period)
+	}
+	u.Meter = f[1]
+	var err1, err2 error
+	u.Start, err1 = time.Parse(time.RFC3339, f[2])
+	u.End, err2 = time.Parse(time.RFC3339, f[3])
+	switch {
+	case err1 != nil || err2 != nil:
+		return u, fmt.Errorf("billing: claim %s has an unreadable usage period %q", c.Key, c.Period)
+	case f[4] == "increment":
+		u.Kind = Increments
+	case f[4] == "total":
+		u.Kind = WindowTotals
+	default:
+		return u, fmt.Errorf("billing: claim %s has an unknown usage kind in %q", c.Key, c.Period)
+	}
+	return u, nil
+}
+
+// usageJobFromClaim rebuilds the usage report a pending claim stands for,
+// with the claim's own key.
+func (b *Biller) usageJobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
+	u, err := parseUsagePeriod(c)
+	if err != nil {
+		return job{}, err
+	}
+	key, err := idemkey.Parse(c.Key)
+	if err != nil {
+		return job{}, fmt.Errorf("billing: claim for customer %s, period %s has an unusable key: %w", c.Customer, c.Period, err)
+	}
+	m, err := b.meter(ctx, u.Meter)
+	if err != nil {
+		return job{}, err
+	}
+	return job{customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount}, key: key, attempt: max(c.Attempt, 1),
+		owner: b.newOwner(), usage: &usageJob{Usage: u, meter: m}}, nil
+}
+
+// usageKey is the key, and the meter event's identifier, of a report.
+func (b *Biller) usageKey(u Usage) (idemkey.Key, error) {
+	parts := []string{"usage", u.Meter, u.Customer, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339), u.Kind.String()}
+	if u.Kind == WindowTotals {
+		parts = append(parts, strconv.FormatInt(u.Value, 10))
+	}
+	return idemkey.For(b.cfg.Scope, append(parts, strconv.Itoa(u.Attempt))...)
+}
+
+// prepareUsage checks a report and derives its job. Its errors are
+// *ChargeError.
+func (b *Biller) prepareUsage(ctx context.Context, u Usage) (job, error) {
+	j := job{customer: u.Customer, period: "usage " + u.Meter, attempt: u.Attempt}
+	u, err := checkUsage(u, time.Now())
+	if err != nil {
+		return j, chargeErr(j, nil, "", err)
+	}
+	j.period, j.attempt = usagePeriod(u), u.Attempt
+	m, err := b.meter(ctx, u.Meter)
+	if err != nil {
+		return j, chargeErr(j, nil, "reading meter "+u.Meter, err)
+	}
+	if err := checkMeter(u, m); err != nil {
+		return j, chargeErr(j, nil, "", err)
+	}
+	key, err := b.usageKey(u)
+	if err != nil {
+		return j, chargeErr(j, nil, "", invalid("%v", err))
+	}
+	j.price, j.key, j.owner = Price{Amount: u.Value}, key, b.newOwner()
+	j.usage = &usageJob{Usage: u, meter: m}
+	return j, nil
+}
+
+// meter returns the active meter whose event name is name, read from
+// Stripe once per Biller. No such meter is an ErrInvalid.
+func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
+	b.usageClients.meters.mu.Lock()
+	m, ok := b.usageClients.meters.by[name]
+	b.usageClients.meters.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	if err := b.limiter.Wait(ctx); err != nil {
+		return m, err
+	}
+	params := &stripe.BillingMeterListParams{Status: stripe.String("active")}
+	params.Context = ctx
+	params.Limit = stripe.Int64(100)
+	it := b.meterList.List(params)
+	found := false
+	for it.Next() {
+		bm := it.BillingMeter()
+		if bm.EventName != name {
+			continue
+		}
+		m = meterInfo{id: bm.ID, formula: "sum", window: string(bm.EventTimeWindow), customerKey: "stripe_customer_id", valueKey: "value"}
+		if bm.DefaultAggregation != nil {
+			m.formula = string(bm.DefaultAggregation.Formula)
+		}
+		if bm.CustomerMapping != nil && bm.CustomerMapping.EventPayloadKey != "" {
+			m.customerKey = bm.CustomerMapping.EventPayloadKey
+		}
+		if bm.ValueSettings != nil && bm.ValueSettings.EventPayloadKey != "" {
+			m.valueKey = bm.ValueSettings.EventPayloadKey
+		}
+		found = true
+		break
+	}
+	if err := it.Err(); err != nil {
+		return m, err
+	}
+	if !found {
+		return m, invalid("no active Stripe meter has the event name %q: create the meter first, or check Usage.Meter", name)
+	}
+	b.usageClients.meters.mu.Lock()
+	b.usageClients.meters.by[name] = m
+	b.usageClients.meters.mu.Unlock()
+	return m, nil
+}
+
+// ReportUsage reports u to Stripe as one meter event, exactly once: call it
+// as often as you like, from as many replicas as you like, for the same
+// report; Stripe counts it once.
+//
+// The flow is a charge's: the key, which is also the meter event's
+// identifier, is derived from (scope, meter, customer, window, kind,
+// attempt) before anything else; a claim row is committed; only then is
+// the event sent, inside retries that all carry that key and identifier;
+// the outcome is recorded on the claim. The receipt's StripeID is the
+// identifier, its Amount the value, and its Period the claim's period
+// ("usage <meter> <start> <end> increment").
+//
+// Stripe refuses an identifier it has seen in the last 24 hours or more
+// with a 400 ("An event already exists with identifier …"). When this
+// claim's key may have been sent before (a lost answer, a crashed
+// runner), that answer means the event is there: the report is recorded
+// as delivered, with Outcome Replayed, and never sent again. When it
+// cannot have been (the claim is new), the identifier was used by an
+// event this claim table never sent: [ErrNeedsReconciliation], the claim
+// stays pending, and nothing is retried.
+//
+// Past the key's deadline (Config.WindowMargin) with an unknown outcome,
+// nothing is sent blind: the meter's event summary for the customer and
+// the window decides. A summary equal to the value (for a window total:
+// at least the value, a later total having replaced it) records the
+// report as delivered (Outcome Reconciled); a summary of zero reopens the
+// key's window and sends; anything else is ErrNeedsReconciliation. This
+// proves delivery only while nothing else reports to the same meter,
+// customer and window; Stripe has no lookup of one event by identifier.
+//
+// Stripe validates events again as it aggregates them and reports the
+// ones it rejects later, in a meter error report (a
+// v1.billing.meter.error_report_triggered event); [Biller.Webhook] fails
+// the claims it names, and a report of the same window is then sent again
+// only with the next Attempt. Error reports name a sample of the rejected
+// events, not all: those not named stay delivered; compare the meter's
+// summaries to find them.
+//
+// Every error is a [*ChargeError], as for charges.
+func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
+	j, err := b.prepareUsage(ctx, u)
+	if err != nil {
+		return Receipt{}, err
+	}
+	start := time.Now()
+	res, err := b.claims.Claim(ctx, b.request(j))
+	if err != nil {
+		var m *claim.MismatchError
+		if errors.As(err, &m) {
+			if e := b.underWay(j, m.Existing); e != nil {
+				b.outcome(j, start, Receipt{}, e)
+				return Receipt{}, e
+			}
+		}
+		err = chargeErr(j, nil, "claiming", err)
+		b.outcome(j, start, Receipt{}, err)
+		return Receipt{}, err
+	}
+	r, err := b.settleClaim(ctx, j, res)
+	b.outcome(j, start, r, err)
+	return r, err
+}
+
+// RunUsage reports every usage report from reports, each exactly once, as
+// [Biller.Run] bills customers: claimed in batches, sent with bounded
+// concurrency under the Biller's rate limit, with Progress, a Summary
+// (Created counts the events sent, AlreadyBilled the reports found
+// delivered), and the lock of opts.Lock (named LockName, by default
+// "billonce-usage:<scope>"). A report that is invalid, or repeated within
+// a batch, is counted as Invalid; answers that stop a Run stop it.
+func (b *Biller) RunUsage(ctx context.Context, reports iter.Seq2[Usage, error], opts *RunOptions) (Summary, error) {
+	start := time.Now()
+	const label = "usage"
+	var o RunOptions
+	if opts != nil {
+		o = *opts
+	}
+	var sum Summary
+	var err error
+	if reports == nil {
+		err = invalid("RunUsage needs an iterator of usage reports")
+	} else if err = o.check(); err == nil {
+		name := o.LockName
+		if name == "" {
+			name = "billonce-usage:" + b.cfg.Scope
+		}
+		preps := func(yield func(prep, error) bool) {
+			for u, err := range reports {
+				p := func(ctx context.Context) (job, error) { return b.prepareUsage(ctx, u) }
+				if !yield(p, err) {
+					return
+				}
+			}
+		}
+		sum, err = locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
+			return b.run(ctx, label, preps, &o)
+		})
+	}
+	sum.Period = label
+	s := sum
+	b.observe(Event{Kind: EventRun, Period: label, Duration: time.Since(start), Err: err, Summary: &s})
+	return sum, err
+}
+
+// sendUsage makes one HTTP attempt of a usage report: the meter event.
+func (b *Biller) sendUsage(ctx context.Context, j job, key idemkey.Key) (created, error) {
+	u := j.usage
+	params := &stripe.BillingMeterEventParams{
+		EventName:  stripe.String(u.Meter),
+		Identifier: stripe.String(key.String()),
+		Timestamp:  stripe.Int64(u.Start.Unix()),
+		Payload: map[string]string{
+			u.meter.customerKey: u.Customer,
+			u.meter.valueKey:    strconv.FormatInt(u.Value, 10),
+		},
+	}
+	params.Context, params.IdempotencyKey = ctx, stripe.String(key.String())
+	ev, err := b.meterEvents.New(params)
+	if err != nil {
+		return created{}, err
+	}
+	out := created{id: ev.Identifier, status: "succeeded", replayed: replayed(ev.LastResponse), requestID: requestID(ev.LastResponse)}
+	if out.id != key.String() {
+		return created{}, notAPayment(ev.LastResponse)
+	}
+	return out, nil
+}
+
+// duplicateIdentifier reports whether err is Stripe's refusal of a meter
+// event whose identifier it has seen already.
+func duplicateIdentifier(err error) bool {
+	var se *stripe.Error
+	return errors.As(err, &se) && se.HTTPStatusCode == 400 && strings.Contains(se.Msg, "already exists with identifier")
+}
+
+// reconcileUsage settles a pending usage claim whose key's deadline has
+// passed, from the meter's event summary for the customer and window (see
+// ReportUsage).
+func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+	u := j.usage
+	b.log.LogAttrs(ctx, slogWarn, "billonce: reading the meter's summary before sending a usage report again",
+		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute))...)
+	total, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (float64, error) {
+		return b.meterTotal(ctx, u)
+	})
+	needs := func(reason string) (Receipt, error) {
+		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
+		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: the meter's summary could not settle it, so nothing was sent",
+			attrs(j, "reason", reason)...)
+		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, nil)
+	}
+	value := float64(u.Value)
+	switch {
+	case err != nil:
+		return needs("reading the meter's summary failed: " + err.Error())
+	case total == value || u.Kind == WindowTotals && total > value:
+		r, err := b.record(ctx, j, created{id: j.key.String(), status: "succeeded"})
+		if err == nil {
+			r.Outcome = Reconciled
+		}
+		return r, err
+	case total == 0:
+		if err := b.claims.Reopen(ctx, j.key.String(), j.owner, endpointMeterEvents, b.credential); err != nil {
+			return Receipt{}, chargeErr(j, nil, "reopening the key's window", err)
+		}
+		j.reopened = true
+		c.SentAge = 0
+		return b.send(ctx, j, c)
+	}
+	return needs(fmt.Sprintf("the meter's summary for the window is %v, the report's value %d: another report counts in this window too", total, u.Value))
+}
+
+// meterTotal reads the meter's aggregated value for the report's customer
+// and window.
+func (b *Biller) meterTotal(ctx context.Context, u *usageJob) (float64, error) {
+	if err := b.limiter.Wait(ctx); err != nil {
+		return 0, err
+	}
+	params := &stripe.BillingMeterEventSummaryListParams{
+		ID:        stripe.String(u.meter.id),
+		Customer:  stripe.String(u.Customer),
+		StartTime: stripe.Int64(u.Start.Unix()),
+		EndTime:   stripe.Int64(u.End.Unix()),
+	}
+	params.Context = ctx
+	it := b.meterSummaries.List(params)
+	var total float64
+	for it.Next() {
+		s := it.BillingMeterEventSummary()
+		if s.ID == "" || math.IsNaN(s.AggregatedValue) {
+			return 0, notAPayment(it.BillingMeterEventSummaryList().LastResponse)
+		}
+		total += s.AggregatedValue
+	}
+	return total, it.Err()
+}
+
+// usageClients are the Stripe clients of usage reports.
+type usageClients struct {
+	meterList      *meter.Client
+	meterEvents    *meterevent.Client
+	meterSummaries *metereventsummary.Client
+	meters         *meters
+}

@@ -1,0 +1,384 @@
+package billing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/internal/pgtest"
+)
+
+const meterEvents = "/v1/billing/meter_events"
+
+// hourAgo is the start of the last whole hour that is over.
+func hourAgo() time.Time { return time.Now().UTC().Truncate(time.Hour).Add(-time.Hour) }
+
+func usage(customer string, value int64) billing.Usage {
+	start := hourAgo()
+	return billing.Usage{Customer: customer, Meter: "api_calls", Kind: billing.Increments,
+		Start: start, End: start.Add(time.Hour), Value: value}
+}
+
+// sends counts the meter events POSTed to the fake, answered or not.
+func sends(srv *billingtest.Server) int {
+	n := 0
+	for _, e := range srv.Log() {
+		if e.Method == "POST" && e.Path == meterEvents {
+			n++
+		}
+	}
+	return n
+}
+
+// requireCounted wants u counted exactly once in the meter's total at the
+// fake, as one event.
+func requireCounted(t *testing.T, srv *billingtest.Server, u billing.Usage) {
+	t.Helper()
+	if n := srv.MeterEvents(u.Meter, u.Customer); n != 1 {
+		t.Errorf("%s: %d meter events at Stripe, want 1", u.Customer, n)
+	}
+	if got := srv.MeterTotal(u.Meter, u.Customer, u.Start, u.End); got != float64(u.Value) {
+		t.Errorf("%s: meter total %v, want %d", u.Customer, got, u.Value)
+	}
+}
+
+// Reported again and again, and from eight replicas at once, a window's
+// usage is counted once. A reporter without a stable identifier counts it
+// once per call.
+func TestReportUsageOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 42)
+	ctx := context.Background()
+	r, err := e.b.ReportUsage(ctx, u)
+	if err != nil || r.Outcome != billing.Created || r.Amount != 42 || r.StripeID != r.Key.String() {
+		t.Fatalf("first report = %+v, %v; want created, value 42, the key as identifier", r, err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		b := e.biller()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := b.ReportUsage(ctx, u)
+			if err != nil || r.Outcome != billing.AlreadyBilled {
+				t.Errorf("repeat = %+v, %v; want already billed", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	requireCounted(t, e.srv, u)
+	if n := sends(e.srv); n != 1 {
+		t.Errorf("%d meter event requests, want 1: repeats must not reach Stripe", n)
+	}
+	// Another value for the same window is refused, not counted.
+	u2 := u
+	u2.Value = 43
+	_, err = e.b.ReportUsage(ctx, u2)
+	var m *claim.MismatchError
+	if !errors.As(err, &m) {
+		t.Errorf("another value for the window = %v, want a *claim.MismatchError", err)
+	}
+	requireCounted(t, e.srv, u)
+}
+
+// An event whose answer was lost is resumed with the same identifier.
+// When Stripe has forgotten the idempotency key but not the identifier,
+// it answers 400 "already exists": that is the event, delivered, and it
+// is recorded once, neither retried forever nor sent with a new
+// identifier.
+func TestDuplicateIdentifierAfterLostAnswerIsDelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, billingtest.Config{KeyTTL: time.Hour, IdentifierWindow: 48 * time.Hour}, oneAttempt)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 7)
+	ctx := context.Background()
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := e.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
+	}
+	e.srv.Advance(2 * time.Hour) // the fake forgets the key, keeps the identifier
+	before := sends(e.srv)
+	r, err := e.b.ReportUsage(ctx, u)
+	if err != nil || r.Outcome != billing.Replayed {
+		t.Fatalf("resumed report = %+v, %v; want replayed (Stripe has the event)", r, err)
+	}
+	if n := sends(e.srv) - before; n != 1 {
+		t.Errorf("resume sent %d requests, want 1: the duplicate answer is final", n)
+	}
+	r, err = e.b.ReportUsage(ctx, u)
+	if err != nil || r.Outcome != billing.AlreadyBilled {
+		t.Errorf("third report = %+v, %v; want already billed", r, err)
+	}
+	requireCounted(t, e.srv, u)
+}
+
+// A duplicate-identifier answer to a claim that never sent its key means
+// another table (or a restored backup) sent the event: it needs a person,
+// is not retried, and counts nothing twice.
+func TestDuplicateIdentifierOnANewClaimNeedsReconciliation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 7)
+	ctx := context.Background()
+	if _, err := e.b.ReportUsage(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	// Another claim table, and another API key: Stripe's idempotency
+	// keys are per API key, its identifiers are not.
+	other := &env{tb: t, srv: e.srv, pool: e.pool}
+	other.store = newStore(t, pgtest.Pool(t))
+	b := other.biller(func(c *billing.Config) { c.SecretKey = "sk_test_other_0000000000000000000" })
+	before := sends(e.srv)
+	_, err := b.ReportUsage(ctx, u)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Fatalf("report from a table that never sent it = %v, want ErrNeedsReconciliation", err)
+	}
+	if billing.StopsRun(err) {
+		t.Errorf("a taken identifier stops a run: %v", err)
+	}
+	if n := sends(e.srv) - before; n != 1 {
+		t.Errorf("%d requests, want 1: a duplicate identifier is never retried", n)
+	}
+	requireCounted(t, e.srv, u)
+}
+
+// Past the key's deadline with an unknown outcome, the meter's summary
+// decides: an event that is there is recorded without a send; one that is
+// not is sent once.
+func TestUsagePastTheWindowSettledBySummary(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		fault  billingtest.FaultKind
+		sent   int // requests after the deadline
+		result billing.Outcome
+	}{
+		{"event landed", billingtest.FaultCut, 0, billing.Reconciled},
+		{"event lost", billingtest.FaultErrorBefore, 1, billing.Created},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			e.srv.CreateMeter("api_calls", "sum", "")
+			u := usage("cus_1", 7)
+			ctx := context.Background()
+			e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: tc.fault})
+			if _, err := e.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+				t.Fatalf("first report = %v, want ErrOutcomeUnknown", err)
+			}
+			e.advance(25 * time.Hour)
+			e.srv.AggregateNow()
+			before := sends(e.srv)
+			r, err := e.b.ReportUsage(ctx, u)
+			if err != nil || r.Outcome != tc.result {
+				t.Fatalf("report past the deadline = %+v, %v; want %v", r, err, tc.result)
+			}
+			if n := sends(e.srv) - before; n != tc.sent {
+				t.Errorf("%d sends past the deadline, want %d", n, tc.sent)
+			}
+			requireCounted(t, e.srv, u)
+		})
+	}
+}
+
+// Pre-aggregated meters take the window's running total: each total once,
+// the newest counting.
+func TestWindowTotals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("seats", "sum", "hour")
+	ctx := context.Background()
+	start := hourAgo()
+	u := billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: start, End: start.Add(time.Hour)}
+	for _, v := range []int64{10, 10, 25, 25} {
+		u.Value = v
+		if _, err := e.b.ReportUsage(ctx, u); err != nil {
+			t.Fatalf("total %d: %v", v, err)
+		}
+	}
+	if n := e.srv.MeterEvents("seats", "cus_1"); n != 2 {
+		t.Errorf("%d events, want 2 (one per distinct total)", n)
+	}
+	if got := e.srv.MeterTotal("seats", "cus_1", start, start.Add(time.Hour)); got != 25 {
+		t.Errorf("window total %v, want 25", got)
+	}
+}
+
+// The kind of a report must match its meter, and the report must be
+// valid: each mistake is an ErrInvalid, and no meter event is sent.
+func TestUsageRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	e.srv.CreateMeter("seats", "sum", "day")
+	e.srv.CreateMeter("logins", "count", "")
+	now := time.Now().UTC().Truncate(time.Minute)
+	ok := usage("cus_1", 5)
+	edit := func(f func(*billing.Usage)) billing.Usage { u := ok; f(&u); return u }
+	for name, tc := range map[string]struct {
+		u    billing.Usage
+		want string
+	}{
+		"increments to a windowed meter": {edit(func(u *billing.Usage) { u.Meter = "seats" }), "running total"},
+		"totals to a sum meter":          {edit(func(u *billing.Usage) { u.Kind = billing.WindowTotals }), "overcount"},
+		"count meter":                    {edit(func(u *billing.Usage) { u.Meter = "logins" }), "sum meters only"},
+		"no such meter":                  {edit(func(u *billing.Usage) { u.Meter = "nope" }), "no active Stripe meter"},
+		"total for part of a day":        {billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: ok.Start, End: ok.End, Value: 3}, "exactly one day"},
+		"no kind":                        {edit(func(u *billing.Usage) { u.Kind = 0 }), "say which kind"},
+		"zero value":                     {edit(func(u *billing.Usage) { u.Value = 0 }), "positive quantity"},
+		"negative value":                 {edit(func(u *billing.Usage) { u.Value = -3 }), "positive quantity"},
+		"empty customer":                 {edit(func(u *billing.Usage) { u.Customer = "" }), "customer ID is empty"},
+		"long meter":                     {edit(func(u *billing.Usage) { u.Meter = strings.Repeat("m", 101) }), "at most 100"},
+		"end before start":               {edit(func(u *billing.Usage) { u.End = u.Start }), "End must be after Start"},
+		"not whole minutes":              {edit(func(u *billing.Usage) { u.Start = u.Start.Add(time.Second) }), "whole minutes"},
+		"older than Stripe takes":        {edit(func(u *billing.Usage) { u.Start = now.Add(-36 * 24 * time.Hour) }), "older than 35 days"},
+		"in the future":                  {edit(func(u *billing.Usage) { u.End = now.Add(time.Hour) }), "in the future"},
+		"no window":                      {edit(func(u *billing.Usage) { u.Start = time.Time{} }), "must be set"},
+	} {
+		_, err := e.b.ReportUsage(context.Background(), tc.u)
+		if !errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalid saying %q", name, err, tc.want)
+		}
+	}
+	if n := sends(e.srv); n != 0 {
+		t.Errorf("%d meter events sent for invalid reports", n)
+	}
+	if n := e.claimRows(); n != 0 {
+		t.Errorf("%d claims written for invalid reports", n)
+	}
+}
+
+// Stripe rejects an accepted event later, in a meter error report: the
+// webhook fails its claim, and only the next attempt reports it again.
+func TestMeterErrorReportFailsTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
+	ctx := context.Background()
+	u := usage("cus_1", 9)
+	r, err := h.b.ReportUsage(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv.AggregateNow()
+	h.deliverAll()
+	h.deliverAll() // a redelivery changes nothing
+	c, err := h.store.Get(ctx, r.Key.String())
+	if err != nil || c.State != claim.StateFailed || c.FailureCode != "meter_event_customer_not_found" {
+		t.Fatalf("claim after the error report = %+v, %v; want failed with the report's code", c, err)
+	}
+	if _, err := h.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrDeclined) {
+		t.Errorf("report after rejection = %v, want ErrDeclined", err)
+	}
+	h.srv.RejectUsage("cus_1", "")
+	u.Attempt = 2
+	if r, err := h.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+		t.Errorf("second attempt = %+v, %v; want created", r, err)
+	}
+	requireCounted(t, h.srv, u)
+}
+
+// RunUsage reports every window of every customer once, through faults,
+// with two runs at once.
+func TestRunUsageOnceThroughFaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	e.srv.SetScript(faults(7, map[billingtest.FaultKind]float64{
+		billingtest.FaultDrop: 0.05, billingtest.FaultErrorAfter: 0.05, billingtest.FaultErrorBefore: 0.05, billingtest.FaultRateLimit: 0.05,
+	}))
+	var reports []billing.Usage
+	for i := range 60 {
+		for w := range 3 {
+			u := usage(fmt.Sprintf("cus_%03d", i), int64(i+1))
+			u.Start, u.End = u.Start.Add(-time.Duration(w)*time.Hour), u.End.Add(-time.Duration(w)*time.Hour)
+			reports = append(reports, u)
+		}
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 2 {
+		b := e.biller()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.RunUsage(ctx, slicesSeq(reports), &billing.RunOptions{BatchSize: 16}); err != nil {
+				t.Errorf("RunUsage: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	e.srv.SetScript(nil)
+	// Stripe stores a 500 it answered after executing, and replays it for
+	// the key: those reports stay pending, unknown, for the whole window.
+	sum, err := e.b.RunUsage(ctx, slicesSeq(reports), nil)
+	if err != nil || sum.Done != len(reports) || sum.Created != 0 || sum.Pending == 0 || sum.AlreadyBilled+sum.Pending != len(reports) {
+		t.Fatalf("RunUsage after the faults = %+v, %v; want every report already billed or pending, none sent anew", sum, err)
+	}
+	// A day later, the meter's summaries settle them: nothing is sent.
+	e.advance(25 * time.Hour)
+	e.srv.AggregateNow()
+	before := sends(e.srv)
+	sum, err = e.b.RunUsage(ctx, slicesSeq(reports), nil)
+	if err != nil || !sum.Complete() || sum.Done != len(reports) {
+		t.Fatalf("RunUsage a day later = %+v, %v; want all %d complete", sum, err, len(reports))
+	}
+	if n := sends(e.srv) - before; n != 0 {
+		t.Errorf("%d events sent a day later, want 0: the summaries show each delivered", n)
+	}
+	for _, u := range reports {
+		if n := e.srv.MeterEvents(u.Meter, u.Customer); n != 3 {
+			t.Fatalf("%s: %d events, want 3 (one per window)", u.Customer, n)
+		}
+		if got := e.srv.MeterTotal(u.Meter, u.Customer, u.Start, u.End); got != float64(u.Value) {
+			t.Errorf("%s %s: total %v, want %d", u.Customer, u.Start.Format(time.RFC3339), got, u.Value)
+		}
+	}
+}
+
+func slicesSeq[T any](s []T) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for _, v := range s {
+			if !yield(v, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Reconcile resumes a usage report a runner left pending, with its own
+// key and identifier, and never treats it as a charge.
+func TestReconcileResumesUsage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 11)
+	ctx := context.Background()
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := e.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
+	}
+	sum, err := e.biller().Reconcile(ctx, nil)
+	if err != nil || sum.Done != 1 || sum.Created != 1 {
+		t.Fatalf("Reconcile = %+v, %v; want the report settled by Stripe's replay", sum, err)
+	}
+	requireCounted(t, e.srv, u)
+	if n := e.srv.Stats().Paid; n != 0 {
+		t.Errorf("%d payments: a usage claim was resumed as a charge", n)
+	}
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.AlreadyBilled {
+		t.Errorf("report after Reconcile = %+v, %v; want already billed", r, err)
+	}
+}
