@@ -97,9 +97,10 @@ const (
 //
 // Every error is a [*ChargeError], with the kinds of a charge's errors.
 // Once the draft exists the claim is never failed by a refusal of Stripe
-// (a 4xx on a later step): it stays pending, and the error says which
-// invoice a person voids (and then marks the claim settled) or fixes
-// before the next call resumes it.
+// (a 4xx on a later step): it stays pending with [ErrNeedsReconciliation],
+// and the error names the invoice. A person fixes the cause and calls
+// again, which resumes it; or voids the invoice once it is open, and the
+// invoice.voided event fails the claim.
 func (b *Biller) Invoice(ctx context.Context, customer, period string, inv *Invoice) (Receipt, error) {
 	j, err := b.prepareInvoice(ctx, customer, period, inv)
 	if err != nil {
