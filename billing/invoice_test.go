@@ -605,3 +605,32 @@ func TestInvoiceResumedWithAnotherCredentialLooksFirst(t *testing.T) {
 	}
 	e.wantOneInvoice("cus_1", inv, "paid", 1)
 }
+
+// Stripe refusing a step once the draft exists (here a person finalized
+// the invoice by hand mid-way) leaves the claim pending for a person,
+// never failed nor abandoned, and makes no second invoice. A flow that
+// fails the claim, or starts over, invoices the period twice.
+func TestInvoiceStepRefusedLeavesTheClaimPending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.crashAt(e.b, "cus_1", "line 1", inv)
+	c := e.invoiceClaim("cus_1")
+	fp := &stripe.InvoiceFinalizeInvoiceParams{}
+	fp.IdempotencyKey = stripe.String("by-hand")
+	if _, err := e.invoices().FinalizeInvoice(c.StripeID, fp); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	var ce *billing.ChargeError
+	if !errors.Is(err, billing.ErrNeedsReconciliation) || !errors.As(err, &ce) || ce.StripeID != c.StripeID || billing.StopsRun(err) {
+		t.Fatalf("err = %v, want ErrNeedsReconciliation naming %s, not stopping a run", err, c.StripeID)
+	}
+	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "line 1" {
+		// line 1's own key replays its item; line 2 is refused.
+		t.Fatalf("claim %s at %q, want pending at line 1", c.State, c.Step)
+	}
+	if n := len(e.srv.Invoices("cus_1")); n != 1 {
+		t.Fatalf("%d invoices", n)
+	}
+}
