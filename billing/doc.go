@@ -225,6 +225,40 @@
 // "unchanged", is reported only as an EventWebhook "unchanged", and
 // charges nobody.
 //
+// # Invoices
+//
+// [Biller.Invoice] bills a customer for a period by one Stripe invoice
+// with its lines ([Invoice], or Config.Invoice's answer), with the same
+// guarantee: one invoice, each line added once, finalized once, paid (or,
+// with Invoice.DaysUntilDue, sent) once, across retries, replicas,
+// crashes and days. A Run item with an Invoice, or every item when
+// Config.Invoice is set and Config.Price is not, is billed that way.
+//
+// An invoice is several requests, so its claim records how far it got
+// (claim.Claim.Step: "draft", "line 0", …, "finalized") and which invoice
+// it builds on. Each step has its own key, derived from the claim's key
+// and the step's name (and line index), and its own deadline, which
+// starts when the step before it is recorded; the draft, each invoice
+// item and the invoice carry the metadata billonce_key, billonce_customer,
+// billonce_period, and each item billonce_line, its index. The draft is
+// made with pending_invoice_items_behavior=exclude and each line added to
+// it by id, so that no pending invoice item of the customer is swept in.
+// A call that finds the claim part way resumes at the next step with the
+// same keys. Past a step's deadline nothing is written blind: the draft is
+// looked for with Stripe's invoice search (one found is taken; several, or
+// a failed search, is [ErrNeedsReconciliation]), a line by listing the
+// invoice's lines, the finalization and the payment by reading the
+// invoice.
+//
+// A customer is either charged or invoiced for a period: both take the
+// period's one claim in the claim table. A declined payment leaves the
+// invoice open for Stripe to collect, and the claim processing: it is
+// reported, never invoiced again. Once the draft exists a Stripe refusal
+// of a step leaves the claim pending (never failed, never abandoned) for
+// a person, who fixes the cause and calls again, or voids the invoice.
+// Reconcile resumes pending invoices with Config.Invoice for their lines;
+// without it, it reports them and leaves them as they are.
+//
 // # Charges or PaymentIntents
 //
 // Config.API chooses the Stripe API. [Charges] (POST /v1/charges against the
