@@ -45,12 +45,17 @@ func simMigrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // simNewBiller builds a runner's Biller: its configuration, its claim store
 // and its HTTP transport, both of which die with the runner.
 func simNewBiller(w *simWorld, cfg simConfig, store claim.Store, rt http.RoundTripper, owner string) (*billing.Biller, error) {
+	price, invoice := w.plan.priceOf, (func(context.Context, string, string) (billing.Invoice, error))(nil)
+	if w.mode == simInvoices {
+		price, invoice = nil, w.plan.invoiceOf
+	}
 	return billing.New(billing.Config{
 		SecretKey:    simSecrets[cfg.Secret],
 		StripeURL:    w.srv.URL,
 		HTTPClient:   &http.Client{Transport: rt},
 		Claims:       store,
-		Price:        w.plan.priceOf,
+		Price:        price,
+		Invoice:      invoice,
 		API:          cfg.API,
 		Scope:        cfg.Scope,
 		RateLimit:    -1,
@@ -219,14 +224,15 @@ func (r simRetry) policy() retry.Policy {
 // simWorld is one scenario's world: a fake Stripe, the claim table, the
 // runners, virtual time and the trace.
 type simWorld struct {
-	plan  *simPlan
-	mode  simMode
-	usage simUsageWorld // mode simUsage only
-	pool  *pgxpool.Pool
-	table string
-	srv   *billingtest.Server
-	base  *http.Transport
-	t0    time.Time // the fake's clock when the scenario starts
+	plan      *simPlan
+	mode      simMode
+	hooks     simHooks  // modes simUsage and simInvoices
+	usageBase time.Time // mode simUsage: the start of the first window, on the wall clock
+	pool      *pgxpool.Pool
+	table     string
+	srv       *billingtest.Server
+	base      *http.Transport
+	t0        time.Time // the fake's clock when the scenario starts
 
 	// Used by the goroutine that plays the scenario only.
 	runners   []*simRunner
@@ -484,6 +490,7 @@ type simProc struct {
 
 	mu      sync.Mutex
 	point   simCrash // armed crash point of the current operation
+	step    string   // the step whose writes count for it, or "" for any create
 	at      int      // the point fires on this occurrence
 	claims  int      // Claim and ClaimBatch calls in the operation
 	creates int      // create requests in the operation
@@ -491,10 +498,10 @@ type simProc struct {
 }
 
 // arm sets the crash point of the next operation, run under cancel.
-func (p *simProc) arm(point simCrash, at int, cancel context.CancelFunc) {
+func (p *simProc) arm(point simCrash, at int, step string, cancel context.CancelFunc) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.point, p.at, p.claims, p.creates, p.cancel = point, at, 0, 0, cancel
+	p.point, p.at, p.step, p.claims, p.creates, p.cancel = point, at, step, 0, 0, cancel
 }
 
 // next counts one claim call, or one create request, of the operation and
@@ -508,6 +515,13 @@ func (p *simProc) next(create bool) (n int) {
 	}
 	p.claims++
 	return p.claims
+}
+
+// counts reports whether a write of step counts for the armed crash point.
+func (p *simProc) counts(step string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.step == "" || p.step == step
 }
 
 // fires reports whether the armed crash point is point, on occurrence n.
@@ -682,9 +696,31 @@ func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, c
 	return s.inner.(claimengine.Batcher).CheckSendSucceed(ctx, window, checks, done)
 }
 
-// simCreates are the requests that create what is billed: the crash
-// points around Stripe's answer fire on them.
-var simCreates = map[string]bool{"/v1/charges": true, "/v1/payment_intents": true, meterEvents: true}
+// simCreate reports whether a POST to path creates what is billed, or
+// takes a step of an invoice: the crash points around Stripe's answer
+// fire on them.
+func simCreate(path string) bool {
+	switch path {
+	case "/v1/charges", "/v1/payment_intents", meterEvents, "/v1/invoices", "/v1/invoiceitems":
+		return true
+	}
+	return strings.HasPrefix(path, "/v1/invoices/") && (strings.HasSuffix(path, "/finalize") || strings.HasSuffix(path, "/pay"))
+}
+
+// simStep names the write a create request makes.
+func simStep(path string) string {
+	switch {
+	case path == "/v1/invoices":
+		return "invoice draft"
+	case path == "/v1/invoiceitems":
+		return "invoice line"
+	case strings.HasPrefix(path, "/v1/invoices/"):
+		return "invoice " + path[strings.LastIndexByte(path, '/')+1:]
+	case path == meterEvents:
+		return "meter event"
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(path, "/v1/"), "s")
+}
 
 // simTransport is a runner's HTTP transport: it fails once the runner is
 // dead and kills the runner at the crash points around Stripe's answer.
@@ -701,10 +737,13 @@ func (t *simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, errSimCrashed
 	}
-	if req.Method != http.MethodPost || !simCreates[req.URL.Path] {
+	if req.Method != http.MethodPost || !simCreate(req.URL.Path) {
 		return t.send(req)
 	}
 	key := req.Header.Get("Idempotency-Key")
+	if !t.p.counts(simStep(req.URL.Path)) {
+		return t.send(req)
+	}
 	n := t.p.next(true)
 	switch {
 	case t.p.fires(simCrashBeforeAnswer, n):
@@ -713,7 +752,8 @@ func (t *simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.srv.FailNext(billingtest.Match{Method: http.MethodPost, Path: req.URL.Path, IdempotencyKey: key},
 			billingtest.Fault{Kind: billingtest.FaultCut})
 		resp, err := t.send(req)
-		t.p.die("after Stripe committed " + t.p.w.keyLabel(key) + ", before the answer")
+		t.p.w.count("crashes at "+simStep(req.URL.Path), 1)
+		t.p.die("after Stripe committed " + t.p.w.keyLabel(key) + " (" + simStep(req.URL.Path) + "), before the answer")
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -724,7 +764,8 @@ func (t *simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			status = resp.Status
 		}
-		t.p.die(fmt.Sprintf("after Stripe answered %s (%s), before recording", t.p.w.keyLabel(key), status))
+		t.p.w.count("crashes at "+simStep(req.URL.Path), 1)
+		t.p.die(fmt.Sprintf("after Stripe answered %s (%s, %s), before recording", t.p.w.keyLabel(key), simStep(req.URL.Path), status))
 		return resp, err
 	}
 	return t.send(req)

@@ -52,6 +52,7 @@ type simMode int
 const (
 	simCharges simMode = iota
 	simUsage
+	simInvoices
 )
 
 // simTest plays the seeds of BILLONCE_SIM_SEEDS (or BILLONCE_SIM_SEED) in
@@ -148,9 +149,14 @@ func simulate(pool *pgxpool.Pool, seed uint64, mode simMode) (res simResult) {
 		res.elapsed = time.Since(start)
 	}()
 	w.play(ctx)
-	if mode == simUsage {
+	switch mode {
+	case simUsage:
 		w.settleUsage(ctx)
 		res.violations = w.checkUsage(ctx)
+		return res
+	case simInvoices:
+		w.settleInvoices(ctx)
+		res.violations = w.checkInvoices(ctx)
 		return res
 	}
 	w.settle(ctx)
@@ -283,7 +289,8 @@ type simOp struct {
 	run         []string // a Run's customers
 	conc, batch int      // a Run's options
 	crash       simCrash
-	crashAt     int // the crash fires on this occurrence of its point in the step
+	crashAt     int    // the crash fires on this occurrence of its point in the step
+	crashStep   string // if set, only writes of this step (simStep) count for crashes around the answer
 }
 
 func (o simOp) String() string {
@@ -300,6 +307,9 @@ func (o simOp) String() string {
 	}
 	if o.crash != simCrashNone {
 		s += fmt.Sprintf(" crash=%s#%d", simCrashNames[o.crash], o.crashAt)
+		if o.crashStep != "" {
+			s += " of " + o.crashStep
+		}
 	}
 	return s
 }
@@ -794,6 +804,13 @@ func (w *simWorld) play(ctx context.Context) {
 		}
 		w.arm(rd.faults)
 		for j, op := range rd.ops {
+			if w.mode == simInvoices && (op.crash == simCrashBeforeAnswer || op.crash == simCrashBeforeRecord) {
+				// An invoice takes several writes: the crash falls on
+				// one of a step, each step as likely.
+				steps := []string{"invoice draft", "invoice line", "invoice finalize", "invoice pay"}
+				rd.ops[j].crashStep = steps[rand.New(rand.NewPCG(w.plan.seed, uint64(i*simRunnerCount+j))).IntN(len(steps))]
+				op = rd.ops[j]
+			}
 			r := w.runners[op.runner]
 			w.logf("  %c) %s.%d (%s key#%d%s) %s", 'a'+j, r.name, r.life, r.cfg.API, r.cfg.Secret, scopeTag(r.cfg.Scope), op)
 		}
@@ -805,7 +822,7 @@ func (w *simWorld) play(ctx context.Context) {
 		wg.Wait()
 		w.quiet(0)
 		w.disarm()
-		if w.mode == simUsage {
+		if w.mode != simCharges {
 			w.deliverWebhooks(ctx)
 		}
 		if rd.faults.jumps() && !w.jumped.Load() {
@@ -857,6 +874,12 @@ func (w *simWorld) apply(ev simEvent) {
 
 // arm sets the fake's faults for a round.
 func (w *simWorld) arm(f simFaults) {
+	if cut := f.rates[billingtest.FaultCut]; w.mode == simInvoices && cut > 0 {
+		// Steps whose connection drops without a byte, besides those
+		// whose answer is cut.
+		f.rates = maps.Clone(f.rates)
+		f.rates[billingtest.FaultDrop] = cut / 2
+	}
 	random, err := billingtest.RandomFaults(f.seed, f.rates)
 	if err != nil {
 		w.harnessf("fault rates: %v", err)
@@ -928,12 +951,14 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, simStepBudget)
 	defer cancel()
-	p.arm(op.crash, op.crashAt, cancel)
-	defer p.arm(simCrashNone, 0, nil)
+	p.arm(op.crash, op.crashAt, op.crashStep, cancel)
+	defer p.arm(simCrashNone, 0, "", nil)
 	var errs []error
 	switch {
 	case w.mode == simUsage:
 		out, errs = w.usageStep(ctx, b, op)
+	case w.mode == simInvoices:
+		out, errs = w.invoiceStep(ctx, b, op)
 	case op.kind == simCharge:
 		rc, err := b.Charge(ctx, op.customer, op.period, nil)
 		out, errs = simReceipt(rc, err), []error{err}

@@ -50,10 +50,10 @@ const (
 	simMaxUsageTries = 6 // attempts of a window the settle phase makes
 )
 
-// simUsageWorld is what a usage scenario adds to its world.
-type simUsageWorld struct {
-	base      time.Time    // the start of the first window, on the wall clock
-	hook      http.Handler // the webhook endpoint, of a Biller that never crashes
+// simHooks is the webhook endpoint of a scenario whose outcomes arrive by
+// webhook (usage and invoices).
+type simHooks struct {
+	hook      http.Handler // of a Biller that never crashes
 	delivered int          // events of the fake delivered so far
 	redeliver []billingtest.Event
 }
@@ -65,7 +65,7 @@ type simUsageWorld struct {
 func (w *simWorld) usageWorld() {
 	w.srv.CreateMeter(simMeter, "sum", "")
 	n := len(w.plan.periods) * simUsageWindows
-	w.usage.base = time.Now().UTC().Truncate(time.Hour).Add(-time.Duration(n+1) * time.Hour)
+	w.usageBase = time.Now().UTC().Truncate(time.Hour).Add(-time.Duration(n+1) * time.Hour)
 }
 
 // reports returns the usage reports of customer for period, attempt 0.
@@ -73,7 +73,7 @@ func (w *simWorld) reports(customer, period string) []billing.Usage {
 	i := slices.Index(w.plan.periods, period)
 	out := make([]billing.Usage, simUsageWindows)
 	for k := range out {
-		start := w.usage.base.Add(time.Duration(i*simUsageWindows+k) * time.Hour)
+		start := w.usageBase.Add(time.Duration(i*simUsageWindows+k) * time.Hour)
 		out[k] = billing.Usage{Customer: customer, Meter: simMeter, Kind: billing.Increments,
 			Start: start, End: start.Add(time.Hour), Value: w.plan.prices[customer].Amount/10 + int64(k)}
 	}
@@ -142,9 +142,9 @@ func simUsageReceipt(r billing.Receipt, err error) string {
 }
 
 // deliverWebhooks delivers the fake's new events, and those refused
-// before, to the webhook endpoint, as Stripe does after a round.
+// before, to the webhook endpoint, as Stripe does, after every round.
 func (w *simWorld) deliverWebhooks(ctx context.Context) {
-	u := &w.usage
+	u := &w.hooks
 	if u.hook == nil {
 		b := w.clean(w.plan.initial[0])
 		if b == nil {
@@ -169,7 +169,9 @@ func (w *simWorld) deliverWebhooks(ctx context.Context) {
 		if rec.Code != http.StatusOK {
 			u.redeliver = append(u.redeliver, ev)
 		}
-		w.logf("  webhook %s %s: %d %s", ev.ID, ev.Type, rec.Code, answer)
+		if rec.Code != http.StatusOK || strings.HasPrefix(answer, "applied") {
+			w.logf("  webhook %s %s: %d %s", ev.ID, ev.Type, rec.Code, answer)
+		}
 	}
 }
 
@@ -324,7 +326,7 @@ func (w *simWorld) countFake() {
 		if e.Method == http.MethodPost && e.Path == meterEvents {
 			w.count("meter event requests", 1)
 			if e.Status == http.StatusBadRequest {
-				w.count("duplicate-identifier answers", 1)
+				w.count("meter events answered 400 (identifier taken)", 1)
 			}
 		}
 	}

@@ -1,0 +1,221 @@
+package billing_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+)
+
+// TestSimulationInvoices plays the scenarios of TestSimulation with
+// invoices instead of charges: each customer is billed for each period by
+// one invoice of one to three lines (Config.Invoice), by Invoice one
+// customer at a time or by Run over many. Crashes fall on any of an
+// invoice's writes (the draft, each line, the finalization, the payment),
+// where they lose Stripe's answer or the runner dies before recording it;
+// the fake also drops connections without a byte. A customer whose card
+// the scenario makes decline keeps an open invoice. Invoice events reach
+// a webhook handler at the end of every round.
+//
+// After settling as TestSimulation does, the fake's invoices are checked:
+// every customer and period billed has exactly one invoice, paid (or open
+// for a declined card), each of its lines present once at its amount,
+// finalized once and paid at most once, named by its one claim; no
+// customer or period has any other invoice.
+//
+// BILLONCE_SIM_SEEDS and BILLONCE_SIM_SEED choose the seeds as for
+// TestSimulation.
+func TestSimulationInvoices(t *testing.T) {
+	t.Parallel()
+	simTest(t, simInvoices)
+}
+
+// invoiceOf is the invoice customer is billed for a period: one to three
+// lines in the customer's currency.
+func (p *simPlan) invoiceOf(_ context.Context, customer, period string) (billing.Invoice, error) {
+	pr, ok := p.prices[customer]
+	if !ok {
+		return billing.Invoice{}, fmt.Errorf("no price for %s", customer)
+	}
+	all := []billing.InvoiceLine{{Description: "Plan", Amount: pr.Amount}, {Description: "Seats", Amount: pr.Amount/5 + 10},
+		{Description: "Support", Amount: 40}}
+	return billing.Invoice{Currency: pr.Currency, Description: "Billing period " + period,
+		Lines: all[:1+int(pr.Amount/100)%len(all)]}, nil
+}
+
+// invoiceStep runs one runner's step of an invoice scenario: a charge or
+// a re-bill invoices one customer, a run many.
+func (w *simWorld) invoiceStep(ctx context.Context, b *billing.Biller, op simOp) (string, []error) {
+	switch op.kind {
+	case simRun:
+		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
+		return simSummary(sum, err), append(sum.Failures, err)
+	case simReconcile:
+		sum, err := b.Reconcile(ctx, nil)
+		return simSummary(sum, err), append(sum.Failures, err)
+	}
+	r, err := b.Invoice(ctx, op.customer, op.period, nil)
+	out := simReceipt(r, err)
+	if err == nil && r.Processing {
+		out += " (open)"
+	}
+	return "invoice: " + out, []error{err}
+}
+
+// settleInvoices ends an invoice scenario as settle ends a charge
+// scenario, delivering the events before each clean pass.
+func (w *simWorld) settleInvoices(ctx context.Context) {
+	plan := w.plan
+	w.logf("settle at %s with %s", simAt(w.now()), plan.final)
+	w.srv.SetScript(nil)
+	for _, c := range plan.rebill {
+		w.srv.Honor(c)
+	}
+	w.quiet(0)
+	w.move(ctx, plan.settleJump, "before settling")
+	w.deliverWebhooks(ctx)
+	w.settleInvoicesWith(ctx, w.clean(plan.final), "final config")
+	w.quiet(0)
+	w.move(ctx, 25*time.Hour, "past every key window")
+	w.mu.Lock()
+	configs := slices.Clone(w.configs)
+	w.mu.Unlock()
+	for _, cfg := range configs {
+		if b := w.clean(cfg); b != nil {
+			sum, err := b.Reconcile(ctx, nil)
+			w.logf("  reconcile with %s: %s", cfg.where(), simSummary(sum, err))
+		}
+	}
+	w.deliverWebhooks(ctx)
+	w.settleInvoicesWith(ctx, w.clean(plan.final), "final config, a day later")
+}
+
+func (w *simWorld) settleInvoicesWith(ctx context.Context, b *billing.Biller, what string) {
+	if b == nil {
+		return
+	}
+	sum, err := b.Reconcile(ctx, nil)
+	w.logf("  %s: reconcile: %s", what, simSummary(sum, err))
+	for _, p := range w.plan.periods {
+		sum, err := b.Run(ctx, p, billing.Customers(w.plan.active...), &billing.RunOptions{Concurrency: 4})
+		w.logf("  %s: run %s: %s", what, p, simSummary(sum, err))
+	}
+	w.deliverWebhooks(ctx)
+}
+
+// checkInvoices checks the fake's invoices against the claim table after
+// settling.
+func (w *simWorld) checkInvoices(ctx context.Context) []simViolation {
+	claims, err := simListClaims(ctx, w.pool, w.table)
+	if err != nil {
+		w.harnessf("listing claims: %v", err)
+		return nil
+	}
+	var out []simViolation
+	add := func(kind, format string, args ...any) {
+		out = append(out, simViolation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	}
+	byPeriod := make(map[[2]string][]simClaim)
+	for _, c := range claims {
+		cp := [2]string{c.Customer, c.Period}
+		byPeriod[cp] = append(byPeriod[cp], c)
+	}
+	invs := make(map[[2]string][]billingtest.Invoice)
+	for _, in := range w.srv.Invoices("") {
+		cp := [2]string{in.Customer, in.Metadata[billing.MetaPeriod]}
+		invs[cp] = append(invs[cp], in)
+	}
+	for _, cust := range w.plan.customers {
+		billed := slices.Contains(w.plan.active, cust)
+		declined := slices.Contains(w.plan.declined, cust)
+		for _, per := range w.plan.periods {
+			cp := [2]string{cust, per}
+			at := cust + "/" + per
+			got, cs := invs[cp], byPeriod[cp]
+			delete(invs, cp)
+			var states []string
+			for _, c := range cs {
+				states = append(states, c.State+simIf(c.StripeID != "", " "+c.StripeID))
+			}
+			switch {
+			case len(got) > 1:
+				var ids []string
+				for _, in := range got {
+					ids = append(ids, fmt.Sprintf("%s (%s, %d lines)", in.ID, in.Status, len(in.Lines)))
+				}
+				add("two invoices", "%s: %s; claims %v", at, strings.Join(ids, ", "), states)
+				continue
+			case len(got) == 0 && billed:
+				add("missing", "%s has no invoice; claims %v", at, states)
+				continue
+			case len(got) == 0:
+				continue // no longer billed, and never started
+			}
+			in := got[0]
+			want, _ := w.plan.invoiceOf(ctx, cust, per)
+			switch {
+			case in.Status == "paid" && in.Payments == 1:
+				w.count("invoices paid", 1)
+			case in.Status == "open" && in.Payments == 0 && declined:
+				w.count("invoices open, the card declined", 1)
+			default:
+				add("invoice state", "%s: %s is %s, finalized %d times, paid %d times; claims %v", at, in.ID, in.Status, in.Finalizations, in.Payments, states)
+			}
+			if in.Finalizations != 1 {
+				add("invoice state", "%s: %s finalized %d times", at, in.ID, in.Finalizations)
+			}
+			lines := make(map[int]int)
+			for _, l := range in.Lines {
+				i, err := strconv.Atoi(l.Metadata["billonce_line"])
+				switch {
+				case err != nil || i < 0 || i >= len(want.Lines):
+					add("unknown line", "%s: %s has a line %s of %d, index %q", at, in.ID, l.ID, l.Amount, l.Metadata["billonce_line"])
+					continue
+				case l.Amount != want.Lines[i].Amount || l.Currency != want.Currency || l.Metadata[billing.MetaKey] != in.Metadata[billing.MetaKey]:
+					add("wrong line", "%s: %s line %d is %d %s, want %d %s", at, in.ID, i, l.Amount, l.Currency, want.Lines[i].Amount, want.Currency)
+				}
+				lines[i]++
+			}
+			for i := range want.Lines {
+				switch n := lines[i]; {
+				case n == 0:
+					add("missing line", "%s: %s has no line %d", at, in.ID, i)
+				case n > 1:
+					add("duplicated line", "%s: %s has line %d %d times", at, in.ID, i, n)
+				}
+			}
+			var named []simClaim
+			for _, c := range cs {
+				if c.Key == in.Metadata[billing.MetaKey] {
+					named = append(named, c)
+				}
+			}
+			wantState := string(claim.StateSucceeded)
+			if in.Status == "open" {
+				wantState = string(claim.StateProcessing)
+			}
+			if len(named) != 1 || named[0].State != wantState || named[0].StripeID != in.ID {
+				add("unrecorded invoice", "%s: %s (%s) is not named by one %s claim: claims %v", at, in.ID, in.Status, wantState, states)
+			}
+		}
+	}
+	for cp, got := range invs {
+		add("unknown invoice", "%s/%s: %d invoices", cp[0], cp[1], len(got))
+	}
+	for _, e := range w.srv.Log() {
+		if e.Method == "POST" && simCreate(e.Path) {
+			w.count("invoice writes", 1)
+		}
+	}
+	for _, n := range w.srv.Stats().Faults {
+		w.count("faults", int(n))
+	}
+	return out
+}
