@@ -119,6 +119,9 @@ type Env struct {
 	wall     time.Time
 	procs    []*Proc
 	events   []Event
+
+	delivered int                 // the fake's events delivered by DeliverWebhooks
+	redeliver []billingtest.Event // and those refused, delivered again next time
 }
 
 // Start starts PostgreSQL with a fresh database and serves the fake with

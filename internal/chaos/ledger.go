@@ -23,7 +23,8 @@ type Ledger struct {
 	Requests, Replays int64
 	// Paid and Declined count the customers of the main period.
 	Paid, Declined int
-	// Reports counts the usage windows counted once (CheckUsage).
+	// Reports counts the usage windows counted once (CheckUsage), or the
+	// invoice lines billed (CheckInvoices).
 	Reports                         int
 	Duplicates, Missing, Mismatches int
 	Problems                        []string // one line per broken invariant (first 20)

@@ -45,18 +45,22 @@ func usagePeriod(u billing.Usage) string {
 	return fmt.Sprintf("usage %s %s %s increment", u.Meter, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339))
 }
 
-// DeliverWebhooks processes every meter event at the fake now and delivers
-// every event the fake has emitted (the meter error reports) to h, signed
-// with secret, as Stripe would; it returns how many h refused.
+// DeliverWebhooks delivers the events the fake has emitted since the last
+// call (invoice events, meter error reports), and those h refused before,
+// to h, signed with secret, as Stripe would; it returns how many h refused
+// this time.
 func (e *Env) DeliverWebhooks(ctx context.Context, h http.Handler, secret string) (refused int) {
-	e.Fake.AggregateNow()
-	for _, ev := range e.Fake.Events() {
+	evs := e.Fake.Events()
+	todo := append(e.redeliver, evs[e.delivered:]...)
+	e.delivered, e.redeliver = len(evs), nil
+	for _, ev := range todo {
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/webhook", bytes.NewReader(ev.Body))
 		req.Header.Set("Stripe-Signature", billingtest.Sign(ev.Body, secret, time.Now()))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {
 			refused++
+			e.redeliver = append(e.redeliver, ev)
 			e.Logf("webhook %s %s refused: %d %s", ev.ID, ev.Type, rec.Code, rec.Body.String())
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,9 @@ import (
 const (
 	// ModeCharges bills each customer once for the period (the default).
 	ModeCharges = "charges"
+	// ModeInvoices bills each customer once for the period by an invoice
+	// of one to three lines; the declined customers' invoices stay open.
+	ModeInvoices = "invoices"
 	// ModeUsage reports Windows hourly usage windows per customer to a
 	// sum meter with RunUsage; the declined customers' meter events are
 	// rejected by Stripe later, in error reports delivered to the
@@ -34,7 +38,7 @@ const webhookSecret = "whsec_chaosHarnessSigningSecret0000"
 
 // Config is one chaos run.
 type Config struct {
-	// Mode is ModeCharges (or empty) or ModeUsage.
+	// Mode is ModeCharges (or empty), ModeInvoices or ModeUsage.
 	Mode string
 	// Windows is the number of usage windows per customer (ModeUsage).
 	Windows      int
@@ -75,8 +79,8 @@ type Figures struct {
 	Mode                   string
 	Customers, Runners     int
 	Windows                int
-	WebhooksRefused        int // webhook deliveries the handler refused (ModeUsage)
-	PendingPastWindow      int // reports still pending after the chaos, settled a day later (ModeUsage)
+	WebhooksRefused        int // webhook deliveries the handler refused
+	PendingPastWindow      int // claims still pending after the chaos, settled a day later (ModeUsage, ModeInvoices)
 	RunnerStarts           int
 	Kills                  int
 	DBRestarts             int
@@ -109,19 +113,26 @@ func (f Figures) String() string {
 	chaos.FaultRows(f.Faults, row)
 	row("requests sent", f.Requests)
 	row("replays served", f.Replays)
-	if f.Mode == ModeUsage {
+	switch f.Mode {
+	case ModeUsage:
 		row("windows counted once", f.Reports)
 		row("customers counted", f.Paid)
 		row("customers rejected", f.Declined)
-		row("pending, settled a day later", f.PendingPastWindow)
-		row("error reports refused", f.WebhooksRefused)
-	} else {
+	case ModeInvoices:
+		row("customers invoiced, paid", f.Paid)
+		row("invoices open, declined", f.Declined)
+		row("invoice lines", f.Reports)
+	default:
 		row("customers charged", f.Paid)
 		row("customers declined", f.Declined)
+	}
+	if f.Mode != ModeCharges {
+		row("pending, settled a day later", f.PendingPastWindow)
 	}
 	row("final clean run: created", f.FinalRunCreated)
 	row("final clean run: already", f.FinalRunAlreadyDone)
 	row("reconcile pass: settled", f.Reconciled)
+	row("webhooks refused", f.WebhooksRefused)
 	row("runner failures", f.RunnerFailures)
 	row("duplicates (must be 0)", f.Duplicates)
 	row("missing (must be 0)", f.Missing)
@@ -144,13 +155,13 @@ func (c *Config) check() error {
 	switch c.Mode {
 	case "":
 		c.Mode = ModeCharges
-	case ModeCharges:
+	case ModeCharges, ModeInvoices:
 	case ModeUsage:
 		if c.Windows < 1 {
 			return errors.New("usage mode needs at least 1 window per customer")
 		}
 	default:
-		return fmt.Errorf("unknown mode %q: use %s or %s", c.Mode, ModeCharges, ModeUsage)
+		return fmt.Errorf("unknown mode %q: use %s, %s or %s", c.Mode, ModeCharges, ModeInvoices, ModeUsage)
 	}
 	return chaos.CheckConfig(c.Period, c.AttemptTimeout, c.Lease, c.DeclineFraction)
 }
@@ -181,10 +192,13 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	}
 	var base time.Time
 	progress := func() int { return int(env.Fake.Stats().Paid) }
-	if cfg.Mode == ModeUsage {
+	switch cfg.Mode {
+	case ModeUsage:
 		base = env.CreateMeter(cfg.Windows)
 		// Progress is in customers' worth of meter events accepted.
 		progress = func() int { return int(env.Fake.Stats().Created) / cfg.Windows }
+	case ModeInvoices:
+		progress = func() int { return len(env.Fake.Invoices("")) }
 	}
 
 	deadline := time.Now().Add(cfg.Timeout)
@@ -203,6 +217,16 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		}
 		return p, err
 	}
+	// Stripe's events reach a webhook endpoint while the runners run.
+	final, err := finalBiller(cfg, env)
+	if err != nil {
+		return fig, err
+	}
+	hook, err := final.Webhook(billing.WebhookConfig{Secret: webhookSecret})
+	if err != nil {
+		return fig, err
+	}
+	lastHooks := time.Now()
 	env.Plan(cfg.Kills, "kill")
 	env.Plan(cfg.DBRestarts, "db-restart")
 	env.Plan(cfg.Terminations, "terminate")
@@ -298,6 +322,10 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 			return fig, ctx.Err()
 		case <-tick.C:
 		}
+		if time.Since(lastHooks) > 100*time.Millisecond {
+			fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
+			lastHooks = time.Now()
+		}
 		if time.Now().After(deadline) {
 			return fig, fmt.Errorf("chaos: runners still busy after %v; logs in %s", cfg.Timeout, env.LogDir)
 		}
@@ -308,10 +336,12 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	// Faults off, then a clean run and a reconcile pass settle what the
 	// chaos left pending.
 	env.Fake.SetScript(nil)
-	if cfg.Mode == ModeUsage {
-		// Reports whose outcome stayed unknown wait out their key's
-		// window: time passes on both clocks, and the final run settles
-		// them from the meter's summaries, without sending blind.
+	if cfg.Mode != ModeCharges {
+		// Reports and invoice steps whose outcome stayed unknown (a 500
+		// Stripe stored for their key) wait out their key's window: time
+		// passes on both clocks, and the final run settles them from what
+		// Stripe shows (the meter's summaries, the invoice), without
+		// sending blind.
 		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM billonce_claims WHERE state = 'pending'`).Scan(&fig.PendingPastWindow); err != nil {
 			return fig, err
 		}
@@ -320,12 +350,15 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		}
 		env.Fake.AggregateNow()
 	}
-	if err := finalRun(ctx, cfg, env, base, &fig); err != nil {
+	if err := finalRun(ctx, cfg, env, final, hook, base, &fig); err != nil {
 		return fig, err
 	}
-	if cfg.Mode == ModeUsage {
+	switch cfg.Mode {
+	case ModeUsage:
 		fig.Ledger, err = env.CheckUsage(ctx, base, cfg.Windows)
-	} else {
+	case ModeInvoices:
+		fig.Ledger, err = env.CheckInvoices(ctx, cfg.Period)
+	default:
 		fig.Ledger, err = env.Check(ctx, cfg.Period, map[string]int{cfg.Period: cfg.Customers})
 	}
 	if err != nil {
@@ -338,32 +371,21 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 
 // finalRun bills every customer once more with faults off, until nothing is
 // pending (claims of killed runners wait out their lease), then reconciles.
-// A usage run then delivers the meter error reports to the webhook.
-func finalRun(ctx context.Context, cfg Config, env *chaos.Env, base time.Time, fig *Figures) error {
-	f, err := os.Create(filepath.Join(env.LogDir, "final.log"))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	store, err := claim.NewPostgres(env.Pool, claim.Config{Lease: cfg.Lease})
-	if err != nil {
-		return err
-	}
-	b, err := billing.New(billing.Config{
-		SecretKey: "sk_test_chaos", StripeURL: env.Fake.URL, Claims: store, RateLimit: -1, Owner: "chaos-final",
-		Retry:  retry.Policy{InitialInterval: cfg.RetryInitial, MaxInterval: cfg.RetryMax, AttemptTimeout: cfg.AttemptTimeout},
-		Logger: slog.New(slog.NewJSONHandler(f, nil)),
-	})
-	if err != nil {
-		return err
-	}
+// Then the fake's last events (the meter error reports among them) reach
+// the webhook.
+func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, hook http.Handler, base time.Time, fig *Figures) error {
 	deadline := time.Now().Add(cfg.Lease + time.Minute)
 	for run := 1; ; run++ {
 		var sum billing.Summary
+		var err error
 		if cfg.Mode == ModeUsage {
 			sum, err = b.RunUsage(ctx, usageItems(cfg.Customers, 0, cfg.Windows, base), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
 		} else {
-			sum, err = b.Run(ctx, cfg.Period, items(cfg.Customers, 0), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
+			it := items(cfg.Customers, 0)
+			if cfg.Mode == ModeInvoices {
+				it = invoiceItems(cfg.Customers, 0)
+			}
+			sum, err = b.Run(ctx, cfg.Period, it, &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
 		}
 		fig.FinalRunCreated += sum.Created
 		fig.FinalRunAlreadyDone = sum.AlreadyBilled
@@ -388,12 +410,26 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, base time.Time, f
 	}
 	fig.Reconciled = sum.Created + sum.AlreadyBilled
 	env.Logf("reconcile pass: %d stale claims, %d settled", sum.Total, fig.Reconciled)
-	if cfg.Mode == ModeUsage {
-		h, err := b.Webhook(billing.WebhookConfig{Secret: webhookSecret})
-		if err != nil {
-			return err
-		}
-		fig.WebhooksRefused = env.DeliverWebhooks(ctx, h, webhookSecret)
-	}
+	env.Fake.AggregateNow() // the meter error reports, as Stripe sends them within minutes
+	fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
 	return nil
+}
+
+// finalBiller is the Biller of the harness itself: its webhook endpoint,
+// and the clean run that settles what the chaos left. It logs to
+// final.log.
+func finalBiller(cfg Config, env *chaos.Env) (*billing.Biller, error) {
+	f, err := os.Create(filepath.Join(env.LogDir, "final.log"))
+	if err != nil {
+		return nil, err
+	}
+	store, err := claim.NewPostgres(env.Pool, claim.Config{Lease: cfg.Lease})
+	if err != nil {
+		return nil, err
+	}
+	return billing.New(billing.Config{
+		SecretKey: "sk_test_chaos", StripeURL: env.Fake.URL, Claims: store, RateLimit: -1, Owner: "chaos-final", Invoice: chaos.InvoiceOf,
+		Retry:  retry.Policy{InitialInterval: cfg.RetryInitial, MaxInterval: cfg.RetryMax, AttemptTimeout: cfg.AttemptTimeout},
+		Logger: slog.New(slog.NewJSONHandler(f, nil)),
+	})
 }

@@ -28,7 +28,7 @@ import (
 func main() {
 	chaos.Child(runnerEnv, runnerMain)
 	cfg := Config{Rates: map[billingtest.FaultKind]float64{}}
-	flag.StringVar(&cfg.Mode, "mode", ModeCharges, "what the runners do: "+ModeCharges+" (bill the period) or "+ModeUsage+" (report usage windows to a meter)")
+	flag.StringVar(&cfg.Mode, "mode", ModeCharges, "what the runners do: "+ModeCharges+" (bill the period), "+ModeInvoices+" (bill it by invoice) or "+ModeUsage+" (report usage windows to a meter)")
 	flag.IntVar(&cfg.Windows, "windows", 3, "usage windows per customer, in -mode "+ModeUsage)
 	flag.IntVar(&cfg.Customers, "customers", 2000, "customers to bill")
 	flag.IntVar(&cfg.Runners, "runners", 3, "runner processes billing the same period at once")
@@ -71,8 +71,12 @@ func main() {
 		fmt.Printf("FAIL: invariants broken; logs kept in %s (seed %d)\n", fig.LogDir, cfg.Seed)
 		os.Exit(1)
 	}
-	if cfg.Mode == ModeUsage {
+	switch cfg.Mode {
+	case ModeUsage:
 		fmt.Println("OK: every usage window counted exactly once, none of the rejected")
+		return
+	case ModeInvoices:
+		fmt.Println("OK: every customer invoiced exactly once, each line once")
 		return
 	}
 	fmt.Println("OK: every customer charged exactly once")

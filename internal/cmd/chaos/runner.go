@@ -42,8 +42,8 @@ type runnerConfig struct {
 	LogPath                                string
 	Deadline                               time.Time
 	// Mode is what the runner does: ModeCharges bills the period,
-	// ModeUsage reports Windows usage windows per customer, starting at
-	// Base, with RunUsage.
+	// ModeInvoices bills it by invoice, ModeUsage reports Windows usage
+	// windows per customer, starting at Base, with RunUsage.
 	Mode    string
 	Windows int
 	Base    time.Time
@@ -57,6 +57,19 @@ func items(n, start int) iter.Seq2[billing.Item, error] {
 			i := (start + k) % n
 			p := chaos.Price(i)
 			if !yield(billing.Item{Customer: chaos.CustomerID(i), Price: &p}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// invoiceItems yields customers as items does, each billed by its invoice.
+func invoiceItems(n, start int) iter.Seq2[billing.Item, error] {
+	return func(yield func(billing.Item, error) bool) {
+		for k := range n {
+			i := (start + k) % n
+			inv := chaos.Invoice(i)
+			if !yield(billing.Item{Customer: chaos.CustomerID(i), Invoice: &inv}, nil) {
 				return
 			}
 		}
@@ -110,8 +123,9 @@ func runnerMain(cfg runnerConfig) int {
 			InitialInterval: cfg.RetryInitial, MaxInterval: cfg.RetryMax, MaxAttempts: cfg.RetryAttempts,
 			AttemptTimeout: cfg.AttemptTimeout, MaxElapsed: 30 * time.Second,
 		},
-		Owner:  fmt.Sprintf("chaos-%d-%d-%d", cfg.Index, cfg.Generation, os.Getpid()),
-		Logger: logger,
+		Invoice: chaos.InvoiceOf, // resumes what another runner left part way
+		Owner:   fmt.Sprintf("chaos-%d-%d-%d", cfg.Index, cfg.Generation, os.Getpid()),
+		Logger:  logger,
 	})
 	if err != nil {
 		logger.Error("chaos runner: biller", "error", err)
@@ -128,7 +142,11 @@ func runnerMain(cfg runnerConfig) int {
 				Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, Total: total,
 			})
 		} else {
-			sum, err = b.Run(ctx, cfg.Period, items(cfg.Customers, start), &billing.RunOptions{
+			it := items(cfg.Customers, start)
+			if cfg.Mode == ModeInvoices {
+				it = invoiceItems(cfg.Customers, start)
+			}
+			sum, err = b.Run(ctx, cfg.Period, it, &billing.RunOptions{
 				Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, Total: total,
 			})
 		}
@@ -137,12 +155,12 @@ func runnerMain(cfg runnerConfig) int {
 		if err == nil && sum.Pending == 0 && sum.Invalid == 0 && sum.Done == total {
 			return 0
 		}
-		// Usage reports whose outcome Stripe keeps answering unknown (a
-		// 500 stored after executing) stay pending until their key's
-		// window is over, under the lease of whichever runner tries them:
-		// the harness settles them from the meter's summaries once it has
-		// moved time on.
-		if cfg.Mode == ModeUsage && err == nil && sum.Created == 0 && sum.Pending > 0 && onlyWaiting(sum.Failures) {
+		// Usage reports and invoice steps whose outcome Stripe keeps
+		// answering unknown (a 500 stored after executing) stay pending
+		// until their key's window is over, under the lease of whichever
+		// runner tries them: the harness settles them from what Stripe
+		// shows once it has moved time on.
+		if cfg.Mode != ModeCharges && err == nil && sum.Created == 0 && sum.Pending > 0 && onlyWaiting(sum.Failures) {
 			if stuck++; stuck == 5 {
 				logger.Info("chaos runner: the reports left pending wait for their window to pass", "pending", sum.Pending)
 				return 0
