@@ -101,6 +101,10 @@ type Setup struct {
 	// Out receives progress lines and the children's output; nil discards
 	// them.
 	Out io.Writer
+	// Cluster, if set, is the PostgreSQL the run takes a fresh database
+	// of (and restarts), so that runs in a row start it once; Close
+	// leaves it running. Nil starts a cluster of the run's own.
+	Cluster *pgtest.Cluster
 }
 
 // Env is one run: the PostgreSQL cluster, a database in it, the fake
@@ -144,8 +148,10 @@ func Start(ctx context.Context, s Setup) (*Env, error) {
 
 func (e *Env) start(ctx context.Context) error {
 	var err error
-	if e.cluster, err = pgtest.Start(ctx); err != nil {
-		return err
+	if e.cluster = e.s.Cluster; e.cluster == nil {
+		if e.cluster, err = pgtest.Start(ctx); err != nil {
+			return err
+		}
 	}
 	if e.dbURL, err = e.cluster.NewDatabase(ctx); err != nil {
 		return err
@@ -189,7 +195,7 @@ func (e *Env) Close() {
 	if e.Pool != nil {
 		e.Pool.Close()
 	}
-	if e.cluster != nil {
+	if e.cluster != nil && e.s.Cluster == nil {
 		e.cluster.Stop()
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/chaos"
+	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/internal/testenv"
 )
 
@@ -19,8 +20,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestChaosSmall runs the harness at CI size, in each mode: three runner
-// processes bill 300 customers (or invoice 100, or report two usage
-// windows for each of 100) while about 10% of requests fail, two runners
+// processes bill 300 customers (or invoice 60, or report two usage
+// windows for each of 60) while about 10% of requests fail, two runners
 // are killed, PostgreSQL restarts once and the runners' backends are
 // terminated once. The fake's ledger must show every customer charged
 // exactly once; or invoiced once, each line once, the invoice finalized
@@ -28,15 +29,27 @@ func TestMain(m *testing.M) {
 // counted exactly once and none of a rejected customer's.
 func TestChaosSmall(t *testing.T) {
 	testenv.Long(t) // starts PostgreSQL and three runner processes per mode
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	cluster, err := pgtest.Start(ctx) // once for every mode
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Stop)
 	for _, tc := range []struct {
 		mode               string
 		customers, windows int
+		declines           float64
 	}{
-		{ModeCharges, 300, 0},
-		{ModeInvoices, 100, 0},
-		{ModeUsage, 100, 2},
+		{ModeCharges, 300, 0, 0.03},
+		{ModeInvoices, 60, 0, 0.06},
+		{ModeUsage, 60, 2, 0.06},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
+			// The modes run at once, each on a database of its own: most
+			// of a run is waiting (leases, backoff), and a restart of the
+			// shared PostgreSQL in one is one more fault for the others.
+			t.Parallel()
 			cfg := Config{
 				Mode: tc.mode, Windows: tc.windows,
 				Customers: tc.customers, Runners: 3, Period: "2026-09", Seed: 7,
@@ -49,14 +62,15 @@ func TestChaosSmall(t *testing.T) {
 					billingtest.FaultInFlight:    0.01,
 					billingtest.FaultLockTimeout: 0.015,
 				},
-				DeclineFraction: 0.03,
+				DeclineFraction: tc.declines,
 				Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
 				AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
 				Timeout: 90 * time.Second,
 				LogDir:  t.TempDir(),
 				Out:     chaos.LogWriter(t),
+				Cluster: cluster,
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			fig, err := Run(ctx, cfg)
 			if err != nil {

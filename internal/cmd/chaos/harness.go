@@ -16,6 +16,7 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/chaos"
+	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -71,6 +72,8 @@ type Config struct {
 	Exe string
 	// Out receives progress lines; nil discards them.
 	Out io.Writer
+	// Cluster, if set, is the PostgreSQL to run on (see chaos.Setup).
+	Cluster *pgtest.Cluster
 }
 
 // Figures is what a chaos run reports.
@@ -176,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	env, err := chaos.Start(ctx, chaos.Setup{
 		Name: "chaos", Seed: cfg.Seed, Stream: 0x0c4a05, Customers: cfg.Customers,
 		Rates: cfg.Rates, DeclineFraction: cfg.DeclineFraction, LogDir: cfg.LogDir,
-		Exe: cfg.Exe, ProcEnv: runnerEnv, ProcName: "runner", Out: cfg.Out,
+		Exe: cfg.Exe, ProcEnv: runnerEnv, ProcName: "runner", Out: cfg.Out, Cluster: cfg.Cluster,
 	})
 	if err != nil {
 		return fig, err
@@ -241,6 +244,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	}
 	env.Logf("started %d runners for %d customers (%d declined), period %s, logs in %s", cfg.Runners, cfg.Customers, len(env.Declined), cfg.Period, env.LogDir)
 
+	terminate := false // a termination is due
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -271,14 +275,21 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 				}
 				fig.DBRestarts++
 			case "terminate":
-				var n int
-				err := env.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-					WHERE datname = current_database() AND application_name LIKE 'chaos-runner-%'`).Scan(&n)
-				if err != nil {
-					env.Logf("terminating backends: %v", err)
-					continue
-				}
+				terminate = true
+			}
+		}
+		if terminate {
+			// Until some backend is there to terminate (the runners may
+			// be reconnecting after a restart of PostgreSQL).
+			var n int
+			err := env.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name LIKE 'chaos-runner-%'`).Scan(&n)
+			if err != nil {
+				env.Logf("terminating backends: %v", err)
+			}
+			if n > 0 {
 				fig.BackendTerminations += n
+				terminate = false
 				env.Logf("terminated %d runner backends at %d charged", n, paid)
 			}
 		}

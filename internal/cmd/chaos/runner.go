@@ -132,7 +132,7 @@ func runnerMain(cfg runnerConfig) int {
 		return 3
 	}
 	start := cfg.Index * cfg.Customers / max(1, cfg.Runners)
-	stuck := 0
+	var stuck time.Time // since when runs have only waited
 	for run := 1; ; run++ {
 		var sum billing.Summary
 		total := cfg.Customers
@@ -160,13 +160,18 @@ func runnerMain(cfg runnerConfig) int {
 		// until their key's window is over, under the lease of whichever
 		// runner tries them: the harness settles them from what Stripe
 		// shows once it has moved time on.
+		// Waiting longer than a lease lets claims of killed runners be
+		// resumed here first.
 		if cfg.Mode != ModeCharges && err == nil && sum.Created == 0 && sum.Pending > 0 && onlyWaiting(sum.Failures) {
-			if stuck++; stuck == 5 {
-				logger.Info("chaos runner: the reports left pending wait for their window to pass", "pending", sum.Pending)
+			if stuck.IsZero() {
+				stuck = time.Now()
+			}
+			if time.Since(stuck) > cfg.Lease+time.Second {
+				logger.Info("chaos runner: what is left pending waits for its window to pass", "pending", sum.Pending)
 				return 0
 			}
 		} else {
-			stuck = 0
+			stuck = time.Time{}
 		}
 		select {
 		case <-ctx.Done():
