@@ -6,7 +6,9 @@
 // them, restarts PostgreSQL at seeded points of the run's progress, and
 // last checks the fake's ledger against the claim table: every customer
 // charged exactly once at its price, none missing but the declined, every
-// paid charge named by a succeeded claim.
+// paid charge named by a succeeded claim (Check); or invoiced once, each
+// line once (CheckInvoices); or each usage window counted once at the
+// fake's meter (CheckUsage).
 //
 // What the children run, and how a run knows it is over, is each
 // example's own. A run goes:

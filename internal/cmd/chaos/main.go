@@ -7,9 +7,13 @@
 // reconcile pass, and checks the fake's ledger: every customer charged
 // exactly once at the right amount, none missing but the declined, and
 // every charge matched by a succeeded claim. It exits 1 if any of that fails.
+// With -mode invoices the runners bill by invoice, with -mode usage they
+// report usage windows to a meter, and the check counts invoices and their
+// lines, or meter events, at the fake.
 //
 //	go run ./internal/cmd/chaos
 //	go run ./internal/cmd/chaos -customers 10000 -kills 5 -db-restarts 1 -cut 0.15
+//	go run ./internal/cmd/chaos -mode usage -windows 3
 package main
 
 import (
