@@ -101,9 +101,9 @@ func (a *UsageArgs) UnmarshalJSON(data []byte) error {
 //     and never retried. Report again with the next Usage.Attempt.
 //   - Another runner holds the report's claim: the job is snoozed until
 //     that claim's lease ends.
-//   - Outcome unknown, or the identifier taken by an event this claim
-//     table never sent (ErrNeedsReconciliation): the job fails and River
-//     retries it after [UsageWorker.NextRetry], with the same identifier.
+//   - Outcome unknown, or a report that needs reconciliation
+//     (ErrNeedsReconciliation): the job fails and River retries it after
+//     [UsageWorker.NextRetry], as a charge job, with the same identifier.
 //   - A spend cap, a revoked key, Stripe refusing the API key or the
 //     request itself: the job is cancelled and its queue paused.
 type UsageWorker struct {
