@@ -58,6 +58,17 @@
 // run derives the same key and meets the same claim, so it replays,
 // waits, finds or searches; it never sends a second charge.
 //
+// # Invoices
+//
+// A charge job with [ChargeArgs].Invoice set bills its customer by one
+// Stripe invoice ([billing.Biller.Invoice]) instead of a charge, with the
+// lines the Biller's Config.Invoice returns when the job runs: one draft,
+// each line once, one finalization, one payment (or sending), however
+// often the job runs. A fan-out inserts such jobs for the items whose
+// Invoice is &billing.Invoice{} (the lines are Config.Invoice's, never an
+// item's). A customer invoiced for a period is not charged for it too:
+// a charge job for the same period is cancelled.
+//
 // # Usage reports
 //
 // Usage sent to a Stripe meter goes through River the same way: insert

@@ -72,7 +72,9 @@ type WorkerConfig struct {
 // Worker is the River worker of [ChargeArgs]: it bills one customer for one
 // period through a [billing.Biller] and tells River what became of it.
 //
-//   - Charged, or found already charged: the job completes. A re-bill
+//   - Charged, or found already charged: the job completes (for an
+//     invoice job, [ChargeArgs].Invoice: invoiced, paid or sent, or left
+//     open by a declined payment for Stripe to collect). A re-bill
 //     job that finds an earlier attempt still processing (a bank debit)
 //     is snoozed for MaxRetryInterval at a time until that attempt
 //     settles; then it completes, or bills if the attempt failed.
@@ -169,9 +171,16 @@ func (w *runner) retryWait(attempt int) time.Duration {
 func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	a := job.Args
 	var err error
-	if a.Attempt <= 1 {
+	switch {
+	case a.Invoice && a.Attempt > 1:
+		err = fmt.Errorf("%w: an invoice job for customer %s, period %s has attempt %d: invoices are billed once, as attempt 0 or 1", billing.ErrInvalid, a.Customer, a.Period, a.Attempt)
+	case a.Invoice:
+		// A payment declined leaves the invoice open for Stripe to
+		// collect: the receipt is processing, and the job completes.
+		_, err = w.biller.Invoice(ctx, a.Customer, a.Period, nil)
+	case a.Attempt <= 1:
 		_, err = w.biller.Charge(ctx, a.Customer, a.Period, nil)
-	} else {
+	default:
 		var r billing.Receipt
 		r, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, nil)
 		if err == nil && r.Processing && r.Attempt < a.Attempt {
@@ -185,7 +194,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 		}
 	}
 	return w.finish(ctx, job.JobRow, err, "charge",
-		"customer", a.Customer, "period", a.Period, "attempt", a.Attempt)
+		"customer", a.Customer, "period", a.Period, "attempt", a.Attempt, "invoice", a.Invoice)
 }
 
 // finish tells River what became of one run of a job whose Biller call
