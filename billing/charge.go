@@ -545,7 +545,10 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		// The identifier was used by an event this claim never sent:
 		// another claim table, or one restored from an old backup.
 		reason := "Stripe already has a meter event with this report's identifier, and this claim never sent it; nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
-		b.release(context.WithoutCancel(ctx), j, errors.New(reason))
+		// A claim this call made, whose key never executed, is abandoned
+		// (giveUp): the next call meets the same answer on a claim of its
+		// own, rather than taking it for an earlier send of this one.
+		b.giveUp(context.WithoutCancel(ctx), j, errors.New(reason))
 		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
 		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, err)
 	case errors.Is(err, claimengine.ErrLeaseLost):

@@ -150,6 +150,11 @@ func TestDuplicateIdentifierOnANewClaimNeedsReconciliation(t *testing.T) {
 	if n := sends(e.srv) - before; n != 1 {
 		t.Errorf("%d requests, want 1: a duplicate identifier is never retried", n)
 	}
+	// Asked again (a job queue retries), the answer is the same: the
+	// first call's claim is not taken for a report that went before.
+	if _, err := b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("second report from that table = %v, want ErrNeedsReconciliation again", err)
+	}
 	requireCounted(t, e.srv, u)
 }
 
