@@ -24,6 +24,8 @@ import (
 	"github.com/stripe/stripe-go/v79/billing/meterevent"
 	"github.com/stripe/stripe-go/v79/billing/metereventsummary"
 	"github.com/stripe/stripe-go/v79/charge"
+	"github.com/stripe/stripe-go/v79/invoice"
+	"github.com/stripe/stripe-go/v79/invoiceitem"
 	"github.com/stripe/stripe-go/v79/paymentintent"
 	"golang.org/x/time/rate"
 
@@ -152,6 +154,12 @@ type Config struct {
 	// optional when every Run item carries its own price. An error aborts
 	// that customer's charge before anything is claimed or sent.
 	Price func(ctx context.Context, customer, period string) (Price, error)
+	// Invoice returns the invoice a customer is billed for a period, for
+	// [Biller.Invoice] called with a nil *Invoice, for Run items billed by
+	// invoice, and for Reconcile, which needs an invoice's lines to resume
+	// it. An error aborts that customer's invoice before anything is
+	// claimed or sent.
+	Invoice func(ctx context.Context, customer, period string) (Invoice, error)
 	// API is Charges (the default) or PaymentIntents.
 	API API
 	// Scope is the first part of every idempotency key; use one per product
@@ -305,8 +313,9 @@ type Event struct {
 type EventKind int
 
 const (
-	// EventStripeCall: one HTTP call creating a charge or payment intent
-	// finished (Attempt, Duration, Err). Searches are not reported.
+	// EventStripeCall: one HTTP call creating a charge or payment intent,
+	// or making a step of an invoice, finished (Attempt, Duration, Err).
+	// Searches and reads are not reported.
 	EventStripeCall EventKind = iota + 1
 	// EventOutcome: one customer's charge finished (Outcome on success, Err
 	// otherwise).
@@ -392,7 +401,8 @@ func (o Outcome) String() string {
 // Receipt describes a customer's charge for a period.
 type Receipt struct {
 	Customer, Period string
-	// StripeID is the charge ("ch_…") or payment intent ("pi_…").
+	// StripeID is the charge ("ch_…"), payment intent ("pi_…") or
+	// invoice ("in_…").
 	StripeID string
 	Amount   int64
 	Currency string
@@ -441,6 +451,8 @@ type biller struct {
 	endpoint, credential string
 	charges              *charge.Client
 	intents              *paymentintent.Client
+	invoices             *invoice.Client
+	items                *invoiceitem.Client
 	usageClients
 }
 
@@ -473,6 +485,8 @@ func New(cfg Config) (*Biller, error) {
 	}
 	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	b.invoices = &invoice.Client{B: backend, Key: cfg.SecretKey}
+	b.items = &invoiceitem.Client{B: backend, Key: cfg.SecretKey}
 	b.usageClients = usageClients{meterList: &meter.Client{B: backend, Key: cfg.SecretKey},
 		meterEvents: &meterevent.Client{B: backend, Key: cfg.SecretKey}, meterSummaries: &metereventsummary.Client{B: backend, Key: cfg.SecretKey},
 		meters: &meters{by: map[string]meterInfo{}}}
@@ -722,6 +736,11 @@ func (p Price) Validate(api API) error {
 func (it Item) Validate(api API) error {
 	if err := checkID("customer ID", it.Customer); err != nil {
 		return err
+	}
+	if it.Invoice != nil {
+		if _, _, err := checkInvoice(*it.Invoice); err != nil {
+			return fmt.Errorf("customer %s: %w", it.Customer, err)
+		}
 	}
 	if it.Price != nil {
 		if err := it.Price.Validate(api); err != nil {

@@ -201,6 +201,7 @@ type job struct {
 	start            time.Time // when settling began, for Config.Observe
 	claimedAt        time.Time // local time just before the claim statement left, in a Run
 	firstSendBy      time.Time // see firstSendSafe
+	inv              *Invoice  // billed as this invoice, checked; nil for a payment
 	// usage is set for a usage report (see ReportUsage).
 	usage *usageJob
 	// caller is the context a Run or Reconcile was given. Their own stop
@@ -263,7 +264,10 @@ func (b *Biller) request(j job) claimengine.Request {
 	r := claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
 		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
 		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpoint, Credential: b.credential}
-	if j.usage != nil {
+	switch {
+	case j.inv != nil:
+		r.Endpoint = endpointInvoices
+	case j.usage != nil:
 		r.Endpoint = endpointMeterEvents
 	}
 	return r
@@ -293,6 +297,12 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 			return r, nil
 		}
 	}
+	return b.claimLoop(ctx, j, start)
+}
+
+// claimLoop claims j and settles the claim, waiting up to
+// Config.InProgressWait for another runner that holds it.
+func (b *Biller) claimLoop(ctx context.Context, j job, start time.Time) (Receipt, error) {
 	deadline := start.Add(b.cfg.InProgressWait)
 	for {
 		res, err := b.claims.Claim(ctx, b.request(j))
@@ -371,7 +381,7 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 		r.Processing = true
 		return r, nil
 	case claimengine.Failed:
-		if j.usage != nil {
+		if j.usage != nil || j.inv != nil {
 			e := chargeErr(j, ErrDeclined, c.LastError, nil)
 			e.Code = c.FailureCode
 			return Receipt{}, e
@@ -393,7 +403,7 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 		if err := b.checkChain(ctx, j); err != nil {
 			return Receipt{}, err
 		}
-		if c.Endpoint != b.endpoint || c.Credential != b.credential {
+		if j.inv == nil && (c.Endpoint != b.endpoint || c.Credential != b.credential) {
 			return b.elsewhere(ctx, j, c)
 		}
 	case claimengine.Mismatch:
@@ -411,6 +421,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 		}
 	default:
 		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
+	}
+	if j.inv != nil {
+		return b.sendInvoice(ctx, j, c)
 	}
 	return b.send(ctx, j, c)
 }

@@ -109,6 +109,29 @@
 // customer and period, whatever the scope: products that bill the same
 // customers for the same periods use a claim table each.
 //
+// # Usage meters
+//
+// [Biller.ReportUsage] reports a customer's usage on a Stripe meter for a
+// window of time as one meter event, exactly once, and [Biller.RunUsage]
+// reports many with Run's batching, concurrency, rate limit, progress and
+// lock. A [Usage] names its meter's kind: [Increments] for a summing
+// meter, [WindowTotals] (the window's running total) for a pre-aggregated
+// one (event_time_window hour or day, of which Stripe keeps the newest
+// event per window). The Biller reads each meter from Stripe once and
+// refuses the wrong combination, which would over- or under-count.
+//
+// The charge rules hold, with the meter event's identifier as a second
+// key: it is the claim's idempotency key, derived from (scope, meter,
+// customer, window, kind, attempt), and Stripe refuses a repeat of it for
+// at least a day. That refusal is read as "delivered" when this claim may
+// have sent the event before, and as needing a person when it cannot
+// have; it is never retried. Past the key's deadline the meter's event
+// summary for the customer and window decides, instead of a search. A
+// delivered report's claim is succeeded; Stripe may still reject the
+// event as it aggregates it, and the meter error report that says so
+// (a v2 event, delivered to [Biller.Webhook]) fails the claims it names.
+// ReportUsage has the details, and what each step can and cannot prove.
+//
 // # Invariants
 //
 // Whatever the configuration, the retries and the replicas, billonce keeps
@@ -116,8 +139,9 @@
 //
 //  1. Key from intent: an idempotency key is a pure function of the
 //     business identity (scope, customer, period and the attempt number a
-//     person chose when re-billing), never of time, randomness, retry
-//     count, host or process.
+//     person chose when re-billing; for a usage report its meter, window
+//     and kind; for an invoice's steps, the invoice's key and the step),
+//     never of time, randomness, retry count, host or process.
 //  2. Every write carries a key: every POST to Stripe carries its key, and
 //     no transport or retry layer makes one up; a POST that reaches
 //     [idemkey.Transport] without a key is refused, not sent.
@@ -200,6 +224,40 @@
 // changes nothing, since claims only move forward: it is answered
 // "unchanged", is reported only as an EventWebhook "unchanged", and
 // charges nobody.
+//
+// # Invoices
+//
+// [Biller.Invoice] bills a customer for a period by one Stripe invoice
+// with its lines ([Invoice], or Config.Invoice's answer), with the same
+// guarantee: one invoice, each line added once, finalized once, paid (or,
+// with Invoice.DaysUntilDue, sent) once, across retries, replicas,
+// crashes and days. A Run item with an Invoice, or every item when
+// Config.Invoice is set and Config.Price is not, is billed that way.
+//
+// An invoice is several requests, so its claim records how far it got
+// (claim.Claim.Step: "draft", "line 0", …, "finalized") and which invoice
+// it builds on. Each step has its own key, derived from the claim's key
+// and the step's name (and line index), and its own deadline, which
+// starts when the step before it is recorded; the draft, each invoice
+// item and the invoice carry the metadata billonce_key, billonce_customer,
+// billonce_period, and each item billonce_line, its index. The draft is
+// made with pending_invoice_items_behavior=exclude and each line added to
+// it by id, so that no pending invoice item of the customer is swept in.
+// A call that finds the claim part way resumes at the next step with the
+// same keys. Past a step's deadline nothing is written blind: the draft is
+// looked for with Stripe's invoice search (one found is taken; several, or
+// a failed search, is [ErrNeedsReconciliation]), a line by listing the
+// invoice's lines, the finalization and the payment by reading the
+// invoice.
+//
+// A customer is either charged or invoiced for a period: both take the
+// period's one claim in the claim table. A declined payment leaves the
+// invoice open for Stripe to collect, and the claim processing: it is
+// reported, never invoiced again. Once the draft exists a Stripe refusal
+// of a step leaves the claim pending (never failed, never abandoned) for
+// a person, who fixes the cause and calls again, or voids the invoice.
+// Reconcile resumes pending invoices with Config.Invoice for their lines;
+// without it, it reports them and leaves them as they are.
 //
 // # Charges or PaymentIntents
 //

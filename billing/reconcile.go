@@ -310,6 +310,9 @@ func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Sum
 // jobFromClaim rebuilds the charge a pending claim stands for, with the
 // claim's own key and price.
 func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
+	if c.Endpoint == endpointInvoices {
+		return b.invoiceJob(ctx, c)
+	}
 	if c.Endpoint == endpointMeterEvents {
 		return b.usageJobFromClaim(ctx, c)
 	}

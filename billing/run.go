@@ -43,6 +43,11 @@ type Item struct {
 	Customer string
 	// Price, when not nil, is used instead of Config.Price.
 	Price *Price
+	// Invoice, when not nil, bills the customer by this invoice (see
+	// [Biller.Invoice]) instead of a charge. When Config.Invoice is set
+	// and Config.Price is not, every item without a Price is billed by
+	// Config.Invoice's invoice.
+	Invoice *Invoice
 }
 
 // Customers returns an iterator over customer IDs priced by Config.Price.
@@ -265,7 +270,16 @@ type prep func(ctx context.Context) (job, error)
 func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2[prep, error] {
 	return func(yield func(prep, error) bool) {
 		for it, err := range items {
-			p := func(ctx context.Context) (job, error) { return b.prepare(ctx, it.Customer, period, it.Price, 1) }
+			p := func(ctx context.Context) (job, error) {
+				if it.Invoice != nil && it.Price != nil {
+					j := job{customer: it.Customer, period: period, attempt: 1}
+					return j, chargeErr(j, nil, "", invalid("the item has both a Price and an Invoice; give one"))
+				}
+				if it.Invoice != nil || it.Price == nil && b.cfg.Invoice != nil && b.cfg.Price == nil {
+					return b.prepareInvoice(ctx, it.Customer, period, it.Invoice)
+				}
+				return b.prepare(ctx, it.Customer, period, it.Price, 1)
+			}
 			if !yield(p, err) {
 				return
 			}

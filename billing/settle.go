@@ -174,6 +174,12 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 	}
 	var u claimengine.Update
 	switch {
+	case c.Endpoint == endpointInvoices:
+		in, err := b.invoices.Get(c.StripeID, &stripe.InvoiceParams{Params: stripe.Params{Context: ctx}})
+		if err != nil {
+			return claimApplied{}, err
+		}
+		u = updateFromInvoice("", in)
 	case strings.HasPrefix(c.StripeID, "pi_"):
 		pi, err := b.intents.Get(c.StripeID, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
 		if err != nil {

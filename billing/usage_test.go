@@ -357,3 +357,28 @@ func slicesSeq[T any](s []T) iter.Seq2[T, error] {
 		}
 	}
 }
+
+// Reconcile resumes a usage report a runner left pending, with its own
+// key and identifier, and never treats it as a charge.
+func TestReconcileResumesUsage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 11)
+	ctx := context.Background()
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := e.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
+	}
+	sum, err := e.biller().Reconcile(ctx, nil)
+	if err != nil || sum.Done != 1 || sum.Created != 1 {
+		t.Fatalf("Reconcile = %+v, %v; want the report settled by Stripe's replay", sum, err)
+	}
+	requireCounted(t, e.srv, u)
+	if n := e.srv.Stats().Paid; n != 0 {
+		t.Errorf("%d payments: a usage claim was resumed as a charge", n)
+	}
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.AlreadyBilled {
+		t.Errorf("report after Reconcile = %+v, %v; want already billed", r, err)
+	}
+}

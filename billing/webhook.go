@@ -67,6 +67,8 @@ var webhookTypes = map[string]bool{
 	"charge.succeeded": true, "charge.failed": true, "charge.pending": true, "charge.refunded": true,
 	"charge.dispute.created":   true,
 	"payment_intent.succeeded": true, "payment_intent.payment_failed": true, "payment_intent.processing": true,
+	"invoice.paid": true, "invoice.payment_failed": true, "invoice.voided": true, "invoice.marked_uncollectible": true,
+	"invoice.finalized": true,
 }
 
 // Webhook returns an http.Handler for Stripe's webhook events, to mount on
@@ -84,7 +86,16 @@ var webhookTypes = map[string]bool{
 //   - charge.refunded, charge.dispute.created: the refunded amount or the
 //     dispute is recorded on the claim, reported to Config.Observe and
 //     logged. A refunded or disputed payment was billed: neither is a
-//     reason to bill again, and billonce never does.
+//     reason to bill again, and billonce never does;
+//   - invoice.paid: the invoice's claim succeeded; invoice.voided and
+//     invoice.marked_uncollectible: it failed;
+//   - invoice.payment_failed: reported as a payment failed after
+//     processing is (an EventSettled whose Err is an [ErrDeclined]
+//     *ChargeError with AfterProcessing), once per event; the claim stays
+//     processing, since the invoice stays open and Stripe keeps
+//     collecting it;
+//   - invoice.finalized: recorded and nothing more: a resumed invoice
+//     reads the invoice itself before a step it cannot replay.
 //
 // Each event is applied exactly once (the claim store records its id in
 // the transaction that applies it): Stripe's redeliveries, and one event
@@ -264,6 +275,16 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultUnchanged
 	}
+	if ev.Type == "invoice.payment_failed" && a.Outcome != claimengine.Duplicate && a.Outcome != claimengine.OtherPayment &&
+		a.Claim.State == claim.StateProcessing {
+		// Each failed attempt to collect an open invoice is reported once,
+		// as a failed payment is; the claim stays processing.
+		c := a.Claim
+		d := failedFrom(c)
+		d.Err = &kindError{kind: ErrDeclined, msg: "invoice " + u.StripeID + " stays open: a payment failed; Stripe keeps collecting it"}
+		d.AfterProcessing, d.StripeID = true, u.StripeID
+		h.b.invoiceDeclined(ctx, c.Key, d)
+	}
 	answer(w, http.StatusOK, strings.ToLower(a.Outcome.String()))
 	return e
 }
@@ -333,6 +354,12 @@ func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claimengi
 			return claimengine.Update{}, nil
 		}
 		return h.disputed(ctx, &d)
+	case strings.HasPrefix(string(ev.Type), "invoice."):
+		var in stripe.Invoice
+		if err := json.Unmarshal(raw, &in); err != nil {
+			return claimengine.Update{}, nil
+		}
+		return updateFromInvoice(string(ev.Type), &in), nil
 	case strings.HasPrefix(string(ev.Type), "payment_intent."):
 		var pi stripe.PaymentIntent
 		if err := json.Unmarshal(raw, &pi); err != nil {

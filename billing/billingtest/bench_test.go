@@ -65,3 +65,25 @@ func BenchmarkChargeCreateRawParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMeterEventCreate measures reporting one meter event through
+// stripe-go, each with its own identifier, against a zero-latency fake.
+func BenchmarkMeterEventCreate(b *testing.B) {
+	srv := newServer(b, billingtest.Config{})
+	api := newAPI(b, srv, testKey, nil)
+	srv.CreateMeter("api_calls", "sum", "")
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		i := n
+		n++
+		if _, err := api.BillingMeterEvents.New(meterEvent("api_calls", fmt.Sprint("cus_", i%100), "1", fmt.Sprint("id", i), fmt.Sprint("k", i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if got := srv.AggregateNow(); got != n {
+		b.Fatalf("%d events processed for %d requests", got, n)
+	}
+}

@@ -11,28 +11,29 @@ import (
 
 // Invoice is one invoice the server created, as the ledger keeps it.
 type Invoice struct {
-	ID       string
-	Customer string
+	ID       string `json:"id"`
+	Customer string `json:"customer"`
 	// Status is "draft", "open", "paid" or "void".
-	Status   string
-	Metadata map[string]string
+	Status   string            `json:"status"`
+	Metadata map[string]string `json:"metadata"`
 	// Lines are the invoice's items, in the order they were added.
-	Lines []InvoiceLine
+	Lines []InvoiceLine `json:"lines"`
 	// Finalizations counts the finalizations (one at most: a second is
 	// refused), Payments the payments that moved the invoice to paid.
-	Finalizations, Payments int
+	Finalizations int `json:"finalizations"`
+	Payments      int `json:"payments"`
 	// Sent reports whether POST /v1/invoices/{id}/send sent it.
-	Sent bool
+	Sent bool `json:"sent,omitempty"`
 }
 
 // InvoiceLine is one line of an [Invoice]: an invoice item.
 type InvoiceLine struct {
-	ID          string // "il_…"
-	Item        string // the invoice item, "ii_…"
-	Amount      int64
-	Currency    string
-	Description string
-	Metadata    map[string]string
+	ID          string            `json:"id"`   // "il_…"
+	Item        string            `json:"item"` // the invoice item, "ii_…"
+	Amount      int64             `json:"amount"`
+	Currency    string            `json:"currency"`
+	Description string            `json:"description,omitempty"`
+	Metadata    map[string]string `json:"metadata"`
 }
 
 func (inv Invoice) clone() Invoice {
@@ -410,7 +411,6 @@ func (s *Server) renderInvoice(inv *invoice) map[string]any {
 		lines[i] = listItem{inv.Lines[i].ID, renderLine(inv, &inv.Lines[i])}
 	}
 	list := listPage("/v1/invoices/"+inv.ID+"/lines", lines, 10, "")
-	list["total_count"] = len(inv.Lines)
 	return map[string]any{"id": inv.ID, "object": "invoice", "amount_due": due, "amount_paid": inv.amountPaid,
 		"amount_remaining": due - inv.amountPaid, "attempt_count": inv.attempts, "attempted": inv.attempts > 0,
 		"auto_advance": inv.autoAdvance, "billing_reason": "manual", "collection_method": inv.collection,

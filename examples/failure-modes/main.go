@@ -98,8 +98,8 @@ func allExact(rows []row) bool {
 
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "failure mode\tnaive charges\tbillonce charges\texpected")
-	fmt.Fprintln(tw, "------------\t-------------\t----------------\t--------")
+	fmt.Fprintln(tw, "failure mode\tnaive\tbillonce\texpected")
+	fmt.Fprintln(tw, "------------\t-----\t--------\t--------")
 	wrong, exact := 0, 0
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.name, r.naive, r.billonce, r.expected)

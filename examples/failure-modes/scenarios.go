@@ -28,7 +28,7 @@ var postCharges = billingtest.Match{Method: http.MethodPost, Path: "/v1/charges"
 
 // scenarios are the ways billing code charges twice or not at all, each as
 // the unsafe code and as billonce.
-var scenarios = []scenario{
+var scenarios = append([]scenario{
 	{
 		id:        "retried-closure",
 		name:      "retried closure makes the key; response lost after commit",
@@ -95,7 +95,7 @@ var scenarios = []scenario{
 		naive:     naive25h,
 		billonce:  billonce25h,
 	},
-}
+}, meterScenarios()...)
 
 // cutNextCharge makes the fake commit the next charge and cut the
 // connection before the client has the answer.

@@ -17,8 +17,8 @@ import (
 )
 
 // TestFailureModes runs the analyzer over examples/failure-modes, whose
-// unsafe code shows eight ways to charge twice, and pins what it finds:
-// rows 1 to 7, each once, under the function that shows the row, and
+// unsafe code shows ten ways to bill twice, and pins what it finds: rows
+// 1 to 7, 9 and 10, each once, under the function that shows the row, and
 // nothing else. Row 8 (a stable key resent after Stripe forgot it, 25 hours
 // later) is correct code on any given day: no static rule can tell.
 //
@@ -40,6 +40,8 @@ func TestFailureModes(t *testing.T) {
 		"naive409":                "retrykey", // 5: a new key after 409 in flight
 		"naiveReplicas":           "freshkey", // 6: a random key per replica
 		"naiveCrash":              "freshkey", // 7: a random key per run
+		"naiveUsageCrash":         "freshkey", // 9: a random key per usage report
+		"naiveUsageDuplicate":     "freshkey", // 10: a random key per attempt
 	}
 
 	cfg := &packages.Config{Mode: packages.LoadAllSyntax}

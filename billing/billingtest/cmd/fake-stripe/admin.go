@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,8 +15,15 @@ import (
 type state struct {
 	Now      time.Time             `json:"now"` // on the fake's clock
 	Payments []billingtest.Payment `json:"payments"`
+	Invoices []billingtest.Invoice `json:"invoices"`
 	Stats    billingtest.Stats     `json:"stats"`
 	Log      []billingtest.Entry   `json:"log,omitempty"` // only with ?log=1
+}
+
+// meterTotal is what GET /meter_total returns.
+type meterTotal struct {
+	Total  float64 `json:"total"`  // Server.MeterTotal
+	Events int     `json:"events"` // Server.MeterEvents
 }
 
 // control is the body of POST /control. Absent fields leave the setting as
@@ -25,8 +33,9 @@ type control struct {
 	Rates     map[billingtest.FaultKind]float64 `json:"rates,omitempty"` // replaces all rates; {} clears them
 	RateLimit *float64                          `json:"rate_limit,omitempty"`
 	RateBurst int                               `json:"rate_burst,omitempty"`
-	Declines  map[string]string                 `json:"declines,omitempty"` // customer → decline_code; "" honours the customer again
-	Advance   string                            `json:"advance,omitempty"`  // a time.ParseDuration string
+	Declines  map[string]string                 `json:"declines,omitempty"`  // customer → decline_code; "" honours the customer again
+	Advance   string                            `json:"advance,omitempty"`   // a time.ParseDuration string
+	Aggregate bool                              `json:"aggregate,omitempty"` // process every meter event now
 }
 
 // admin serves the fake's ledger and settings as JSON, for processes that
@@ -43,11 +52,24 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/state":
-		st := state{Now: a.srv.Now(), Payments: a.srv.Payments(), Stats: a.srv.Stats()}
+		st := state{Now: a.srv.Now(), Payments: a.srv.Payments(), Invoices: a.srv.Invoices(""), Stats: a.srv.Stats()}
 		if r.URL.Query().Get("log") == "1" {
 			st.Log = a.srv.Log()
 		}
 		json.NewEncoder(w).Encode(st)
+	case r.Method == http.MethodGet && r.URL.Path == "/meter_total":
+		q := r.URL.Query()
+		var bounds [2]time.Time
+		for i, p := range []string{"start", "end"} {
+			n, err := strconv.ParseInt(q.Get(p), 10, 64)
+			if err != nil {
+				adminError(w, fmt.Errorf("%s %q: want unix seconds", p, q.Get(p)))
+				return
+			}
+			bounds[i] = time.Unix(n, 0)
+		}
+		ev, cust := q.Get("event_name"), q.Get("customer")
+		json.NewEncoder(w).Encode(meterTotal{a.srv.MeterTotal(ev, cust, bounds[0], bounds[1]), a.srv.MeterEvents(ev, cust)})
 	case r.Method == http.MethodPost && r.URL.Path == "/control":
 		var c control
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
@@ -63,7 +85,7 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`{"ok":true}` + "\n"))
 	default:
 		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprintf(w, `{"error":%q}`+"\n", "unknown endpoint; use GET /state[?log=1] or POST /control")
+		fmt.Fprintf(w, `{"error":%q}`+"\n", "unknown endpoint; use GET /state[?log=1], GET /meter_total?event_name=&customer=&start=&end= or POST /control")
 	}
 }
 
@@ -107,6 +129,9 @@ func (a *admin) apply(c control) error {
 		}
 	}
 	a.srv.Advance(adv)
+	if c.Aggregate {
+		a.srv.AggregateNow()
+	}
 	return nil
 }
 

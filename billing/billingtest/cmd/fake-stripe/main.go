@@ -8,8 +8,10 @@
 //
 // It runs until SIGINT or SIGTERM. Point a client at the URL it prints, with
 // any API key. On a second address (-admin-addr), GET /state returns the
-// ledger as JSON while it runs and POST /control changes faults, declines
-// and the clock.
+// ledger (payments and invoices) as JSON while it runs, GET /meter_total
+// what a meter counts for a customer over a time range, and POST /control
+// changes faults, declines and the clock, or processes every meter event
+// at once ({"aggregate": true}).
 package main
 
 import (

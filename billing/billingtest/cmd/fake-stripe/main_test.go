@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -110,6 +111,45 @@ func TestAdminEndpoints(t *testing.T) {
 	if code := charge("cus_x", "kx"); code != 402 {
 		t.Fatalf("decline set over HTTP: status %d; want 402", code)
 	}
+	form := func(kv ...string) url.Values {
+		v := url.Values{}
+		for i := 0; i < len(kv); i += 2 {
+			v.Set(kv[i], kv[i+1])
+		}
+		return v
+	}
+	write := func(path string, f url.Values) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(f.Encode()))
+		req.Header.Set("Authorization", "Bearer sk_test_secret_admin")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST %s: status %d", path, resp.StatusCode)
+		}
+	}
+	write("/v1/invoices", form("customer", "cus_1"))
+	write("/v1/billing/meters", form("display_name", "calls", "event_name", "calls", "default_aggregation[formula]", "sum"))
+	at := srv.Now().Add(-time.Minute)
+	write("/v1/billing/meter_events", form("event_name", "calls", "payload[stripe_customer_id]", "cus_1", "payload[value]", "7",
+		"timestamp", fmt.Sprint(at.Unix())))
+	if code := post(`{"aggregate":true}`); code != 200 {
+		t.Fatalf("control aggregate: status %d", code)
+	}
+	mt, err := http.Get(fmt.Sprintf("%s/meter_total?event_name=calls&customer=cus_1&start=%d&end=%d", ts.URL, at.Unix(), at.Unix()+60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total meterTotal
+	json.NewDecoder(mt.Body).Decode(&total)
+	mt.Body.Close()
+	if total != (meterTotal{Total: 7, Events: 1}) {
+		t.Fatalf("meter_total = %+v; want 7 over 1 event", total)
+	}
+
 	resp, err := http.Get(ts.URL + "/state?log=1")
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +159,9 @@ func TestAdminEndpoints(t *testing.T) {
 	var st state
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatal(err)
+	}
+	if len(st.Invoices) != 1 || st.Invoices[0].Status != "draft" {
+		t.Fatalf("state invoices = %+v; want one draft", st.Invoices)
 	}
 	if len(st.Payments) != 2 || st.Stats.Paid != 1 || st.Stats.Faults[billingtest.FaultErrorBefore] != 1 || time.Until(st.Now) < 23*time.Hour || len(st.Log) == 0 {
 		t.Fatalf("state = %+v", st)

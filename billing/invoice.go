@@ -1,0 +1,739 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
+	"github.com/billonce/billonce/retry"
+)
+
+// Invoice is what [Biller.Invoice] bills a customer for a period: one
+// Stripe invoice with these lines.
+type Invoice struct {
+	// Currency is the invoice's currency, a three-letter ISO code (any
+	// case), as for a [Price].
+	Currency string
+	// Lines are the invoice's lines, 1 to 250, each added to the invoice
+	// as an invoice item of its own.
+	Lines []InvoiceLine
+	// DaysUntilDue 0 (the default) makes an invoice Stripe charges to the
+	// customer's payment method at once (collection_method
+	// charge_automatically): billonce pays it as soon as it is final.
+	// From 1 to 365, it is sent to the customer (send_invoice), due in
+	// that many days; billonce sends it and the claim stays processing
+	// until the customer pays.
+	DaysUntilDue int
+	// Description is the invoice's memo, at most 500 bytes; optional.
+	Description string
+}
+
+// InvoiceLine is one line of an [Invoice].
+type InvoiceLine struct {
+	// Description is what the line bills for, at most 500 bytes.
+	Description string
+	// Amount is in the currency's smallest unit, positive: billonce takes
+	// no credit lines, so that an invoice's total is never below one of
+	// its lines.
+	Amount int64
+}
+
+const (
+	// endpointInvoices is the Endpoint of an invoice's claim.
+	endpointInvoices = "invoices"
+	// metaLine is the metadata key of an invoice item: its line's index.
+	metaLine = "billonce_line"
+
+	stepDraft     = "draft"
+	stepLine      = "line "
+	stepFinalized = "finalized"
+
+	maxInvoiceLines = 250
+	maxDaysUntilDue = 365
+	maxInvoiceText  = 500
+)
+
+// Invoice bills customer for period exactly once, as one Stripe invoice
+// with inv's lines (nil inv: Config.Invoice's answer). Call it as often as
+// you like, from as many replicas as you like: one invoice is made, each
+// of its lines is added once, it is finalized once and paid (or sent)
+// once. Receipt.StripeID is the invoice ("in_…") and Receipt.Amount its
+// total.
+//
+// The invoice is made in steps, each one request with its own key
+// derived from the claim's key and the step, and each recorded on the
+// claim once Stripe answered: the draft (auto_advance false, and
+// pending_invoice_items_behavior exclude, so that no pending item of the
+// customer is swept in), each line, the finalization, then the payment
+// (DaysUntilDue 0) or the sending. A call that finds the claim part way
+// (another runner crashed) resumes at the step after the last one
+// recorded, with the same keys. Past a step's deadline (see the package
+// documentation), what exists is found before anything is written: the
+// draft by Stripe's search on its billonce_key metadata, the lines by
+// listing the invoice's lines, the finalization and the payment by
+// reading the invoice.
+//
+// A payment the customer's card declines leaves the invoice open, and
+// Stripe goes on collecting it: the claim becomes processing (a second
+// invoice is never made), the decline is logged and reported to
+// Config.Observe (EventSettled with an [ErrDeclined] *ChargeError), and the
+// receipt has Processing set, with a nil error. The claim settles by
+// webhook (invoice.paid, invoice.voided) or by Reconcile reading the
+// invoice.
+//
+// A customer and period are billed once whatever the way: a customer
+// charged for a period cannot be invoiced for it, nor the other way round
+// (the second call's claim is refused with a *claim.MismatchError).
+//
+// Every error is a [*ChargeError], with the kinds of a charge's errors.
+// Once the draft exists the claim is never failed by a refusal of Stripe
+// (a 4xx on a later step): it stays pending with [ErrNeedsReconciliation],
+// and the error names the invoice. A person fixes the cause and calls
+// again, which resumes it; or voids the invoice once it is open, and the
+// invoice.voided event fails the claim.
+func (b *Biller) Invoice(ctx context.Context, customer, period string, inv *Invoice) (Receipt, error) {
+	j, err := b.prepareInvoice(ctx, customer, period, inv)
+	if err != nil {
+		return Receipt{}, err
+	}
+	return b.claimLoop(ctx, j, time.Now())
+}
+
+// prepareInvoice checks one invoice and derives its key. Its errors are
+// *ChargeError.
+func (b *Biller) prepareInvoice(ctx context.Context, customer, period string, inv *Invoice) (job, error) {
+	j := job{customer: customer, period: period, attempt: 1}
+	if err := checkID("customer ID", customer); err != nil {
+		return j, chargeErr(j, nil, "", err)
+	}
+	if err := checkPeriod(period); err != nil {
+		return j, chargeErr(j, nil, "", err)
+	}
+	var v Invoice
+	switch {
+	case inv != nil:
+		v = *inv
+	case b.cfg.Invoice == nil:
+		return j, chargeErr(j, nil, "", invalid("no invoice: set Config.Invoice or pass an *Invoice"))
+	default:
+		var err error
+		if v, err = b.cfg.Invoice(ctx, customer, period); err != nil {
+			return j, chargeErr(j, nil, "Config.Invoice", err)
+		}
+	}
+	v, total, err := checkInvoice(v)
+	if err != nil {
+		return j, chargeErr(j, nil, "", err)
+	}
+	key, err := idemkey.For(b.cfg.Scope, "invoice", customer, period, "1")
+	if err != nil {
+		return j, chargeErr(j, nil, "", invalid("%v", err))
+	}
+	j.inv, j.price, j.key, j.owner = &v, Price{Amount: total, Currency: v.Currency}, key, b.newOwner()
+	return j, nil
+}
+
+// checkInvoice checks inv and returns a copy with its currency in lower
+// case, and its total.
+func checkInvoice(inv Invoice) (Invoice, int64, error) {
+	c := strings.ToLower(inv.Currency)
+	if !currencies[c] {
+		return inv, 0, invalid("invoice currency %q is not a currency Stripe charges in; use a three-letter ISO code such as usd or eur", clip(inv.Currency))
+	}
+	inv.Currency = c
+	switch n := len(inv.Lines); {
+	case n == 0:
+		return inv, 0, invalid("the invoice has no lines; give 1 to %d", maxInvoiceLines)
+	case n > maxInvoiceLines:
+		return inv, 0, invalid("the invoice has %d lines; the limit is %d", n, maxInvoiceLines)
+	}
+	if inv.DaysUntilDue < 0 || inv.DaysUntilDue > maxDaysUntilDue {
+		return inv, 0, invalid("Invoice.DaysUntilDue %d: use 0 to charge at once, or 1 to %d days for an invoice sent to the customer", inv.DaysUntilDue, maxDaysUntilDue)
+	}
+	if err := checkText("Invoice.Description", inv.Description); err != nil {
+		return inv, 0, err
+	}
+	var total int64
+	for i, l := range inv.Lines {
+		if l.Amount <= 0 || l.Amount > maxAmount {
+			return inv, 0, invalid("invoice line %d: amount %d must be positive (billonce takes no credit lines) and at most %d", i, l.Amount, maxAmount)
+		}
+		if err := checkText(fmt.Sprintf("invoice line %d: description", i), l.Description); err != nil {
+			return inv, 0, err
+		}
+		total += l.Amount
+	}
+	if total > maxAmount {
+		return inv, 0, invalid("the invoice's total %d is above Stripe's largest amount %d", total, maxAmount)
+	}
+	inv.Lines = append([]InvoiceLine(nil), inv.Lines...)
+	return inv, total, nil
+}
+
+func checkText(what, s string) error {
+	switch {
+	case len(s) > maxInvoiceText:
+		return invalid("%s is %d bytes long; the limit is %d", what, len(s), maxInvoiceText)
+	case !utf8.ValidString(s):
+		return invalid("%s is not valid UTF-8", what)
+	}
+	return nil
+}
+
+// invoicing is one call's work on an invoice claim.
+type invoicing struct {
+	b  *Biller
+	j  job
+	id string // the draft, once it exists
+	// verify: the claim was made with another credential, whose keys this
+	// Biller's requests would not meet at Stripe; every step looks for
+	// what exists before writing.
+	verify  bool
+	sentAge time.Duration
+}
+
+// sendInvoice takes an invoice claim from its recorded step to its end.
+// Its errors are *ChargeError.
+func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+	stop := b.renewWhileSending(ctx, j, c)
+	defer stop()
+	v := &invoicing{b: b, j: j, id: c.StripeID, verify: c.Credential != b.credential, sentAge: c.SentAge}
+	if c.Step != "" && c.StripeID == "" {
+		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
+	}
+	next := 0 // the first line to add
+	switch {
+	case c.Step == "":
+		id, err := v.step(ctx, stepDraft, v.draft, v.findDraft)
+		if err != nil {
+			return Receipt{}, err
+		}
+		v.id = id
+		if err := v.advance(ctx, stepDraft); err != nil {
+			return Receipt{}, err
+		}
+	case c.Step == stepDraft:
+	case strings.HasPrefix(c.Step, stepLine):
+		i, err := strconv.Atoi(strings.TrimPrefix(c.Step, stepLine))
+		if err != nil || i < 0 {
+			return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
+		}
+		next = i + 1
+	case c.Step == stepFinalized:
+		next = len(j.inv.Lines)
+	default:
+		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
+	}
+	if next > len(j.inv.Lines) {
+		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("invoice %s has %d lines done, but Config.Invoice gives %d lines now; nothing was sent", v.id, next, len(j.inv.Lines)), nil)
+	}
+	for i := next; i < len(j.inv.Lines); i++ {
+		if _, err := v.step(ctx, stepLine+strconv.Itoa(i), v.line(i), v.findLine(i)); err != nil {
+			return Receipt{}, err
+		}
+		if err := v.advance(ctx, stepLine+strconv.Itoa(i)); err != nil {
+			return Receipt{}, err
+		}
+	}
+	status := ""
+	if c.Step != stepFinalized {
+		var err error
+		if status, err = v.step(ctx, stepFinalized, v.finalize, v.findFinalized); err != nil {
+			return Receipt{}, err
+		}
+		if err := v.advance(ctx, stepFinalized); err != nil {
+			return Receipt{}, err
+		}
+	}
+	if status != string(stripe.InvoiceStatusPaid) {
+		var err error
+		if j.inv.DaysUntilDue > 0 {
+			status, err = v.step(ctx, "send", v.send, v.findSent)
+		} else {
+			status, err = v.step(ctx, "pay", v.pay, v.findPaid)
+		}
+		var se *stripe.Error
+		if err != nil && errors.As(err, &se) && se.HTTPStatusCode == http.StatusPaymentRequired {
+			return v.declined(ctx, se)
+		}
+		if err != nil {
+			return Receipt{}, err
+		}
+	}
+	return v.settle(ctx, status)
+}
+
+// keyOf is the key of one step: derived from the claim's key and the step.
+func (v *invoicing) keyOf(step string) (idemkey.Key, error) {
+	return idemkey.For(v.b.cfg.Scope, v.j.key.String(), step)
+}
+
+// meta is the metadata of the invoice and of each of its items.
+func (v *invoicing) meta() map[string]string {
+	return map[string]string{MetaKey: v.j.key.String(), MetaCustomer: v.j.customer, MetaPeriod: v.j.period}
+}
+
+// step runs one step's request under retry with the step's key, checking
+// the claim's deadline before every attempt. Past the deadline (or when
+// the claim was made with another credential), find looks for what the
+// step would make: found, it is the step's result; not found, the
+// deadline starts again and the step is sent. It returns the step's
+// result (an id or the invoice's status); its errors are *ChargeError.
+func (v *invoicing) step(ctx context.Context, step string, call func(context.Context, idemkey.Key) (string, error),
+	find func(context.Context) (string, bool, error)) (string, error) {
+	b, j := v.b, v.j
+	key, err := v.keyOf(step)
+	if err != nil {
+		return "", chargeErr(j, nil, "", invalid("%v", err))
+	}
+	check := v.verify
+	for reopened := false; ; reopened = true {
+		if check {
+			res, found, err := find(ctx)
+			switch {
+			case err != nil:
+				return "", v.needs(ctx, step, err.Error())
+			case found:
+				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(j, "step", step, "invoice", v.id)...)
+				return res, nil
+			case v.verify && step == stepDraft && v.sentAge < retry.KeyWindow:
+				// The other credential's request may still land, and
+				// search may not show it yet.
+				searchIn := retry.KeyWindow - v.sentAge
+				b.release(context.WithoutCancel(ctx), j, errors.New("sent with another credential"))
+				e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("its draft was sent with credential %s, not this Biller's; nothing was sent: in %s search settles it", b.credential, searchIn.Round(time.Minute)), nil)
+				e.Until = time.Now().Add(searchIn)
+				return "", e
+			}
+			if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, endpointInvoices, b.credential); err != nil {
+				return "", v.lost(ctx, step, err)
+			}
+			v.verify = false
+		}
+		res, err := retry.Do(ctx, key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (string, error) {
+			if err := b.limiter.Wait(actx); err != nil {
+				return "", err
+			}
+			if err := b.claims.CheckSend(actx, j.key.String(), j.owner, b.cfg.WindowMargin); err != nil {
+				return "", err
+			}
+			start := time.Now()
+			res, err := call(idemkey.WithKey(actx, key), key)
+			b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Key: key.String(),
+				StripeID: v.id, Duration: time.Since(start), Err: err})
+			return res, err
+		})
+		switch {
+		case err == nil:
+			return res, nil
+		case errors.Is(err, claimengine.ErrWindowClosed) && !reopened:
+			b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice step's deadline has passed; looking for what exists before writing", attrs(j, "step", step, "invoice", v.id)...)
+			check = true
+			continue
+		case errors.Is(err, claimengine.ErrWindowClosed):
+			return "", v.needs(ctx, step, "the step's window closed twice in one call")
+		case errors.Is(err, claimengine.ErrLeaseLost):
+			return "", chargeErr(j, ErrInProgress, "stopped at step "+step, err)
+		case ctx.Err() == nil && outcomeUnknown(err):
+			// Retries could not tell whether Stripe did the step (or
+			// Stripe stored a 5xx for its key, which every replay
+			// repeats). Looking may: what it finds is the truth; finding
+			// nothing proves nothing (a request may still be on its way,
+			// search lags), and the claim stays pending.
+			if res, found, ferr := find(ctx); ferr == nil && found {
+				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an invoice step's unknown outcome by looking at Stripe", attrs(j, "step", step, "invoice", v.id)...)
+				return res, nil
+			}
+		}
+		return "", v.failure(ctx, step, err)
+	}
+}
+
+// advance records step as done.
+func (v *invoicing) advance(ctx context.Context, step string) error {
+	err := v.b.claims.Advance(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, v.id, step)
+	if err != nil {
+		return v.lost(ctx, step, err)
+	}
+	return nil
+}
+
+// lost is the error of a record of step that failed: the claim stays at
+// its previous step, and a resume repeats this one with the same key.
+func (v *invoicing) lost(ctx context.Context, step string, err error) error {
+	if errors.Is(err, claimengine.ErrLeaseLost) {
+		return chargeErr(v.j, ErrInProgress, "stopped at step "+step, err)
+	}
+	v.b.release(context.WithoutCancel(ctx), v.j, err)
+	e := chargeErr(v.j, ErrNotRecorded, fmt.Sprintf("step %s of invoice %s; the next call repeats it with the same key", step, v.id), err)
+	e.StripeID = v.id
+	return e
+}
+
+// needs leaves the claim pending for a person: what exists at Stripe
+// could not be told.
+func (v *invoicing) needs(ctx context.Context, step, reason string) error {
+	v.b.release(context.WithoutCancel(ctx), v.j, fmt.Errorf("reconciliation at step %s: %s", step, reason))
+	v.b.log.LogAttrs(ctx, slogWarn, "billonce: invoice claim needs reconciliation; nothing was sent", attrs(v.j, "step", step, "invoice", v.id, "reason", reason)...)
+	e := chargeErr(v.j, ErrNeedsReconciliation, fmt.Sprintf("step %s: %s", step, reason), nil)
+	e.StripeID = v.id
+	return e
+}
+
+// failure is the error of a step Stripe did not do. Before the draft
+// exists it is a charge's failure (a refusal about the customer fails the
+// claim). After, the claim always stays pending, since a draft exists: a
+// refusal of the step (a 4xx about this invoice) needs a person, who fixes
+// the cause and calls again, or voids the invoice; a refusal no request
+// could get past (a revoked key, a spend cap) stops a Run, as for charges.
+func (v *invoicing) failure(ctx context.Context, step string, err error) error {
+	j := v.j
+	j.won = false // a claim whose key may have run is released, never abandoned
+	var se *stripe.Error
+	if step != stepDraft && errors.As(err, &se) && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency &&
+		se.HTTPStatusCode != http.StatusUnauthorized && se.HTTPStatusCode != http.StatusForbidden && !proxyRefused(err) {
+		v.b.release(context.WithoutCancel(ctx), j, err)
+		v.b.log.LogAttrs(ctx, slogWarn, "billonce: Stripe refused an invoice step; the claim stays pending for a person", attrs(j, "step", step, "invoice", v.id, "error", err)...)
+		e := declined(j, ErrNeedsReconciliation, fmt.Sprintf("Stripe refused step %s of invoice %s (%s: %s); the claim stays pending: fix the cause and call again, or void the invoice", step, v.id, se.Code, se.Msg), nil, se)
+		e.StripeID = v.id
+		return e
+	}
+	e := asChargeError(j, v.b.failure(ctx, j, err)).(*ChargeError)
+	if e.StripeID == "" {
+		e.StripeID = v.id
+	}
+	return e
+}
+
+// settle records the invoice's status once it is final.
+func (v *invoicing) settle(ctx context.Context, status string) (Receipt, error) {
+	b, j := v.b, v.j
+	rctx, cancel := recordCtx(callerOf(ctx, j))
+	defer cancel()
+	r := b.receipt(j, v.id, Created)
+	var err error
+	switch stripe.InvoiceStatus(status) {
+	case stripe.InvoiceStatusPaid:
+		if err = b.claims.Succeed(rctx, j.key.String(), v.id); err != nil {
+			err = b.settledByEvent(rctx, j, created{id: v.id}, err)
+		}
+	case stripe.InvoiceStatusOpen:
+		r.Processing = true
+		err = b.claims.Process(rctx, j.key.String(), v.id)
+	default:
+		reason := "invoice " + v.id + " is " + status
+		if ferr := b.claims.Fail(rctx, j.key.String(), reason); ferr != nil {
+			err = ferr
+			break
+		}
+		return Receipt{}, chargeErr(j, ErrDeclined, reason, nil)
+	}
+	if err = recordErr(rctx, err); err != nil {
+		e := chargeErr(j, ErrNotRecorded, "invoice "+v.id+" is "+status, err)
+		e.StripeID = v.id
+		return Receipt{}, e
+	}
+	return r, nil
+}
+
+// declined records a payment the customer's card declined: the invoice
+// stays open and Stripe keeps collecting it, so the claim is processing.
+func (v *invoicing) declined(ctx context.Context, se *stripe.Error) (Receipt, error) {
+	r, err := v.settle(ctx, string(stripe.InvoiceStatusOpen))
+	if err != nil {
+		return r, err
+	}
+	reason := string(se.Code)
+	if se.DeclineCode != "" {
+		reason += " (" + string(se.DeclineCode) + ")"
+	}
+	e := declined(v.j, ErrDeclined, "invoice "+v.id+" stays open: "+reason+": "+se.Msg, nil, se)
+	e.Code, e.DeclineCode, e.StripeID = string(se.Code), string(se.DeclineCode), v.id
+	v.b.invoiceDeclined(ctx, v.j.key.String(), e)
+	return r, nil
+}
+
+// invoiceDeclined reports a failed payment of an invoice that stays open.
+func (b *Biller) invoiceDeclined(ctx context.Context, key string, e *ChargeError) {
+	b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice's payment failed; the invoice stays open, Stripe keeps collecting it, and the claim is processing until it is paid or voided",
+		attrs(job{customer: e.Customer, period: e.Period}, "key", key, "invoice", e.StripeID, "code", e.Code, "decline_code", e.DeclineCode)...)
+	b.observe(Event{Kind: EventSettled, Customer: e.Customer, Period: e.Period, Key: key, StripeID: e.StripeID,
+		State: string(claim.StateProcessing), Err: e})
+}
+
+// The steps' requests. Each receives a context carrying its key, and
+// sends the key in its params as well.
+
+func (v *invoicing) draft(ctx context.Context, key idemkey.Key) (string, error) {
+	inv := v.j.inv
+	p := &stripe.InvoiceParams{
+		Customer:                    stripe.String(v.j.customer),
+		AutoAdvance:                 stripe.Bool(false),
+		PendingInvoiceItemsBehavior: stripe.String("exclude"),
+		Currency:                    stripe.String(inv.Currency),
+		CollectionMethod:            stripe.String(string(stripe.InvoiceCollectionMethodChargeAutomatically)),
+	}
+	if inv.DaysUntilDue > 0 {
+		p.CollectionMethod = stripe.String(string(stripe.InvoiceCollectionMethodSendInvoice))
+		p.DaysUntilDue = stripe.Int64(int64(inv.DaysUntilDue))
+	}
+	if inv.Description != "" {
+		p.Description = stripe.String(inv.Description)
+	}
+	p.Context, p.IdempotencyKey, p.Metadata = ctx, stripe.String(key.String()), v.meta()
+	in, err := v.b.invoices.New(p)
+	if err != nil {
+		return "", err
+	}
+	if in.ID == "" || in.Status == "" {
+		return "", notStripes(in.LastResponse, "is not an invoice")
+	}
+	return in.ID, nil
+}
+
+func (v *invoicing) line(i int) func(context.Context, idemkey.Key) (string, error) {
+	return func(ctx context.Context, key idemkey.Key) (string, error) {
+		l := v.j.inv.Lines[i]
+		meta := v.meta()
+		meta[metaLine] = strconv.Itoa(i)
+		p := &stripe.InvoiceItemParams{
+			Customer: stripe.String(v.j.customer),
+			Invoice:  stripe.String(v.id),
+			Amount:   stripe.Int64(l.Amount),
+			Currency: stripe.String(v.j.inv.Currency),
+		}
+		if l.Description != "" {
+			p.Description = stripe.String(l.Description)
+		}
+		p.Context, p.IdempotencyKey, p.Metadata = ctx, stripe.String(key.String()), meta
+		it, err := v.b.items.New(p)
+		if err != nil {
+			return "", err
+		}
+		if it.ID == "" {
+			return "", notStripes(it.LastResponse, "is not an invoice item")
+		}
+		return it.ID, nil
+	}
+}
+
+func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, error) {
+	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(false)}
+	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
+	in, err := v.b.invoices.FinalizeInvoice(v.id, p)
+	if err != nil {
+		// "already finalized": read the invoice to be sure.
+		return v.confirm(ctx, err, func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusDraft })
+	}
+	return v.status(in)
+}
+
+func (v *invoicing) pay(ctx context.Context, key idemkey.Key) (string, error) {
+	p := &stripe.InvoicePayParams{}
+	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
+	in, err := v.b.invoices.Pay(v.id, p)
+	if err != nil {
+		// "already paid": read the invoice to be sure.
+		return v.confirm(ctx, err, func(s stripe.InvoiceStatus) bool { return s == stripe.InvoiceStatusPaid })
+	}
+	return v.status(in)
+}
+
+func (v *invoicing) send(ctx context.Context, key idemkey.Key) (string, error) {
+	p := &stripe.InvoiceSendInvoiceParams{}
+	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
+	in, err := v.b.invoices.SendInvoice(v.id, p)
+	if err != nil {
+		return v.confirm(ctx, err, func(s stripe.InvoiceStatus) bool { return s == stripe.InvoiceStatusPaid })
+	}
+	return v.status(in)
+}
+
+// confirm reads the invoice after Stripe refused a step with a 400 that
+// may mean "already done", and returns its status if done says so; any
+// other answer is err.
+func (v *invoicing) confirm(ctx context.Context, err error, done func(stripe.InvoiceStatus) bool) (string, error) {
+	var se *stripe.Error
+	if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusBadRequest || se.Type != stripe.ErrorTypeInvalidRequest {
+		return "", err
+	}
+	in, gerr := v.get(ctx)
+	if gerr != nil || !done(in.Status) {
+		return "", err
+	}
+	return string(in.Status), nil
+}
+
+func (v *invoicing) status(in *stripe.Invoice) (string, error) {
+	if in.ID != v.id || in.Status == "" {
+		return "", notStripes(in.LastResponse, "is not the invoice "+v.id)
+	}
+	return string(in.Status), nil
+}
+
+// get reads the invoice.
+func (v *invoicing) get(ctx context.Context) (*stripe.Invoice, error) {
+	if err := v.b.limiter.Wait(ctx); err != nil {
+		return nil, err
+	}
+	in, err := v.b.invoices.Get(v.id, &stripe.InvoiceParams{Params: stripe.Params{Context: ctx}})
+	if err != nil {
+		return nil, err
+	}
+	if in.ID != v.id || in.Status == "" {
+		return nil, notStripes(in.LastResponse, "is not the invoice "+v.id)
+	}
+	if in.Metadata[MetaKey] != v.j.key.String() {
+		return nil, fmt.Errorf("invoice %s carries key %q in its metadata, not the claim's", v.id, in.Metadata[MetaKey])
+	}
+	return in, nil
+}
+
+// The finders: what a step made, looked for once its key may be forgotten.
+
+// findDraft searches the invoice by its billonce_key metadata. Several
+// found, or a failed search, cannot be settled here.
+func (v *invoicing) findDraft(ctx context.Context) (string, bool, error) {
+	b := v.b
+	if err := b.waitSearch(ctx); err != nil {
+		return "", false, err
+	}
+	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, v.j.key.String())
+	it := b.invoices.Search(&stripe.InvoiceSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
+	var ids []string
+	for it.Next() {
+		in := it.Invoice()
+		if in.ID == "" {
+			return "", false, notStripes(it.InvoiceSearchResult().LastResponse, "is not an invoice")
+		}
+		if in.Status != stripe.InvoiceStatusVoid {
+			ids = append(ids, in.ID)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return "", false, fmt.Errorf("invoice search failed: %w", err)
+	}
+	var last *stripe.APIResponse
+	if r := it.InvoiceSearchResult(); r != nil {
+		last = r.LastResponse
+	}
+	if !isSearchResult(last) {
+		return "", false, notASearchResult(last)
+	}
+	switch len(ids) {
+	case 0:
+		return "", false, nil
+	case 1:
+		v.id = ids[0]
+		return ids[0], true, nil
+	}
+	return "", false, fmt.Errorf("invoice search found %d invoices for one key: %s", len(ids), strings.Join(ids, ", "))
+}
+
+// findLine lists the invoice's lines for line i's item.
+func (v *invoicing) findLine(i int) func(context.Context) (string, bool, error) {
+	return func(ctx context.Context) (string, bool, error) {
+		b := v.b
+		if err := b.limiter.Wait(ctx); err != nil {
+			return "", false, err
+		}
+		p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(v.id)}
+		p.Context = ctx
+		it := b.invoices.ListLines(p)
+		want := strconv.Itoa(i)
+		for it.Next() {
+			l := it.InvoiceLineItem()
+			if l.Metadata[MetaKey] == v.j.key.String() && l.Metadata[metaLine] == want {
+				id := l.ID
+				if l.InvoiceItem != nil && l.InvoiceItem.ID != "" {
+					id = l.InvoiceItem.ID
+				}
+				return id, true, nil
+			}
+		}
+		if err := it.Err(); err != nil {
+			return "", false, fmt.Errorf("listing the lines of invoice %s failed: %w", v.id, err)
+		}
+		return "", false, nil
+	}
+}
+
+// findStatus reads the invoice: done tells whether its status shows the
+// step done.
+func (v *invoicing) findStatus(done func(stripe.InvoiceStatus) bool) func(context.Context) (string, bool, error) {
+	return func(ctx context.Context) (string, bool, error) {
+		in, err := v.get(ctx)
+		if err != nil {
+			return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+		}
+		return string(in.Status), done(in.Status), nil
+	}
+}
+
+func (v *invoicing) findFinalized(ctx context.Context) (string, bool, error) {
+	return v.findStatus(func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusDraft })(ctx)
+}
+
+// findPaid: an open invoice was not paid (a declined attempt leaves it
+// open), so paying it again cannot pay twice; void and uncollectible are
+// final.
+func (v *invoicing) findPaid(ctx context.Context) (string, bool, error) {
+	return v.findStatus(func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusOpen })(ctx)
+}
+
+// findSent: whether an open invoice was sent cannot be read; sending it
+// again sends the customer the same invoice again, which bills nothing.
+func (v *invoicing) findSent(ctx context.Context) (string, bool, error) {
+	return v.findStatus(func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusOpen })(ctx)
+}
+
+// updateFromInvoice is what an invoice event says about its claim:
+// invoice.paid settles it, invoice.voided and invoice.marked_uncollectible
+// fail it, invoice.payment_failed leaves it processing (the invoice stays
+// open and Stripe keeps collecting it), and every other event (as
+// invoice.finalized) is recorded and moves nothing. A read of the invoice
+// (typ "") maps its status the same way.
+func updateFromInvoice(typ string, in *stripe.Invoice) claimengine.Update {
+	u := claimengine.Update{Key: in.Metadata[MetaKey], StripeID: in.ID}
+	switch {
+	case typ == "invoice.paid", typ == "" && in.Status == stripe.InvoiceStatusPaid:
+		u.State = string(claim.StateSucceeded)
+	case typ == "invoice.voided", typ == "" && in.Status == stripe.InvoiceStatusVoid:
+		u.State, u.FailureCode = string(claim.StateFailed), "invoice_voided"
+	case typ == "invoice.marked_uncollectible", typ == "" && in.Status == stripe.InvoiceStatusUncollectible:
+		u.State, u.FailureCode = string(claim.StateFailed), "invoice_uncollectible"
+	case typ == "invoice.payment_failed", typ == "" && in.Status == stripe.InvoiceStatusOpen:
+		u.State = string(claim.StateProcessing)
+	}
+	return u
+}
+
+// invoiceJob rebuilds the invoice a pending claim stands for, from
+// Config.Invoice: the claim records its total, not its lines.
+func (b *Biller) invoiceJob(ctx context.Context, c claim.Claim) (job, error) {
+	j := job{customer: c.Customer, period: c.Period, attempt: c.Attempt}
+	if key, err := idemkey.Parse(c.Key); err == nil {
+		j.key = key
+	}
+	if b.cfg.Invoice == nil {
+		return j, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("an invoice claim at step %q (invoice %q) needs Config.Invoice for its lines to be resumed; it was left as it is", c.Step, c.StripeID), nil)
+	}
+	nj, err := b.prepareInvoice(ctx, c.Customer, c.Period, nil)
+	if err != nil {
+		return j, err
+	}
+	if nj.key.String() != c.Key || nj.price.Amount != c.Amount || nj.price.Currency != c.Currency {
+		return j, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
+	}
+	return nj, nil
+}
