@@ -382,3 +382,66 @@ func TestReconcileResumesUsage(t *testing.T) {
 		t.Errorf("report after Reconcile = %+v, %v; want already billed", r, err)
 	}
 }
+
+// A window total whose send failed is never sent after a larger total of
+// the same window was delivered: Stripe keeps the newest event of the
+// window, so the stale total would replace the larger one and bill less.
+func TestStaleWindowTotalNeverReplacesANewerOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("seats", "sum", "hour")
+	ctx := context.Background()
+	start := hourAgo()
+	u := billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: start, End: start.Add(time.Hour), Value: 10}
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("total 10 with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	u.Value = 25
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("total 25 = %+v, %v; want created", r, err)
+	}
+	// The cron's Reconcile resumes every pending claim, the stale total's too.
+	_, _ = e.biller().Reconcile(ctx, nil)
+	u.Value = 10
+	_, _ = e.b.ReportUsage(ctx, u) // a late replica still holding the old total
+	if got := e.srv.MeterTotal("seats", "cus_1", start, start.Add(time.Hour)); got != 25 {
+		t.Errorf("window total %v at Stripe, want 25: a stale total replaced the newer one", got)
+	}
+}
+
+// A meter error report is about the events Stripe had received when it
+// was made. Once the key's window was reopened and the event sent again
+// and counted, an older report, delivered late (Stripe retries webhooks
+// for days), must not fail the claim: the usage is counted, and the next
+// attempt, sent because of the failed claim, would count it twice.
+func TestMeterErrorReportOlderThanAResendLeavesTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	b := h.biller(oneAttempt)
+	ctx := context.Background()
+	u := usage("cus_1", 9)
+	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
+	h.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
+	}
+	h.srv.AggregateNow() // Stripe rejects the event: an error report, not delivered yet
+	h.srv.RejectUsage("cus_1", "")
+	h.advance(25 * time.Hour)
+	r, err := b.ReportUsage(ctx, u)
+	if err != nil || r.Outcome != billing.Created {
+		t.Fatalf("report past the deadline = %+v, %v; want created (the summary is empty)", r, err)
+	}
+	h.srv.AggregateNow()
+	requireCounted(t, h.srv, u)
+	h.deliverAll() // the old error report arrives at last
+	c, err := h.store.Get(ctx, r.Key.String())
+	if err != nil || c.State != claim.StateSucceeded {
+		t.Errorf("claim after an error report older than its counted resend = %+v, %v; want succeeded", c, err)
+	}
+	u.Attempt = 2
+	_, _ = b.ReportUsage(ctx, u)
+	requireCounted(t, h.srv, u)
+}
