@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/billing/meterevent"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
@@ -444,4 +448,48 @@ func TestMeterErrorReportOlderThanAResendLeavesTheClaim(t *testing.T) {
 	u.Attempt = 2
 	_, _ = b.ReportUsage(ctx, u)
 	requireCounted(t, h.srv, u)
+}
+
+// A meter error report fails usage claims only. A meter event whose
+// identifier is a charge's key (anyone with the account's API key can send
+// one, and keys are in every charge's metadata) must not fail the charge's
+// pending claim: the charge went through, and the re-bill a failed claim
+// invites would charge the customer twice.
+func TestMeterErrorReportNamingAChargeLeavesIt(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	h.lostAnswer(h.biller(oneAttempt), "cus_1")
+	key := h.key("cus_1")
+	// A meter event named by the charge's key, for a customer Stripe
+	// does not know: Stripe rejects it later, in an error report.
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:               stripe.String(h.srv.URL),
+		HTTPClient:        &http.Client{Transport: testTransport, Timeout: 10 * time.Second},
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})
+	h.srv.RejectUsage("cus_nobody", "meter_event_customer_not_found")
+	events := meterevent.Client{B: backend, Key: secretKey}
+	if _, err := events.New(&stripe.BillingMeterEventParams{EventName: stripe.String("api_calls"), Identifier: stripe.String(key),
+		Payload: map[string]string{"stripe_customer_id": "cus_nobody", "value": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.AggregateNow()
+	for _, ev := range h.srv.Events() {
+		if ev.Type == "v1.billing.meter.error_report_triggered" { // before the charge's own events
+			h.deliver(ev)
+		}
+	}
+	if c := h.claimOf("cus_1"); c.State == claim.StateFailed {
+		t.Errorf("charge claim after a meter error report naming its key = %s (%s), want it left pending", c.State, c.LastError)
+	}
+	// The dunning process re-bills a declined period.
+	if _, err := h.b.Charge(ctx, "cus_1", period, nil); errors.Is(err, billing.ErrDeclined) {
+		_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil)
+	}
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("%d charges for the period, want 1", n)
+	}
 }
