@@ -388,6 +388,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 			// A usage report is identified at Stripe by its identifier,
 			// whatever the credential: past the deadline, send checks
 			// the meter's summary first.
+			if b.identifierMayBeForgotten(j, c) {
+				return b.reconcileUsage(ctx, j, c)
+			}
 			break
 		}
 		if err := b.checkChain(ctx, j); err != nil {
@@ -404,6 +407,9 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 	case claimengine.Won:
 		j.won = true
 		if j.usage != nil {
+			if b.identifierMayBeForgotten(j, c) {
+				return b.reconcileUsage(ctx, j, c)
+			}
 			break
 		}
 		if err := b.checkChain(ctx, j); err != nil {
