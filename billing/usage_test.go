@@ -522,3 +522,35 @@ func TestRestoredClaimTableDoesNotCountAnOldWindowTwice(t *testing.T) {
 	}
 	requireCounted(t, e.srv, u)
 }
+
+// Windows of one customer and meter must not overlap, and a report whose
+// window overlaps another's is refused or counted: it is never recorded
+// as delivered on the strength of the other report's usage in the
+// meter's summary.
+func TestOverlappingWindowIsNeverProvedByAnotherReport(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	hour := usage("cus_1", 7)
+	half := hour
+	half.End = hour.Start.Add(30 * time.Minute)
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, hour); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("hour with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	_, errHalf := e.b.ReportUsage(ctx, half)
+	e.advance(25 * time.Hour)
+	e.srv.AggregateNow()
+	r, err := e.b.ReportUsage(ctx, hour)
+	delivered := int64(0)
+	if errHalf == nil {
+		delivered += half.Value
+	}
+	if err == nil {
+		delivered += hour.Value
+	}
+	if got := e.srv.MeterTotal("api_calls", "cus_1", hour.Start, hour.End); got != float64(delivered) {
+		t.Errorf("meter total %v, but reports recorded as delivered add up to %d (hour: %+v, %v; half hour: %v)", got, delivered, r, err, errHalf)
+	}
+}
