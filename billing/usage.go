@@ -471,7 +471,11 @@ func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
 // longer knows by its identifier.
 func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	u := j.usage
-	b.log.LogAttrs(ctx, slogWarn, "billonce: reading the meter's summary before sending a usage report",
+	level := slogWarn
+	if j.won {
+		level = slogInfo // a first send of an old window: nothing went wrong
+	}
+	b.log.LogAttrs(ctx, level, "billonce: reading the meter's summary before sending a usage report",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute))...)
 	total, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (float64, error) {
 		return b.meterTotal(ctx, u)
