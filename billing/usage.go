@@ -348,10 +348,13 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // Stripe validates events again as it aggregates them and reports the
 // ones it rejects later, in a meter error report (a
 // v1.billing.meter.error_report_triggered event); [Biller.Webhook] fails
-// the claims it names, and a report of the same window is then sent again
-// only with the next Attempt. Error reports name a sample of the rejected
-// events, not all: those not named stay delivered; compare the meter's
-// summaries to find them.
+// the usage claims it names, and a report of the same window is then sent
+// again only with the next Attempt. It leaves alone a claim that is not a
+// usage report (an identifier is whatever the event's sender chose), and
+// one whose window was reopened and its event sent again after the report
+// was made. Error reports name a sample of the rejected events, not all:
+// those not named stay delivered; compare the meter's summaries to find
+// them.
 //
 // Every error is a [*ChargeError], as for charges.
 func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
