@@ -554,3 +554,40 @@ func TestOverlappingWindowIsNeverProvedByAnotherReport(t *testing.T) {
 		t.Errorf("meter total %v, but reports recorded as delivered add up to %d (hour: %+v, %v; half hour: %v)", got, delivered, r, err, errHalf)
 	}
 }
+
+// An identifier taken by an event this claim never sent needs a person,
+// and keeps needing one: asked again, as a cron does, the report is not
+// recorded as delivered on the strength of the other event, which may
+// count another value.
+func TestTakenIdentifierIsNeverRecordedAsDelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 42)
+	ctx := context.Background()
+	if _, err := e.b.ReportUsage(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	// Another claim table, whose records say 50.
+	other := &env{tb: t, srv: e.srv, pool: e.pool}
+	other.store = newStore(t, pgtest.Pool(t))
+	b := other.biller(func(c *billing.Config) { c.SecretKey = "sk_test_other_0000000000000000000" })
+	u.Value = 50
+	for i, do := range []func() error{
+		func() error { _, err := b.ReportUsage(ctx, u); return err },
+		func() error { _, err := b.ReportUsage(ctx, u); return err },
+		func() error { _, err := b.Reconcile(ctx, nil); return err },
+	} {
+		err := do()
+		if i < 2 && !errors.Is(err, billing.ErrNeedsReconciliation) {
+			t.Errorf("call %d = %v, want ErrNeedsReconciliation", i+1, err)
+		}
+	}
+	r, err := b.ReportUsage(ctx, u)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("report after Reconcile = %+v, %v; want ErrNeedsReconciliation: Stripe counts 42, not this report's 50", r, err)
+	}
+	if got := e.srv.MeterTotal("api_calls", "cus_1", u.Start, u.End); got != 42 {
+		t.Errorf("meter total %v, want 42", got)
+	}
+}
