@@ -194,13 +194,16 @@ type job struct {
 	price            Price
 	key              idemkey.Key
 	attempt          int
-	owner            string    // this attempt's name on the claim
-	reopened         bool      // a search found no payment and reopened the key's window
-	won              bool      // this call made the claim: no earlier send of its key exists
-	rec              *recorder // in a Run over a batching store: checks and records in shared round trips
-	start            time.Time // when settling began, for Config.Observe
-	claimedAt        time.Time // local time just before the claim statement left, in a Run
-	firstSendBy      time.Time // see firstSendSafe
+	owner            string // this attempt's name on the claim
+	reopened         bool   // a search found no payment and reopened the key's window
+	// neverSent is set for a resumed usage claim released because its
+	// identifier was taken before it ever sent it (see identifierTaken).
+	neverSent   bool
+	won         bool      // this call made the claim: no earlier send of its key exists
+	rec         *recorder // in a Run over a batching store: checks and records in shared round trips
+	start       time.Time // when settling began, for Config.Observe
+	claimedAt   time.Time // local time just before the claim statement left, in a Run
+	firstSendBy time.Time // see firstSendSafe
 	// usage is set for a usage report (see ReportUsage).
 	usage *usageJob
 	// caller is the context a Run or Reconcile was given. Their own stop
@@ -391,6 +394,7 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 			if b.identifierMayBeForgotten(j, c) {
 				return b.reconcileUsage(ctx, j, c)
 			}
+			j.neverSent = c.LastError == identifierTaken
 			break
 		}
 		if err := b.checkChain(ctx, j); err != nil {
@@ -488,7 +492,7 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (created, error) {
 		attempt++
 		start := time.Now()
-		sentBefore := mayHaveRun || !j.won && !j.reopened
+		sentBefore := mayHaveRun || !j.won && !j.reopened && !j.neverSent
 		out, w, err := b.create(actx, j, key, attempt)
 		if j.usage != nil && duplicateIdentifier(err) && sentBefore {
 			// Stripe has an event with this identifier, and this
@@ -537,7 +541,12 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	case j.usage != nil && duplicateIdentifier(err):
 		// The identifier was used by an event this claim never sent:
 		// another claim table, or one restored from an old backup.
-		reason := "Stripe already has a meter event with this report's identifier, and this claim never sent it; nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+		// The claim records that reason, so that a resume knows the claim
+		// still never sent its key, and answers the same.
+		reason := identifierTaken
+		if !j.won && !j.neverSent {
+			reason = "Stripe already has a meter event with this report's identifier, sent again after the key's window was reopened; nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+		}
 		b.release(context.WithoutCancel(ctx), j, errors.New(reason))
 		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
 		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, err)

@@ -446,6 +446,12 @@ func (b *Biller) sendUsage(ctx context.Context, j job, key idemkey.Key) (created
 	return out, nil
 }
 
+// identifierTaken is the reason a usage claim is released with when
+// Stripe refused its identifier before the claim ever sent it: the event
+// is another table's. A resume of such a claim reads its LastError, so
+// that the same refusal never records the report as delivered.
+const identifierTaken = "Stripe already has a meter event with this report's identifier, and this claim never sent it; nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+
 // duplicateIdentifier reports whether err is Stripe's refusal of a meter
 // event whose identifier it has seen already.
 func duplicateIdentifier(err error) bool {
