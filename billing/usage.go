@@ -340,14 +340,21 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // key's window and sends; anything else is ErrNeedsReconciliation. This
 // proves delivery only while nothing else reports to the same meter,
 // customer and window; Stripe has no lookup of one event by identifier.
+// The summary decides the same way before the first send of increments
+// whose window ended more than WindowMargin ago: Stripe may have taken
+// the event more than a day ago, from a claim table restored since from
+// an older backup, and forgotten its identifier.
 //
 // Stripe validates events again as it aggregates them and reports the
 // ones it rejects later, in a meter error report (a
 // v1.billing.meter.error_report_triggered event); [Biller.Webhook] fails
-// the claims it names, and a report of the same window is then sent again
-// only with the next Attempt. Error reports name a sample of the rejected
-// events, not all: those not named stay delivered; compare the meter's
-// summaries to find them.
+// the usage claims it names, and a report of the same window is then sent
+// again only with the next Attempt. It leaves alone a claim that is not a
+// usage report (an identifier is whatever the event's sender chose), and
+// one whose window was reopened and its event sent again after the report
+// was made. Error reports name a sample of the rejected events, not all:
+// those not named stay delivered; compare the meter's summaries to find
+// them.
 //
 // Every error is a [*ChargeError], as for charges.
 func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
@@ -439,6 +446,17 @@ func (b *Biller) sendUsage(ctx context.Context, j job, key idemkey.Key) (created
 	return out, nil
 }
 
+// identifierTaken begins the reason a usage claim is released with when
+// Stripe refused its identifier although this claim never executed it:
+// the event is another table's, or one Stripe took and did not count. A
+// resume of such a claim reads its LastError (see job.neverSent), so that
+// the same refusal is never recorded as delivered, and every later release
+// of it keeps the mark.
+const identifierTaken = "identifier taken: "
+
+// identifierTakenReason is what such a claim's LastError says.
+const identifierTakenReason = identifierTaken + "Stripe already has a meter event with this report's identifier, and this claim never sent it (or sent it after the meter's summary showed nothing); nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+
 // duplicateIdentifier reports whether err is Stripe's refusal of a meter
 // event whose identifier it has seen already.
 func duplicateIdentifier(err error) bool {
@@ -446,12 +464,32 @@ func duplicateIdentifier(err error) bool {
 	return errors.As(err, &se) && se.HTTPStatusCode == 400 && strings.Contains(se.Msg, "already exists with identifier")
 }
 
-// reconcileUsage settles a pending usage claim whose key's deadline has
-// passed, from the meter's event summary for the customer and window (see
-// ReportUsage).
+// identifierMayBeForgotten reports whether c, a usage claim about to be
+// sent, may stand for an event Stripe took more than a day ago and no
+// longer knows by its identifier, although this claim never sent it: a
+// claim table restored from a backup, or another table of the same scope.
+// A window total may be sent again at any time (Stripe keeps the newest
+// event of its window); increments may not. An event is sent once its
+// window is over, or at most usageMaxAhead before, so while the window
+// ended less than WindowMargin ago Stripe still refuses the identifier of
+// any earlier send. A claim whose window was reopened after a summary
+// read has been checked already.
+func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
+	u := j.usage
+	return u.Kind == Increments && c.ReconciledAt.IsZero() && time.Since(u.End) > b.cfg.WindowMargin-usageMaxAhead
+}
+
+// reconcileUsage settles a pending usage claim from the meter's event
+// summary for the customer and window (see ReportUsage): one whose key's
+// deadline has passed, or one that may stand for an event Stripe no
+// longer knows by its identifier.
 func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	u := j.usage
-	b.log.LogAttrs(ctx, slogWarn, "billonce: reading the meter's summary before sending a usage report again",
+	level := slogWarn
+	if j.won {
+		level = slogInfo // a first send of an old window: nothing went wrong
+	}
+	b.log.LogAttrs(ctx, level, "billonce: reading the meter's summary before sending a usage report",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute))...)
 	total, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (float64, error) {
 		return b.meterTotal(ctx, u)
