@@ -403,6 +403,10 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 			// A usage report is identified at Stripe by its identifier,
 			// whatever the credential: past the deadline, send checks
 			// the meter's summary first.
+			if err := b.checkRevision(ctx, j); err != nil {
+				b.giveUp(context.WithoutCancel(ctx), j, err)
+				return Receipt{}, err
+			}
 			if b.identifierMayBeForgotten(j, c) {
 				return b.reconcileUsage(ctx, j, c)
 			}
@@ -423,6 +427,10 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 	case claimengine.Won:
 		j.won = true
 		if j.usage != nil {
+			if err := b.checkRevision(ctx, j); err != nil {
+				b.giveUp(context.WithoutCancel(ctx), j, err)
+				return Receipt{}, err
+			}
 			if b.identifierMayBeForgotten(j, c) {
 				return b.reconcileUsage(ctx, j, c)
 			}

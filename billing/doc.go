@@ -115,9 +115,10 @@
 // window of time as one meter event, exactly once, and [Biller.RunUsage]
 // reports many with Run's batching, concurrency, rate limit, progress and
 // lock. A [Usage] names its meter's kind: [Increments] for a summing
-// meter, [WindowTotals] (the window's running total) for a pre-aggregated
-// one (event_time_window hour or day, of which Stripe keeps the newest
-// event per window). The Biller reads each meter from Stripe once and
+// meter, [WindowTotals] (the window's running total, each new total the
+// window's next Usage.Attempt, sent once the one before it settled) for a
+// pre-aggregated one (event_time_window hour or day, of which Stripe keeps
+// the newest event per window). The Biller reads each meter from Stripe once and
 // refuses the wrong combination, which would over- or under-count.
 //
 // The charge rules hold, with the meter event's identifier as a second

@@ -202,7 +202,8 @@ func TestUsagePastTheWindowSettledBySummary(t *testing.T) {
 }
 
 // Pre-aggregated meters take the window's running total: each total once,
-// the newest counting.
+// as the next attempt of its window, the newest counting; an older total
+// reported again sends nothing.
 func TestWindowTotals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -210,10 +211,13 @@ func TestWindowTotals(t *testing.T) {
 	ctx := context.Background()
 	start := hourAgo()
 	u := billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: start, End: start.Add(time.Hour)}
-	for _, v := range []int64{10, 10, 25, 25} {
-		u.Value = v
+	for _, r := range []struct {
+		value   int64
+		attempt int
+	}{{10, 1}, {10, 1}, {25, 2}, {25, 2}, {10, 1}} {
+		u.Value, u.Attempt = r.value, r.attempt
 		if _, err := e.b.ReportUsage(ctx, u); err != nil {
-			t.Fatalf("total %d: %v", v, err)
+			t.Fatalf("total %d (attempt %d): %v", r.value, r.attempt, err)
 		}
 	}
 	if n := e.srv.MeterEvents("seats", "cus_1"); n != 2 {
@@ -406,13 +410,27 @@ func TestStaleWindowTotalNeverReplacesANewerOne(t *testing.T) {
 	if _, err := e.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
 		t.Fatalf("total 10 with a lost send = %v, want ErrOutcomeUnknown", err)
 	}
-	u.Value = 25
-	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
-		t.Fatalf("total 25 = %+v, %v; want created", r, err)
+	// A new total of the window is the next attempt, and waits for the
+	// total before it to settle; the same attempt with another total is
+	// refused.
+	next := u
+	next.Value, next.Attempt = 25, 2
+	if _, err := e.b.ReportUsage(ctx, next); !errors.Is(err, billing.ErrInProgress) {
+		t.Fatalf("total 25 while 10 is unsettled = %v, want ErrInProgress", err)
+	}
+	same := u
+	same.Value = 25
+	var m *claim.MismatchError
+	if _, err := e.b.ReportUsage(ctx, same); !errors.As(err, &m) {
+		t.Fatalf("total 25 as attempt 1 = %v, want a *claim.MismatchError", err)
 	}
 	// The cron's Reconcile resumes every pending claim, the stale total's too.
-	_, _ = e.biller().Reconcile(ctx, nil)
-	u.Value = 10
+	if _, err := e.biller().Reconcile(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.b.ReportUsage(ctx, next); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("total 25 once 10 settled = %+v, %v; want created", r, err)
+	}
 	_, _ = e.b.ReportUsage(ctx, u) // a late replica still holding the old total
 	if got := e.srv.MeterTotal("seats", "cus_1", start, start.Add(time.Hour)); got != 25 {
 		t.Errorf("window total %v at Stripe, want 25: a stale total replaced the newer one", got)
