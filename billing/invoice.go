@@ -81,7 +81,10 @@ const (
 // documentation), what exists is found before anything is written: the
 // draft by Stripe's search on its billonce_key metadata, the lines by
 // listing the invoice's lines, the finalization and the payment by
-// reading the invoice.
+// reading the invoice. A call that goes on from lines an earlier call
+// added lists them before finalizing: lines other than inv's (Config.Invoice
+// changed, with the same total) leave the invoice a draft and the claim
+// pending, with [ErrNeedsReconciliation].
 //
 // A payment the customer's card declines leaves the invoice open, and
 // Stripe goes on collecting it: the claim becomes processing (a second
