@@ -249,7 +249,11 @@
 // looked for with Stripe's invoice search (one found is taken; several, or
 // a failed search, is [ErrNeedsReconciliation]), a line by listing the
 // invoice's lines, the finalization and the payment by reading the
-// invoice.
+// invoice. The claim records the invoice's total, not its lines: a call
+// that goes on from lines an earlier call added (or found) lists them
+// before finalizing, and an invoice whose lines are not its own (another
+// split of the same total, after Config.Invoice changed) is left a draft,
+// with [ErrNeedsReconciliation].
 //
 // A customer is either charged or invoiced for a period: both take the
 // period's one claim in the claim table. A declined payment leaves the
