@@ -85,8 +85,10 @@
 // resends such a claim blind. It searches Stripe first: a payment found is
 // recorded. If none is found, the error is [ErrSentElsewhere] and nothing
 // is sent until the key's whole 24-hour window has passed (an attempt of
-// the old configuration may still land until then), after which a miss
-// reopens the window for the new configuration. Finish claims with the
+// the old configuration may still land until then), and the hour search
+// is given to index the last request the old configuration can have sent
+// (WindowMargin and an attempt's timeout after the window started), after
+// which a miss reopens the window for the new configuration. Finish claims with the
 // configuration that made them, or accept that wait. Behind a spend-cap
 // proxy, name the Stripe key with Config.Credential.
 //

@@ -320,10 +320,10 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(j, "step", step, "invoice", v.id)...)
 				v.earlier = v.earlier || strings.HasPrefix(step, stepLine)
 				return res, nil
-			case v.verify && step == stepDraft && v.sentAge < retry.KeyWindow:
+			case v.verify && step == stepDraft && v.sentAge < v.b.cfg.elsewhereAfter():
 				// The other credential's request may still land, and
 				// search may not show it yet.
-				searchIn := retry.KeyWindow - v.sentAge
+				searchIn := v.b.cfg.elsewhereAfter() - v.sentAge
 				b.release(context.WithoutCancel(ctx), j, errors.New("sent with another credential"))
 				e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("its draft was sent with credential %s, not this Biller's; nothing was sent: in %s search settles it", b.credential, searchIn.Round(time.Minute)), nil)
 				e.Until = time.Now().Add(searchIn)
@@ -543,7 +543,11 @@ func (v *invoicing) line(i int) func(context.Context, idemkey.Key) (string, erro
 }
 
 func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, error) {
-	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(false)}
+	// An invoice charged automatically is finalized with auto_advance on:
+	// billonce pays it at once, and if that payment is declined, Stripe's
+	// retries (and its dunning settings) go on collecting the open
+	// invoice. One sent to the customer keeps it off: billonce sends it.
+	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(v.j.inv.DaysUntilDue == 0)}
 	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
 	in, err := v.b.invoices.FinalizeInvoice(v.id, p)
 	if err != nil {
