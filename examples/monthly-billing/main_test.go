@@ -672,7 +672,7 @@ func TestSampleCustomersFile(t *testing.T) {
 	t.Parallel()
 	const path = "../../testdata/customers.csv"
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
-		if n, err := checkFile(path, api); err != nil || n != 5 {
+		if n, err := checkFile(path, api, false); err != nil || n != 5 {
 			t.Fatalf("checkFile(%s, %s) = %d, %v; want 5 customers", path, api, n, err)
 		}
 	}

@@ -227,7 +227,11 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 				sum.Created, sum.AlreadyBilled, sum.Declined, sum.Processing, sum.DeclinedAfterProcessing, sum.Pending, sum.Invalid)
 		}
 		if len(out.Failures) > 0 {
-			fmt.Fprintln(w, map[bool]string{false: "not billed:", true: "not reported:"}[what == "usage"])
+			if what == "usage" {
+				fmt.Fprintln(w, "not reported:")
+			} else {
+				fmt.Fprintln(w, "not billed:")
+			}
 			for _, fl := range out.Failures[:min(len(out.Failures), maxListed)] {
 				fmt.Fprintf(w, "  %s %s attempt %d: %s", fl.Customer, fl.Period, fl.Attempt, fl.Kind)
 				if fl.StripeCode != "" {
