@@ -5,11 +5,15 @@
 //
 // With no flags it is a self-contained demo: an in-process fake Stripe and a
 // throwaway PostgreSQL, 1,000 demo customers, the run, then the same run
-// again to show that it creates nothing new. Given a Stripe key,
+// again to show that it creates nothing new. -by invoice bills each
+// customer by one Stripe invoice instead of a charge; -usage then reports
+// each demo customer's usage of the last whole hour to a demo meter,
+// exactly once. Given a Stripe key,
 // -stripe-url or a spend-cap proxy it needs a database (-database-url or
 // DATABASE_URL): a throwaway one would forget who was billed.
 //
 //	go run ./examples/monthly-billing
+//	go run ./examples/monthly-billing -by invoice -usage
 //	go run ./examples/monthly-billing -database-url postgres://... -stripe-key sk_test_... -customers-file customers.csv
 //	go run ./examples/monthly-billing -database-url postgres://... -vault-proxy-url https://proxy.example.com/stripe -vault-key ... -customers-file customers.csv
 //
