@@ -8,9 +8,9 @@
 // again to show that it creates nothing new. -by invoice bills each
 // customer by one Stripe invoice instead of a charge; -usage then reports
 // each demo customer's usage of the last whole hour to a demo meter,
-// exactly once. Given a Stripe key,
-// -stripe-url or a spend-cap proxy it needs a database (-database-url or
-// DATABASE_URL): a throwaway one would forget who was billed.
+// exactly once. Given a Stripe key, -stripe-url or a spend-cap proxy it
+// needs a database (-database-url or DATABASE_URL): a throwaway one would
+// forget who was billed.
 //
 //	go run ./examples/monthly-billing
 //	go run ./examples/monthly-billing -by invoice -usage
