@@ -173,6 +173,17 @@ func checkUsage(u Usage, now time.Time) (Usage, error) {
 	return u, nil
 }
 
+// Validate reports whether u is a report billonce can send, as far as can
+// be told without its meter: a customer ID, a meter event name, a kind, a
+// positive value and a window of whole minutes that Stripe still takes.
+// Use it to check a whole input file before [Biller.RunUsage], which
+// checks every report itself, against its meter too. Its errors wrap
+// [ErrInvalid].
+func (u Usage) Validate() error {
+	_, err := checkUsage(u, time.Now())
+	return err
+}
+
 // checkMeter checks u against its meter.
 func checkMeter(u Usage, m meterInfo) error {
 	switch {
