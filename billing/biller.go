@@ -511,6 +511,21 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
+// searchLag is how long billonce gives Stripe's search to index a payment
+// or invoice before it trusts a search that found none, when nothing but
+// search can tell: a key sent with another credential. Stripe indexes
+// objects within a minute, and longer during incidents.
+const searchLag = time.Hour
+
+// elsewhereAfter is how long after a key's window started a Biller with
+// another endpoint or credential trusts a search that finds nothing for
+// it: Stripe's 24 hours, and at least until the last request the old
+// configuration can have sent (up to WindowMargin and an attempt's
+// timeout after the window started) has had searchLag to be indexed.
+func (cfg Config) elsewhereAfter() time.Duration {
+	return max(retry.KeyWindow, cfg.WindowMargin+cfg.attemptTimeout()+searchLag)
+}
+
 // attemptTimeout is Retry's per-attempt timeout, defaulted.
 func (cfg Config) attemptTimeout() time.Duration {
 	return cmp.Or(cfg.Retry.AttemptTimeout, retry.DefaultAttemptTimeout)

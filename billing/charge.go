@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,14 +195,18 @@ type job struct {
 	price            Price
 	key              idemkey.Key
 	attempt          int
-	owner            string    // this attempt's name on the claim
-	reopened         bool      // a search found no payment and reopened the key's window
-	won              bool      // this call made the claim: no earlier send of its key exists
-	rec              *recorder // in a Run over a batching store: checks and records in shared round trips
-	start            time.Time // when settling began, for Config.Observe
-	claimedAt        time.Time // local time just before the claim statement left, in a Run
-	firstSendBy      time.Time // see firstSendSafe
-	inv              *Invoice  // billed as this invoice, checked; nil for a payment
+	owner            string // this attempt's name on the claim
+	reopened         bool   // a search found no payment and reopened the key's window
+	// neverSent is set for a resumed usage claim released because its
+	// identifier was taken although it never executed it (see
+	// identifierTaken).
+	neverSent   bool
+	won         bool      // this call made the claim: no earlier send of its key exists
+	rec         *recorder // in a Run over a batching store: checks and records in shared round trips
+	start       time.Time // when settling began, for Config.Observe
+	claimedAt   time.Time // local time just before the claim statement left, in a Run
+	firstSendBy time.Time // see firstSendSafe
+	inv         *Invoice  // billed as this invoice, checked; nil for a payment
 	// usage is set for a usage report (see ReportUsage).
 	usage *usageJob
 	// caller is the context a Run or Reconcile was given. Their own stop
@@ -398,6 +403,14 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 			// A usage report is identified at Stripe by its identifier,
 			// whatever the credential: past the deadline, send checks
 			// the meter's summary first.
+			if err := b.checkRevision(ctx, j); err != nil {
+				b.giveUp(context.WithoutCancel(ctx), j, err)
+				return Receipt{}, err
+			}
+			if b.identifierMayBeForgotten(j, c) {
+				return b.reconcileUsage(ctx, j, c)
+			}
+			j.neverSent = strings.HasPrefix(c.LastError, identifierTaken)
 			break
 		}
 		if err := b.checkChain(ctx, j); err != nil {
@@ -414,6 +427,13 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 	case claimengine.Won:
 		j.won = true
 		if j.usage != nil {
+			if err := b.checkRevision(ctx, j); err != nil {
+				b.giveUp(context.WithoutCancel(ctx), j, err)
+				return Receipt{}, err
+			}
+			if b.identifierMayBeForgotten(j, c) {
+				return b.reconcileUsage(ctx, j, c)
+			}
 			break
 		}
 		if err := b.checkChain(ctx, j); err != nil {
@@ -495,7 +515,7 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (created, error) {
 		attempt++
 		start := time.Now()
-		sentBefore := mayHaveRun || !j.won && !j.reopened
+		sentBefore := mayHaveRun || !j.won && !j.reopened && !j.neverSent
 		out, w, err := b.create(actx, j, key, attempt)
 		if j.usage != nil && duplicateIdentifier(err) && sentBefore {
 			// Stripe has an event with this identifier, and this
@@ -544,7 +564,9 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	case j.usage != nil && duplicateIdentifier(err):
 		// The identifier was used by an event this claim never sent:
 		// another claim table, or one restored from an old backup.
-		reason := "Stripe already has a meter event with this report's identifier, and this claim never sent it; nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+		// The claim records that reason, so that a resume knows the claim
+		// still never sent its key, and answers the same.
+		reason := identifierTakenReason
 		b.release(context.WithoutCancel(ctx), j, errors.New(reason))
 		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
 		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, err)
@@ -968,7 +990,11 @@ func refusedBeforeExecution(err error) bool {
 // release leaves the claim pending with its key, expiring the lease so the
 // next run can resume it at once.
 func (b *Biller) release(ctx context.Context, j job, cause error) {
-	if err := b.claims.Release(ctx, j.key.String(), j.owner, cause.Error()); err != nil {
+	why := cause.Error()
+	if j.neverSent && !strings.HasPrefix(why, identifierTaken) {
+		why = identifierTaken + why // the mark stays until the claim settles
+	}
+	if err := b.claims.Release(ctx, j.key.String(), j.owner, why); err != nil {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: could not release claim; it is resumed once its lease expires", attrs(j, "error", err)...)
 	}
 }

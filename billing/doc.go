@@ -85,8 +85,10 @@
 // resends such a claim blind. It searches Stripe first: a payment found is
 // recorded. If none is found, the error is [ErrSentElsewhere] and nothing
 // is sent until the key's whole 24-hour window has passed (an attempt of
-// the old configuration may still land until then), after which a miss
-// reopens the window for the new configuration. Finish claims with the
+// the old configuration may still land until then), and the hour search
+// is given to index the last request the old configuration can have sent
+// (WindowMargin and an attempt's timeout after the window started), after
+// which a miss reopens the window for the new configuration. Finish claims with the
 // configuration that made them, or accept that wait. Behind a spend-cap
 // proxy, name the Stripe key with Config.Credential.
 //
@@ -115,9 +117,10 @@
 // window of time as one meter event, exactly once, and [Biller.RunUsage]
 // reports many with Run's batching, concurrency, rate limit, progress and
 // lock. A [Usage] names its meter's kind: [Increments] for a summing
-// meter, [WindowTotals] (the window's running total) for a pre-aggregated
-// one (event_time_window hour or day, of which Stripe keeps the newest
-// event per window). The Biller reads each meter from Stripe once and
+// meter, [WindowTotals] (the window's running total, each new total the
+// window's next Usage.Attempt, sent once the one before it settled) for a
+// pre-aggregated one (event_time_window hour or day, of which Stripe keeps
+// the newest event per window). The Biller reads each meter from Stripe once and
 // refuses the wrong combination, which would over- or under-count.
 //
 // The charge rules hold, with the meter event's identifier as a second
@@ -248,7 +251,11 @@
 // looked for with Stripe's invoice search (one found is taken; several, or
 // a failed search, is [ErrNeedsReconciliation]), a line by listing the
 // invoice's lines, the finalization and the payment by reading the
-// invoice.
+// invoice. The claim records the invoice's total, not its lines: a call
+// that goes on from lines an earlier call added (or found) lists them
+// before finalizing, and an invoice whose lines are not its own (another
+// split of the same total, after Config.Invoice changed) is left a draft,
+// with [ErrNeedsReconciliation].
 //
 // A customer is either charged or invoiced for a period: both take the
 // period's one claim in the claim table. A declined payment leaves the

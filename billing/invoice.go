@@ -81,7 +81,10 @@ const (
 // documentation), what exists is found before anything is written: the
 // draft by Stripe's search on its billonce_key metadata, the lines by
 // listing the invoice's lines, the finalization and the payment by
-// reading the invoice.
+// reading the invoice. A call that goes on from lines an earlier call
+// added lists them before finalizing: lines other than inv's (Config.Invoice
+// changed, with the same total) leave the invoice a draft and the claim
+// pending, with [ErrNeedsReconciliation].
 //
 // A payment the customer's card declines leaves the invoice open, and
 // Stripe goes on collecting it: the claim becomes processing (a second
@@ -200,6 +203,10 @@ type invoicing struct {
 	// what exists before writing.
 	verify  bool
 	sentAge time.Duration
+	// earlier: some of the invoice's lines were added by an earlier call,
+	// or found by looking; they are checked against this call's lines
+	// before the invoice is finalized.
+	earlier bool
 }
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
@@ -229,6 +236,7 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 			return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
 		}
 		next = i + 1
+		v.earlier = true
 	case c.Step == stepFinalized:
 		next = len(j.inv.Lines)
 	default:
@@ -247,6 +255,11 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 	}
 	status := ""
 	if c.Step != stepFinalized {
+		if v.earlier {
+			if err := v.checkLines(ctx); err != nil {
+				return Receipt{}, err
+			}
+		}
 		var err error
 		if status, err = v.step(ctx, stepFinalized, v.finalize, v.findFinalized); err != nil {
 			return Receipt{}, err
@@ -305,11 +318,12 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 				return "", v.needs(ctx, step, err.Error())
 			case found:
 				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(j, "step", step, "invoice", v.id)...)
+				v.earlier = v.earlier || strings.HasPrefix(step, stepLine)
 				return res, nil
-			case v.verify && step == stepDraft && v.sentAge < retry.KeyWindow:
+			case v.verify && step == stepDraft && v.sentAge < v.b.cfg.elsewhereAfter():
 				// The other credential's request may still land, and
 				// search may not show it yet.
-				searchIn := retry.KeyWindow - v.sentAge
+				searchIn := v.b.cfg.elsewhereAfter() - v.sentAge
 				b.release(context.WithoutCancel(ctx), j, errors.New("sent with another credential"))
 				e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("its draft was sent with credential %s, not this Biller's; nothing was sent: in %s search settles it", b.credential, searchIn.Round(time.Minute)), nil)
 				e.Until = time.Now().Add(searchIn)
@@ -351,6 +365,7 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 			// nothing proves nothing (a request may still be on its way,
 			// search lags), and the claim stays pending.
 			if res, found, ferr := find(ctx); ferr == nil && found {
+				v.earlier = v.earlier || strings.HasPrefix(step, stepLine)
 				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an invoice step's unknown outcome by looking at Stripe", attrs(j, "step", step, "invoice", v.id)...)
 				return res, nil
 			}
@@ -528,7 +543,11 @@ func (v *invoicing) line(i int) func(context.Context, idemkey.Key) (string, erro
 }
 
 func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, error) {
-	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(false)}
+	// An invoice charged automatically is finalized with auto_advance on:
+	// billonce pays it at once, and if that payment is declined, Stripe's
+	// retries (and its dunning settings) go on collecting the open
+	// invoice. One sent to the customer keeps it off: billonce sends it.
+	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(v.j.inv.DaysUntilDue == 0)}
 	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
 	in, err := v.b.invoices.FinalizeInvoice(v.id, p)
 	if err != nil {
@@ -666,6 +685,55 @@ func (v *invoicing) findLine(i int) func(context.Context) (string, bool, error) 
 		}
 		return "", false, nil
 	}
+}
+
+// checkLines lists the invoice's lines before it is finalized, when some
+// were added by an earlier call or found by looking: the claim records the
+// invoice's total, not its lines, so lines changed since (Config.Invoice
+// giving others of the same total) would finish the invoice as a mix of
+// both. Each of the claim's lines must be there once with this call's
+// amount; otherwise the claim waits for a person, and nothing is
+// finalized.
+func (v *invoicing) checkLines(ctx context.Context) error {
+	b, j := v.b, v.j
+	if err := b.limiter.Wait(ctx); err != nil {
+		return v.failure(ctx, stepFinalized, err)
+	}
+	p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(v.id)}
+	p.Context = ctx
+	it := b.invoices.ListLines(p)
+	seen := make([]bool, len(j.inv.Lines))
+	var wrong []string
+	for it.Next() {
+		l := it.InvoiceLineItem()
+		if l.Metadata[MetaKey] != j.key.String() {
+			continue
+		}
+		i, err := strconv.Atoi(l.Metadata[metaLine])
+		switch {
+		case err != nil || i < 0 || i >= len(seen):
+			wrong = append(wrong, fmt.Sprintf("a line with index %q", l.Metadata[metaLine]))
+		case seen[i]:
+			wrong = append(wrong, fmt.Sprintf("line %d twice", i))
+		case l.Amount != j.inv.Lines[i].Amount:
+			seen[i] = true
+			wrong = append(wrong, fmt.Sprintf("line %d of %d, not %d", i, l.Amount, j.inv.Lines[i].Amount))
+		default:
+			seen[i] = true
+		}
+	}
+	if err := it.Err(); err != nil {
+		return v.needs(ctx, stepFinalized, fmt.Sprintf("listing the lines of invoice %s failed: %v", v.id, err))
+	}
+	for i, ok := range seen {
+		if !ok {
+			wrong = append(wrong, fmt.Sprintf("no line %d", i))
+		}
+	}
+	if len(wrong) > 0 {
+		return v.needs(ctx, stepFinalized, fmt.Sprintf("invoice %s has %s: its lines are not the invoice's lines now (did Config.Invoice change?); it was not finalized", v.id, strings.Join(wrong, ", ")))
+	}
+	return nil
 }
 
 // findStatus reads the invoice: done tells whether its status shows the

@@ -110,11 +110,11 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 // clockAllowance short of the key window, so a search made after the
 // window sees every send of the key.
 func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
-	if c.SentAge >= retry.KeyWindow {
+	if c.SentAge >= b.cfg.elsewhereAfter() {
 		return b.reconcile(ctx, j, c)
 	}
 	return b.searchThen(ctx, j, c, func() error {
-		searchIn := retry.KeyWindow - c.SentAge
+		searchIn := b.cfg.elsewhereAfter() - c.SentAge
 		e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("it was sent to %s with credential %s, this Biller sends to %s with credential %s; nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by searching Stripe first",
 			orUnknown(c.Endpoint), orUnknown(c.Credential), b.endpoint, b.credential, searchIn.Round(time.Minute)), nil)
 		e.Until = time.Now().Add(searchIn)

@@ -78,9 +78,10 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Errorf("cus_lost's claim: %+v; want succeeded from search", c)
 	}
 
-	// Past the deadline of cus_unsent's key, search finds nothing and the
-	// key is sent again, once.
-	e.advance(22 * time.Hour)
+	// Past the deadline of cus_unsent's key, and the hour search is given
+	// to index its last possible send, search finds nothing and the key is
+	// sent again, once.
+	e.advance(23 * time.Hour)
 	if sum := run(); sum.Created != 1 || sum.AlreadyBilled != 3 || sum.Declined != 1 {
 		t.Errorf("run past the deadline: %+v; want cus_unsent created", sum.Progress)
 	}

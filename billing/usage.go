@@ -33,8 +33,10 @@ const (
 	// WindowTotals is for a pre-aggregated meter (event_time_window hour
 	// or day), of which Stripe keeps only the newest event of each UTC
 	// window: Value is the window's running total, and the report's window
-	// is exactly one of the meter's. Each total is reported once; a larger
-	// one, reported later, replaces it at Stripe.
+	// is exactly one of the meter's. A window's totals are its attempts:
+	// the first is attempt 1, each new total the next attempt, sent only
+	// once the one before it is settled, so that Stripe never ends with
+	// an older total; each is sent once.
 	WindowTotals
 )
 
@@ -70,15 +72,20 @@ type Usage struct {
 	// whole UTC hour or day, as the meter's event_time_window). The event
 	// is stamped with Start. Start must be within the last 34 days (Stripe
 	// takes events up to 35 days old; a day is left for retries and
-	// resumes), and End no more than 5 minutes ahead. Windows of one
-	// customer and meter must not overlap.
+	// resumes), and End no more than 5 minutes ahead. Two reports of one
+	// customer and meter never start at the same minute (the second is
+	// refused with a *claim.MismatchError); windows that overlap otherwise
+	// are not detected, and count their usage twice: do not send them.
 	Start, End time.Time
 	// Value is the quantity: the window's usage (Increments) or its
 	// running total (WindowTotals). It must be positive.
 	Value int64
-	// Attempt numbers reports of the same window: 0 or 1 for the first;
-	// after Stripe rejected a report (an ErrDeclined), report it again
-	// with the next number. Like a re-bill, it is a person's decision.
+	// Attempt numbers reports of the same window: 0 or 1 for the first.
+	// For Increments, after Stripe rejected a report (an ErrDeclined),
+	// report it again with the next number; like a re-bill, it is a
+	// person's decision. For WindowTotals, each new total of the window
+	// is the next number (see WindowTotals); the same number with another
+	// total is refused.
 	Attempt int
 }
 
@@ -106,6 +113,18 @@ type usageJob struct {
 type meterInfo struct {
 	id, formula, window   string
 	customerKey, valueKey string
+}
+
+// windowSize is the length of the meter's event_time_window, or a minute,
+// the grain of Stripe's summaries, for a meter without one.
+func (m meterInfo) windowSize() time.Duration {
+	switch m.window {
+	case "hour":
+		return time.Hour
+	case "day":
+		return 24 * time.Hour
+	}
+	return time.Minute
 }
 
 // meters caches the Biller's meters by event name: a meter's aggregation
@@ -154,6 +173,17 @@ func checkUsage(u Usage, now time.Time) (Usage, error) {
 	return u, nil
 }
 
+// Validate reports whether u is a report billonce can send, as far as can
+// be told without its meter: a customer ID, a meter event name, a kind, a
+// positive value and a window of whole minutes that Stripe still takes.
+// Use it to check a whole input file before [Biller.RunUsage], which
+// checks every report itself, against its meter too. Its errors wrap
+// [ErrInvalid].
+func (u Usage) Validate() error {
+	_, err := checkUsage(u, time.Now())
+	return err
+}
+
 // checkMeter checks u against its meter.
 func checkMeter(u Usage, m meterInfo) error {
 	switch {
@@ -165,10 +195,7 @@ func checkMeter(u Usage, m meterInfo) error {
 		return invalid("meter %s (%s) sums every event: window totals would be added up and overcount; report increments with billing.Increments", u.Meter, m.id)
 	}
 	if u.Kind == WindowTotals {
-		size := time.Hour
-		if m.window == "day" {
-			size = 24 * time.Hour
-		}
+		size := m.windowSize()
 		if !u.Start.Equal(u.Start.Truncate(size)) || u.End.Sub(u.Start) != size {
 			return invalid("meter %s keeps one total per UTC %s: the window must be exactly one %s, not %s to %s", u.Meter, m.window, m.window, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339))
 		}
@@ -176,34 +203,37 @@ func checkMeter(u Usage, m meterInfo) error {
 	return nil
 }
 
-// usagePeriod is the claim's period of a report: the meter, the window and
-// its kind, and for a window total the total, so that each total is its
-// own report.
+// usagePeriod is the claim's period of a report: the meter, the start of
+// its window and its kind, and for a window total its attempt, the
+// total's revision. The table holds one live claim per customer and
+// period, so two reports of one meter that start at the same minute never
+// both stand: the second is refused, and a report's own event is the only
+// one the meter's summary of that minute can count (see meterTotal).
 func usagePeriod(u Usage) string {
-	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339) + " " + u.End.Format(time.RFC3339)
+	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339)
 	if u.Kind == WindowTotals {
-		return p + " total " + strconv.FormatInt(u.Value, 10)
+		return p + " total " + strconv.Itoa(u.Attempt)
 	}
 	return p + " increment"
 }
 
-// parseUsagePeriod reads a report back from its claim.
+// parseUsagePeriod reads a report back from its claim. Its End is unknown
+// (the claim's key holds it); usageJobFromClaim sets what is needed.
 func parseUsagePeriod(c claim.Claim) (Usage, error) {
 	f := strings.Fields(c.Period)
-	u := Usage{Customer: c.Customer, Value: c.Amount, Attempt: c.Attempt}
-	if len(f) < 5 || f[0] != "usage" {
+	u := Usage{Customer: c.Customer, Value: c.Amount, Attempt: max(c.Attempt, 1)}
+	if len(f) < 4 || f[0] != "usage" {
 		return u, fmt.Errorf("billing: claim %s has no usage period: %q", c.Key, c.Period)
 	}
 	u.Meter = f[1]
-	var err1, err2 error
-	u.Start, err1 = time.Parse(time.RFC3339, f[2])
-	u.End, err2 = time.Parse(time.RFC3339, f[3])
+	var err error
+	u.Start, err = time.Parse(time.RFC3339, f[2])
 	switch {
-	case err1 != nil || err2 != nil:
+	case err != nil:
 		return u, fmt.Errorf("billing: claim %s has an unreadable usage period %q", c.Key, c.Period)
-	case f[4] == "increment":
+	case f[3] == "increment":
 		u.Kind = Increments
-	case f[4] == "total":
+	case f[3] == "total":
 		u.Kind = WindowTotals
 	default:
 		return u, fmt.Errorf("billing: claim %s has an unknown usage kind in %q", c.Key, c.Period)
@@ -226,6 +256,7 @@ func (b *Biller) usageJobFromClaim(ctx context.Context, c claim.Claim) (job, err
 	if err != nil {
 		return job{}, err
 	}
+	u.End = u.Start.Add(m.windowSize())
 	return job{customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount}, key: key, attempt: max(c.Attempt, 1),
 		owner: b.newOwner(), usage: &usageJob{Usage: u, meter: m}}, nil
 }
@@ -233,9 +264,6 @@ func (b *Biller) usageJobFromClaim(ctx context.Context, c claim.Claim) (job, err
 // usageKey is the key, and the meter event's identifier, of a report.
 func (b *Biller) usageKey(u Usage) (idemkey.Key, error) {
 	parts := []string{"usage", u.Meter, u.Customer, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339), u.Kind.String()}
-	if u.Kind == WindowTotals {
-		parts = append(parts, strconv.FormatInt(u.Value, 10))
-	}
 	return idemkey.For(b.cfg.Scope, append(parts, strconv.Itoa(u.Attempt))...)
 }
 
@@ -321,7 +349,8 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // the event sent, inside retries that all carry that key and identifier;
 // the outcome is recorded on the claim. The receipt's StripeID is the
 // identifier, its Amount the value, and its Period the claim's period
-// ("usage <meter> <start> <end> increment").
+// ("usage <meter> <start> increment", or "usage <meter> <start> total
+// <attempt>").
 //
 // Stripe refuses an identifier it has seen in the last 24 hours or more
 // with a 400 ("An event already exists with identifier …"). When this
@@ -333,21 +362,31 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // stays pending, and nothing is retried.
 //
 // Past the key's deadline (Config.WindowMargin) with an unknown outcome,
-// nothing is sent blind: the meter's event summary for the customer and
-// the window decides. A summary equal to the value (for a window total:
-// at least the value, a later total having replaced it) records the
-// report as delivered (Outcome Reconciled); a summary of zero reopens the
-// key's window and sends; anything else is ErrNeedsReconciliation. This
-// proves delivery only while nothing else reports to the same meter,
-// customer and window; Stripe has no lookup of one event by identifier.
+// nothing is sent blind: the meter's event summary for the customer
+// decides, read over the minute of Start (every event is stamped with its
+// report's Start, and no two reports of a claim table start at the same
+// minute) or, for a pre-aggregated meter, over the window. A summary
+// equal to the value records the report as delivered (Outcome
+// Reconciled); a summary of zero (for a window total: below the value,
+// the window still showing an earlier total) reopens the key's window and
+// sends; anything else is ErrNeedsReconciliation. This proves delivery
+// only while nothing but this claim table reports to the meter for the
+// customer at that minute or window; Stripe has no lookup of one event by
+// identifier. The summary decides the same way before the first send of
+// increments whose window started more than WindowMargin ago: Stripe may
+// have taken the event more than a day ago, from a claim table restored
+// since from an older backup, and forgotten its identifier.
 //
 // Stripe validates events again as it aggregates them and reports the
 // ones it rejects later, in a meter error report (a
 // v1.billing.meter.error_report_triggered event); [Biller.Webhook] fails
-// the claims it names, and a report of the same window is then sent again
-// only with the next Attempt. Error reports name a sample of the rejected
-// events, not all: those not named stay delivered; compare the meter's
-// summaries to find them.
+// the usage claims it names, and a report of the same window is then sent
+// again only with the next Attempt. It leaves alone a claim that is not a
+// usage report (an identifier is whatever the event's sender chose), and
+// one whose window was reopened and its event sent again after the report
+// was made. Error reports name a sample of the rejected events, not all:
+// those not named stay delivered; compare the meter's summaries to find
+// them.
 //
 // Every error is a [*ChargeError], as for charges.
 func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
@@ -439,6 +478,17 @@ func (b *Biller) sendUsage(ctx context.Context, j job, key idemkey.Key) (created
 	return out, nil
 }
 
+// identifierTaken begins the reason a usage claim is released with when
+// Stripe refused its identifier although this claim never executed it:
+// the event is another table's, or one Stripe took and did not count. A
+// resume of such a claim reads its LastError (see job.neverSent), so that
+// the same refusal is never recorded as delivered, and every later release
+// of it keeps the mark.
+const identifierTaken = "identifier taken: "
+
+// identifierTakenReason is what such a claim's LastError says.
+const identifierTakenReason = identifierTaken + "Stripe already has a meter event with this report's identifier, and this claim never sent it (or sent it after the meter's summary showed nothing); nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+
 // duplicateIdentifier reports whether err is Stripe's refusal of a meter
 // event whose identifier it has seen already.
 func duplicateIdentifier(err error) bool {
@@ -446,12 +496,62 @@ func duplicateIdentifier(err error) bool {
 	return errors.As(err, &se) && se.HTTPStatusCode == 400 && strings.Contains(se.Msg, "already exists with identifier")
 }
 
-// reconcileUsage settles a pending usage claim whose key's deadline has
-// passed, from the meter's event summary for the customer and window (see
-// ReportUsage).
+// identifierMayBeForgotten reports whether c, a usage claim about to be
+// sent, may stand for an event Stripe took more than a day ago and no
+// longer knows by its identifier, although this claim never sent it: a
+// claim table restored from a backup, or another table of the same scope.
+// A window total may be sent again at any time (Stripe keeps the newest
+// event of its window); increments may not. An event is sent once its
+// window is over, or at most usageMaxAhead before, so while the window
+// ended less than WindowMargin ago Stripe still refuses the identifier of
+// any earlier send. A claim whose window was reopened after a summary
+// read has been checked already.
+func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
+	u := j.usage
+	return u.Kind == Increments && c.ReconciledAt.IsZero() && time.Since(u.Start) > b.cfg.WindowMargin-usageMaxAhead
+}
+
+// checkRevision checks, before a window total of attempt 2 or more is
+// sent, that the total before it is settled: revisions of a window are
+// sent one at a time, in order, so that Stripe, which keeps the newest
+// event of a window, never ends with an older total. Its errors are
+// *ChargeError; the caller hands its claim back.
+func (b *Biller) checkRevision(ctx context.Context, j job) error {
+	u := j.usage
+	if u.Kind != WindowTotals || u.Attempt < 2 {
+		return nil
+	}
+	prev := u.Usage
+	prev.Attempt--
+	key, err := b.usageKey(prev)
+	if err != nil {
+		return chargeErr(j, nil, "", invalid("%v", err))
+	}
+	c, err := b.claims.Get(ctx, key.String())
+	switch {
+	case errors.Is(err, claim.ErrNotFound):
+		return chargeErr(j, nil, "", invalid("Usage.Attempt %d: this window has no total of attempt %d; a window's totals are numbered one after the other, from 1", u.Attempt, prev.Attempt))
+	case err != nil:
+		return chargeErr(j, nil, fmt.Sprintf("looking up the total of attempt %d", prev.Attempt), err)
+	case c.State == claim.StatePending:
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("the total of attempt %d (%d) is not settled yet; this one is sent after it, so that Stripe keeps the newest", prev.Attempt, c.Amount), nil)
+		e.Until = time.Now().Add(time.Minute)
+		return e
+	}
+	return nil
+}
+
+// reconcileUsage settles a pending usage claim from the meter's event
+// summary for the customer and window (see ReportUsage): one whose key's
+// deadline has passed, or one that may stand for an event Stripe no
+// longer knows by its identifier.
 func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	u := j.usage
-	b.log.LogAttrs(ctx, slogWarn, "billonce: reading the meter's summary before sending a usage report again",
+	level := slogWarn
+	if j.won {
+		level = slogInfo // a first send of an old window: nothing went wrong
+	}
+	b.log.LogAttrs(ctx, level, "billonce: reading the meter's summary before sending a usage report",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute))...)
 	total, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (float64, error) {
 		return b.meterTotal(ctx, u)
@@ -466,13 +566,16 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 	switch {
 	case err != nil:
 		return needs("reading the meter's summary failed: " + err.Error())
-	case total == value || u.Kind == WindowTotals && total > value:
+	case total == value:
 		r, err := b.record(ctx, j, created{id: j.key.String(), status: "succeeded"})
 		if err == nil {
 			r.Outcome = Reconciled
 		}
 		return r, err
-	case total == 0:
+	case total == 0 || u.Kind == WindowTotals && total < value:
+		// Nothing counted: the event never arrived, or, for a window
+		// total, the window still shows an earlier total (revisions are
+		// sent one at a time, in order: see checkRevision).
 		if err := b.claims.Reopen(ctx, j.key.String(), j.owner, endpointMeterEvents, b.credential); err != nil {
 			return Receipt{}, chargeErr(j, nil, "reopening the key's window", err)
 		}
@@ -480,11 +583,13 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 		c.SentAge = 0
 		return b.send(ctx, j, c)
 	}
-	return needs(fmt.Sprintf("the meter's summary for the window is %v, the report's value %d: another report counts in this window too", total, u.Value))
+	return needs(fmt.Sprintf("the meter's summary is %v, the report's value %d: another report counts at this minute or window too", total, u.Value))
 }
 
 // meterTotal reads the meter's aggregated value for the report's customer
-// and window.
+// where its event counts: the minute of Start (every event is stamped
+// with its report's Start, and no other report of this claim table starts
+// at that minute), or, for a pre-aggregated meter, its window.
 func (b *Biller) meterTotal(ctx context.Context, u *usageJob) (float64, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return 0, err
@@ -493,7 +598,7 @@ func (b *Biller) meterTotal(ctx context.Context, u *usageJob) (float64, error) {
 		ID:        stripe.String(u.meter.id),
 		Customer:  stripe.String(u.Customer),
 		StartTime: stripe.Int64(u.Start.Unix()),
-		EndTime:   stripe.Int64(u.End.Unix()),
+		EndTime:   stripe.Int64(u.Start.Add(u.meter.windowSize()).Unix()),
 	}
 	params.Context = ctx
 	it := b.meterSummaries.List(params)

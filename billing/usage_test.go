@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/billing/meterevent"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
@@ -150,6 +154,11 @@ func TestDuplicateIdentifierOnANewClaimNeedsReconciliation(t *testing.T) {
 	if n := sends(e.srv) - before; n != 1 {
 		t.Errorf("%d requests, want 1: a duplicate identifier is never retried", n)
 	}
+	// Asked again (a job queue retries), the answer is the same: the
+	// first call's claim is not taken for a report that went before.
+	if _, err := b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("second report from that table = %v, want ErrNeedsReconciliation again", err)
+	}
 	requireCounted(t, e.srv, u)
 }
 
@@ -193,7 +202,8 @@ func TestUsagePastTheWindowSettledBySummary(t *testing.T) {
 }
 
 // Pre-aggregated meters take the window's running total: each total once,
-// the newest counting.
+// as the next attempt of its window, the newest counting; an older total
+// reported again sends nothing.
 func TestWindowTotals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -201,10 +211,13 @@ func TestWindowTotals(t *testing.T) {
 	ctx := context.Background()
 	start := hourAgo()
 	u := billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: start, End: start.Add(time.Hour)}
-	for _, v := range []int64{10, 10, 25, 25} {
-		u.Value = v
+	for _, r := range []struct {
+		value   int64
+		attempt int
+	}{{10, 1}, {10, 1}, {25, 2}, {25, 2}, {10, 1}} {
+		u.Value, u.Attempt = r.value, r.attempt
 		if _, err := e.b.ReportUsage(ctx, u); err != nil {
-			t.Fatalf("total %d: %v", v, err)
+			t.Fatalf("total %d (attempt %d): %v", r.value, r.attempt, err)
 		}
 	}
 	if n := e.srv.MeterEvents("seats", "cus_1"); n != 2 {
@@ -380,5 +393,224 @@ func TestReconcileResumesUsage(t *testing.T) {
 	}
 	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.AlreadyBilled {
 		t.Errorf("report after Reconcile = %+v, %v; want already billed", r, err)
+	}
+}
+
+// A window total whose send failed is never sent after a larger total of
+// the same window was delivered: Stripe keeps the newest event of the
+// window, so the stale total would replace the larger one and bill less.
+func TestStaleWindowTotalNeverReplacesANewerOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("seats", "sum", "hour")
+	ctx := context.Background()
+	start := hourAgo()
+	u := billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: start, End: start.Add(time.Hour), Value: 10}
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("total 10 with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	// A new total of the window is the next attempt, and waits for the
+	// total before it to settle; the same attempt with another total is
+	// refused.
+	next := u
+	next.Value, next.Attempt = 25, 2
+	if _, err := e.b.ReportUsage(ctx, next); !errors.Is(err, billing.ErrInProgress) {
+		t.Fatalf("total 25 while 10 is unsettled = %v, want ErrInProgress", err)
+	}
+	same := u
+	same.Value = 25
+	var m *claim.MismatchError
+	if _, err := e.b.ReportUsage(ctx, same); !errors.As(err, &m) {
+		t.Fatalf("total 25 as attempt 1 = %v, want a *claim.MismatchError", err)
+	}
+	// The cron's Reconcile resumes every pending claim, the stale total's too.
+	if _, err := e.biller().Reconcile(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.b.ReportUsage(ctx, next); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("total 25 once 10 settled = %+v, %v; want created", r, err)
+	}
+	_, _ = e.b.ReportUsage(ctx, u) // a late replica still holding the old total
+	if got := e.srv.MeterTotal("seats", "cus_1", start, start.Add(time.Hour)); got != 25 {
+		t.Errorf("window total %v at Stripe, want 25: a stale total replaced the newer one", got)
+	}
+}
+
+// A meter error report is about the events Stripe had received when it
+// was made. Once the key's window was reopened and the event sent again
+// and counted, an older report, delivered late (Stripe retries webhooks
+// for days), must not fail the claim: the usage is counted, and the next
+// attempt, sent because of the failed claim, would count it twice.
+func TestMeterErrorReportOlderThanAResendLeavesTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	b := h.biller(oneAttempt)
+	ctx := context.Background()
+	u := usage("cus_1", 9)
+	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
+	h.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
+	}
+	h.srv.AggregateNow() // Stripe rejects the event: an error report, not delivered yet
+	h.srv.RejectUsage("cus_1", "")
+	h.advance(25 * time.Hour)
+	r, err := b.ReportUsage(ctx, u)
+	if err != nil || r.Outcome != billing.Created {
+		t.Fatalf("report past the deadline = %+v, %v; want created (the summary is empty)", r, err)
+	}
+	h.srv.AggregateNow()
+	requireCounted(t, h.srv, u)
+	h.deliverAll() // the old error report arrives at last
+	c, err := h.store.Get(ctx, r.Key.String())
+	if err != nil || c.State != claim.StateSucceeded {
+		t.Errorf("claim after an error report older than its counted resend = %+v, %v; want succeeded", c, err)
+	}
+	u.Attempt = 2
+	_, _ = b.ReportUsage(ctx, u)
+	requireCounted(t, h.srv, u)
+}
+
+// A meter error report fails usage claims only. A meter event whose
+// identifier is a charge's key (anyone with the account's API key can send
+// one, and keys are in every charge's metadata) must not fail the charge's
+// pending claim: the charge went through, and the re-bill a failed claim
+// invites would charge the customer twice.
+func TestMeterErrorReportNamingAChargeLeavesIt(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	h.lostAnswer(h.biller(oneAttempt), "cus_1")
+	key := h.key("cus_1")
+	// A meter event named by the charge's key, for a customer Stripe
+	// does not know: Stripe rejects it later, in an error report.
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:               stripe.String(h.srv.URL),
+		HTTPClient:        &http.Client{Transport: testTransport, Timeout: 10 * time.Second},
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})
+	h.srv.RejectUsage("cus_nobody", "meter_event_customer_not_found")
+	events := meterevent.Client{B: backend, Key: secretKey}
+	if _, err := events.New(&stripe.BillingMeterEventParams{EventName: stripe.String("api_calls"), Identifier: stripe.String(key),
+		Payload: map[string]string{"stripe_customer_id": "cus_nobody", "value": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.AggregateNow()
+	for _, ev := range h.srv.Events() {
+		if ev.Type == "v1.billing.meter.error_report_triggered" { // before the charge's own events
+			h.deliver(ev)
+		}
+	}
+	if c := h.claimOf("cus_1"); c.State == claim.StateFailed {
+		t.Errorf("charge claim after a meter error report naming its key = %s (%s), want it left pending", c.State, c.LastError)
+	}
+	// The dunning process re-bills a declined period.
+	if _, err := h.b.Charge(ctx, "cus_1", period, nil); errors.Is(err, billing.ErrDeclined) {
+		_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil)
+	}
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("%d charges for the period, want 1", n)
+	}
+}
+
+// A claim table restored from a backup older than a report has no claim
+// for it. Within a day Stripe still knows the identifier and refuses the
+// resend; a day later it does not, and only the meter's summary can tell
+// that the window's usage is counted already: a new claim of a window
+// that ended that long ago reads it before sending.
+func TestRestoredClaimTableDoesNotCountAnOldWindowTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 7)
+	u.Start, u.End = u.Start.Add(-48*time.Hour), u.End.Add(-48*time.Hour) // a backfill
+	ctx := context.Background()
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("first report = %+v, %v; want created", r, err)
+	}
+	e.advance(25 * time.Hour)
+	e.srv.AggregateNow()
+	e.exec("DELETE FROM billonce_claims") // the backup predates the report
+	before := sends(e.srv)
+	r, err := e.b.ReportUsage(ctx, u)
+	if err != nil || r.Outcome != billing.Reconciled {
+		t.Errorf("report of a counted window after a restore = %+v, %v; want reconciled from the meter's summary", r, err)
+	}
+	if n := sends(e.srv) - before; n != 0 {
+		t.Errorf("%d meter events sent after the restore, want 0", n)
+	}
+	requireCounted(t, e.srv, u)
+}
+
+// Windows of one customer and meter must not overlap, and a report whose
+// window overlaps another's is refused or counted: it is never recorded
+// as delivered on the strength of the other report's usage in the
+// meter's summary.
+func TestOverlappingWindowIsNeverProvedByAnotherReport(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	hour := usage("cus_1", 7)
+	half := hour
+	half.End = hour.Start.Add(30 * time.Minute)
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, hour); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("hour with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	_, errHalf := e.b.ReportUsage(ctx, half)
+	e.advance(25 * time.Hour)
+	e.srv.AggregateNow()
+	r, err := e.b.ReportUsage(ctx, hour)
+	delivered := int64(0)
+	if errHalf == nil {
+		delivered += half.Value
+	}
+	if err == nil {
+		delivered += hour.Value
+	}
+	if got := e.srv.MeterTotal("api_calls", "cus_1", hour.Start, hour.End); got != float64(delivered) {
+		t.Errorf("meter total %v, but reports recorded as delivered add up to %d (hour: %+v, %v; half hour: %v)", got, delivered, r, err, errHalf)
+	}
+}
+
+// An identifier taken by an event this claim never sent needs a person,
+// and keeps needing one: asked again, as a cron does, the report is not
+// recorded as delivered on the strength of the other event, which may
+// count another value.
+func TestTakenIdentifierIsNeverRecordedAsDelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	u := usage("cus_1", 42)
+	ctx := context.Background()
+	if _, err := e.b.ReportUsage(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	// Another claim table, whose records say 50.
+	other := &env{tb: t, srv: e.srv, pool: e.pool}
+	other.store = newStore(t, pgtest.Pool(t))
+	b := other.biller(func(c *billing.Config) { c.SecretKey = "sk_test_other_0000000000000000000" })
+	u.Value = 50
+	for i, do := range []func() error{
+		func() error { _, err := b.ReportUsage(ctx, u); return err },
+		func() error { _, err := b.ReportUsage(ctx, u); return err },
+		func() error { _, err := b.Reconcile(ctx, nil); return err },
+	} {
+		err := do()
+		if i < 2 && !errors.Is(err, billing.ErrNeedsReconciliation) {
+			t.Errorf("call %d = %v, want ErrNeedsReconciliation", i+1, err)
+		}
+	}
+	r, err := b.ReportUsage(ctx, u)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("report after Reconcile = %+v, %v; want ErrNeedsReconciliation: Stripe counts 42, not this report's 50", r, err)
+	}
+	if got := e.srv.MeterTotal("api_calls", "cus_1", u.Start, u.End); got != 42 {
+		t.Errorf("meter total %v, want 42", got)
 	}
 }

@@ -492,6 +492,15 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 				continue // not an identifier billonce made
 			}
 			named++
+			// An identifier is whatever the event's sender chose: only a
+			// usage claim's key names a usage report. A claim's endpoint
+			// is meter_events from its creation or never.
+			c, err := h.b.claims.Get(ctx, id)
+			if err == nil && c.Endpoint != endpointMeterEvents {
+				h.b.log.LogAttrs(ctx, slogWarn, "billonce: meter error report names the key of a claim that is no usage report; ignored",
+					append(log, slog.String("key", id), slog.String("period", c.Period))...)
+				continue
+			}
 			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
 				Created: env.Created, State: string(claim.StateFailed), FailureCode: t.Code}
 			if u.Created.IsZero() {

@@ -198,8 +198,10 @@ func TestClaimRemembersCredentialAcrossRotation(t *testing.T) {
 }
 
 // A claim knows where its key went, with no payment to find: within the key's 24-hour window the rotated
-// Biller sends nothing; after it a search miss is trusted, the window is
-// reopened for the new credential and the customer is billed once.
+// Biller sends nothing; after it, and the hour search is given to index
+// the old credential's last possible request, a search miss is trusted,
+// the window is reopened for the new credential and the customer is
+// billed once.
 func TestRotatedCredentialWithNoPayment(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, oneAttempt)
@@ -213,6 +215,10 @@ func TestRotatedCredentialWithNoPayment(t *testing.T) {
 		t.Fatalf("Charge after rotation within the window = %v, want ErrSentElsewhere", err)
 	}
 	e.advance(24 * time.Hour)
+	if _, err := rotated.Charge(context.Background(), "cus_1", period, nil); !errors.Is(err, billing.ErrSentElsewhere) {
+		t.Fatalf("Charge after rotation 24 hours on = %v, want ErrSentElsewhere: the old key may have been sent 23 hours in, and search gets an hour to index it", err)
+	}
+	e.advance(time.Hour)
 	r, err := rotated.Charge(context.Background(), "cus_1", period, nil)
 	if err != nil || r.Outcome != billing.Created || e.count("cus_1") != 1 {
 		t.Errorf("Charge past the deadline = %+v, %v; %d charges, want 1 created", r, err, e.count("cus_1"))

@@ -67,6 +67,14 @@ func decide(c Claim, u update) change {
 		return change{outcome: claimengine.OtherPayment, next: c,
 			reason: fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)}
 	}
+	if c.Endpoint == endpointMeterEvents && State(u.State) == StateFailed && !c.ReconciledAt.IsZero() && u.Created.Before(c.ReconciledAt) {
+		// A meter error report names the events Stripe had received when
+		// it was made. The key's window was reopened after that, once
+		// Stripe had forgotten the identifier, and the event sent again:
+		// the report is about an earlier event, not the one that counts.
+		return change{outcome: claimengine.Unchanged, next: c,
+			reason: "the rejection predates the usage event's resend after its window was reopened"}
+	}
 	n := c
 	var ch change
 	var did []string

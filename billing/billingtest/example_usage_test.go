@@ -33,6 +33,7 @@ func ExampleServer_MeterTotal() {
 		if identifier != "" {
 			p.Identifier = stripe.String(identifier)
 		}
+		//idemvet:ignore a state rule of the fake is tested, not a retry
 		_, err := events.New(p)
 		return err
 	}
@@ -63,17 +64,25 @@ func ExampleServer_Invoices() {
 	invoices := invoice.Client{B: backend, Key: "sk_test_example"}
 	items := invoiceitem.Client{B: backend, Key: "sk_test_example"}
 
-	inv, _ := invoices.New(&stripe.InvoiceParams{Customer: stripe.String("cus_1"), AutoAdvance: stripe.Bool(false)})
-	item := &stripe.InvoiceItemParams{Customer: stripe.String("cus_1"), Invoice: stripe.String(inv.ID),
-		Amount: stripe.Int64(4200), Currency: stripe.String("usd")}
-	_, err := items.New(item)
+	// Every write carries a key of its own, as billing's do.
+	keyed := func(key string) stripe.Params { return stripe.Params{IdempotencyKey: stripe.String(key)} }
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	inv, _ := invoices.New(&stripe.InvoiceParams{Params: keyed("draft"), Customer: stripe.String("cus_1"), AutoAdvance: stripe.Bool(false)})
+	line := func(key string) *stripe.InvoiceItemParams {
+		return &stripe.InvoiceItemParams{Params: keyed(key), Customer: stripe.String("cus_1"), Invoice: stripe.String(inv.ID),
+			Amount: stripe.Int64(4200), Currency: stripe.String("usd")}
+	}
+	_, err := items.New(line("line-1"))
 	fmt.Println("line on the draft refused:", err != nil)
-	invoices.FinalizeInvoice(inv.ID, nil)
-	_, err = items.New(item)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	invoices.FinalizeInvoice(inv.ID, &stripe.InvoiceFinalizeInvoiceParams{Params: keyed("finalize")})
+	_, err = items.New(line("line-2"))
 	fmt.Println("line on the open invoice refused:", err != nil)
-	_, err = invoices.Pay(inv.ID, nil)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	_, err = invoices.Pay(inv.ID, &stripe.InvoicePayParams{Params: keyed("pay")})
 	fmt.Println("first payment refused:", err != nil)
-	_, err = invoices.Pay(inv.ID, nil)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	_, err = invoices.Pay(inv.ID, &stripe.InvoicePayParams{Params: keyed("pay-again")})
 	fmt.Println("second payment refused:", err != nil)
 
 	got := srv.Invoices("cus_1")[0]

@@ -308,6 +308,9 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 			if inv.Status != "draft" {
 				return refuse("This invoice is already finalized, you can't re-finalize a non-draft invoice.")
 			}
+			if form.Has("auto_advance") {
+				inv.autoAdvance = form.Get("auto_advance") == "true"
+			}
 			inv.amountDue = 0
 			for _, l := range inv.Lines {
 				inv.amountDue += l.Amount

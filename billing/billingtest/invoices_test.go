@@ -136,6 +136,7 @@ func TestInvoiceDraftLinesFinalizePay(t *testing.T) {
 	}
 	// The pending item stayed pending: a draft that includes pending items
 	// takes it.
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	swept, err := api.Invoices.New(&stripe.InvoiceParams{Customer: stripe.String("cus_1"), PendingInvoiceItemsBehavior: stripe.String("include")})
 	if err != nil || len(swept.Lines.Data) != 1 || swept.Lines.Data[0].InvoiceItem.ID != pending || swept.AmountDue != 999 {
 		t.Fatalf("draft with include = %+v, %v; want the pending item %s", swept, err, pending)
@@ -156,21 +157,27 @@ func TestInvoiceStateRules(t *testing.T) {
 	}
 	_, err := api.InvoiceItems.New(itemParams("cus_2", draft.ID, 100, "", ""))
 	refused("item for another customer's invoice", err, 400)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	_, err = api.Invoices.Pay(draft.ID, nil)
 	refused("pay a draft", err, 400)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	_, err = api.Invoices.VoidInvoice(draft.ID, nil)
 	refused("void a draft", err, 400)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	_, err = api.Invoices.SendInvoice(draft.ID, nil)
 	refused("send a draft", err, 400)
 
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	if _, err := api.Invoices.FinalizeInvoice(draft.ID, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = api.Invoices.Del(draft.ID, nil)
 	refused("delete an open invoice", err, 400)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	if v, err := api.Invoices.VoidInvoice(draft.ID, nil); err != nil || v.Status != "void" {
 		t.Fatalf("void = %+v, %v", v, err)
 	}
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	_, err = api.Invoices.Pay(draft.ID, nil)
 	refused("pay a void invoice", err, 400)
 
@@ -182,9 +189,11 @@ func TestInvoiceStateRules(t *testing.T) {
 	refused("get a deleted draft", err, 404)
 
 	send := &stripe.InvoiceParams{Customer: stripe.String("cus_3"), CollectionMethod: stripe.String("send_invoice")}
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	_, err = api.Invoices.New(send)
 	refused("send_invoice without days_until_due", err, 400)
 	send.DaysUntilDue = stripe.Int64(30)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	inv, err := api.Invoices.New(send)
 	if err != nil {
 		t.Fatal(err)
@@ -192,13 +201,16 @@ func TestInvoiceStateRules(t *testing.T) {
 	if _, err := api.InvoiceItems.New(itemParams("cus_3", inv.ID, 700, "", "")); err != nil {
 		t.Fatal(err)
 	}
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	if _, err := api.Invoices.FinalizeInvoice(inv.ID, nil); err != nil {
 		t.Fatal(err)
 	}
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	if s, err := api.Invoices.SendInvoice(inv.ID, nil); err != nil || s.Status != "open" || s.DueDate == 0 {
 		t.Fatalf("send = %+v, %v; want still open with a due date", s, err)
 	}
 	zero := newDraft(t, api, "cus_4")
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	if z, err := api.Invoices.FinalizeInvoice(zero.ID, nil); err != nil || z.Status != "paid" {
 		t.Fatalf("finalize with nothing due = %+v, %v; want paid", z, err)
 	}
@@ -223,6 +235,7 @@ func TestInvoicePayDeclineLeavesItOpen(t *testing.T) {
 	srv := newServer(t, billingtest.Config{Declines: map[string]string{"cus_d": "insufficient_funds"}})
 	api := newAPI(t, srv, testKey, nil)
 	inv := newDraft(t, api, "cus_d", 500)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
 	if _, err := api.Invoices.FinalizeInvoice(inv.ID, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,12 @@ type ChargeArgs struct {
 	// job for attempt n whose attempt n-1 has no claim is cancelled as
 	// invalid, without charging.
 	Attempt int `json:"attempt,omitempty"`
+	// Invoice bills the customer by one Stripe invoice
+	// ([billing.Biller.Invoice]) instead of a charge, with the lines the
+	// Biller's Config.Invoice returns when the job runs. Invoices are not
+	// re-billed through River: a job with Invoice and Attempt 2 or above
+	// is cancelled as invalid.
+	Invoice bool `json:"invoice,omitempty"`
 }
 
 // Kind is "billonce_charge".

@@ -11,7 +11,7 @@ import (
 	"github.com/billonce/billonce/claim"
 )
 
-// Every outcome of Charge and Rebill, and what River is told.
+// Every outcome of Charge, Rebill and ReportUsage, and what River is told.
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
@@ -40,6 +40,9 @@ func TestDecide(t *testing.T) {
 		{"outcome unknown", &billing.ChargeError{Err: fmt.Errorf("%w: %w", billing.ErrOutcomeUnknown, errors.New("EOF"))}, action{kind: retry}},
 		{"charged, not recorded", &billing.ChargeError{Err: fmt.Errorf("%w: %w", billing.ErrNotRecorded, errors.New("db down")), StripeID: "ch_1"}, action{kind: retry}},
 		{"past the deadline, search down", &billing.ChargeError{Err: billing.ErrNeedsReconciliation}, action{kind: retry}},
+		{"usage rejected in a meter error report", &billing.ChargeError{Customer: "cus_1", Err: billing.ErrDeclined, Code: "meter_event_customer_not_found"}, action{kind: cancel}},
+		{"usage of the wrong kind for its meter", &billing.ChargeError{Err: fmt.Errorf("%w: meter api_calls has event_time_window hour", billing.ErrInvalid)}, action{kind: cancel}},
+		{"usage identifier taken by an event never sent from here", &billing.ChargeError{Err: billing.ErrNeedsReconciliation}, action{kind: retry}},
 		{"claim store down", errors.New("billing: claiming customer cus_1: connection refused"), action{kind: retry}},
 	}
 	for _, tt := range tests {

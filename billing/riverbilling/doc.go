@@ -58,6 +58,40 @@
 // run derives the same key and meets the same claim, so it replays,
 // waits, finds or searches; it never sends a second charge.
 //
+// # Invoices
+//
+// A charge job with [ChargeArgs].Invoice set bills its customer by one
+// Stripe invoice ([billing.Biller.Invoice]) instead of a charge, with the
+// lines the Biller's Config.Invoice returns when the job runs: one draft,
+// each line once, one finalization, one payment (or sending), however
+// often the job runs. A fan-out inserts such jobs for the items whose
+// Invoice is &billing.Invoice{} (the lines are Config.Invoice's, never an
+// item's). A customer invoiced for a period is not charged for it too:
+// a charge job for the same period is cancelled.
+//
+// # Usage reports
+//
+// Usage sent to a Stripe meter goes through River the same way: insert
+// one [UsageArgs] job per report (a [billing.Usage]: customer, meter,
+// window, value) and register a [UsageWorker] beside the charge worker,
+// in the same queue, with the same [WorkerConfig]. The worker calls
+// [billing.Biller.ReportUsage], whose claim and identifier make every
+// run of a job, every retry and a job inserted again send at most one
+// meter event, and maps its answers as the charge worker does: a report
+// delivered now or before completes; one Stripe rejected (in a meter
+// error report that reached [billing.Biller.Webhook]), an invalid one,
+// or one whose kind does not match its meter is cancelled and never
+// retried; a report another runner holds is snoozed; an unknown outcome
+// is retried on the charge schedule with the same identifier, and past
+// the key's deadline is settled from the meter's summary instead of sent
+// again. Report a rejected window again with the next Usage.Attempt.
+//
+//	usage, _ := riverbilling.NewUsageWorker(biller, riverbilling.WorkerConfig{})
+//	river.AddWorker(workers, usage)
+//	_, _ = client.Insert(ctx, riverbilling.UsageArgs{Usage: billing.Usage{
+//		Customer: "cus_1", Meter: "api_calls", Kind: billing.Increments,
+//		Start: hour, End: hour.Add(time.Hour), Value: 1200}}, nil)
+//
 // # Watching a period
 //
 // [State] counts a period's jobs by River state and its claims by state,

@@ -100,6 +100,88 @@ func Example() {
 	// cus_3 charges at Stripe: 0
 }
 
+// Report usage through River: a job per report, inserted twice (the
+// second is a duplicate), worked once, counted once by the meter.
+func ExampleUsageWorker() {
+	ctx := context.Background()
+	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	srv.CreateMeter("api_calls", "sum", "") // a summing meter, made in Stripe's dashboard
+
+	if err := migrate(ctx, pool); err != nil {
+		fmt.Println(err)
+		return
+	}
+	store, _ := claim.NewPostgres(pool, claim.Config{})
+	biller, err := billing.New(billing.Config{
+		SecretKey: "sk_test_example",
+		StripeURL: srv.URL, // omit in production
+		Claims:    store,
+		Price: func(ctx context.Context, customer, period string) (billing.Price, error) {
+			return billing.Price{Amount: 2500, Currency: "usd"}, nil
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	report, err := riverbilling.NewUsageWorker(biller, riverbilling.WorkerConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, report)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{riverbilling.DefaultQueue: {MaxWorkers: 10}},
+		Workers: workers,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// The last whole hour's API calls of cus_1.
+	start := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	u := billing.Usage{Customer: "cus_1", Meter: "api_calls", Kind: billing.Increments,
+		Start: start, End: start.Add(time.Hour), Value: 1200}
+	for range 2 {
+		res, err := client.Insert(ctx, riverbilling.UsageArgs{Usage: u}, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("inserted, duplicate:", res.UniqueSkippedAsDuplicate)
+	}
+
+	done, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled)
+	defer cancel()
+	if err := client.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("job:", (<-done).Kind)
+	stopCtx, cancelStop := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelStop()
+	_ = client.Stop(stopCtx)
+
+	fmt.Println("meter events:", srv.MeterEvents("api_calls", "cus_1"))
+	fmt.Println("hour's total:", srv.MeterTotal("api_calls", "cus_1", u.Start, u.End))
+	// Output:
+	// inserted, duplicate: false
+	// inserted, duplicate: true
+	// job: job_completed
+	// meter events: 1
+	// hour's total: 1200
+}
+
 // migrate applies River's migrations and the claim table's.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)

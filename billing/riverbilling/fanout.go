@@ -75,7 +75,10 @@ type FanOutResult struct {
 // again).
 //
 // Items with a Price are refused (counted in Invalid): a job carries
-// identity only, and the Biller's Config.Price prices it when it runs. An
+// identity only, and the Biller's Config.Price prices it when it runs.
+// An item whose Invoice is &billing.Invoice{} (empty) makes an invoice job
+// ([ChargeArgs].Invoice): the Biller's Config.Invoice makes that invoice
+// when the job runs; an item with an invoice of its own is refused. An
 // error from items stops the fan-out after the batches already committed;
 // running it again continues where it stopped.
 func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string, items iter.Seq2[billing.Item, error], batchSize int) (FanOutResult, error) {
@@ -126,12 +129,15 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		case it.Price != nil:
 			res.invalid("customer %s: an item with its own Price cannot be fanned out: jobs carry identity only; price it with the Biller's Config.Price", it.Customer)
 			continue
+		case it.Invoice != nil && !emptyInvoice(*it.Invoice):
+			res.invalid("customer %s: an item's own invoice cannot be fanned out: jobs carry identity only; the Biller's Config.Invoice makes the invoice when the job runs (give Invoice: &billing.Invoice{} to bill by invoice)", it.Customer)
+			continue
 		case seen[it.Customer]:
 			res.Duplicates++
 			continue
 		}
 		seen[it.Customer] = true
-		batch = append(batch, river.InsertManyParams{Args: ChargeArgs{Customer: it.Customer, Period: period}})
+		batch = append(batch, river.InsertManyParams{Args: ChargeArgs{Customer: it.Customer, Period: period, Invoice: it.Invoice != nil}})
 		if len(batch) == batchSize {
 			if err := flush(); err != nil {
 				return res, err
@@ -139,6 +145,12 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		}
 	}
 	return res, flush()
+}
+
+// emptyInvoice reports whether inv is the empty invoice that marks a fan-out
+// item to be billed by Config.Invoice's invoice.
+func emptyInvoice(inv billing.Invoice) bool {
+	return inv.Currency == "" && len(inv.Lines) == 0 && inv.DaysUntilDue == 0 && inv.Description == ""
 }
 
 func (r *FanOutResult) invalid(format string, args ...any) {
@@ -178,7 +190,8 @@ type FanOutConfig struct {
 	// River client uses. Required.
 	DB DB
 	// Customers returns the customers of a period, the iterator
-	// [billing.Biller.Run] takes. Required.
+	// [billing.Biller.Run] takes; an item whose Invoice is
+	// &billing.Invoice{} makes an invoice job (see [FanOut]). Required.
 	Customers func(ctx context.Context, period string) iter.Seq2[billing.Item, error]
 	// BatchSize is how many jobs one transaction inserts. Defaults to
 	// DefaultFanOutBatch; at most 10,000 (one InsertMany of that many jobs is

@@ -105,12 +105,23 @@ func (e *env) worker(b *billing.Biller) *riverbilling.Worker {
 	return w
 }
 
-// riverConfig is a River configuration with the charge worker on b and a
-// fan-out worker over customers.
+// usageWorker returns a usage worker on b whose retries come back at once.
+func (e *env) usageWorker(b *billing.Biller) *riverbilling.UsageWorker {
+	e.tb.Helper()
+	w, err := riverbilling.NewUsageWorker(b, riverbilling.WorkerConfig{RetryInterval: 10 * time.Millisecond, MaxRetryInterval: 50 * time.Millisecond})
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return w
+}
+
+// riverConfig is a River configuration with the charge and usage workers
+// on b and a fan-out worker over customers.
 func (e *env) riverConfig(b *billing.Biller, customers []string) *river.Config {
 	e.tb.Helper()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, e.worker(b))
+	river.AddWorker(workers, e.usageWorker(b))
 	fo, err := riverbilling.NewFanOutWorker(riverbilling.FanOutConfig{
 		DB: e.pool,
 		Customers: func(context.Context, string) iter.Seq2[billing.Item, error] {

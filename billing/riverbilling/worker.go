@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/claim"
@@ -71,7 +72,9 @@ type WorkerConfig struct {
 // Worker is the River worker of [ChargeArgs]: it bills one customer for one
 // period through a [billing.Biller] and tells River what became of it.
 //
-//   - Charged, or found already charged: the job completes. A re-bill
+//   - Charged, or found already charged: the job completes (for an
+//     invoice job, [ChargeArgs].Invoice: invoiced, paid or sent, or left
+//     open by a declined payment for Stripe to collect). A re-bill
 //     job that finds an earlier attempt still processing (a bank debit)
 //     is snoozed for MaxRetryInterval at a time until that attempt
 //     settles; then it completes, or bills if the attempt failed.
@@ -95,6 +98,12 @@ type WorkerConfig struct {
 // the charge, or wait for it, instead of making another.
 type Worker struct {
 	river.WorkerDefaults[ChargeArgs]
+	runner
+}
+
+// runner is what [Worker] and [UsageWorker] share: the Biller, the
+// configuration, and the mapping of the Biller's answers to River.
+type runner struct {
 	biller *billing.Biller
 	cfg    WorkerConfig
 	log    *slog.Logger
@@ -102,14 +111,22 @@ type Worker struct {
 
 // NewWorker returns a Worker that bills through b.
 func NewWorker(b *billing.Biller, cfg WorkerConfig) (*Worker, error) {
+	r, err := newRunner("NewWorker", b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{runner: r}, nil
+}
+
+func newRunner(name string, b *billing.Biller, cfg WorkerConfig) (runner, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: riverbilling.NewWorker needs a *billing.Biller (billing.New)", billing.ErrInvalid)
+		return runner{}, fmt.Errorf("%w: riverbilling.%s needs a *billing.Biller (billing.New)", billing.ErrInvalid, name)
 	}
 	if cfg.JobTimeout < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 {
-		return nil, fmt.Errorf("%w: WorkerConfig durations must not be negative (zero takes the default)", billing.ErrInvalid)
+		return runner{}, fmt.Errorf("%w: WorkerConfig durations must not be negative (zero takes the default)", billing.ErrInvalid)
 	}
 	if cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()) {
-		return nil, fmt.Errorf("%w: WorkerConfig.Logger has no handler", billing.ErrInvalid)
+		return runner{}, fmt.Errorf("%w: WorkerConfig.Logger has no handler", billing.ErrInvalid)
 	}
 	if cfg.JobTimeout == 0 {
 		cfg.JobTimeout = DefaultJobTimeout
@@ -121,13 +138,13 @@ func NewWorker(b *billing.Biller, cfg WorkerConfig) (*Worker, error) {
 		cfg.MaxRetryInterval = DefaultMaxRetryInterval
 	}
 	if cfg.RetryInterval > cfg.MaxRetryInterval {
-		return nil, fmt.Errorf("%w: WorkerConfig.RetryInterval %v is above MaxRetryInterval %v", billing.ErrInvalid, cfg.RetryInterval, cfg.MaxRetryInterval)
+		return runner{}, fmt.Errorf("%w: WorkerConfig.RetryInterval %v is above MaxRetryInterval %v", billing.ErrInvalid, cfg.RetryInterval, cfg.MaxRetryInterval)
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{biller: b, cfg: cfg, log: log}, nil
+	return runner{biller: b, cfg: cfg, log: log}, nil
 }
 
 // Timeout is WorkerConfig.JobTimeout.
@@ -141,7 +158,7 @@ func (w *Worker) NextRetry(job *river.Job[ChargeArgs]) time.Time {
 	return time.Now().Add(w.retryWait(job.Attempt))
 }
 
-func (w *Worker) retryWait(attempt int) time.Duration {
+func (w *runner) retryWait(attempt int) time.Duration {
 	d := w.cfg.RetryInterval
 	for i := 1; i < attempt && d < w.cfg.MaxRetryInterval; i++ {
 		d *= 2
@@ -154,9 +171,16 @@ func (w *Worker) retryWait(attempt int) time.Duration {
 func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	a := job.Args
 	var err error
-	if a.Attempt <= 1 {
+	switch {
+	case a.Invoice && a.Attempt > 1:
+		err = fmt.Errorf("%w: an invoice job for customer %s, period %s has attempt %d: invoices are billed once, as attempt 0 or 1", billing.ErrInvalid, a.Customer, a.Period, a.Attempt)
+	case a.Invoice:
+		// A payment declined leaves the invoice open for Stripe to
+		// collect: the receipt is processing, and the job completes.
+		_, err = w.biller.Invoice(ctx, a.Customer, a.Period, nil)
+	case a.Attempt <= 1:
 		_, err = w.biller.Charge(ctx, a.Customer, a.Period, nil)
-	} else {
+	default:
 		var r billing.Receipt
 		r, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, nil)
 		if err == nil && r.Processing && r.Attempt < a.Attempt {
@@ -169,6 +193,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 			return river.JobSnooze(w.cfg.MaxRetryInterval)
 		}
 	}
+	return w.finish(ctx, job.JobRow, err, "charge",
+		"customer", a.Customer, "period", a.Period, "attempt", a.Attempt, "invoice", a.Invoice)
+}
+
+// finish tells River what became of one run of a job whose Biller call
+// returned err, as [decide] says, and logs and pauses the queue for a
+// cancelled job. what names the job in logs; attrs describe it.
+func (w *runner) finish(ctx context.Context, job *rivertype.JobRow, err error, what string, attrs ...any) error {
 	act := decide(err, time.Now())
 	switch act.kind {
 	case complete:
@@ -178,12 +210,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	case retry:
 		return err
 	}
-	attrs := []any{"customer", a.Customer, "period", a.Period, "attempt", a.Attempt, "job_id", job.ID, "err", err}
+	attrs = append(attrs, "job_id", job.ID, "err", err)
 	if !act.stop {
-		w.log.Warn("billonce: charge job cancelled", attrs...)
+		w.log.Warn("billonce: "+what+" job cancelled", attrs...)
 		return river.JobCancel(err)
 	}
-	w.log.Error("billonce: charge job cancelled: no other job of its queue can succeed until this is fixed", attrs...)
+	w.log.Error("billonce: "+what+" job cancelled: no other job of its queue can succeed until this is fixed", attrs...)
 	if !w.cfg.KeepQueueOnStop {
 		if c, cerr := river.ClientFromContextSafely[pgx.Tx](ctx); cerr == nil {
 			if perr := c.QueuePause(context.WithoutCancel(ctx), job.Queue, nil); perr != nil {
@@ -210,15 +242,16 @@ func (k kind) String() string {
 	return [...]string{"kind(0)", "complete", "cancel", "snooze", "retry"}[k]
 }
 
-// action is the River outcome of one run of a charge job.
+// action is the River outcome of one run of a charge or usage job.
 type action struct {
 	kind   kind
 	snooze time.Duration // with snooze
 	stop   bool          // with cancel: no other job of the queue can succeed
 }
 
-// decide maps the result of a Charge or Rebill to River. It is the one place
-// where billing's outcomes meet River's.
+// decide maps the result of a Charge, Rebill or ReportUsage to River. It is
+// the one place where billing's outcomes meet River's: a usage report's
+// errors are the same *billing.ChargeError kinds as a charge's.
 func decide(err error, now time.Time) action {
 	var (
 		ce       *billing.ChargeError
@@ -230,7 +263,8 @@ func decide(err error, now time.Time) action {
 		// Created, Replayed, AlreadyBilled or Reconciled: billed.
 		return action{kind: complete}
 	case errors.Is(err, billing.ErrDeclined):
-		// A decline, or a payment that failed when it settled.
+		// A decline, a payment that failed when it settled, or a usage
+		// report Stripe rejected.
 		return action{kind: cancel}
 	case billing.StopsRun(err):
 		return action{kind: cancel, stop: true}

@@ -178,7 +178,10 @@ func reason(err error) string {
 // per customer are kept to find duplicates (a hash collision, about one in
 // 10^7 for a million customers, would report a duplicate that is not one:
 // the safe direction).
-func checkFile(path string, api billing.API) (int, error) {
+//
+// byInvoice refuses a payment method: Stripe pays an invoice with the
+// customer's default one.
+func checkFile(path string, api billing.API, byInvoice bool) (int, error) {
 	seen := map[uint64]int{}
 	n := 0
 	for r, err := range csvRows(path, api) {
@@ -186,6 +189,9 @@ func checkFile(path string, api billing.API) (int, error) {
 			return n, err
 		}
 		n++
+		if byInvoice && r.Price.PaymentMethod != "" {
+			return n, &inputError{file: path, line: r.line, msg: fmt.Sprintf("customer %s: a payment method is not used by -by invoice: Stripe pays an invoice with the customer's default payment method", r.Customer)}
+		}
 		h := fnv.New64a()
 		h.Write([]byte(r.Customer))
 		if prev, dup := seen[h.Sum64()]; dup {

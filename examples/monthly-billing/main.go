@@ -5,11 +5,15 @@
 //
 // With no flags it is a self-contained demo: an in-process fake Stripe and a
 // throwaway PostgreSQL, 1,000 demo customers, the run, then the same run
-// again to show that it creates nothing new. Given a Stripe key,
-// -stripe-url or a spend-cap proxy it needs a database (-database-url or
-// DATABASE_URL): a throwaway one would forget who was billed.
+// again to show that it creates nothing new. -by invoice bills each
+// customer by one Stripe invoice instead of a charge; -usage then reports
+// each demo customer's usage of the last whole hour to a demo meter,
+// exactly once. Given a Stripe key, -stripe-url or a spend-cap proxy it
+// needs a database (-database-url or DATABASE_URL): a throwaway one would
+// forget who was billed.
 //
 //	go run ./examples/monthly-billing
+//	go run ./examples/monthly-billing -by invoice -usage
 //	go run ./examples/monthly-billing -database-url postgres://... -stripe-key sk_test_... -customers-file customers.csv
 //	go run ./examples/monthly-billing -database-url postgres://... -vault-proxy-url https://proxy.example.com/stripe -vault-key ... -customers-file customers.csv
 //
@@ -86,6 +90,8 @@ type options struct {
 	webhookAddr   string
 	webhookSecret string
 	demoBank      int
+	by            string // charge or invoice
+	usage         bool
 }
 
 // demo reports whether the program runs against its own in-process fake
@@ -122,6 +128,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.webhookAddr, "webhook-addr", "", "serve Stripe's webhook events on this address (host:port, any path) while the job runs, so that bank debits settle on their claims; needs -webhook-secret")
 	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "the webhook endpoint's signing secret, whsec_… (default $STRIPE_WEBHOOK_SECRET); never printed")
 	fs.IntVar(&o.demoBank, "demo-bank-debits", 0, "make this many demo customers pay by bank debit: processing after the run, settling three days later, the last one failing (in-process fake Stripe only)")
+	fs.StringVar(&o.by, "by", "charge", "bill each customer by charge (one charge or PaymentIntent) or by invoice (one Stripe invoice with one line, paid at once)")
+	fs.BoolVar(&o.usage, "usage", false, "then report each demo customer's API calls of the last whole hour on a meter the demo creates, exactly once (in-process fake Stripe only)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object summarising the run on stdout; everything else goes to stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -202,6 +210,11 @@ func (o *options) check(customersSet bool) error {
 		{o.demoDeclines > 0 && (!o.demo() || o.customersFile != ""), "-demo-declines works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)"},
 		{o.demoBank < 0 || o.demoBank > o.customers, fmt.Sprintf("-demo-bank-debits %d: want 0 to %d (the number of demo customers)", o.demoBank, o.customers)},
 		{o.demoBank > 0 && (!o.demo() || o.customersFile != ""), "-demo-bank-debits works only with the in-process fake Stripe and demo customers (no -stripe-url, -stripe-key, -vault-proxy-url or -customers-file)"},
+		{o.by != "charge" && o.by != "invoice", fmt.Sprintf("-by %q: use charge or invoice", o.by)},
+		{o.by == "invoice" && o.api != billing.Charges, "-by invoice and -api payment_intents: Stripe pays an invoice itself, with the customer's default payment method; drop -api"},
+		{o.by == "invoice" && o.vault(), "-by invoice and a spend-cap proxy: the proxy caps charges by their amount, and paying an invoice carries none; bill by charge behind the proxy"},
+		{o.by == "invoice" && o.demoBank > 0, "-demo-bank-debits bills by charge: drop -by invoice"},
+		{o.usage && (!o.demo() || o.customersFile != ""), "-usage reports demo usage to a meter the demo creates on its in-process fake Stripe: drop -stripe-url, -stripe-key, -vault-proxy-url and -customers-file"},
 		{o.webhookAddr != "" && o.webhookSecret == "" && !o.demo(), "-webhook-addr is set but there is no signing secret: pass -webhook-secret or set STRIPE_WEBHOOK_SECRET (the endpoint's whsec_… from the Stripe dashboard)"},
 		{o.concurrency <= 0, fmt.Sprintf("-concurrency %d: want at least 1", o.concurrency)},
 		{o.rate == 0, "-rate 0 would never send anything: want requests per second, or a negative number for no limit"},
@@ -262,7 +275,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// row stops the program before a database or Stripe is touched.
 	total := o.customers
 	if o.customersFile != "" {
-		if total, err = checkFile(o.customersFile, o.api); err != nil {
+		if total, err = checkFile(o.customersFile, o.api, o.by == "invoice"); err != nil {
 			return rep.fail(exitUsage, "invalid_input", err, "fix the file and run again; nothing was charged")
 		}
 	}
@@ -350,20 +363,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.demoBank > 0 {
 		source += fmt.Sprintf(", %d paying by bank debit", o.demoBank)
 	}
-	fmt.Fprintf(rep.human, "billing %s for %s with the %s API, scope %q\n  stripe:   %s\n  database: %s\n",
-		source, o.period, o.api, o.scope, stripeDesc, dbDesc)
+	how := fmt.Sprintf("with the %s API", o.api)
+	if o.by == "invoice" {
+		how = "by invoice"
+	}
+	fmt.Fprintf(rep.human, "billing %s for %s %s, scope %q\n  stripe:   %s\n  database: %s\n",
+		source, o.period, how, o.scope, stripeDesc, dbDesc)
 
 	items := func() iter.Seq2[billing.Item, error] {
+		it := demoItems(o.customers, o.api)
 		if o.customersFile != "" {
-			return csvItems(o.customersFile, o.api)
+			it = csvItems(o.customersFile, o.api)
 		}
-		return demoItems(o.customers, o.api)
+		if o.by == "invoice" {
+			return byInvoice(it, o.period)
+		}
+		return it
+	}
+	unit := "charges"
+	if o.by == "invoice" {
+		unit = "invoices"
 	}
 	runOnce := func(label string) (billing.Summary, error) {
 		ro := &billing.RunOptions{
 			Concurrency: o.concurrency,
 			Total:       total,
-			Progress:    newProgress(stderr, label).update,
+			Progress:    newProgress(stderr, label, unit).update,
 		}
 		if o.useLock {
 			ro.Lock = guard
@@ -386,7 +411,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The demo: bank debits settle days later and Stripe tells the
 	// webhook; the same run again creates nothing, reports what settled,
 	// and the fake's ledger shows every customer charged once.
-	if sum.Processing > 0 {
+	if sum.Processing > 0 && o.by != "invoice" {
 		rep.settlement = hooks.settle(ctx, fake)
 	}
 	reqs := fake.Stats().Requests
@@ -396,8 +421,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return rep.finish(again, err)
 	}
-	// Every payment created and not failed after settlement moved money.
-	rep.ledger = checkLedger(fake, o.period, items(), sum.Created+again.Created+sum.Processing-again.DeclinedAfterProcessing-again.Processing)
+	if o.by == "invoice" {
+		// Every customer billed has its invoice, paid or open.
+		rep.ledger = checkInvoices(fake, o.period, items(), sum.Created+sum.Processing+again.Created)
+	} else {
+		// Every payment created and not failed after settlement moved money.
+		rep.ledger = checkLedger(fake, o.period, items(), sum.Created+again.Created+sum.Processing-again.DeclinedAfterProcessing-again.Processing)
+	}
+	if o.usage && rep.ledger.OK {
+		rep.usage, err = reportUsage(ctx, o, biller, fake, guard, stderr)
+		if err != nil {
+			return rep.finish(again, err)
+		}
+	}
 	return rep.finish(again, nil)
 }
 
@@ -421,11 +457,14 @@ func connect(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
 }
 
 // ledger is what the fake Stripe's ledger says about the run's customers.
+// By invoice, "charged" is "invoiced", and WrongLines counts the
+// customers whose one invoice is not paid or open with each line once.
 type ledger struct {
 	Customers    int  `json:"customers"`
 	Once         int  `json:"charged_once"`
 	MoreThanOnce int  `json:"charged_more_than_once"`
 	NotCharged   int  `json:"not_charged"`
+	WrongLines   int  `json:"wrong_lines,omitempty"`
 	OK           bool `json:"ok"`
 }
 

@@ -245,6 +245,7 @@ func TestBadCustomersFileFailsBeforeAnything(t *testing.T) {
 		{"duplicate customer", good + "cus_2,100,usd\ncus_1,100,usd\n", ":3: customer cus_1 is listed again (first on line 1)", nil},
 		{"empty file", "customer,amount,currency\n", ": no customers in the file", nil},
 		{"payment intents without method", good, ":1: customer cus_1: -api payment_intents needs a payment method", []string{"-api", "payment_intents"}},
+		{"payment method by invoice", good + "cus_2,100,usd,pm_1\n", ":2: customer cus_2: a payment method is not used by -by invoice", []string{"-by", "invoice"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := writeFile(t, tc.content)
@@ -317,6 +318,11 @@ func TestBadFlagsFailWithAClearMessage(t *testing.T) {
 		{[]string{"-vault-proxy-url", "https://u:p@proxy.example.com", "-vault-key", "vk_x"}, "-vault-proxy-url carries user info"},
 		{[]string{"-vault-proxy-url", srv.URL, "-vault-key", "vk x"}, "-vault-key contains white space"},
 		{[]string{"-vault-proxy-url", srv.URL, "-vault-key", "vk_x", "-demo-declines", "1"}, "-demo-declines works only with the in-process fake"},
+		{[]string{"-by", "card"}, `-by "card": use charge or invoice`},
+		{[]string{"-by", "invoice", "-api", "payment_intents"}, "Stripe pays an invoice itself"},
+		{[]string{"-by", "invoice", "-vault-proxy-url", srv.URL, "-vault-key", "vk_x"}, "paying an invoice carries none"},
+		{[]string{"-by", "invoice", "-demo-bank-debits", "1"}, "-demo-bank-debits bills by charge"},
+		{[]string{"-usage", "-stripe-url", srv.URL, "-stripe-key", "sk_test_x"}, "-usage reports demo usage"},
 	} {
 		r := runMain(t, tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
@@ -672,7 +678,7 @@ func TestSampleCustomersFile(t *testing.T) {
 	t.Parallel()
 	const path = "../../testdata/customers.csv"
 	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
-		if n, err := checkFile(path, api); err != nil || n != 5 {
+		if n, err := checkFile(path, api, false); err != nil || n != 5 {
 			t.Fatalf("checkFile(%s, %s) = %d, %v; want 5 customers", path, api, n, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -31,10 +32,11 @@ type progress struct {
 	start    time.Time
 	lastDraw time.Time
 	lastStep int
+	unit     string // what is created: charges (the default), invoices, events
 }
 
-func newProgress(w io.Writer, label string) *progress {
-	return &progress{w: w, bar: isTerminal(w), label: label, start: time.Now()}
+func newProgress(w io.Writer, label, unit string) *progress {
+	return &progress{w: w, bar: isTerminal(w), label: label, unit: unit, start: time.Now()}
 }
 
 func (p *progress) update(s billing.Progress) {
@@ -75,6 +77,6 @@ func (p *progress) counts(s billing.Progress, now time.Time) string {
 	if s.Processing+s.DeclinedAfterProcessing > 0 {
 		bank = fmt.Sprintf(", processing %d, failed after settlement %d", s.Processing, s.DeclinedAfterProcessing)
 	}
-	return fmt.Sprintf("%3d%% %d/%d  created %d, already billed %d, declined %d%s, pending %d, invalid %d  %.0f charges/s",
-		pct, s.Done, s.Total, s.Created, s.AlreadyBilled, s.Declined, bank, s.Pending, s.Invalid, rate)
+	return fmt.Sprintf("%3d%% %d/%d  created %d, already billed %d, declined %d%s, pending %d, invalid %d  %.0f %s/s",
+		pct, s.Done, s.Total, s.Created, s.AlreadyBilled, s.Declined, bank, s.Pending, s.Invalid, rate, cmp.Or(p.unit, "charges"))
 }

@@ -25,6 +25,7 @@ type reporter struct {
 	secondRequests int64
 	ledger         *ledger
 	settlement     *settlement
+	usage          *usageStep
 }
 
 // runJSON is one run in the -json object.
@@ -89,6 +90,13 @@ type reportJSON struct {
 	SecondRunRequests *int64      `json:"second_run_stripe_requests,omitempty"`
 	Ledger            *ledger     `json:"ledger,omitempty"`
 	Settlement        *settlement `json:"settlement,omitempty"`
+	// Usage and UsageAgain are the demo's usage reports (-usage), with the
+	// fields of a run: customers counts the reports, created those sent,
+	// already_billed those found delivered.
+	Usage              *runJSON    `json:"usage,omitempty"`
+	UsageAgain         *runJSON    `json:"usage_again,omitempty"`
+	UsageAgainRequests *int64      `json:"usage_again_stripe_requests,omitempty"`
+	Meter              *meterCheck `json:"meter,omitempty"`
 }
 
 const maxListed = 5 // failures listed in the text output
@@ -147,10 +155,17 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 	held := errors.Is(runErr, billing.ErrRunHeldElsewhere)
 	if r.run != nil && (!held || r.second != nil) {
 		s := r.run
-		fmt.Fprintf(w, "run: %d customers in %s (%.0f charges/s)\n", s.Done, s.Elapsed.Round(10*time.Millisecond), chargesPerSecond(*s))
+		unit := "charges/s"
+		if r.o.by == "invoice" {
+			unit = "invoices/s"
+		}
+		fmt.Fprintf(w, "run: %d customers in %s (%.0f %s)\n", s.Done, s.Elapsed.Round(10*time.Millisecond), chargesPerSecond(*s), unit)
 		fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  pending        %6d\n  invalid        %6d\n",
 			s.Created, s.AlreadyBilled, s.Declined, s.Pending, s.Invalid)
-		if s.Processing+s.DeclinedAfterProcessing > 0 {
+		switch {
+		case s.Processing > 0 && r.o.by == "invoice":
+			fmt.Fprintf(w, "  processing     %6d  (invoices left open by a declined payment: Stripe keeps collecting them; never invoiced again)\n", s.Processing)
+		case s.Processing+s.DeclinedAfterProcessing > 0:
 			fmt.Fprintf(w, "  processing     %6d  (bank debits: sent, not settled yet; never sent again)\n", s.Processing)
 			fmt.Fprintf(w, "  failed after settlement %d\n", s.DeclinedAfterProcessing)
 		}
@@ -167,8 +182,19 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		if !l.OK {
 			verdict = "WRONG"
 		}
-		fmt.Fprintf(w, "ledger check at the fake Stripe: %d customers: %d charged exactly once, %d more than once, %d not charged: %s\n",
-			l.Customers, l.Once, l.MoreThanOnce, l.NotCharged, verdict)
+		if r.o.by == "invoice" {
+			if l.OK {
+				verdict = "OK: nobody invoiced twice"
+			}
+			fmt.Fprintf(w, "ledger check at the fake Stripe: %d customers: %d with one invoice, paid or open, each line once; %d with more than one, %d with none, %d with wrong lines: %s\n",
+				l.Customers, l.Once, l.MoreThanOnce, l.NotCharged, l.WrongLines, verdict)
+		} else {
+			fmt.Fprintf(w, "ledger check at the fake Stripe: %d customers: %d charged exactly once, %d more than once, %d not charged: %s\n",
+				l.Customers, l.Once, l.MoreThanOnce, l.NotCharged, verdict)
+		}
+	}
+	if u := r.usage; u != nil {
+		u.print(w)
 	}
 
 	code, status, advice := r.verdict(last, runErr)
@@ -199,6 +225,12 @@ func (r *reporter) finish(last billing.Summary, runErr error) int {
 		}
 		if r.second != nil {
 			out.SecondRunRequests = &r.secondRequests
+		}
+		if u := r.usage; u != nil {
+			out.Usage, out.UsageAgain, out.Meter = toJSON(u.first, r.o.period), toJSON(u.second, r.o.period), u.meter
+			if u.meter != nil {
+				out.UsageAgainRequests = &u.secondRequests
+			}
 		}
 		r.writeJSON(out)
 	}
@@ -252,8 +284,10 @@ func (r *reporter) verdict(s billing.Summary, runErr error) (int, string, []stri
 		return exitStopped, "stopped", []string{"interrupted: run the same command again to finish; " + resume}
 	case runErr != nil:
 		return exitStopped, "stopped", []string{"run the same command again once the cause is fixed; " + resume}
-	case r.ledger != nil && !r.ledger.OK:
+	case r.ledger != nil && !r.ledger.OK, r.usage != nil && r.usage.meter != nil && !r.usage.meter.OK:
 		return exitStopped, "ledger_mismatch", []string{"the fake Stripe's ledger does not match the runs: this is a bug in billonce; please report it with this output"}
+	case r.usage != nil && !r.usage.second.Complete():
+		return exitIncomplete, "incomplete", []string{"not every usage report was sent: " + strings.TrimSpace(summaryLine(*r.usage.second)) + "; run again: pending reports resume with their keys"}
 	case s.Complete():
 		return exitOK, "complete", nil
 	}

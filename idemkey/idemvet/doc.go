@@ -22,10 +22,14 @@
 //     is made from a value that also fills another of its fields) is not
 //     reported.
 //   - [nokey] a stripe-go New/Create/Confirm/Pay/Capture/Increment write of
-//     a resource that moves or bills money whose params surely carry no key
-//     (-allwrites: every resource), through the resource packages (sub,
-//     subitem and subschedule of stripe-go before v74 too), client.API or
-//     v82's stripe.Client. Params surely carry no key when they are nil, a
+//     a resource that moves or bills money (charges, payment intents,
+//     subscriptions, refunds, transfers, payouts and the like; invoices
+//     with every step: New, AddLines, FinalizeInvoice, Pay, SendInvoice,
+//     VoidInvoice; invoice items; usage: meter events and their
+//     adjustments) whose params surely carry no key (-allwrites: every
+//     resource), through the resource packages (sub, subitem and
+//     subschedule of stripe-go before v74 too), client.API or v82's
+//     stripe.Client. Params surely carry no key when they are nil, a
 //     literal without one, or a local variable or function result built
 //     from those (in any package) that gets no key and reaches no other
 //     code before the write. Update is not reported: a repeated update

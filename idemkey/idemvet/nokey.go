@@ -13,17 +13,21 @@ import (
 
 // This file reports stripe-go writes without an idempotency key (nokey).
 
-var writeMethod = regexp.MustCompile(`^(New|Create|Confirm|Pay|Capture|Increment.*)$`)
+// writeMethod names the writes checked: creations and the steps that move
+// money or an invoice on (an invoice's lines, finalize, pay, send, void).
+var writeMethod = regexp.MustCompile(`^(New|Create|Confirm|Pay|Capture|Increment.*|AddLines|FinalizeInvoice|SendInvoice|VoidInvoice)$`)
 
 // moneyPkgs are the stripe-go resources whose duplicate moves or bills
 // money: a second charge, invoice, subscription, usage record, refund,
-// transfer or payout. A duplicate token, customer, webhook endpoint or
+// transfer or payout, a line added twice, usage counted twice or a meter
+// event cancelled twice. A duplicate token, customer, webhook endpoint or
 // checkout session is clutter, not a double charge; -allwrites reports
 // writes of every resource.
 var moneyPkgs = map[string]bool{
 	"charge": true, "paymentintent": true, "invoice": true, "invoiceitem": true,
 	"subscription": true, "subscriptionitem": true, "subscriptionschedule": true,
-	"usagerecord": true, "meterevent": true, "refund": true, "creditnote": true,
+	"usagerecord": true, "meterevent": true, "metereventadjustment": true,
+	"refund": true, "creditnote": true,
 	"transfer": true, "transferreversal": true, "payout": true, "topup": true,
 	"customerbalancetransaction": true, "feerefund": true,
 	"outboundpayment": true, "outboundtransfer": true, "inboundtransfer": true,

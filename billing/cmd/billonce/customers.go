@@ -23,8 +23,9 @@ type flat struct {
 // alone. A first row whose second column is "amount", or whose only column
 // is "customer", is a header. Lines starting with # are comments. Every row
 // is checked as billing checks it, and a customer listed twice is refused,
-// before anything is charged.
-func readCustomers(r io.Reader, name string, api billing.API, fp *flat) ([]billing.Item, error) {
+// before anything is charged. With inv, each row is billed by a copy of
+// inv in its currency, whose one line is its amount.
+func readCustomers(r io.Reader, name string, api billing.API, fp *flat, inv *billing.Invoice) ([]billing.Item, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = true
@@ -55,6 +56,9 @@ func readCustomers(r io.Reader, name string, api billing.API, fp *flat) ([]billi
 			}
 		}
 		it, msg := parseRow(rec, api, fp)
+		if msg == "" && inv != nil {
+			it, msg = invoiceItem(it, inv)
+		}
 		if msg != "" {
 			return nil, fmt.Errorf("%s:%d: %s", name, line, msg)
 		}
@@ -101,6 +105,17 @@ func parseRow(rec []string, api billing.API, fp *flat) (billing.Item, string) {
 		return billing.Item{}, "customer " + id + ": " + reason(err)
 	}
 	return billing.Item{Customer: id, Price: &p}, ""
+}
+
+// invoiceItem turns a priced item into one billed by a copy of inv.
+func invoiceItem(it billing.Item, inv *billing.Invoice) (billing.Item, string) {
+	if it.Price.PaymentMethod != "" {
+		return it, "customer " + it.Customer + ": a payment method in the fourth column is not used by -invoice: Stripe charges an invoice to the customer's default payment method"
+	}
+	v := *inv
+	v.Currency = it.Price.Currency
+	v.Lines = []billing.InvoiceLine{{Description: inv.Lines[0].Description, Amount: it.Price.Amount}}
+	return billing.Item{Customer: it.Customer, Invoice: &v}, ""
 }
 
 // reason is billing's description of bad input without its leading

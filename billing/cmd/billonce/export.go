@@ -27,14 +27,18 @@ type exportRow struct {
 	LastError   string    `json:"last_error"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// Endpoint tells a charge (charges, payment_intents) from an invoice
+	// (invoices, StripeID the invoice) and a usage report (meter_events,
+	// Amount the quantity, no currency).
+	Endpoint string `json:"endpoint"`
 }
 
 var exportHeader = []string{"customer", "period", "key", "attempt", "state", "amount", "currency", "stripe_id",
-	"refunded", "dispute", "failure_code", "last_error", "created_at", "updated_at"}
+	"refunded", "dispute", "failure_code", "last_error", "created_at", "updated_at", "endpoint"}
 
 func (r exportRow) record() []string {
 	return []string{r.Customer, r.Period, r.Key, strconv.Itoa(r.Attempt), r.State, strconv.FormatInt(r.Amount, 10), r.Currency, r.StripeID,
-		strconv.FormatInt(r.Refunded, 10), r.Dispute, r.FailureCode, r.LastError, r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339)}
+		strconv.FormatInt(r.Refunded, 10), r.Dispute, r.FailureCode, r.LastError, r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), r.Endpoint}
 }
 
 // cmdExport writes a period's claims, every attempt of every customer,
@@ -71,7 +75,7 @@ func cmdExport(ctx context.Context, a *app, args []string) error {
 		}
 		rows = append(rows, exportRow{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, State: string(c.State),
 			Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Refunded: c.Refunded, Dispute: c.Dispute,
-			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC()})
+			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(), Endpoint: c.Endpoint})
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(a.stdout)

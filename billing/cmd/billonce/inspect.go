@@ -13,15 +13,18 @@ import (
 
 // claimJSON is a claim as inspect shows it.
 type claimJSON struct {
-	Customer       string            `json:"customer"`
-	Period         string            `json:"period"`
-	Key            string            `json:"key"`
-	Attempt        int               `json:"attempt"`
-	Scope          string            `json:"scope"`
-	State          string            `json:"state"`
-	Amount         int64             `json:"amount"`
-	Currency       string            `json:"currency"`
-	StripeID       string            `json:"stripe_id"`
+	Customer string `json:"customer"`
+	Period   string `json:"period"`
+	Key      string `json:"key"`
+	Attempt  int    `json:"attempt"`
+	Scope    string `json:"scope"`
+	State    string `json:"state"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	StripeID string `json:"stripe_id"`
+	// Step is how far an invoice got ("draft", "line 0", …,
+	// "finalized"); StripeID is then the invoice.
+	Step           string            `json:"step,omitempty"`
 	Endpoint       string            `json:"endpoint"`
 	Credential     string            `json:"credential"`
 	Owner          string            `json:"owner"`
@@ -54,7 +57,7 @@ func toClaimJSON(c claim.Claim, evs []claimread.Event) claimJSON {
 		evs = []claimread.Event{}
 	}
 	return claimJSON{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, Scope: c.Scope, State: string(c.State),
-		Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Endpoint: c.Endpoint, Credential: c.Credential,
+		Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Step: c.Step, Endpoint: c.Endpoint, Credential: c.Credential,
 		Owner: c.Owner, LeaseUntil: c.LeaseUntil.UTC(), Leases: c.Leases, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(),
 		FirstSentAt: c.FirstSentAt.UTC(), SentAgeSeconds: c.SentAge.Round(time.Second).Seconds(), ReconciledAt: optTime(c.ReconciledAt),
 		ProcessingAt: optTime(c.ProcessingAt), SettledAt: optTime(c.SettledAt), FailureCode: c.FailureCode, Refunded: c.Refunded,
@@ -123,10 +126,26 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "claim %s\n  customer %s, period %s, attempt %d, scope %q\n  state %s, %d %s",
-			c.Key, c.Customer, c.Period, c.Attempt, c.Scope, c.State, c.Amount, c.Currency)
-		if c.StripeID != "" {
-			fmt.Fprintf(w, ", Stripe %s", c.StripeID)
+		fmt.Fprintf(w, "claim %s\n  customer %s, period %s, attempt %d, scope %q\n  state %s, ",
+			c.Key, c.Customer, c.Period, c.Attempt, c.Scope, c.State)
+		switch c.Endpoint {
+		case endpointMeterEvents:
+			// A usage report's amount is the quantity reported; its
+			// Stripe id is the meter event's identifier, the key.
+			fmt.Fprintf(w, "value %d", c.Amount)
+		case endpointInvoices:
+			fmt.Fprintf(w, "invoice of %d %s", c.Amount, c.Currency)
+			if c.StripeID != "" {
+				fmt.Fprintf(w, ", Stripe %s", c.StripeID)
+			}
+			if c.Step != "" {
+				fmt.Fprintf(w, ", last step done: %s", c.Step)
+			}
+		default:
+			fmt.Fprintf(w, "%d %s", c.Amount, c.Currency)
+			if c.StripeID != "" {
+				fmt.Fprintf(w, ", Stripe %s", c.StripeID)
+			}
 		}
 		fmt.Fprintf(w, "\n  key sent to %s with credential %s; first sent %s (%s ago)\n",
 			orUnknown(c.Endpoint), orUnknown(c.Credential), c.FirstSentAt.Local().Format(time.DateTime), time.Duration(c.SentAgeSeconds)*time.Second)
@@ -152,6 +171,12 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 	}
 	return nil
 }
+
+// The endpoints of claims that are not a single payment.
+const (
+	endpointInvoices    = "invoices"
+	endpointMeterEvents = "meter_events"
+)
 
 func orUnknown(s string) string {
 	if s == "" {

@@ -1,12 +1,14 @@
 // Command billonce is the operators' tool for billonce: it migrates the
 // tables billonce owns, runs a period's billing, shows what is pending and
 // why, finishes a stopped run, re-bills one customer, settles a claim that
-// Stripe's search could not, and exports a period for accounting.
+// Stripe's search could not, and exports a period for accounting; it bills
+// by charge or by invoice, and reports usage to Stripe's meters.
 //
 //	go install github.com/billonce/billonce/billing/cmd/billonce@latest
 //
 //	billonce migrate [-dry-run]
-//	billonce run -period P [-customers FILE | -amount N -currency C] [-json]
+//	billonce run -period P [-customers FILE | -amount N -currency C] [-invoice [-days-until-due N]] [-json]
+//	billonce usage -file FILE [-json]
 //	billonce status -period P [-json]
 //	billonce inspect (-key K | -customer C -period P) [-json]
 //	billonce reconcile [-json] [-customers FILE]
@@ -16,7 +18,7 @@
 //
 // Every subcommand works on the database named by -database-url or
 // DATABASE_URL; there is no default, and no throwaway database. Those that
-// call Stripe (run, reconcile, rebill, resolve) take the secret key from
+// call Stripe (run, usage, reconcile, rebill, resolve) take the secret key from
 // STRIPE_SECRET_KEY (never from a flag, so that it stays out of process
 // listings and shell history) and Stripe's URL from -stripe-url or
 // STRIPE_URL (defaults to https://api.stripe.com); run -vault-proxy-url
@@ -103,6 +105,7 @@ func init() {
 		"rebill":    {"bill one customer again under a new attempt (needs -yes)", cmdRebill},
 		"resolve":   {"settle a pending claim with a payment a person verified", cmdResolve},
 		"export":    {"a period's claims as CSV or JSON, for accounting", cmdExport},
+		"usage":     {"report a file of usage to Stripe's meters, each row once, under the lock", cmdUsage},
 	}
 }
 

@@ -28,7 +28,7 @@ func cmdReconcile(ctx context.Context, a *app, args []string) error {
 		if err != nil {
 			return usageError("cannot open the customers file: %v", errors.Unwrap(err))
 		}
-		items, err := readCustomers(fh, *file, billing.API(b.api), nil)
+		items, err := readCustomers(fh, *file, billing.API(b.api), nil, nil)
 		fh.Close()
 		if err != nil {
 			return usageError("%v", err)

@@ -71,6 +71,12 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 	if c.State != claim.StatePending {
 		return usageError("the claim is %s (Stripe %s), not pending: there is nothing to resolve", c.State, orUnknown(c.StripeID))
 	}
+	switch c.Endpoint {
+	case endpointInvoices:
+		return usageError("the claim is an invoice's (%s, last step done: %s), not a payment's: run the same billonce run -invoice again, which resumes it at its next step with the same keys; or void the invoice at Stripe, and the invoice.voided event fails the claim", orUnknown(c.StripeID), orUnknown(c.Step))
+	case endpointMeterEvents:
+		return usageError("the claim is a usage report's, not a payment's: run billonce usage with the same row again, which resumes it with its key, or settles it from the meter's summary once the key's window has passed")
+	}
 	if *payment == "none" && c.SentAge < retry.KeyWindow {
 		return usageError("the key was first sent %s ago; \"none\" is accepted only after %s, once Stripe can no longer replay a request that carried it: until then the next run sends the key again and Stripe replays any payment it made",
 			c.SentAge.Round(time.Minute), retry.KeyWindow)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/billonce/billonce/billing"
@@ -23,8 +24,13 @@ import (
 // read (cap: their total plus -vault-margin, endpoints: those the Biller
 // calls, expiry: -vault-expires-in) and revoked when the run ends, however
 // it ends.
+//
+// With -invoice every customer is billed by one Stripe invoice with one
+// line of the file's amount (billing.Item.Invoice), charged to the
+// customer's default payment method at once, or with -days-until-due N
+// sent to the customer, due in N days.
 func cmdRun(ctx context.Context, a *app, args []string) error {
-	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [-vault-proxy-url URL -credential NAME] [flags]")
+	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [-invoice [-days-until-due N] [-description TEXT]] [-vault-proxy-url URL -credential NAME] [flags]")
 	var b biller
 	b.register(f)
 	period := f.String("period", "", "billing period: a month (2026-09) or a day (2026-09-15); required")
@@ -33,6 +39,9 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	currency := f.String("currency", "", "currency of -amount, three lowercase letters (usd)")
 	concurrency := f.Int("concurrency", billing.DefaultConcurrency, "customers charged at once")
 	asJSON := f.Bool("json", false, "print one JSON object on standard output; progress and warnings stay on standard error")
+	byInvoice := f.Bool("invoice", false, "bill each customer by one Stripe invoice with one line of its amount, instead of a charge")
+	daysUntilDue := f.Int("days-until-due", 0, "with -invoice: send the invoice to the customer, due in this many days (1 to 365); 0 charges it at once")
+	description := f.String("description", "", "with -invoice: the invoice's memo, at most 500 bytes")
 	var vault vaultFlags
 	vault.register(f)
 	if err := f.parse(args); err != nil {
@@ -57,6 +66,10 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if *concurrency <= 0 {
 		return usageError("-concurrency %d: want at least 1", *concurrency)
 	}
+	inv, err := invoiceTemplate(f, *byInvoice, *period, *daysUntilDue, *description, vault.proxyURL != "")
+	if err != nil {
+		return err
+	}
 
 	// The whole list is read and checked before anything else, so that a
 	// bad row stops the command before a database or Stripe is touched.
@@ -70,7 +83,7 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 		defer fh.Close()
 		in, name = fh, *file
 	}
-	items, err := readCustomers(in, name, billing.API(b.api), fp)
+	items, err := readCustomers(in, name, billing.API(b.api), fp, inv)
 	if err != nil {
 		return usageError("%v; fix the input and run again; nothing was charged", err)
 	}
@@ -92,7 +105,11 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if s.vault != nil {
 		defer s.vault.end(ctx, a)
 	}
-	fmt.Fprintf(a.stderr, "billing %d customers for %s with the %s API, scope %q\n", len(items), *period, b.api, b.scope)
+	if inv != nil {
+		fmt.Fprintf(a.stderr, "invoicing %d customers for %s, scope %q\n", len(items), *period, b.scope)
+	} else {
+		fmt.Fprintf(a.stderr, "billing %d customers for %s with the %s API, scope %q\n", len(items), *period, b.api, b.scope)
+	}
 	sum, err := s.biller.Run(ctx, *period, func(yield func(billing.Item, error) bool) {
 		for _, it := range items {
 			if !yield(it, nil) {
@@ -106,6 +123,32 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 		Lock:        s.guard,
 	})
 	return report(a, "run", *period, sum, err, *asJSON)
+}
+
+// invoiceTemplate checks the invoice flags and returns the invoice every
+// customer gets, but for its currency and its line's amount; nil without
+// -invoice.
+func invoiceTemplate(f *flags, byInvoice bool, period string, daysUntilDue int, description string, vault bool) (*billing.Invoice, error) {
+	if !byInvoice {
+		for _, name := range []string{"days-until-due", "description"} {
+			if f.set(name) {
+				return nil, usageError("-%s goes with -invoice", name)
+			}
+		}
+		return nil, nil
+	}
+	switch {
+	case f.set("api") && billing.API(f.Lookup("api").Value.String()) != billing.Charges:
+		return nil, usageError("-invoice bills by Stripe invoices, which Stripe pays itself: drop -api")
+	case vault:
+		return nil, usageError("-invoice cannot go with -vault-proxy-url: a vault key allows the charge endpoints only")
+	}
+	inv := &billing.Invoice{Currency: "usd", DaysUntilDue: daysUntilDue, Description: description,
+		Lines: []billing.InvoiceLine{{Description: "billing period " + period, Amount: 1}}}
+	if err := (billing.Item{Customer: "c", Invoice: inv}).Validate(billing.Charges); err != nil {
+		return nil, usageError("%s", strings.TrimPrefix(reason(err), "customer c: "))
+	}
+	return inv, nil
 }
 
 // summaryJSON is a run's or a reconciliation's outcome in JSON.
@@ -150,6 +193,9 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 		fe := failureOf(period, runErr)
 		out.Error = &fe
 		out.Next = "fix the cause above, then run the same command again: customers already billed are skipped, pending ones resume with their keys, and nobody is charged twice"
+		if what == "usage" {
+			out.Next = "fix the cause above, then run the same command again: reports already delivered are skipped, pending ones resume with their keys, and no window is counted twice"
+		}
 		if billing.StopsRun(runErr) {
 			out.Next = "an answer that stops every run (a refused key or request, a spend cap): " + out.Next
 		}
@@ -157,6 +203,9 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 	case !sum.Complete():
 		out.Status, out.ExitCode = "incomplete", exitIncomplete
 		out.Next = "see billonce status -period " + cmp.Or(period, "P") + "; pending customers resume with their keys on the next run; declined ones are billed again only by billonce rebill"
+		if what == "usage" {
+			out.Next = "run the same command again: pending reports resume with their keys; fix invalid rows first; billonce inspect -key K shows one report's claim"
+		}
 		ret = errIncomplete
 	default:
 		out.Status = "complete"
@@ -167,11 +216,22 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 		enc.Encode(out)
 	} else {
 		w := a.stdout
-		fmt.Fprintf(w, "%s: %d customers in %s: %s\n", what, sum.Done, sum.Elapsed.Round(10*time.Millisecond), out.Status)
-		fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  processing     %6d\n  failed after settlement %d\n  pending        %6d\n  invalid        %6d\n",
-			sum.Created, sum.AlreadyBilled, sum.Declined, sum.Processing, sum.DeclinedAfterProcessing, sum.Pending, sum.Invalid)
+		if what == "usage" {
+			// A report moves no money: it is sent, or found delivered.
+			fmt.Fprintf(w, "%s: %d reports in %s: %s\n", what, sum.Done, sum.Elapsed.Round(10*time.Millisecond), out.Status)
+			fmt.Fprintf(w, "  sent           %6d\n  already sent   %6d\n  rejected       %6d\n  pending        %6d\n  invalid        %6d\n",
+				sum.Created, sum.AlreadyBilled, sum.Declined, sum.Pending, sum.Invalid)
+		} else {
+			fmt.Fprintf(w, "%s: %d customers in %s: %s\n", what, sum.Done, sum.Elapsed.Round(10*time.Millisecond), out.Status)
+			fmt.Fprintf(w, "  created        %6d\n  already billed %6d\n  declined       %6d\n  processing     %6d\n  failed after settlement %d\n  pending        %6d\n  invalid        %6d\n",
+				sum.Created, sum.AlreadyBilled, sum.Declined, sum.Processing, sum.DeclinedAfterProcessing, sum.Pending, sum.Invalid)
+		}
 		if len(out.Failures) > 0 {
-			fmt.Fprintln(w, "not billed:")
+			if what == "usage" {
+				fmt.Fprintln(w, "not reported:")
+			} else {
+				fmt.Fprintln(w, "not billed:")
+			}
 			for _, fl := range out.Failures[:min(len(out.Failures), maxListed)] {
 				fmt.Fprintf(w, "  %s %s attempt %d: %s", fl.Customer, fl.Period, fl.Attempt, fl.Kind)
 				if fl.StripeCode != "" {

@@ -138,3 +138,83 @@ func TestRunBadInputChargesNothing(t *testing.T) {
 		t.Errorf("%d requests to Stripe, want none", n)
 	}
 }
+
+func TestRunInvoiceBillsOneInvoicePerCustomerOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	file := customersFile(t, "customer,amount,currency\ncus_a,2500,usd\ncus_b,900,eur\n")
+	r := e.billonce("", "run", "-period", period, "-customers", file, "-invoice", "-description", "September", "-json").want(t, exitOK)
+	if s := decode[summaryJSON](t, r.stdout); s.Status != "complete" || s.Created != 2 {
+		t.Errorf("summary %+v, want complete with 2 created", s)
+	}
+	want := map[string]int64{"cus_a": 2500, "cus_b": 900}
+	for c, amount := range want {
+		invs := e.fake.Invoices(c)
+		if len(invs) != 1 {
+			t.Fatalf("%s has %d invoices, want 1", c, len(invs))
+		}
+		in := invs[0]
+		if in.Status != "paid" || in.Finalizations != 1 || in.Payments != 1 || len(in.Lines) != 1 ||
+			in.Lines[0].Amount != amount || in.Lines[0].Description != "billing period "+period {
+			t.Errorf("%s: invoice %+v, want one paid invoice with one line of %d", c, in, amount)
+		}
+		billingtest.RequireNotCharged(t, e.fake, c, period)
+	}
+	created := e.fake.Stats().Created
+	r = e.billonce("", "run", "-period", period, "-customers", file, "-invoice", "-json").want(t, exitOK)
+	if s := decode[summaryJSON](t, r.stdout); s.AlreadyBilled != 2 || s.Created != 0 {
+		t.Errorf("second run: %+v, want 2 already billed", s)
+	}
+	if got := e.fake.Stats().Created; got != created {
+		t.Errorf("second run created %d objects at Stripe, want 0", got-created)
+	}
+	// A customer invoiced for the period cannot be charged for it too.
+	r = e.billonce("", "run", "-period", period, "-customers", file, "-json").want(t, exitIncomplete)
+	if s := decode[summaryJSON](t, r.stdout); s.Invalid != 2 || s.Created != 0 {
+		t.Errorf("charge after invoice: %+v, want 2 invalid", s)
+	}
+	if n := len(e.fake.Payments()); n != 0 {
+		t.Errorf("%d charges at the fake, want none", n)
+	}
+}
+
+func TestRunInvoiceSentIsProcessingUntilPaid(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	r := e.billonce("cus_a\n", "run", "-period", period, "-amount", "1200", "-currency", "usd", "-invoice", "-days-until-due", "30", "-json").want(t, exitOK)
+	if s := decode[summaryJSON](t, r.stdout); s.Status != "complete" || s.Processing != 1 {
+		t.Errorf("summary %+v, want complete with 1 processing", s)
+	}
+	invs := e.fake.Invoices("cus_a")
+	if len(invs) != 1 || invs[0].Status != "open" || !invs[0].Sent || invs[0].Payments != 0 || len(invs[0].Lines) != 1 {
+		t.Errorf("invoices %+v, want one open invoice, sent, of one line", invs)
+	}
+	r = e.billonce("", "inspect", "-customer", "cus_a", "-period", period).want(t, exitOK)
+	if !strings.Contains(r.stdout, "state processing, invoice of 1200 usd, Stripe "+invs[0].ID+", last step done: finalized") {
+		t.Errorf("inspect:\n%s", r.stdout)
+	}
+}
+
+func TestRunInvoiceBadFlagsSendNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	for _, c := range []struct {
+		in   string
+		args []string
+		want string
+	}{
+		{"cus_a,100,usd\n", []string{"-invoice", "-days-until-due", "400"}, "DaysUntilDue 400"},
+		{"cus_a,100,usd\n", []string{"-days-until-due", "3"}, "-days-until-due goes with -invoice"},
+		{"cus_a,100,usd\n", []string{"-invoice", "-api", "payment_intents"}, "drop -api"},
+		{"cus_a,100,usd,pm_card_visa\n", []string{"-invoice"}, "standard input:1: customer cus_a: a payment method"},
+		{"cus_a,100,usd\ncus_b,0,usd\n", []string{"-invoice"}, "standard input:2: customer cus_b"},
+	} {
+		r := e.billonce(c.in, append([]string{"run", "-period", period}, c.args...)...).want(t, exitUsage)
+		if !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: stderr %q lacks %q", c.args, r.stderr, c.want)
+		}
+	}
+	if n := e.fake.Stats().Requests; n != 0 {
+		t.Errorf("%d requests to Stripe, want none", n)
+	}
+}

@@ -23,6 +23,10 @@ type pendingJSON struct {
 	FreeAt     time.Time `json:"free_at"`
 	Free       bool      `json:"free"`
 	LastError  string    `json:"last_error"`
+	// StripeID and Step: the invoice a pending invoice claim builds on,
+	// and its last step done.
+	StripeID string `json:"stripe_id,omitempty"`
+	Step     string `json:"step,omitempty"`
 }
 
 // unsettledJSON is a processing payment in status.
@@ -87,6 +91,9 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 				free = fmt.Sprintf("held by %s until %s", p.Owner, p.FreeAt.Local().Format(time.DateTime))
 			}
 			fmt.Fprintf(w, "  %s attempt %d, key %s, %s old, %s", p.Customer, p.Attempt, p.Key, (time.Duration(p.AgeSeconds) * time.Second).String(), free)
+			if p.Step != "" {
+				fmt.Fprintf(w, "; invoice %s, last step done: %s", p.StripeID, p.Step)
+			}
 			if p.LastError != "" {
 				fmt.Fprintf(w, "; last: %s", p.LastError)
 			}
@@ -141,7 +148,7 @@ func statusOf(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, pe
 		case claim.StatePending:
 			free := !c.LeaseUntil.After(now) || c.Owner == ""
 			st.Pending = append(st.Pending, pendingJSON{Customer: c.Customer, Key: c.Key, Attempt: c.Attempt,
-				AgeSeconds: c.Age.Round(time.Second).Seconds(), Owner: c.Owner, FreeAt: c.LeaseUntil.UTC(), Free: free, LastError: c.LastError})
+				AgeSeconds: c.Age.Round(time.Second).Seconds(), Owner: c.Owner, FreeAt: c.LeaseUntil.UTC(), Free: free, LastError: c.LastError, StripeID: c.StripeID, Step: c.Step})
 			if c.LastError != "" {
 				st.Failures = append(st.Failures, claimFailure(c))
 			}

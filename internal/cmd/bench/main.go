@@ -39,6 +39,13 @@ type options struct {
 	memprofile  string
 	latencyN    int
 	reconcileN  int
+
+	usageReports   int
+	usageCustomers int
+	usageMemory    string
+
+	invoiceN     int
+	invoiceLines int
 }
 
 func main() {
@@ -55,11 +62,16 @@ func main() {
 	flag.IntVar(&o.million, "million", 1_000_000, "customers streamed by the memory measurement")
 	flag.BoolVar(&o.skipMillion, "skip-million", false, "skip the peak-memory measurement")
 	flag.Float64Var(&o.maxMinutes, "max-minutes", 10, "if billing -million customers would take longer, measure smaller runs and the slope of RSS instead")
-	flag.StringVar(&o.sections, "sections", "key,claim,run,latency,rate,memory", "comma-separated sections to run")
+	flag.StringVar(&o.sections, "sections", "key,claim,run,latency,rate,memory,usage,invoice", "comma-separated sections to run")
 	flag.StringVar(&o.profile, "cpuprofile", "", "write the CPU profile of a billonce Run here (default: only when the ratio is below 0.5)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write the allocation profile here after the profiled billonce Run (implies -cpuprofile's Run)")
 	flag.IntVar(&o.latencyN, "latency-customers", 400, "customers in the Stripe-like latency comparison")
 	flag.IntVar(&o.reconcileN, "reconcile-claims", 200, "claims past their window that a Reconcile searches for during the rate-limited Run")
+	flag.IntVar(&o.usageReports, "usage-reports", 100_000, "usage reports in the RunUsage-versus-naive comparison")
+	flag.IntVar(&o.usageCustomers, "usage-customers", 1000, "customers the usage reports are spread over, one one-minute window each in turn")
+	flag.StringVar(&o.usageMemory, "usage-memory", "10000,100000", "counts of usage reports whose runner's peak memory is measured; empty: none")
+	flag.IntVar(&o.invoiceN, "invoice-customers", 2000, "customers billed by invoice in the invoice Run-versus-naive comparison")
+	flag.IntVar(&o.invoiceLines, "invoice-lines", 3, "lines of each invoice")
 	flag.Parse()
 	if o.memprofile != "" {
 		runtime.MemProfileRate = 4096
@@ -85,7 +97,7 @@ func run(ctx context.Context, o options, t *table) error {
 	if want["key"] {
 		benchKey(t)
 	}
-	if !want["claim"] && !want["run"] && !want["latency"] && !want["rate"] && !(want["memory"] && !o.skipMillion) {
+	if !want["claim"] && !want["run"] && !want["latency"] && !want["rate"] && !(want["memory"] && !o.skipMillion) && !want["usage"] && !want["invoice"] {
 		return nil
 	}
 	env, err := newEnv(ctx)
@@ -115,6 +127,16 @@ func run(ctx context.Context, o options, t *table) error {
 	}
 	if want["memory"] && !o.skipMillion {
 		if err := benchMemory(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["usage"] {
+		if err := benchUsage(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["invoice"] {
+		if err := benchInvoice(ctx, env, o, t); err != nil {
 			return err
 		}
 	}

@@ -336,7 +336,7 @@ func topOfProfile(path string) []string {
 		return []string{"(go tool pprof -top " + path + " failed: " + err.Error() + ")"}
 	}
 	// Keep the header and the entries that say where a charge's time goes.
-	keep := regexp.MustCompile(`flat%|Total samples|billing\.\(\*Biller\)\.(send|record|create|settle)$|retry\.Do|claim\.\(\*Postgres\)\.(Succeed|ClaimBatch|Renew)$|charge\.Client\.New|serveHTTP$|dialConnFor$|Syscall6$|runtime\.mallocgc$|runtime\.gcBgMarkWorker$|json\.Unmarshal$|stripe-go/v79\.\(\*BackendImplementation\)\.Do$`)
+	keep := regexp.MustCompile(`flat%|Total samples|billing\.\(\*Biller\)\.(send|record|create|settle|sendUsage|prepareUsage)$|retry\.Do|claim\.\(\*Postgres\)\.(Succeed|ClaimBatch|Renew)$|(charge|meterevent)\.Client\.New|serveHTTP$|dialConnFor$|Syscall6$|runtime\.mallocgc$|runtime\.gcBgMarkWorker$|json\.Unmarshal$|stripe-go/v79\.\(\*BackendImplementation\)\.Do$`)
 	var lines []string
 	for _, l := range strings.Split(string(out), "\n") {
 		if keep.MatchString(l) {

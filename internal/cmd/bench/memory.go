@@ -23,14 +23,20 @@ type memConfig struct {
 	DatabaseURL, StripeURL string
 	Customers, Concurrency int
 	Batch                  int
+	// Usage, when set, makes the runner report Customers usage reports
+	// over UsageCustomers customers with RunUsage instead of billing.
+	Usage          bool
+	UsageCustomers int
 }
 
 // memResult is what it prints on stdout.
 type memResult struct {
 	Charged   int
 	Seconds   float64
-	VmHWMKiB  int64 //lint:ignore ST1003 named as /proc/self/status names it
-	VmRSSKiB  int64 //lint:ignore ST1003 named as /proc/self/status names it
+	VmHWMKiB  int64     //lint:ignore ST1003 named as /proc/self/status names it
+	VmRSSKiB  int64     //lint:ignore ST1003 named as /proc/self/status names it
+	PeakHeap  uint64    // the largest HeapInuse sampled during the run, in bytes
+	Base      time.Time // the minute the usage reports' windows end before
 	Completed bool
 }
 
@@ -59,13 +65,22 @@ func memRunner(raw string) int {
 		fmt.Fprintln(os.Stderr, "memory runner:", err)
 		return 3
 	}
-	sum, err := b.Run(ctx, period, customers(cfg.Customers), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.Batch})
+	opts := &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.Batch}
+	peak := heapPeak()
+	var sum billing.Summary
+	base := usageBase()
+	if cfg.Usage {
+		sum, err = b.RunUsage(ctx, usageReports(cfg.Customers, cfg.UsageCustomers, base), opts)
+	} else {
+		sum, err = b.Run(ctx, period, customers(cfg.Customers), opts)
+	}
+	heap := peak()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "memory runner:", err)
 		return 1
 	}
 	hwm, rss := procStatus("VmHWM"), procStatus("VmRSS")
-	json.NewEncoder(os.Stdout).Encode(memResult{Charged: sum.Created, Seconds: sum.Elapsed.Seconds(), VmHWMKiB: hwm, VmRSSKiB: rss, Completed: sum.Complete()})
+	json.NewEncoder(os.Stdout).Encode(memResult{Charged: sum.Created, Seconds: sum.Elapsed.Seconds(), VmHWMKiB: hwm, VmRSSKiB: rss, PeakHeap: heap, Base: base, Completed: sum.Complete()})
 	return 0
 }
 
@@ -86,16 +101,23 @@ func procStatus(field string) int64 {
 	return -1
 }
 
-// measureMemory runs one memory runner for n customers against a fresh fake
-// served by this process and a fresh database.
-func measureMemory(ctx context.Context, e *env, o options, n int) (memResult, error) {
-	srv := billingtest.NewServer(billingtest.Config{})
+// measureMemory runs one memory runner for n customers (with usage, n usage
+// reports) against a fresh fake served by this process and a fresh
+// database.
+func measureMemory(ctx context.Context, e *env, o options, n int, usage bool) (memResult, error) {
+	var srv *billingtest.Server
+	if usage {
+		srv = usageFake()
+	} else {
+		srv = billingtest.NewServer(billingtest.Config{})
+	}
 	defer srv.Close()
 	_, u, err := e.store(ctx, 2)
 	if err != nil {
 		return memResult{}, err
 	}
-	raw, err := json.Marshal(memConfig{DatabaseURL: u, StripeURL: srv.URL, Customers: n, Concurrency: o.concurrency, Batch: o.batch})
+	raw, err := json.Marshal(memConfig{DatabaseURL: u, StripeURL: srv.URL, Customers: n, Concurrency: o.concurrency, Batch: o.batch,
+		Usage: usage, UsageCustomers: o.usageCustomers})
 	if err != nil {
 		return memResult{}, err
 	}
@@ -114,6 +136,12 @@ func measureMemory(ctx context.Context, e *env, o options, n int) (memResult, er
 	if err := json.Unmarshal(out, &r); err != nil {
 		return memResult{}, fmt.Errorf("memory runner output %q: %w", out, err)
 	}
+	if usage {
+		if r.Charged != n {
+			return r, fmt.Errorf("memory runner sent %d usage reports, want %d", r.Charged, n)
+		}
+		return r, countedOnce(srv, n, o.usageCustomers, r.Base)
+	}
 	if r.Charged != n || srv.Stats().Paid != int64(n) {
 		return r, fmt.Errorf("memory runner charged %d, fake paid %d, want %d", r.Charged, srv.Stats().Paid, n)
 	}
@@ -123,7 +151,7 @@ func measureMemory(ctx context.Context, e *env, o options, n int) (memResult, er
 func benchMemory(ctx context.Context, e *env, o options, t *table) error {
 	// Estimate first from a small run.
 	probeN := min(o.million, 20_000)
-	probe, err := measureMemory(ctx, e, o, probeN)
+	probe, err := measureMemory(ctx, e, o, probeN, false)
 	if err != nil {
 		return err
 	}
@@ -132,7 +160,7 @@ func benchMemory(ctx context.Context, e *env, o options, t *table) error {
 	t.add(fmt.Sprintf("peak RSS, runner billing %d", probeN), fmt.Sprintf("%.1f MiB", float64(probe.VmHWMKiB)/1024),
 		fmt.Sprintf("VmHWM; %.0f charges/s", rate))
 	if est.Minutes() <= o.maxMinutes {
-		r, err := measureMemory(ctx, e, o, o.million)
+		r, err := measureMemory(ctx, e, o, o.million, false)
 		if err != nil {
 			return err
 		}
@@ -148,7 +176,7 @@ func benchMemory(ctx context.Context, e *env, o options, t *table) error {
 		if float64(n)/rate > o.maxMinutes*60 {
 			break
 		}
-		r, err := measureMemory(ctx, e, o, n)
+		r, err := measureMemory(ctx, e, o, n, false)
 		if err != nil {
 			return err
 		}

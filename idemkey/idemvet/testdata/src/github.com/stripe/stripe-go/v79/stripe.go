@@ -39,3 +39,52 @@ func Int64(n int64) *int64    { return &n }
 type Error struct{ HTTPStatusCode int }
 
 func (e *Error) Error() string { return "stripe" }
+
+type InvoiceParams struct {
+	Params   `form:"*"`
+	Customer *string
+}
+
+type InvoiceAddLinesParams struct {
+	Params `form:"*"`
+}
+
+type InvoiceFinalizeInvoiceParams struct {
+	Params `form:"*"`
+}
+
+type InvoicePayParams struct {
+	Params `form:"*"`
+}
+
+type InvoiceSendInvoiceParams struct {
+	Params `form:"*"`
+}
+
+type InvoiceVoidInvoiceParams struct {
+	Params `form:"*"`
+}
+
+type InvoiceItemParams struct {
+	Params   `form:"*"`
+	Customer *string
+	Invoice  *string
+	Amount   *int64
+}
+
+type BillingMeterEventParams struct {
+	Params     `form:"*"`
+	EventName  *string
+	Identifier *string
+	Payload    map[string]string
+}
+
+type BillingMeterEventAdjustmentParams struct {
+	Params    `form:"*"`
+	EventName *string
+}
+
+type Invoice struct{ ID string }
+type InvoiceItem struct{ ID string }
+type BillingMeterEvent struct{ Identifier string }
+type BillingMeterEventAdjustment struct{ ID string }

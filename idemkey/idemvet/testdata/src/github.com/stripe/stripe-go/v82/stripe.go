@@ -25,9 +25,20 @@ type TestHelpersRefundExpireParams struct {
 	Params `form:"*"`
 }
 
+type InvoiceFinalizeInvoiceParams struct {
+	Params `form:"*"`
+}
+
+type BillingMeterEventAdjustmentCreateParams struct {
+	Params    `form:"*"`
+	EventName *string
+}
+
 type Charge struct{ ID string }
 type Customer struct{ ID string }
 type Refund struct{ ID string }
+type Invoice struct{ ID string }
+type BillingMeterEventAdjustment struct{ ID string }
 
 type v1ChargeService struct{}
 
@@ -50,10 +61,24 @@ func (c v1TestHelpersRefundService) Expire(ctx context.Context, id string, p *Te
 	return nil, nil
 }
 
+type v1InvoiceService struct{}
+
+func (c v1InvoiceService) FinalizeInvoice(ctx context.Context, id string, p *InvoiceFinalizeInvoiceParams) (*Invoice, error) {
+	return nil, nil
+}
+
+type v1BillingMeterEventAdjustmentService struct{}
+
+func (c v1BillingMeterEventAdjustmentService) Create(ctx context.Context, p *BillingMeterEventAdjustmentCreateParams) (*BillingMeterEventAdjustment, error) {
+	return nil, nil
+}
+
 type Client struct {
-	V1Charges            *v1ChargeService
-	V1Customers          *v1CustomerService
-	V1TestHelpersRefunds *v1TestHelpersRefundService
+	V1Charges                      *v1ChargeService
+	V1Customers                    *v1CustomerService
+	V1TestHelpersRefunds           *v1TestHelpersRefundService
+	V1Invoices                     *v1InvoiceService
+	V1BillingMeterEventAdjustments *v1BillingMeterEventAdjustmentService
 }
 
 func NewClient(key string) *Client { return &Client{} }
