@@ -822,6 +822,12 @@ func (w *simWorld) play(ctx context.Context) {
 		wg.Wait()
 		w.quiet(0)
 		w.disarm()
+		if w.mode == simUsage {
+			// Stripe processes meter events within minutes, and reports
+			// the rejected ones then: before the hours between rounds
+			// pass, not after.
+			w.srv.AggregateNow()
+		}
 		if w.mode != simCharges {
 			w.deliverWebhooks(ctx)
 		}

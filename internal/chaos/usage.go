@@ -40,9 +40,10 @@ func Usage(i, w int, base time.Time) billing.Usage {
 		Start: start, End: start.Add(time.Hour), Value: Price(i).Amount/10 + int64(w) + 1}
 }
 
-// usagePeriod is the claim period of a report (see billing.Biller.ReportUsage).
+// usagePeriod is the claim period of a report (see
+// billing.Biller.ReportUsage): its meter and the minute its window starts.
 func usagePeriod(u billing.Usage) string {
-	return fmt.Sprintf("usage %s %s %s increment", u.Meter, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339))
+	return fmt.Sprintf("usage %s %s increment", u.Meter, u.Start.Format(time.RFC3339))
 }
 
 // DeliverWebhooks delivers the events the fake has emitted since the last
