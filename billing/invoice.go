@@ -442,7 +442,9 @@ func (v *invoicing) settle(ctx context.Context, status string) (Receipt, error) 
 		if err = b.claims.Succeed(rctx, j.key.String(), v.id); err != nil {
 			err = b.settledByEvent(rctx, j, created{id: v.id}, err)
 		}
-	case stripe.InvoiceStatusOpen:
+	case stripe.InvoiceStatusOpen, stripe.InvoiceStatusUncollectible:
+		// Either can still be paid: the claim holds the period until
+		// the invoice is paid or voided.
 		r.Processing = true
 		err = b.claims.Process(rctx, j.key.String(), v.id)
 	default:
@@ -753,8 +755,9 @@ func (v *invoicing) findFinalized(ctx context.Context) (string, bool, error) {
 }
 
 // findPaid: an open invoice was not paid (a declined attempt leaves it
-// open), so paying it again cannot pay twice; void and uncollectible are
-// final.
+// open), so paying it again cannot pay twice; a void invoice is final, and
+// an uncollectible one is left to its customer (the claim holds it as
+// processing).
 func (v *invoicing) findPaid(ctx context.Context) (string, bool, error) {
 	return v.findStatus(func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusOpen })(ctx)
 }
@@ -766,10 +769,12 @@ func (v *invoicing) findSent(ctx context.Context) (string, bool, error) {
 }
 
 // updateFromInvoice is what an invoice event says about its claim:
-// invoice.paid settles it, invoice.voided and invoice.marked_uncollectible
-// fail it, invoice.payment_failed leaves it processing (the invoice stays
-// open and Stripe keeps collecting it), and every other event (as
-// invoice.finalized) is recorded and moves nothing. A read of the invoice
+// invoice.paid settles it, invoice.voided fails it, invoice.payment_failed
+// leaves it processing (the invoice stays open and Stripe keeps collecting
+// it), and so does invoice.marked_uncollectible: an uncollectible invoice
+// can still be paid (from its hosted page, or when told to), so it holds
+// the period until it is voided. Every other event (as invoice.finalized)
+// is recorded and moves nothing. A read of the invoice
 // (typ "") maps its status the same way.
 func updateFromInvoice(typ string, in *stripe.Invoice) claimengine.Update {
 	u := claimengine.Update{Key: in.Metadata[MetaKey], StripeID: in.ID}
@@ -778,9 +783,8 @@ func updateFromInvoice(typ string, in *stripe.Invoice) claimengine.Update {
 		u.State = string(claim.StateSucceeded)
 	case typ == "invoice.voided", typ == "" && in.Status == stripe.InvoiceStatusVoid:
 		u.State, u.FailureCode = string(claim.StateFailed), "invoice_voided"
-	case typ == "invoice.marked_uncollectible", typ == "" && in.Status == stripe.InvoiceStatusUncollectible:
-		u.State, u.FailureCode = string(claim.StateFailed), "invoice_uncollectible"
-	case typ == "invoice.payment_failed", typ == "" && in.Status == stripe.InvoiceStatusOpen:
+	case typ == "invoice.payment_failed", typ == "invoice.marked_uncollectible",
+		typ == "" && (in.Status == stripe.InvoiceStatusOpen || in.Status == stripe.InvoiceStatusUncollectible):
 		u.State = string(claim.StateProcessing)
 	}
 	return u

@@ -87,8 +87,10 @@ var webhookTypes = map[string]bool{
 //     dispute is recorded on the claim, reported to Config.Observe and
 //     logged. A refunded or disputed payment was billed: neither is a
 //     reason to bill again, and billonce never does;
-//   - invoice.paid: the invoice's claim succeeded; invoice.voided and
-//     invoice.marked_uncollectible: it failed;
+//   - invoice.paid: the invoice's claim succeeded; invoice.voided: it
+//     failed; invoice.marked_uncollectible: it stays processing, since an
+//     uncollectible invoice can still be paid (void it to bill the period
+//     another way);
 //   - invoice.payment_failed: reported as a payment failed after
 //     processing is (an EventSettled whose Err is an [ErrDeclined]
 //     *ChargeError with AfterProcessing), once per event; the claim stays
