@@ -136,6 +136,8 @@ func TestInvoiceEventNamingAChargeLeavesIt(t *testing.T) {
 		if c := h.claimOf(customer); c.State != claim.StatePending {
 			t.Errorf("%s: charge claim after invoice events naming its key = %s (%s), want it left pending", customer, c.State, c.LastError)
 		}
+	}
+	for _, customer := range []string{"cus_1", "cus_2"} {
 		// The next run, and the dunning process re-billing a declined period.
 		if _, err := h.b.Charge(ctx, customer, period, nil); errors.Is(err, billing.ErrDeclined) {
 			_, _ = h.b.Rebill(ctx, customer, period, 2, nil)
