@@ -106,7 +106,9 @@ var webhookTypes = map[string]bool{
 // leave the claim where the newest left it. Events of other types, and
 // events about payments without billonce's metadata or without a claim
 // (another product's, another environment's), are answered 200 and
-// ignored. A failure to reach the claim store is answered 500, and a
+// ignored; so is an event whose metadata names the key of a claim of
+// another kind (an invoice's event and a charge's claim, say: anyone with
+// the account's API key can write any metadata). A failure to reach the claim store is answered 500, and a
 // failure to read a dispute's or refund's payment from Stripe 503, so
 // that Stripe delivers the event again. An event that can never be
 // applied (its payment does not exist on this account, or it names a key
@@ -245,6 +247,25 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	}
 	u.EventID, u.EventType, u.Created = ev.ID, string(ev.Type), time.Unix(ev.Created, 0).UTC()
 	log = append(log, slog.String("key", u.Key), slog.String("stripe_id", u.StripeID))
+	// A key in an object's metadata is whatever its maker wrote (anyone
+	// with the account's API key, and keys are in every billonce object's
+	// metadata): an invoice's event moves an invoice's claim only, a
+	// payment's event no invoice's or usage report's. A claim's endpoint
+	// stays of one kind from its creation.
+	c, err := h.b.claims.Get(ctx, u.Key)
+	switch {
+	case err == nil && strings.HasPrefix(string(ev.Type), "invoice.") != (c.Endpoint == endpointInvoices),
+		err == nil && c.Endpoint == endpointMeterEvents:
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names the key of a claim of another kind; ignored",
+			append(log, slog.String("period", c.Period), slog.String("endpoint", c.Endpoint))...)
+		answer(w, http.StatusOK, "ignored: the key names a claim of another kind")
+		return Event{Result: resultIgnored, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID}
+	case err != nil && !errors.Is(err, claim.ErrNotFound) && !errors.Is(err, claim.ErrInvalid): // Apply says those
+		h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
+		answer(w, http.StatusInternalServerError, "billonce webhook: the claim store failed; deliver again")
+		return Event{Result: resultRetry, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID,
+			Err: fmt.Errorf("billing: webhook event %s: reading its claim: %w", ev.ID, err)}
+	}
 	a, err := h.b.claims.Apply(ctx, u)
 	switch {
 	case errors.Is(err, claim.ErrNotFound):
