@@ -512,10 +512,12 @@ func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
 }
 
 // checkRevision checks, before a window total of attempt 2 or more is
-// sent, that the total before it is settled: revisions of a window are
-// sent one at a time, in order, so that Stripe, which keeps the newest
-// event of a window, never ends with an older total. Its errors are
-// *ChargeError; the caller hands its claim back.
+// sent, that the total before it is reported and settled: revisions of a
+// window are sent one at a time, in order, so that Stripe, which keeps the
+// newest event of a window, never ends with an older total. A total that
+// comes before the one it follows waits for it (ErrInProgress), as one
+// that comes while it is being sent does. Its errors are *ChargeError; the
+// caller hands its claim back.
 func (b *Biller) checkRevision(ctx context.Context, j job) error {
 	u := j.usage
 	if u.Kind != WindowTotals || u.Attempt < 2 {
@@ -530,7 +532,11 @@ func (b *Biller) checkRevision(ctx context.Context, j job) error {
 	c, err := b.claims.Get(ctx, key.String())
 	switch {
 	case errors.Is(err, claim.ErrNotFound):
-		return chargeErr(j, nil, "", invalid("Usage.Attempt %d: this window has no total of attempt %d; a window's totals are numbered one after the other, from 1", u.Attempt, prev.Attempt))
+		// Not reported yet: a queue, or a Run's concurrency, does not keep
+		// a window's totals in order. This one waits for it.
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("this window has no total of attempt %d yet; a window's totals are numbered one after the other, from 1, and each is sent after the one before it", prev.Attempt), nil)
+		e.Until = time.Now().Add(time.Minute)
+		return e
 	case err != nil:
 		return chargeErr(j, nil, fmt.Sprintf("looking up the total of attempt %d", prev.Attempt), err)
 	case c.State == claim.StatePending:
