@@ -383,8 +383,8 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // the usage claims it names, and a report of the same window is then sent
 // again only with the next Attempt. It leaves alone a claim that is not a
 // usage report (an identifier is whatever the event's sender chose), and
-// one whose window was reopened and its event sent again after the report
-// was made. Error reports name a sample of the rejected events, not all:
+// one whose window was reopened, and its event sent again, after the
+// report's validation began: the report may be about the earlier send. Error reports name a sample of the rejected events, not all:
 // those not named stay delivered; compare the meter's summaries to find
 // them.
 //

@@ -473,6 +473,39 @@ func TestMeterErrorReportOlderThanAResendLeavesTheClaim(t *testing.T) {
 	requireCounted(t, h.srv, u)
 }
 
+// An error report Stripe makes after the report's window was reopened,
+// about the event sent before the reopening (its validation started
+// before it), leaves the claim of the counted resend as it is.
+func TestMeterErrorReportAboutTheEarlierSendMadeLate(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	b := h.biller(oneAttempt)
+	ctx := context.Background()
+	u := usage("cus_1", 9)
+	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
+	h.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
+	}
+	h.srv.RejectUsage("cus_1", "")
+	h.advance(25 * time.Hour) // the first event is not processed yet
+	r, err := b.ReportUsage(ctx, u)
+	if err != nil || r.Outcome != billing.Created {
+		t.Fatalf("report past the deadline = %+v, %v; want created (the summary is empty)", r, err)
+	}
+	h.srv.AggregateNow() // now Stripe rejects the first event, in a report made after the reopening
+	requireCounted(t, h.srv, u)
+	h.deliverAll()
+	c, err := h.store.Get(ctx, r.Key.String())
+	if err != nil || c.State != claim.StateSucceeded {
+		t.Errorf("claim after a late report about the earlier send = %+v, %v; want succeeded", c, err)
+	}
+	u.Attempt = 2
+	_, _ = b.ReportUsage(ctx, u)
+	requireCounted(t, h.srv, u)
+}
+
 // A meter error report fails usage claims only. A meter event whose
 // identifier is a charge's key (anyone with the account's API key can send
 // one, and keys are in every charge's metadata) must not fail the charge's

@@ -481,6 +481,9 @@ type errorReport struct {
 				} `json:"sample_errors"`
 			} `json:"error_types"`
 		} `json:"reason"`
+		// ValidationStart begins the window in which Stripe validated
+		// the events the report is about.
+		ValidationStart time.Time `json:"validation_start"`
 	} `json:"data"`
 }
 
@@ -524,8 +527,16 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 					append(log, slog.String("key", id), slog.String("period", c.Period))...)
 				continue
 			}
+			// The report is dated by the start of its validation window
+			// when it has one: the claim store leaves a claim whose window
+			// was reopened after that, since the report may be about the
+			// event sent before the reopening, not the counted resend.
+			created := env.Created
+			if vs := rep.Data.ValidationStart; !vs.IsZero() && (created.IsZero() || vs.Before(created)) {
+				created = vs
+			}
 			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
-				Created: env.Created, State: string(claim.StateFailed), FailureCode: t.Code}
+				Created: created, State: string(claim.StateFailed), FailureCode: t.Code}
 			if u.Created.IsZero() {
 				u.Created = time.Now()
 			}
