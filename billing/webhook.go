@@ -260,6 +260,13 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 			append(log, slog.String("period", c.Period), slog.String("endpoint", c.Endpoint))...)
 		answer(w, http.StatusOK, "ignored: the key names a claim of another kind")
 		return Event{Result: resultIgnored, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID}
+	case err == nil && c.Endpoint == endpointInvoices && c.StripeID == "":
+		// No draft recorded yet: the claim's own steps find its invoice
+		// (by its key, then by search), and no event of an invoice can
+		// be its payment before its draft is recorded.
+		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event about an invoice whose claim has recorded none yet; ignored", log...)
+		answer(w, http.StatusOK, "ignored: the claim has recorded no invoice yet")
+		return Event{Result: resultIgnored, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID}
 	case err != nil && !errors.Is(err, claim.ErrNotFound) && !errors.Is(err, claim.ErrInvalid): // Apply says those
 		h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
 		answer(w, http.StatusInternalServerError, "billonce webhook: the claim store failed; deliver again")
