@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/billing"
@@ -158,7 +159,18 @@ func (e *Env) start(ctx context.Context) error {
 	if e.dbURL, err = e.cluster.NewDatabase(ctx); err != nil {
 		return err
 	}
-	if e.Pool, err = pgxpool.New(ctx, e.dbURL); err != nil {
+	pcfg, err := pgxpool.ParseConfig(e.dbURL)
+	if err != nil {
+		return err
+	}
+	// PostgreSQL is restarted during the chaos phase (by this harness, or
+	// by another one on the same cluster): a connection left idle in the
+	// pool across a restart is dead, and is found out by a ping before it
+	// is used rather than by the query that follows.
+	pcfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
+		return c.Ping(ctx) == nil, nil
+	}
+	if e.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return err
 	}
 	random, err := billingtest.RandomFaults(e.s.Seed, e.s.Rates)

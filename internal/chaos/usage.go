@@ -157,11 +157,28 @@ func (e *Env) PassTime(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range cols {
-		col := pgx.Identifier{c.Column}.Sanitize()
-		if _, err := e.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{c.Table}.Sanitize()+" SET "+col+" = "+col+" - $1::bigint * interval '1 microsecond'", d.Microseconds()); err != nil {
+	// One transaction moves every column or none, so that it can be tried
+	// again when a restart of PostgreSQL (another harness's, on the same
+	// cluster) ends its connection.
+	move := func(tx pgx.Tx) error {
+		for _, c := range cols {
+			col := pgx.Identifier{c.Column}.Sanitize()
+			if _, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{c.Table}.Sanitize()+" SET "+col+" = "+col+" - $1::bigint * interval '1 microsecond'", d.Microseconds()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for try := 1; ; try++ {
+		err := pgx.BeginFunc(ctx, e.Pool, move)
+		if err == nil {
+			break
+		}
+		if try == 5 || ctx.Err() != nil {
 			return e.Errorf("moving time: %w", err)
 		}
+		e.Logf("moving time: %v; trying again", err)
+		time.Sleep(time.Second) // PostgreSQL is down for a moment at most
 	}
 	e.Fake.Advance(d)
 	e.Logf("time passed: %v on the claims' and the fake's clocks", d)
