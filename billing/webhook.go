@@ -247,32 +247,6 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	}
 	u.EventID, u.EventType, u.Created = ev.ID, string(ev.Type), time.Unix(ev.Created, 0).UTC()
 	log = append(log, slog.String("key", u.Key), slog.String("stripe_id", u.StripeID))
-	// A key in an object's metadata is whatever its maker wrote (anyone
-	// with the account's API key, and keys are in every billonce object's
-	// metadata): an invoice's event moves an invoice's claim only, a
-	// payment's event no invoice's or usage report's. A claim's endpoint
-	// stays of one kind from its creation.
-	c, err := h.b.claims.Get(ctx, u.Key)
-	switch {
-	case err == nil && strings.HasPrefix(string(ev.Type), "invoice.") != (c.Endpoint == endpointInvoices),
-		err == nil && c.Endpoint == endpointMeterEvents:
-		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names the key of a claim of another kind; ignored",
-			append(log, slog.String("period", c.Period), slog.String("endpoint", c.Endpoint))...)
-		answer(w, http.StatusOK, "ignored: the key names a claim of another kind")
-		return Event{Result: resultIgnored, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID}
-	case err == nil && c.Endpoint == endpointInvoices && c.StripeID == "":
-		// No draft recorded yet: the claim's own steps find its invoice
-		// (by its key, then by search), and no event of an invoice can
-		// be its payment before its draft is recorded.
-		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event about an invoice whose claim has recorded none yet; ignored", log...)
-		answer(w, http.StatusOK, "ignored: the claim has recorded no invoice yet")
-		return Event{Result: resultIgnored, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID}
-	case err != nil && !errors.Is(err, claim.ErrNotFound) && !errors.Is(err, claim.ErrInvalid): // Apply says those
-		h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
-		answer(w, http.StatusInternalServerError, "billonce webhook: the claim store failed; deliver again")
-		return Event{Result: resultRetry, EventID: ev.ID, Key: u.Key, StripeID: u.StripeID,
-			Err: fmt.Errorf("billing: webhook event %s: reading its claim: %w", ev.ID, err)}
-	}
 	a, err := h.b.claims.Apply(ctx, u)
 	switch {
 	case errors.Is(err, claim.ErrNotFound):
@@ -525,15 +499,6 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 				continue // not an identifier billonce made
 			}
 			named++
-			// An identifier is whatever the event's sender chose: only a
-			// usage claim's key names a usage report. A claim's endpoint
-			// is meter_events from its creation or never.
-			c, err := h.b.claims.Get(ctx, id)
-			if err == nil && c.Endpoint != endpointMeterEvents {
-				h.b.log.LogAttrs(ctx, slogWarn, "billonce: meter error report names the key of a claim that is no usage report; ignored",
-					append(log, slog.String("key", id), slog.String("period", c.Period))...)
-				continue
-			}
 			// The report is dated by the start of its validation window
 			// when it has one: the claim store leaves a claim whose window
 			// was reopened after that, since the report may be about the
@@ -542,8 +507,10 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 			if vs := rep.Data.ValidationStart; !vs.IsZero() && (created.IsZero() || vs.Before(created)) {
 				created = vs
 			}
+			// An identifier is whatever the event's sender chose: the
+			// claim store applies it to a usage report's claim only.
 			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
-				Created: created, State: string(claim.StateFailed), FailureCode: t.Code}
+				Created: created, State: string(claim.StateFailed), FailureCode: t.Code, Endpoint: endpointMeterEvents}
 			if u.Created.IsZero() {
 				u.Created = time.Now()
 			}

@@ -15,7 +15,7 @@ import (
 // [ErrInvalid].
 func validateUpdate(u update) error {
 	errs := []error{validateID("key", u.Key), validateID("stripe id", u.StripeID),
-		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute)}
+		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute), validateText("endpoint", u.Endpoint)}
 	if u.EventID != "" {
 		errs = append(errs, validateID("event id", u.EventID))
 	}
@@ -33,8 +33,24 @@ func validateUpdate(u update) error {
 	return errors.Join(errs...)
 }
 
-// endpointMeterEvents is the Endpoint of a usage report's claim.
-const endpointMeterEvents = "meter_events"
+// The Endpoints of claims that are not single payments.
+const (
+	endpointMeterEvents = "meter_events"
+	endpointInvoices    = "invoices"
+)
+
+// objectKind names the kind of Stripe object a claim of endpoint stands
+// for: a usage report, an invoice, or a payment (charges, PaymentIntents,
+// and claims made before endpoints were recorded).
+func objectKind(endpoint string) string {
+	switch endpoint {
+	case endpointMeterEvents:
+		return "a usage report"
+	case endpointInvoices:
+		return "an invoice"
+	}
+	return "a payment"
+}
 
 // rank orders the states a payment moves through: an update never moves a
 // claim to a lower rank, and the two terminal states never replace each
@@ -63,6 +79,15 @@ type change struct {
 // the order in which events arrive does not matter; refunds only grow, and
 // the dispute of the latest event (by Stripe's creation time) wins.
 func decide(c Claim, u update) change {
+	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
+		return change{outcome: claimengine.OtherPayment, next: c,
+			reason: fmt.Sprintf("the claim is of %s, the update is about %s", have, want)}
+	}
+	if u.Endpoint == endpointInvoices && c.StripeID == "" {
+		// No event of the claim's own invoice can be its payment before
+		// its draft is recorded; the claim's steps find the draft.
+		return change{outcome: claimengine.Unchanged, next: c, reason: "the claim has recorded no invoice yet"}
+	}
 	if c.StripeID != "" && c.StripeID != u.StripeID {
 		return change{outcome: claimengine.OtherPayment, next: c,
 			reason: fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)}

@@ -278,3 +278,41 @@ func TestApplyConcurrentDeliveries(t *testing.T) {
 		}
 	})
 }
+
+// An update moves only a claim of the kind of object it is about: a
+// payment's update no invoice's or usage report's claim, and the other way
+// round, whatever key the object's metadata names. An invoice's update
+// moves an invoice's claim only once the claim has recorded its invoice.
+func TestApplyOnlyToAClaimOfTheUpdatesKind(t *testing.T) {
+	t.Parallel()
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		pay := req("cus_1", "k_pay", "a")
+		inv := req("cus_2", "k_inv", "a")
+		inv.Endpoint = "invoices"
+		use := claimengine.Request{Customer: "cus_3", Period: "usage api_calls 2026-09-01T10:00:00Z increment", Key: "k_use", Amount: 5, Owner: "a", Endpoint: "meter_events"}
+		for _, r := range []claimengine.Request{pay, inv, use} {
+			mustClaim(t, h.store, r, claimengine.Won)
+		}
+		at := func(key, endpoint, id string) claimengine.Update {
+			return claimengine.Update{EventID: "evt_" + key + endpoint, EventType: "test", Key: key, StripeID: id,
+				State: string(claim.StateSucceeded), Created: t0, Endpoint: endpoint}
+		}
+		mustApply(t, h.store, at("k_pay", "invoices", "in_1"), claimengine.OtherPayment)
+		mustApply(t, h.store, at("k_pay", "meter_events", "k_pay"), claimengine.OtherPayment)
+		mustApply(t, h.store, at("k_inv", "", "ch_1"), claimengine.OtherPayment)
+		mustApply(t, h.store, at("k_use", "invoices", "in_2"), claimengine.OtherPayment)
+		mustApply(t, h.store, at("k_inv", "invoices", "in_3"), claimengine.Unchanged) // no invoice recorded yet
+		for _, key := range []string{"k_pay", "k_inv", "k_use"} {
+			if c, _ := h.store.Get(ctx, key); c.State != claim.StatePending {
+				t.Fatalf("claim %s after updates of another kind = %+v, want pending", key, c)
+			}
+		}
+		if err := h.store.Advance(ctx, "k_inv", "a", "in_3", "draft"); err != nil {
+			t.Fatal(err)
+		}
+		u := at("k_inv", "invoices", "in_3")
+		u.EventID = "evt_paid"
+		mustApply(t, h.store, u, claimengine.Changed)
+	})
+}
