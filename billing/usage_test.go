@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/stripe/stripe-go/v79"
-	"github.com/stripe/stripe-go/v79/billing/meterevent"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
@@ -272,37 +268,6 @@ func TestUsageRefusedBeforeSending(t *testing.T) {
 	}
 }
 
-// Stripe rejects an accepted event later, in a meter error report: the
-// webhook fails its claim, and only the next attempt reports it again.
-func TestMeterErrorReportFailsTheClaim(t *testing.T) {
-	t.Parallel()
-	h := newHookEnv(t, billing.Charges, nil)
-	h.srv.CreateMeter("api_calls", "sum", "")
-	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
-	ctx := context.Background()
-	u := usage("cus_1", 9)
-	r, err := h.b.ReportUsage(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.srv.AggregateNow()
-	h.deliverAll()
-	h.deliverAll() // a redelivery changes nothing
-	c, err := h.store.Get(ctx, r.Key.String())
-	if err != nil || c.State != claim.StateFailed || c.FailureCode != "meter_event_customer_not_found" {
-		t.Fatalf("claim after the error report = %+v, %v; want failed with the report's code", c, err)
-	}
-	if _, err := h.b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrDeclined) {
-		t.Errorf("report after rejection = %v, want ErrDeclined", err)
-	}
-	h.srv.RejectUsage("cus_1", "")
-	u.Attempt = 2
-	if r, err := h.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
-		t.Errorf("second attempt = %+v, %v; want created", r, err)
-	}
-	requireCounted(t, h.srv, u)
-}
-
 // RunUsage reports every window of every customer once, through faults,
 // with two runs at once.
 func TestRunUsageOnceThroughFaults(t *testing.T) {
@@ -434,120 +399,6 @@ func TestStaleWindowTotalNeverReplacesANewerOne(t *testing.T) {
 	_, _ = e.b.ReportUsage(ctx, u) // a late replica still holding the old total
 	if got := e.srv.MeterTotal("seats", "cus_1", start, start.Add(time.Hour)); got != 25 {
 		t.Errorf("window total %v at Stripe, want 25: a stale total replaced the newer one", got)
-	}
-}
-
-// A meter error report is about the events Stripe had received when it
-// was made. Once the key's window was reopened and the event sent again
-// and counted, an older report, delivered late (Stripe retries webhooks
-// for days), must not fail the claim: the usage is counted, and the next
-// attempt, sent because of the failed claim, would count it twice.
-func TestMeterErrorReportOlderThanAResendLeavesTheClaim(t *testing.T) {
-	t.Parallel()
-	h := newHookEnv(t, billing.Charges, nil)
-	h.srv.CreateMeter("api_calls", "sum", "")
-	b := h.biller(oneAttempt)
-	ctx := context.Background()
-	u := usage("cus_1", 9)
-	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
-	h.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
-	if _, err := b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
-		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
-	}
-	h.srv.AggregateNow() // Stripe rejects the event: an error report, not delivered yet
-	h.srv.RejectUsage("cus_1", "")
-	h.advance(25 * time.Hour)
-	r, err := b.ReportUsage(ctx, u)
-	if err != nil || r.Outcome != billing.Created {
-		t.Fatalf("report past the deadline = %+v, %v; want created (the summary is empty)", r, err)
-	}
-	h.srv.AggregateNow()
-	requireCounted(t, h.srv, u)
-	h.deliverAll() // the old error report arrives at last
-	c, err := h.store.Get(ctx, r.Key.String())
-	if err != nil || c.State != claim.StateSucceeded {
-		t.Errorf("claim after an error report older than its counted resend = %+v, %v; want succeeded", c, err)
-	}
-	u.Attempt = 2
-	_, _ = b.ReportUsage(ctx, u)
-	requireCounted(t, h.srv, u)
-}
-
-// An error report Stripe makes after the report's window was reopened,
-// about the event sent before the reopening (its validation started
-// before it), leaves the claim of the counted resend as it is.
-func TestMeterErrorReportAboutTheEarlierSendMadeLate(t *testing.T) {
-	t.Parallel()
-	h := newHookEnv(t, billing.Charges, nil)
-	h.srv.CreateMeter("api_calls", "sum", "")
-	b := h.biller(oneAttempt)
-	ctx := context.Background()
-	u := usage("cus_1", 9)
-	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
-	h.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
-	if _, err := b.ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
-		t.Fatalf("report with a lost answer = %v, want ErrOutcomeUnknown", err)
-	}
-	h.srv.RejectUsage("cus_1", "")
-	h.advance(25 * time.Hour) // the first event is not processed yet
-	r, err := b.ReportUsage(ctx, u)
-	if err != nil || r.Outcome != billing.Created {
-		t.Fatalf("report past the deadline = %+v, %v; want created (the summary is empty)", r, err)
-	}
-	h.srv.AggregateNow() // now Stripe rejects the first event, in a report made after the reopening
-	requireCounted(t, h.srv, u)
-	h.deliverAll()
-	c, err := h.store.Get(ctx, r.Key.String())
-	if err != nil || c.State != claim.StateSucceeded {
-		t.Errorf("claim after a late report about the earlier send = %+v, %v; want succeeded", c, err)
-	}
-	u.Attempt = 2
-	_, _ = b.ReportUsage(ctx, u)
-	requireCounted(t, h.srv, u)
-}
-
-// A meter error report fails usage claims only. A meter event whose
-// identifier is a charge's key (anyone with the account's API key can send
-// one, and keys are in every charge's metadata) must not fail the charge's
-// pending claim: the charge went through, and the re-bill a failed claim
-// invites would charge the customer twice.
-func TestMeterErrorReportNamingAChargeLeavesIt(t *testing.T) {
-	t.Parallel()
-	h := newHookEnv(t, billing.Charges, nil)
-	h.srv.CreateMeter("api_calls", "sum", "")
-	ctx := context.Background()
-	h.lostAnswer(h.biller(oneAttempt), "cus_1")
-	key := h.key("cus_1")
-	// A meter event named by the charge's key, for a customer Stripe
-	// does not know: Stripe rejects it later, in an error report.
-	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
-		URL:               stripe.String(h.srv.URL),
-		HTTPClient:        &http.Client{Transport: testTransport, Timeout: 10 * time.Second},
-		MaxNetworkRetries: stripe.Int64(0),
-		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
-	})
-	h.srv.RejectUsage("cus_nobody", "meter_event_customer_not_found")
-	events := meterevent.Client{B: backend, Key: secretKey}
-	//idemvet:ignore an event forged by other code, which sends no key
-	if _, err := events.New(&stripe.BillingMeterEventParams{EventName: stripe.String("api_calls"), Identifier: stripe.String(key),
-		Payload: map[string]string{"stripe_customer_id": "cus_nobody", "value": "1"}}); err != nil {
-		t.Fatal(err)
-	}
-	h.srv.AggregateNow()
-	for _, ev := range h.srv.Events() {
-		if ev.Type == "v1.billing.meter.error_report_triggered" { // before the charge's own events
-			h.deliver(ev)
-		}
-	}
-	if c := h.claimOf("cus_1"); c.State == claim.StateFailed {
-		t.Errorf("charge claim after a meter error report naming its key = %s (%s), want it left pending", c.State, c.LastError)
-	}
-	// The dunning process re-bills a declined period.
-	if _, err := h.b.Charge(ctx, "cus_1", period, nil); errors.Is(err, billing.ErrDeclined) {
-		_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil)
-	}
-	if n := h.count("cus_1"); n != 1 {
-		t.Errorf("%d charges for the period, want 1", n)
 	}
 }
 
