@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -154,42 +153,15 @@ func naiveInvoices(ctx context.Context, o options, n, k int) (invoiceResult, err
 		_, err = invoices.Pay(draft.ID, pp)
 		return err
 	}
-	jobs := make(chan int)
-	errs := make(chan error, o.concurrency)
-	var wg sync.WaitGroup
-	self0, _ := cpuTimes()
-	start := time.Now()
-	for range o.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if err := bill(i); err != nil {
-					errs <- err
-					for range jobs {
-					}
-					return
-				}
-			}
-		}()
-	}
-	for i := range n {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	elapsed := time.Since(start)
-	self1, _ := cpuTimes()
-	select {
-	case err := <-errs:
+	elapsed, self, err := concurrently(o.concurrency, n, bill)
+	if err != nil {
 		return invoiceResult{}, err
-	default:
 	}
 	if err := paidOnce(srv, n, k); err != nil {
 		return invoiceResult{}, fmt.Errorf("naive invoice loop: %w", err)
 	}
 	w, r := calls(srv, n)
-	return invoiceResult{rate: float64(n) / elapsed.Seconds(), writes: w, reads: r, selfCPU: (self1 - self0) / time.Duration(n)}, nil
+	return invoiceResult{rate: float64(n) / elapsed.Seconds(), writes: w, reads: r, selfCPU: self}, nil
 }
 
 func benchInvoice(ctx context.Context, e *env, o options, t *table) error {

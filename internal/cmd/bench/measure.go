@@ -92,6 +92,43 @@ func customers(n int) iter.Seq2[billing.Item, error] {
 	}
 }
 
+// concurrently calls do for each of n jobs (0 to n-1) on conc goroutines,
+// as a naive loop at the same concurrency as a Run would, and returns the
+// wall time and this process's CPU time per job. The first error stops
+// the loop.
+func concurrently(conc, n int, do func(i int) error) (elapsed, selfCPU time.Duration, err error) {
+	jobs := make(chan int)
+	errs := make(chan error, conc)
+	var wg sync.WaitGroup
+	self0, _ := cpuTimes()
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for i := range jobs {
+				if err := do(i); err != nil {
+					errs <- err
+					for range jobs { // let the feeder finish
+					}
+					return
+				}
+			}
+		})
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	elapsed = time.Since(start)
+	self1, _ := cpuTimes()
+	select {
+	case err := <-errs:
+		return 0, 0, err
+	default:
+	}
+	return elapsed, (self1 - self0) / time.Duration(n), nil
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -228,45 +265,23 @@ func naiveRun(ctx context.Context, o options, n int, rt http.RoundTripper) (resu
 		MaxNetworkRetries: stripe.Int64(0), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})
 	cl := charge.Client{B: backend, Key: "sk_test_bench"}
-	jobs := make(chan int)
-	errs := make(chan error, o.concurrency)
-	var wg sync.WaitGroup
-	self0, _ := cpuTimes()
-	start := time.Now()
-	for range o.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				p := price(i)
-				var k [16]byte
-				rand.Read(k[:])
-				params := &stripe.ChargeParams{Amount: stripe.Int64(p.Amount), Currency: stripe.String(p.Currency), Customer: stripe.String(customerID(i))}
-				params.Context, params.IdempotencyKey = ctx, stripe.String(hex.EncodeToString(k[:]))
-				params.Metadata = map[string]string{billing.MetaCustomer: customerID(i), billing.MetaPeriod: period}
-				if _, err := cl.New(params); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	for i := range n {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	elapsed := time.Since(start)
-	self1, _ := cpuTimes()
-	select {
-	case err := <-errs:
+	elapsed, self, err := concurrently(o.concurrency, n, func(i int) error {
+		p := price(i)
+		var k [16]byte
+		rand.Read(k[:])
+		params := &stripe.ChargeParams{Amount: stripe.Int64(p.Amount), Currency: stripe.String(p.Currency), Customer: stripe.String(customerID(i))}
+		params.Context, params.IdempotencyKey = ctx, stripe.String(hex.EncodeToString(k[:]))
+		params.Metadata = map[string]string{billing.MetaCustomer: customerID(i), billing.MetaPeriod: period}
+		_, err := cl.New(params)
+		return err
+	})
+	if err != nil {
 		return result{}, err
-	default:
 	}
 	if srv.Stats().Paid != int64(n) {
 		return result{}, fmt.Errorf("naive loop: fake paid %d, want %d", srv.Stats().Paid, n)
 	}
-	return result{rate: float64(n) / elapsed.Seconds(), selfCPU: (self1 - self0) / time.Duration(n)}, nil
+	return result{rate: float64(n) / elapsed.Seconds(), selfCPU: self}, nil
 }
 
 func benchRun(ctx context.Context, e *env, o options, t *table) error {

@@ -13,7 +13,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -133,51 +132,32 @@ func naiveUsage(ctx context.Context, o options, n int) (result, error) {
 	})
 	cl := meterevent.Client{B: backend, Key: "sk_test_bench"}
 	base := usageBase()
-	jobs := make(chan billing.Usage)
-	errs := make(chan error, o.concurrency)
-	var wg sync.WaitGroup
-	self0, _ := cpuTimes()
-	start := time.Now()
-	for range o.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for u := range jobs {
-				var id, k [16]byte
-				rand.Read(id[:])
-				rand.Read(k[:])
-				params := &stripe.BillingMeterEventParams{
-					EventName:  stripe.String(u.Meter),
-					Identifier: stripe.String(hex.EncodeToString(id[:])),
-					Timestamp:  stripe.Int64(u.Start.Unix()),
-					Payload:    map[string]string{"stripe_customer_id": u.Customer, "value": strconv.FormatInt(u.Value, 10)},
-				}
-				params.Context, params.IdempotencyKey = ctx, stripe.String(hex.EncodeToString(k[:]))
-				if _, err := cl.New(params); err != nil {
-					errs <- err
-					for range jobs {
-					}
-					return
-				}
-			}
-		}()
-	}
+	var reports []billing.Usage
 	for u := range usageReports(n, o.usageCustomers, base) {
-		jobs <- u
+		reports = append(reports, u)
 	}
-	close(jobs)
-	wg.Wait()
-	elapsed := time.Since(start)
-	self1, _ := cpuTimes()
-	select {
-	case err := <-errs:
+	elapsed, self, err := concurrently(o.concurrency, n, func(i int) error {
+		u := reports[i]
+		var id, k [16]byte
+		rand.Read(id[:])
+		rand.Read(k[:])
+		params := &stripe.BillingMeterEventParams{
+			EventName:  stripe.String(u.Meter),
+			Identifier: stripe.String(hex.EncodeToString(id[:])),
+			Timestamp:  stripe.Int64(u.Start.Unix()),
+			Payload:    map[string]string{"stripe_customer_id": u.Customer, "value": strconv.FormatInt(u.Value, 10)},
+		}
+		params.Context, params.IdempotencyKey = ctx, stripe.String(hex.EncodeToString(k[:]))
+		_, err := cl.New(params)
+		return err
+	})
+	if err != nil {
 		return result{}, err
-	default:
 	}
 	if err := countedOnce(srv, n, o.usageCustomers, base); err != nil {
 		return result{}, fmt.Errorf("naive usage loop: %w", err)
 	}
-	return result{rate: float64(n) / elapsed.Seconds(), selfCPU: (self1 - self0) / time.Duration(n)}, nil
+	return result{rate: float64(n) / elapsed.Seconds(), selfCPU: self}, nil
 }
 
 func benchUsage(ctx context.Context, e *env, o options, t *table) error {
