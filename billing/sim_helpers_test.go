@@ -895,11 +895,26 @@ func (v simViolation) String() string {
 	return v.Kind + ": " + v.Detail
 }
 
-// check compares the fake's ledger with the claim table after settling.
-func (w *simWorld) check(ctx context.Context) []simViolation {
+// claimsByPeriod lists the claim table, and its claims by customer and
+// period; ok is false when the listing failed (a harness error, logged).
+func (w *simWorld) claimsByPeriod(ctx context.Context) (claims []simClaim, byPeriod map[[2]string][]simClaim, ok bool) {
 	claims, err := simListClaims(ctx, w.pool, w.table)
 	if err != nil {
 		w.harnessf("listing claims: %v", err)
+		return nil, nil, false
+	}
+	byPeriod = make(map[[2]string][]simClaim)
+	for _, c := range claims {
+		cp := [2]string{c.Customer, c.Period}
+		byPeriod[cp] = append(byPeriod[cp], c)
+	}
+	return claims, byPeriod, true
+}
+
+// check compares the fake's ledger with the claim table after settling.
+func (w *simWorld) check(ctx context.Context) []simViolation {
+	claims, byPeriod, ok := w.claimsByPeriod(ctx)
+	if !ok {
 		return nil
 	}
 	pays := w.srv.Payments()
@@ -908,11 +923,8 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 		out = append(out, simViolation{Kind: kind, Class: class, Detail: fmt.Sprintf(format, args...)})
 	}
 	byKey := make(map[string]simClaim, len(claims))
-	byPeriod := make(map[[2]string][]simClaim)
 	for _, c := range claims {
 		byKey[c.Key] = c
-		cp := [2]string{c.Customer, c.Period}
-		byPeriod[cp] = append(byPeriod[cp], c)
 	}
 	payByID := make(map[string]billingtest.Payment, len(pays))
 	lp := make([]ledger.Payment, len(pays))

@@ -113,19 +113,13 @@ func (w *simWorld) settleInvoicesWith(ctx context.Context, b *billing.Biller, wh
 // checkInvoices checks the fake's invoices against the claim table after
 // settling.
 func (w *simWorld) checkInvoices(ctx context.Context) []simViolation {
-	claims, err := simListClaims(ctx, w.pool, w.table)
-	if err != nil {
-		w.harnessf("listing claims: %v", err)
+	_, byPeriod, ok := w.claimsByPeriod(ctx)
+	if !ok {
 		return nil
 	}
 	var out []simViolation
 	add := func(kind, format string, args ...any) {
 		out = append(out, simViolation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
-	}
-	byPeriod := make(map[[2]string][]simClaim)
-	for _, c := range claims {
-		cp := [2]string{c.Customer, c.Period}
-		byPeriod[cp] = append(byPeriod[cp], c)
 	}
 	invs := make(map[[2]string][]billingtest.Invoice)
 	for _, in := range w.srv.Invoices("") {

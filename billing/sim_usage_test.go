@@ -246,19 +246,13 @@ func (w *simWorld) settleUsageWith(ctx context.Context, b *billing.Biller, what 
 // checkUsage checks the meter at the fake against the claim table after
 // settling.
 func (w *simWorld) checkUsage(ctx context.Context) []simViolation {
-	claims, err := simListClaims(ctx, w.pool, w.table)
-	if err != nil {
-		w.harnessf("listing claims: %v", err)
+	_, byWindow, ok := w.claimsByPeriod(ctx)
+	if !ok {
 		return nil
 	}
 	var out []simViolation
 	add := func(kind, format string, args ...any) {
 		out = append(out, simViolation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
-	}
-	byWindow := make(map[[2]string][]simClaim)
-	for _, c := range claims {
-		cp := [2]string{c.Customer, c.Period}
-		byWindow[cp] = append(byWindow[cp], c)
 	}
 	for _, cust := range w.plan.customers {
 		counted := 0
