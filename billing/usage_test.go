@@ -27,6 +27,16 @@ func usage(customer string, value int64) billing.Usage {
 		Start: start, End: start.Add(time.Hour), Value: value}
 }
 
+// otherTable returns a Biller on the env's fake with a claim table of its
+// own, in another database, and another API key: Stripe's idempotency
+// keys are per API key, its meter event identifiers are not.
+func (e *env) otherTable() *billing.Biller {
+	e.tb.Helper()
+	other := &env{tb: e.tb, srv: e.srv, pool: e.pool}
+	other.store = newStore(e.tb, pgtest.Pool(e.tb))
+	return other.biller(func(c *billing.Config) { c.SecretKey = "sk_test_other_0000000000000000000" })
+}
+
 // sends counts the meter events POSTed to the fake, answered or not.
 func sends(srv *billingtest.Server) int {
 	n := 0
@@ -134,11 +144,7 @@ func TestDuplicateIdentifierOnANewClaimNeedsReconciliation(t *testing.T) {
 	if _, err := e.b.ReportUsage(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	// Another claim table, and another API key: Stripe's idempotency
-	// keys are per API key, its identifiers are not.
-	other := &env{tb: t, srv: e.srv, pool: e.pool}
-	other.store = newStore(t, pgtest.Pool(t))
-	b := other.biller(func(c *billing.Config) { c.SecretKey = "sk_test_other_0000000000000000000" })
+	b := e.otherTable()
 	before := sends(e.srv)
 	_, err := b.ReportUsage(ctx, u)
 	if !errors.Is(err, billing.ErrNeedsReconciliation) {
@@ -476,10 +482,7 @@ func TestTakenIdentifierIsNeverRecordedAsDelivered(t *testing.T) {
 	if _, err := e.b.ReportUsage(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	// Another claim table, whose records say 50.
-	other := &env{tb: t, srv: e.srv, pool: e.pool}
-	other.store = newStore(t, pgtest.Pool(t))
-	b := other.biller(func(c *billing.Config) { c.SecretKey = "sk_test_other_0000000000000000000" })
+	b := e.otherTable() // whose records say 50
 	u.Value = 50
 	for i, do := range []func() error{
 		func() error { _, err := b.ReportUsage(ctx, u); return err },

@@ -34,24 +34,11 @@ func (e *env) insert(c *river.Client[pgx.Tx], args riverbilling.ChargeArgs) *riv
 	return res.Job
 }
 
-// workJob works job once with River's test worker, committing its changes.
+// workJob works a charge job once with River's test worker, committing
+// its changes (see work).
 func (e *env) workJob(w *riverbilling.Worker, job *rivertype.JobRow) *rivertest.WorkResult {
 	e.tb.Helper()
-	ctx := context.Background()
-	tw := rivertest.NewWorker(e.tb, e.driver, &river.Config{Logger: quietLogger}, w)
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		e.tb.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	res, err := tw.WorkJob(ctx, e.tb, tx, job)
-	if err != nil {
-		e.tb.Logf("work: %v", err) // the job's own error, also in res.Job.Errors
-	}
-	if err := tx.Commit(ctx); err != nil {
-		e.tb.Fatal(err)
-	}
-	return res
+	return work(e, w, job)
 }
 
 // A worker killed after Stripe committed the charge and before the job
