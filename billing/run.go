@@ -168,36 +168,44 @@ func (s Summary) Complete() bool { return s.Done == s.Created+s.AlreadyBilled+s.
 //
 // Each Run that returns is reported to Config.Observe as one [EventRun].
 func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
+	bad := checkPeriod(period)
+	if bad == nil && items == nil {
+		bad = invalid("Run needs an iterator of customers (billing.Customers for a fixed list)")
+	}
+	return b.runReported(ctx, period, "billonce-run:"+b.cfg.Scope+":"+period, b.itemJobs(period, items), bad, opts)
+}
+
+// runReported is the body of Run and RunUsage: unless bad (what is wrong
+// with their arguments) is set, it checks opts and runs preps under the
+// lock of opts.LockName (lockName by default), then reports the run to
+// Config.Observe. label names the run in its summary, errors and event.
+func (b *Biller) runReported(ctx context.Context, label, lockName string, preps iter.Seq2[prep, error], bad error, opts *RunOptions) (Summary, error) {
 	start := time.Now()
-	sum, err := b.runChecked(ctx, period, items, opts)
-	s := sum
-	b.observe(Event{Kind: EventRun, Period: period, Duration: time.Since(start), Err: err, Summary: &s})
+	var sum Summary
+	err := bad
+	if err == nil {
+		sum, err = b.runLocked(ctx, label, lockName, preps, opts)
+	}
+	if sum.Period == "" {
+		sum.Period = label
+	}
+	reported := sum
+	b.observe(Event{Kind: EventRun, Period: label, Duration: time.Since(start), Err: err, Summary: &reported})
 	return sum, err
 }
 
-// runChecked is Run without its event.
-func (b *Biller) runChecked(ctx context.Context, period string, items iter.Seq2[Item, error], opts *RunOptions) (Summary, error) {
+// runLocked checks opts and runs preps under the run's lock.
+func (b *Biller) runLocked(ctx context.Context, label, lockName string, preps iter.Seq2[prep, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
 		o = *opts
 	}
-	if err := checkPeriod(period); err != nil {
-		return Summary{Period: period}, err
-	}
-	if items == nil {
-		return Summary{Period: period}, invalid("Run needs an iterator of customers (billing.Customers for a fixed list)")
-	}
 	if err := o.check(); err != nil {
-		return Summary{Period: period}, err
+		return Summary{}, err
 	}
-	name := cmp.Or(o.LockName, "billonce-run:"+b.cfg.Scope+":"+period)
-	sum, err := locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
-		return b.run(ctx, period, b.itemJobs(period, items), &o)
+	return locked(ctx, o.Lock, cmp.Or(o.LockName, lockName), func(ctx context.Context) (Summary, error) {
+		return b.run(ctx, label, preps, &o)
 	})
-	if sum.Period == "" {
-		sum.Period = period
-	}
-	return sum, err
 }
 
 // check checks o and sets its defaults.

@@ -394,23 +394,7 @@ func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, err
 	}
-	start := time.Now()
-	res, err := b.claims.Claim(ctx, b.request(j))
-	if err != nil {
-		var m *claim.MismatchError
-		if errors.As(err, &m) {
-			if e := b.underWay(j, m.Existing); e != nil {
-				b.outcome(j, start, Receipt{}, e)
-				return Receipt{}, e
-			}
-		}
-		err = chargeErr(j, nil, "claiming", err)
-		b.outcome(j, start, Receipt{}, err)
-		return Receipt{}, err
-	}
-	r, err := b.settleClaim(ctx, j, res)
-	b.outcome(j, start, r, err)
-	return r, err
+	return b.claimLoop(ctx, j, time.Now())
 }
 
 // RunUsage reports every usage report from reports, each exactly once, as
@@ -421,37 +405,18 @@ func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
 // "billonce-usage:<scope>"). A report that is invalid, or repeated within
 // a batch, is counted as Invalid; answers that stop a Run stop it.
 func (b *Biller) RunUsage(ctx context.Context, reports iter.Seq2[Usage, error], opts *RunOptions) (Summary, error) {
-	start := time.Now()
-	const label = "usage"
-	var o RunOptions
-	if opts != nil {
-		o = *opts
-	}
-	var sum Summary
-	var err error
+	var bad error
 	if reports == nil {
-		err = invalid("RunUsage needs an iterator of usage reports")
-	} else if err = o.check(); err == nil {
-		name := o.LockName
-		if name == "" {
-			name = "billonce-usage:" + b.cfg.Scope
-		}
-		preps := func(yield func(prep, error) bool) {
-			for u, err := range reports {
-				p := func(ctx context.Context) (job, error) { return b.prepareUsage(ctx, u) }
-				if !yield(p, err) {
-					return
-				}
+		bad = invalid("RunUsage needs an iterator of usage reports")
+	}
+	preps := func(yield func(prep, error) bool) {
+		for u, err := range reports {
+			if !yield(func(ctx context.Context) (job, error) { return b.prepareUsage(ctx, u) }, err) {
+				return
 			}
 		}
-		sum, err = locked(ctx, o.Lock, name, func(ctx context.Context) (Summary, error) {
-			return b.run(ctx, label, preps, &o)
-		})
 	}
-	sum.Period = label
-	s := sum
-	b.observe(Event{Kind: EventRun, Period: label, Duration: time.Since(start), Err: err, Summary: &s})
-	return sum, err
+	return b.runReported(ctx, "usage", "billonce-usage:"+b.cfg.Scope, preps, bad, opts)
 }
 
 // sendUsage makes one HTTP attempt of a usage report: the meter event.
