@@ -115,8 +115,9 @@ var (
 	// Config.InProgressWait).
 	ErrInProgress = errors.New("billing: charge in progress elsewhere")
 	// ErrNeedsReconciliation is returned when a pending claim is past its
-	// key's deadline and Stripe's search could not settle whether its
-	// charge exists. Sending again could charge twice, so nothing was sent.
+	// key's deadline, or is a re-bill whose earlier attempt's claim is
+	// gone, and Stripe's search could not settle whether its charge
+	// exists. Sending again could charge twice, so nothing was sent.
 	// Run Reconcile again later, or look the key up in the Stripe dashboard
 	// (metadata billonce_key = ChargeError.Key) and record what you found
 	// with the billonce command: billonce resolve -key KEY -payment ID (or

@@ -300,7 +300,10 @@ func TestRebillDuringProcessingThenFailed(t *testing.T) {
 // again. The claim waits, pending and unsent, for its lease to end; a
 // later Rebill(3) resumes it. Resuming must look again too: attempt 2 has
 // no claim, so sending attempt 3 would leave the gap that makes Charge and
-// Run report a paying customer declined.
+// Run report a paying customer declined. Nothing records that the resumed
+// claim's key was never sent, so it is kept until Stripe's search can
+// prove that no payment carries the key, once the key's window is over;
+// then it is abandoned, and the re-bill that follows the decline bills.
 func TestRebillResumedAfterCrashChecksPredecessorsAgain(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -317,6 +320,18 @@ func TestRebillResumedAfterCrashChecksPredecessorsAgain(t *testing.T) {
 	}
 	r3, err := e.b.Rebill(ctx, cus, period, 3, nil)
 	t.Logf("Rebill(3) resumed = %+v, %v", r3, err)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Fatalf("Rebill(3) resumed within its key's window: %v; want ErrNeedsReconciliation", err)
+	}
+	if c, err := e.store.Get(ctx, k3.String()); err != nil || c.State != claim.StatePending {
+		t.Fatalf("attempt 3's claim after the resume: %+v, %v; want it kept, pending", c, err)
+	}
+	billingtest.RequireNotCharged(t, e.srv, cus, period)
+
+	e.srv.Advance(25 * time.Hour)
+	e.ageClaim(k3.String(), 25*time.Hour)
+	r3, err = e.b.Rebill(ctx, cus, period, 3, nil)
+	t.Logf("Rebill(3) resumed a day later = %+v, %v", r3, err)
 	requireBilledOnceAfter(t, e, cus, r3, err)
 }
 
