@@ -553,8 +553,23 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	stop := b.renewWhileSending(ctx, j, c)
 	attempt := 0        // retry.Do runs attempts one after the other
 	mayHaveRun := false // whether any attempt may have executed at Stripe
-	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (created, error) {
+	// Stripe is unreachable, by the time rule, if the next attempt starts
+	// at unreachableBy or later: a retry that cannot start before then
+	// stops with unreachable, not after its wait.
+	var unreachableBy time.Time
+	var unreachable error
+	policy := b.policyFor(ctx, j)
+	classify := policy.Classify
+	policy.Classify = func(err error) retry.Decision {
+		d := classify(err)
+		if unreachable != nil {
+			d = d.Until(unreachableBy, unreachable)
+		}
+		return d
+	}
+	out, err := retry.Do(ctx, j.key, policy, func(actx context.Context, key idemkey.Key) (created, error) {
 		attempt++
+		unreachableBy, unreachable = time.Time{}, nil
 		start := time.Now()
 		sentBefore := mayHaveRun || !j.won && !j.reopened && !j.neverSent
 		out, w, err := b.create(actx, j, key, attempt)
@@ -577,8 +592,10 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		case w.answered:
 			b.reach.answered()
 		case err != nil:
-			if uerr := b.reach.missed(start, err); uerr != nil {
+			if by, uerr := b.reach.missed(start, err); uerr != nil && by.IsZero() {
 				err = uerr
+			} else {
+				unreachableBy, unreachable = by, uerr
 			}
 		}
 		return out, err

@@ -59,7 +59,8 @@ var (
 	// Config.StripeURL (or the spend-cap proxy): connection refused, DNS
 	// or TLS failure, timeout, connection reset, any transport error. It
 	// takes Config.UnreachableAttempts such attempts in a row, or
-	// Config.UnreachableAfter of them; any HTTP answer, a 5xx included,
+	// Config.UnreachableAfter of them (a retry that would start later is
+	// not waited for); any HTTP answer, a 5xx included,
 	// starts the count again, and a 5xx storm is retried as before. A
 	// claim whose request may have been written stays pending with its
 	// key (its outcome is unknown, and the next run resumes it); one whose
