@@ -186,16 +186,18 @@ type Config struct {
 	// HTTP answer (a transport error: connection refused, DNS or TLS
 	// failure, timeout, connection reset), or when such attempts, two at
 	// least, have gone on for UnreachableAfter since the first of them
-	// started. Any HTTP answer, a 5xx or a 429 included, starts the count
-	// again, so a Stripe that answers slowly or with errors is retried as
-	// Retry says. UnreachableAttempts defaults to 32 (four rounds of a
-	// default Run's workers: a Run against a refused port stops in about
-	// two seconds, a blip of a second or two is ridden out);
-	// UnreachableAfter defaults to 10 seconds (a single Charge against a
-	// refused port gives up after about ten seconds rather than its whole
-	// retry policy, and after two attempt timeouts against an address that
-	// never answers). A negative value turns that rule off; both negative,
-	// only Retry limits the attempts.
+	// started, or would have before the next retry could start (a call
+	// does not wait for a retry that would start later). Any HTTP
+	// answer, a 5xx or a 429 included, starts the count again, so a
+	// Stripe that answers slowly or with errors is retried as Retry says.
+	// UnreachableAttempts defaults to 32 (four rounds of a default Run's
+	// workers: a Run against a refused port stops in about two seconds, a
+	// blip of a second or two is ridden out); UnreachableAfter defaults to
+	// 10 seconds (a single Charge against a refused port makes its last
+	// attempt within ten seconds of its first and gives up, rather than
+	// retry for its whole policy; against an address that never answers
+	// it gives up after two attempt timeouts). A negative value turns that
+	// rule off; both negative, only Retry limits the attempts.
 	UnreachableAttempts int
 	UnreachableAfter    time.Duration
 	// WindowMargin is the deadline of a key: once this much

@@ -126,18 +126,19 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 // way) may since have been abandoned, which deletes it: sending now would
 // leave the skipped number checkRebill refuses. The claim held is the
 // period's one live claim, so no earlier attempt can be claimed or
-// abandoned while it lives: what this check sees stays true. Every path
-// that sends a re-bill's key (Charge, Rebill, Run, Reconcile) comes
-// through here first, so a gap seen on a resumed claim means its key was
-// never sent, and abandoning it is safe: a gap abandons the claim held,
-// before anything is sent. A lookup that fails is no gap: it abandons a
-// claim just won, and releases a resumed one, whose key may have executed
-// at Stripe. Attempt 1 has nothing before it. Its errors are *ChargeError.
-func (b *Biller) checkChain(ctx context.Context, j job) error {
+// abandoned while it lives: what this check sees stays true. A gap
+// abandons a claim just won, whose key was never sent. A resumed claim's
+// key may have been sent before the gap appeared (a declined attempt's
+// claim deleted by hand after its re-bill was sent), so Stripe's search
+// settles it instead (see afterGap). A lookup that fails is no gap: it
+// abandons a claim just won, and releases a resumed one. Attempt 1 has
+// nothing before it. When stop is set, nothing may be sent and r, err
+// are the call's answer; its errors are *ChargeError.
+func (b *Biller) checkChain(ctx context.Context, j job, c claim.Claim) (r Receipt, stop bool, err error) {
 	for a := 1; a < j.attempt; a++ {
 		key, err := b.keyFor(j.customer, j.period, a)
 		if err != nil {
-			return chargeErr(j, nil, "", invalid("%v", err))
+			return Receipt{}, true, chargeErr(j, nil, "", invalid("%v", err))
 		}
 		_, err = b.claims.Get(ctx, key.String())
 		if err == nil {
@@ -149,17 +150,57 @@ func (b *Biller) checkChain(ctx context.Context, j job) error {
 			err = chargeErr(j, nil, fmt.Sprintf("looking up attempt %d", a), err)
 			if !j.won {
 				b.release(context.WithoutCancel(ctx), j, err)
-				return err
+				return Receipt{}, true, err
 			}
 		} else {
-			err = chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s any more (it was abandoned unsent meanwhile); a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
+			err = chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s any more (abandoned unsent meanwhile, or deleted); a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
+			if !j.won {
+				r, err := b.afterGap(ctx, j, c, a, err)
+				return r, true, err
+			}
 		}
-		if aerr := b.claims.Abandon(context.WithoutCancel(ctx), j.key.String(), j.owner); aerr != nil {
-			b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent re-bill claim; it is resumed once its lease expires", attrs(j, "error", aerr)...)
-		}
-		return err
+		b.abandon(ctx, j)
+		return Receipt{}, true, err
 	}
-	return nil
+	return Receipt{}, false, nil
+}
+
+// afterGap settles a resumed re-bill claim that found attempt a without a
+// claim, gap being that refusal. The claim is the only record that its
+// key may have charged, so it is neither sent nor deleted blind: Stripe's
+// search decides, as for a claim past its deadline. A payment found is
+// recorded, and the period is billed. Finding none is trusted once the
+// key's whole window has passed (see elsewhere): then no payment carries
+// the key or ever will, and the claim is abandoned with gap, as a claim
+// just won would be. Otherwise the claim stays pending with its key:
+// ErrNeedsReconciliation.
+func (b *Biller) afterGap(ctx context.Context, j job, c claim.Claim, a int, gap error) (Receipt, error) {
+	return b.searchThen(ctx, j, c, func(serr error) error {
+		after := b.cfg.elsewhereAfter()
+		if serr == nil && c.SentAge >= after {
+			b.abandon(ctx, j)
+			return gap
+		}
+		why := fmt.Sprintf("Stripe's search found no payment for its key, which proves none only %s after the key was first sent", after.Round(time.Hour))
+		if serr != nil {
+			why = "Stripe's search for its key failed: " + serr.Error()
+		}
+		e := chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("attempt %d has no claim in scope %s any more, but this re-bill's key may have been sent before it went; %s; nothing was sent and the claim stays pending: restore attempt %d's claim if it was deleted by mistake, or look the key up in Stripe and record it with billonce resolve; Reconcile settles it once the search can tell",
+			a, b.cfg.Scope, why, a), nil)
+		if serr == nil {
+			e.Until = time.Now().Add(after - c.SentAge)
+		}
+		b.release(context.WithoutCancel(ctx), j, e)
+		b.log.LogAttrs(ctx, slogWarn, "billonce: re-bill claim needs reconciliation: an earlier attempt's claim is gone and its key may have been sent; nothing was sent", attrs(j, "missing_attempt", a)...)
+		return e
+	})
+}
+
+// abandon deletes the claim held, whose key never executed at Stripe.
+func (b *Biller) abandon(ctx context.Context, j job) {
+	if err := b.claims.Abandon(context.WithoutCancel(ctx), j.key.String(), j.owner); err != nil {
+		b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent claim; it is resumed once its lease expires", attrs(j, "error", err)...)
+	}
 }
 
 // underWay tells a call that meets c, another attempt of its period being
@@ -413,8 +454,8 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 			j.neverSent = strings.HasPrefix(c.LastError, identifierTaken)
 			break
 		}
-		if err := b.checkChain(ctx, j); err != nil {
-			return Receipt{}, err
+		if r, stop, err := b.checkChain(ctx, j, c); stop {
+			return r, err
 		}
 		if j.inv == nil && (c.Endpoint != b.endpoint || c.Credential != b.credential) {
 			return b.elsewhere(ctx, j, c)
@@ -436,8 +477,8 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 			}
 			break
 		}
-		if err := b.checkChain(ctx, j); err != nil {
-			return Receipt{}, err
+		if r, stop, err := b.checkChain(ctx, j, c); stop {
+			return r, err
 		}
 	default:
 		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
@@ -512,8 +553,23 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 	stop := b.renewWhileSending(ctx, j, c)
 	attempt := 0        // retry.Do runs attempts one after the other
 	mayHaveRun := false // whether any attempt may have executed at Stripe
-	out, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (created, error) {
+	// Stripe is unreachable, by the time rule, if the next attempt starts
+	// at unreachableBy or later: a retry that cannot start before then
+	// stops with unreachable, not after its wait.
+	var unreachableBy time.Time
+	var unreachable error
+	policy := b.policyFor(ctx, j)
+	classify := policy.Classify
+	policy.Classify = func(err error) retry.Decision {
+		d := classify(err)
+		if unreachable != nil {
+			d = d.Until(unreachableBy, unreachable)
+		}
+		return d
+	}
+	out, err := retry.Do(ctx, j.key, policy, func(actx context.Context, key idemkey.Key) (created, error) {
 		attempt++
+		unreachableBy, unreachable = time.Time{}, nil
 		start := time.Now()
 		sentBefore := mayHaveRun || !j.won && !j.reopened && !j.neverSent
 		out, w, err := b.create(actx, j, key, attempt)
@@ -536,8 +592,10 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		case w.answered:
 			b.reach.answered()
 		case err != nil:
-			if uerr := b.reach.missed(start, err); uerr != nil {
+			if by, uerr := b.reach.missed(start, err); uerr != nil && by.IsZero() {
 				err = uerr
+			} else {
+				unreachableBy, unreachable = by, uerr
 			}
 		}
 		return out, err
@@ -955,9 +1013,7 @@ func (b *Biller) giveUp(ctx context.Context, j job, cause error) {
 		b.release(ctx, j, cause)
 		return
 	}
-	if err := b.claims.Abandon(ctx, j.key.String(), j.owner); err != nil {
-		b.log.LogAttrs(ctx, slogWarn, "billonce: could not abandon an unsent claim; it is resumed once its lease expires", attrs(j, "error", err)...)
-	}
+	b.abandon(ctx, j)
 }
 
 // refusedBeforeExecution reports whether err is an answer given before

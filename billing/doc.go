@@ -185,14 +185,14 @@
 //     Config.Owner says, so two replicas never take each other's live
 //     claims for their own.
 //
-// One limit: Rebill refuses an attempt number whose predecessor has no
-// claim, but a claim table written by an earlier build that did not may
-// hold a pending re-bill with a gap before it. Resuming such a claim
-// abandons it, even if its key reached Stripe, since for every claim this
-// package makes a gap means the key was never sent; Charge then reports
-// the earlier decline, and a re-bill made in answer once Stripe has
-// forgotten the key charges a second time. Settle such an earlier build's
-// pending re-bills (with its Reconcile) before upgrading.
+// Rebill refuses an attempt number whose predecessor has no claim, but a
+// pending re-bill can still find one gone: a claim deleted by hand after
+// its decline, or a table written by an earlier build that did not number
+// re-bills. Its key may have charged, so it is neither sent nor deleted:
+// Stripe's search settles it. A payment found is recorded; finding none is
+// trusted once the key's whole window has passed, and the claim is then
+// abandoned and the re-bill refused; until then it stays pending with
+// [ErrNeedsReconciliation], and the period's other attempts wait for it.
 //
 // # Clocks
 //

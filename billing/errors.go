@@ -59,7 +59,8 @@ var (
 	// Config.StripeURL (or the spend-cap proxy): connection refused, DNS
 	// or TLS failure, timeout, connection reset, any transport error. It
 	// takes Config.UnreachableAttempts such attempts in a row, or
-	// Config.UnreachableAfter of them; any HTTP answer, a 5xx included,
+	// Config.UnreachableAfter of them (a retry that would start later is
+	// not waited for); any HTTP answer, a 5xx included,
 	// starts the count again, and a 5xx storm is retried as before. A
 	// claim whose request may have been written stays pending with its
 	// key (its outcome is unknown, and the next run resumes it); one whose
@@ -115,8 +116,9 @@ var (
 	// Config.InProgressWait).
 	ErrInProgress = errors.New("billing: charge in progress elsewhere")
 	// ErrNeedsReconciliation is returned when a pending claim is past its
-	// key's deadline and Stripe's search could not settle whether its
-	// charge exists. Sending again could charge twice, so nothing was sent.
+	// key's deadline, or is a re-bill whose earlier attempt's claim is
+	// gone, and Stripe's search could not settle whether its charge
+	// exists. Sending again could charge twice, so nothing was sent.
 	// Run Reconcile again later, or look the key up in the Stripe dashboard
 	// (metadata billonce_key = ChargeError.Key) and record what you found
 	// with the billonce command: billonce resolve -key KEY -payment ID (or

@@ -300,7 +300,10 @@ func TestRebillDuringProcessingThenFailed(t *testing.T) {
 // again. The claim waits, pending and unsent, for its lease to end; a
 // later Rebill(3) resumes it. Resuming must look again too: attempt 2 has
 // no claim, so sending attempt 3 would leave the gap that makes Charge and
-// Run report a paying customer declined.
+// Run report a paying customer declined. Nothing records that the resumed
+// claim's key was never sent, so it is kept until Stripe's search can
+// prove that no payment carries the key, once the key's window is over;
+// then it is abandoned, and the re-bill that follows the decline bills.
 func TestRebillResumedAfterCrashChecksPredecessorsAgain(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -317,6 +320,18 @@ func TestRebillResumedAfterCrashChecksPredecessorsAgain(t *testing.T) {
 	}
 	r3, err := e.b.Rebill(ctx, cus, period, 3, nil)
 	t.Logf("Rebill(3) resumed = %+v, %v", r3, err)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Fatalf("Rebill(3) resumed within its key's window: %v; want ErrNeedsReconciliation", err)
+	}
+	if c, err := e.store.Get(ctx, k3.String()); err != nil || c.State != claim.StatePending {
+		t.Fatalf("attempt 3's claim after the resume: %+v, %v; want it kept, pending", c, err)
+	}
+	billingtest.RequireNotCharged(t, e.srv, cus, period)
+
+	e.srv.Advance(25 * time.Hour)
+	e.ageClaim(k3.String(), 25*time.Hour)
+	r3, err = e.b.Rebill(ctx, cus, period, 3, nil)
+	t.Logf("Rebill(3) resumed a day later = %+v, %v", r3, err)
 	requireBilledOnceAfter(t, e, cus, r3, err)
 }
 
@@ -484,5 +499,77 @@ func TestRebillWhileAttemptOnePendingIsRefused(t *testing.T) {
 	r, err := e.b.Charge(ctx, "cus_1", period, nil)
 	if err != nil || e.count("cus_1") != 1 {
 		t.Fatalf("Charge = %+v, %v; %d charges", r, err, e.count("cus_1"))
+	}
+}
+
+// Attempt 1 was declined; Rebill(2) charged, but its answer was lost, so
+// its claim is pending with an unknown outcome. Then attempt 1's failed
+// claim is deleted by hand. The claim of attempt 2 is the only record
+// that its key may have charged: resuming it finds the gap before it, but
+// must neither send nor delete it blind. If it were deleted, a day later
+// (Stripe has forgotten both keys) Charge would claim attempt 1 afresh and
+// charge the customer a second time.
+func TestResumedRebillAfterEarlierClaimDeletedKeepsItsClaim(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		search func(billingtest.Request) billingtest.Fault // Stripe's search once the answer is lost
+		want   claim.State                                 // attempt 2's claim at the end
+	}{
+		{"search down", searchDown, claim.StatePending}, // ErrNeedsReconciliation
+		{"search answers", nil, claim.StateSucceeded},   // the search finds the charge
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			ctx := context.Background()
+			const cus = "cus_gap"
+			e.srv.Decline(cus, "insufficient_funds")
+			if _, err := e.b.Charge(ctx, cus, period, nil); !errors.Is(err, billing.ErrDeclined) {
+				t.Fatalf("first charge: %v, want declined", err)
+			}
+			e.srv.Honor(cus)
+			k1, _ := e.b.Key(cus, period, 1)
+			k2, _ := e.b.Key(cus, period, 2)
+
+			// Rebill(2) charges; its answer is lost, and the one search
+			// after it fails.
+			e.srv.FailNext(billingtest.Match{Customer: cus}, billingtest.Fault{Kind: billingtest.FaultCut})
+			e.srv.SetScript(searchDown)
+			if _, err := e.b.Rebill(ctx, cus, period, 2, nil); !errors.Is(err, billing.ErrOutcomeUnknown) {
+				t.Fatalf("Rebill(2) with a lost answer: %v; want ErrOutcomeUnknown", err)
+			}
+			billingtest.RequireChargedOnce(t, e.srv, cus, period)
+			e.srv.SetScript(tc.search)
+
+			// A person deletes attempt 1's failed claim.
+			e.exec("DELETE FROM billonce_claims WHERE key = $1", k1.String())
+
+			sum, err := e.b.Reconcile(ctx, nil)
+			t.Logf("Reconcile: %+v, %v", sum, err)
+			c, gerr := e.store.Get(ctx, k2.String())
+			if gerr != nil {
+				t.Errorf("attempt 2's claim, whose key Stripe charged, is gone after Reconcile: %v", gerr)
+			} else {
+				t.Logf("attempt 2's claim after Reconcile: %s %q", c.State, c.LastError)
+			}
+
+			// A day later Stripe has forgotten both keys.
+			e.srv.Advance(25 * time.Hour)
+			e.ageAll(25 * time.Hour)
+			r, err := e.b.Charge(ctx, cus, period, nil)
+			t.Logf("Charge a day later: %+v, %v", r, err)
+			sum, err = e.b.Reconcile(ctx, nil)
+			t.Logf("Reconcile a day later: %+v, %v", sum, err)
+			r, err = e.b.Charge(ctx, cus, period, nil)
+			t.Logf("Charge again: %+v, %v", r, err)
+			if c, err := e.store.Get(ctx, k2.String()); err != nil || c.State != tc.want {
+				t.Errorf("attempt 2's claim at the end: %+v, %v; want it %s", c, err, tc.want)
+			}
+			if tc.want == claim.StatePending && !errors.Is(errors.Join(sum.Failures...), billing.ErrNeedsReconciliation) {
+				t.Errorf("Reconcile a day later, search down: %v; want ErrNeedsReconciliation", sum.Failures)
+			}
+			billingtest.RequireChargedOnce(t, e.srv, cus, period)
+		})
 	}
 }

@@ -36,8 +36,9 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 
 // searchThen searches Stripe for the payment of c's key and records it if
 // there is exactly one. When there is none, it reopens the key's window and
-// sends, or, if refuse is not nil, returns refuse() and sends nothing.
-func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse func() error) (Receipt, error) {
+// sends; or, if miss is not nil, it returns miss(nil), and miss(err) when
+// the search failed with err: miss hands the claim on, and nothing is sent.
+func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func(error) error) (Receipt, error) {
 	b.log.LogAttrs(ctx, slogWarn, "billonce: searching Stripe for the key's payment before sending",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute), "endpoint", c.Endpoint)...)
 	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]created, error) {
@@ -65,10 +66,8 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 		return Receipt{}, err
 	}
 	switch {
-	case err != nil && refuse != nil:
-		err := refuse()
-		b.release(context.WithoutCancel(ctx), j, err)
-		return Receipt{}, err
+	case err != nil && miss != nil:
+		return Receipt{}, miss(err)
 	case err != nil:
 		return needs("Stripe search failed: " + err.Error())
 	case len(found) > 1:
@@ -80,10 +79,8 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, refuse fu
 			r.Outcome = Reconciled
 		}
 		return r, err
-	case refuse != nil:
-		err := refuse()
-		b.release(context.WithoutCancel(ctx), j, err)
-		return Receipt{}, err
+	case miss != nil:
+		return Receipt{}, miss(nil)
 	}
 	if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
 		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: reopening the key's window: %w", j.customer, j.period, err)
@@ -113,13 +110,14 @@ func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, 
 	if c.SentAge >= b.cfg.elsewhereAfter() {
 		return b.reconcile(ctx, j, c)
 	}
-	return b.searchThen(ctx, j, c, func() error {
+	return b.searchThen(ctx, j, c, func(error) error {
 		searchIn := b.cfg.elsewhereAfter() - c.SentAge
 		e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("it was sent to %s with credential %s, this Biller sends to %s with credential %s; nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by searching Stripe first",
 			orUnknown(c.Endpoint), orUnknown(c.Credential), b.endpoint, b.credential, searchIn.Round(time.Minute)), nil)
 		e.Until = time.Now().Add(searchIn)
 		b.log.LogAttrs(ctx, slogWarn, "billonce: key was sent with another endpoint or credential; nothing was sent",
 			attrs(j, "endpoint", orUnknown(c.Endpoint), "credential", orUnknown(c.Credential), "searchable_in", searchIn.Round(time.Minute))...)
+		b.release(context.WithoutCancel(ctx), j, e)
 		return e
 	})
 }

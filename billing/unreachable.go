@@ -17,9 +17,9 @@ const (
 	defaultUnreachableAttempts = 32
 	// defaultUnreachableAfter bounds the calls with few workers (a single
 	// Charge, a Run with Concurrency 1): against a refused port a Charge
-	// gives up after about ten seconds instead of its whole retry policy,
-	// and against an address that never answers after two attempt
-	// timeouts.
+	// makes its last attempt within ten seconds of its first, instead of
+	// retrying for its whole policy, and against an address that never
+	// answers gives up after two attempt timeouts.
 	defaultUnreachableAfter = 10 * time.Second
 )
 
@@ -66,10 +66,14 @@ func (r *reach) answered() {
 	r.mu.Unlock()
 }
 
-// missed records an attempt, started at start, that got no HTTP answer. It
-// returns the error that stops the call when Stripe is now unreachable,
-// wrapping cause, or nil.
-func (r *reach) missed(start time.Time, cause error) error {
+// missed records an attempt, started at start, that got no HTTP answer.
+// It returns the error that stops the call when Stripe is unreachable,
+// wrapping cause, and when: with a zero by, Stripe is unreachable now;
+// otherwise it will be by the time rule at by, if no answer comes first,
+// and a retry that cannot start before by stops with err instead of
+// waiting for it (see retry.Decision.Until). It returns nil when no rule
+// applies yet.
+func (r *reach) missed(start time.Time, cause error) (by time.Time, err error) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -81,9 +85,12 @@ func (r *reach) missed(start time.Time, cause error) error {
 	r.last = now
 	over := now.Sub(r.first)
 	if r.attempts > 0 && r.misses >= r.attempts || r.after > 0 && r.misses >= 2 && over >= r.after {
-		return &unreachableError{misses: r.misses, over: over, cause: cause}
+		return time.Time{}, &unreachableError{misses: r.misses, over: over, cause: cause}
 	}
-	return nil
+	if r.after > 0 && r.misses >= 2 {
+		return r.first.Add(r.after), &unreachableError{misses: r.misses, over: over, cause: cause}
+	}
+	return time.Time{}, nil
 }
 
 func minTime(a, b time.Time) time.Time {

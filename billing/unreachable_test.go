@@ -20,11 +20,11 @@ import (
 
 // refusedURL is an address where nothing listens: every connection is
 // refused.
-func refusedURL(t *testing.T) string {
-	t.Helper()
+func refusedURL(tb testing.TB) string {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
@@ -105,19 +105,43 @@ func TestChargeGivesUpWhenStripeIsUnreachable(t *testing.T) {
 	}
 }
 
-// The time rule: attempts without an answer that go on for
-// UnreachableAfter stop a call, whatever their number.
-func TestChargeGivesUpAfterUnreachableAfter(t *testing.T) {
+// The time rule: attempts without an answer stop a call, whatever their
+// number, within UnreachableAfter of the first: a retry whose wait would
+// end past it is not waited for. The waits here are fixed (the classifier
+// asks for the policy's longest), so the waits Do plans are known; their
+// sum, not the clock, is checked.
+func TestChargeGivesUpWithinUnreachableAfter(t *testing.T) {
+	const wait, after = 400 * time.Millisecond, 1500 * time.Millisecond
+	var waits []time.Duration
 	e := newEnv(t, func(c *billing.Config) {
 		c.StripeURL = refusedURL(t)
-		c.Retry.MaxAttempts, c.Retry.InitialInterval, c.Retry.MaxInterval = 1000, 20*time.Millisecond, 20*time.Millisecond
-		c.UnreachableAttempts, c.UnreachableAfter = -1, 200*time.Millisecond
+		c.Retry = retry.Policy{
+			Classify: func(err error) retry.Decision {
+				if d := billing.Classify(err); d.Retry() {
+					return retry.After(wait)
+				}
+				return retry.Stop()
+			},
+			InitialInterval: wait, MaxInterval: wait, MaxAttempts: 1000,
+			Notify: func(e retry.Event) { waits = append(waits, e.Wait) },
+		}
+		c.UnreachableAttempts, c.UnreachableAfter = -1, after
 	})
 	start := time.Now()
 	_, err := e.b.Charge(context.Background(), "cus_1", period, nil)
-	t.Logf("gave up after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	t.Logf("gave up after %v and %d waits: %v", time.Since(start).Round(time.Millisecond), len(waits), err)
 	if !errors.Is(err, billing.ErrStripeUnreachable) {
 		t.Fatalf("Charge: %v; want ErrStripeUnreachable", err)
+	}
+	var total time.Duration
+	for _, w := range waits {
+		total += w
+	}
+	if total >= after || len(waits) < 2 {
+		t.Errorf("waits %v, %v in all; want at least two, and in all less than UnreachableAfter (%v)", waits, total, after)
+	}
+	if rows := e.claimRows(); rows != 0 {
+		t.Errorf("%d claims left; want none: nothing was written", rows)
 	}
 }
 

@@ -55,7 +55,11 @@
 //
 // [Policy.MaxElapsed] bounds the whole call. Do validates that it is shorter
 // than [KeyWindow], the time for which the server is guaranteed to remember
-// a key: a resend after that is a new request.
+// a key: a resend after that is a new request. A deadline is checked before
+// each wait, not after it: when the next attempt could not start in time,
+// Do gives up at once instead of waiting first. A classifier can set a
+// deadline of its own for the call with [Decision.Until], and the error to
+// give up with when it would pass.
 //
 // # Results
 //

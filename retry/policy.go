@@ -72,7 +72,9 @@ type Policy struct {
 
 	// MaxElapsed is the total budget of one Do call, attempts and waits
 	// together. No attempt runs past it and no wait is started that would
-	// end after it. It must be shorter than KeyWindow. Defaults to
+	// end after it: Do gives up before such a wait, not after it. A
+	// classifier's [Decision.Until] sets a deadline of its own, checked
+	// the same way. It must be shorter than KeyWindow. Defaults to
 	// DefaultMaxElapsed.
 	MaxElapsed time.Duration
 
@@ -154,6 +156,8 @@ func (p Policy) withDefaults() (Policy, error) {
 type Decision struct {
 	retry bool
 	after time.Duration
+	until time.Time
+	past  error
 }
 
 // Stop returns the decision to give up and return the attempt's error as is.
@@ -166,20 +170,39 @@ func Stop() Decision { return Decision{} }
 // [Policy.MaxElapsed]. Use it when the server says when to come back.
 func After(d time.Duration) Decision { return Decision{retry: true, after: max(d, 0)} }
 
+// Until returns d with a deadline of its own: Do makes the next attempt
+// only if its wait ends before t, as for the end of [Policy.MaxElapsed],
+// and otherwise gives up at once, without waiting, and returns err (an
+// [*ExhaustedError] if err is nil). Use it for a limit the caller keeps
+// beside the policy's, such as how long a server may go without
+// answering. The zero t sets no deadline; Until does not make a Stop
+// retry.
+func (d Decision) Until(t time.Time, err error) Decision {
+	if d.retry {
+		d.until, d.past = t, err
+	}
+	return d
+}
+
 // Retry reports whether d asks for another attempt.
 func (d Decision) Retry() bool { return d.retry }
 
 // Wait returns the minimum wait d asks for; 0 means the policy's backoff.
 func (d Decision) Wait() time.Duration { return d.after }
 
-// String returns "stop", "again" or "after <wait>".
+// String returns "stop", "again" or "after <wait>", followed by " until
+// <deadline>" when d has one.
 func (d Decision) String() string {
+	s := "stop"
 	switch {
 	case !d.retry:
-		return "stop"
 	case d.after == 0:
-		return "again"
+		s = "again"
 	default:
-		return "after " + d.after.String()
+		s = "after " + d.after.String()
 	}
+	if !d.until.IsZero() {
+		s += " until " + d.until.Format(time.RFC3339Nano)
+	}
+	return s
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // ExhaustedError is returned by [Do] when it gave up on an operation the
-// classifier still wanted to retry: the attempt limit was reached or the time
-// budget was spent. The last attempt's outcome is unknown to Do; resending
+// classifier still wanted to retry: the attempt limit was reached, or the
+// next attempt could not start within the time budget (or before the
+// deadline of a [Decision.Until] that names no error). The last attempt's outcome is unknown to Do; resending
 // later with the same key is safe while the key window is open.
 type ExhaustedError struct {
 	Attempts int   // attempts made
@@ -49,6 +50,8 @@ func (e *ExhaustedError) Unwrap() error { return e.Err }
 // Do returns:
 //   - op's value and nil on success;
 //   - op's error as is when the classifier says [Stop];
+//   - the error a [Decision.Until] names, when the next attempt could
+//     not start before its deadline;
 //   - an [*ExhaustedError] wrapping the last error when it gives up;
 //   - an error wrapping ctx.Err() and the last error, if any, when ctx is
 //     done (the classifier is not consulted then);
@@ -99,8 +102,17 @@ func Do[T any](ctx context.Context, key idemkey.Key, p Policy, op func(ctx conte
 		if attempt >= p.MaxAttempts {
 			return zero, &ExhaustedError{Attempts: attempt, Err: err, why: fmt.Sprintf("attempt limit %d reached", p.MaxAttempts)}
 		}
+		// A wait that would end past a deadline is not started: giving up
+		// after it would overshoot the deadline by the wait.
 		wait := max(min(b.NextBackOff(), p.MaxInterval), d.after)
-		if !time.Now().Add(wait).Before(end) {
+		next := time.Now().Add(wait)
+		switch {
+		case !d.until.IsZero() && !d.until.After(end) && !next.Before(d.until):
+			if d.past != nil {
+				return zero, d.past
+			}
+			return zero, &ExhaustedError{Attempts: attempt, Err: err, why: "the classifier's deadline would pass"}
+		case !next.Before(end):
 			return zero, &ExhaustedError{Attempts: attempt, Err: err, why: fmt.Sprintf("time budget %v spent", p.MaxElapsed)}
 		}
 		if p.Notify != nil {

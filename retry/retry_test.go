@@ -341,6 +341,65 @@ func TestRetryAfter(t *testing.T) {
 	})
 }
 
+// A classifier's deadline is checked before each wait, as the budget is:
+// Do gives up at once, without the wait that would end past it, and returns
+// the error the decision names.
+func TestUntil(t *testing.T) {
+	errGone := errors.New("server gone")
+	for _, tc := range []struct {
+		name     string
+		until    time.Duration // from the start of Do
+		past     error
+		budget   time.Duration
+		want     error  // errors.Is
+		wantWhy  string // in an *ExhaustedError's message, "" for none
+		deadline time.Duration
+	}{
+		{"its error", 10 * time.Second, errGone, 30 * time.Second, errGone, "", 10 * time.Second},
+		{"no error: exhausted", 10 * time.Second, nil, 30 * time.Second, errReset, "deadline", 10 * time.Second},
+		{"past the budget: the budget's", 60 * time.Second, errGone, 30 * time.Second, errReset, "time budget", 30 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var waits []time.Duration
+				p := retry.Policy{
+					Classify: func(err error) retry.Decision {
+						return retry.DefaultClassify(err).Until(start.Add(tc.until), tc.past)
+					},
+					InitialInterval: time.Second,
+					MaxInterval:     4 * time.Second,
+					MaxAttempts:     1000,
+					MaxElapsed:      tc.budget,
+					Notify:          func(e retry.Event) { waits = append(waits, e.Wait) },
+				}
+				r := &recorder{errs: repeat(errReset, 1000)}
+				_, err := retry.Do(t.Context(), newKey(t, "cus_1"), p, r.op)
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("Do error = %v, want %v", err, tc.want)
+				}
+				var ex *retry.ExhaustedError
+				if got := errors.As(err, &ex); got != (tc.wantWhy != "") || got && !strings.Contains(err.Error(), tc.wantWhy) {
+					t.Errorf("Do error = %v; want an *ExhaustedError saying %q: %v", err, tc.wantWhy, tc.wantWhy != "")
+				}
+				var total time.Duration
+				for _, w := range waits {
+					total += w
+				}
+				if el := time.Since(start); total >= tc.deadline || el != total {
+					t.Errorf("waited %v in all, Do ran %v; want the waits only, ending before %v", total, el, tc.deadline)
+				}
+				if total < tc.deadline-p.MaxInterval {
+					t.Errorf("waited %v in all; want Do to use its time (within %v of %v)", total, p.MaxInterval, tc.deadline)
+				}
+			})
+		})
+	}
+	if d := retry.Stop().Until(time.Now(), errGone); d.Retry() || d != retry.Stop() {
+		t.Errorf("Stop().Until = %v; want stop", d)
+	}
+}
+
 func TestZeroKeyRejected(t *testing.T) {
 	r := &recorder{}
 	_, err := retry.Do(t.Context(), idemkey.Key{}, retry.Policy{}, r.op)
@@ -476,6 +535,7 @@ func TestDecision(t *testing.T) {
 		{retry.After(0), true, 0, "again"},
 		{retry.After(3 * time.Second), true, 3 * time.Second, "after 3s"},
 		{retry.After(-time.Second), true, 0, "again"},
+		{retry.After(time.Second).Until(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), nil), true, time.Second, "after 1s until 2026-01-02T03:04:05Z"},
 	}
 	for _, tt := range tests {
 		if tt.d.Retry() != tt.retry || tt.d.Wait() != tt.wait || tt.d.String() != tt.str {
