@@ -129,10 +129,11 @@ func TestHelperProcess(t *testing.T) {
 			select {}
 		})
 
-	case "lease-job":
+	case "lease-fenced-job":
 		// Take a short lease (waiting for it) and do a side effect every
-		// 20ms, each checked against the job's context first, until the
-		// context is cancelled; report when and why.
+		// 20ms, whatever the job's context says, until one is refused;
+		// record each try. Then wait for the context to end and report
+		// when and why.
 		ttl, _ := time.ParseDuration(os.Getenv(envArg))
 		g, err := lock.NewLease(pool, lock.LeaseConfig{TTL: ttl, Wait: time.Minute})
 		if err != nil {
@@ -140,10 +141,19 @@ func TestHelperProcess(t *testing.T) {
 		}
 		lock.Do(ctx, g, name, func(ctx context.Context) error {
 			mustExec(t, pool, `INSERT INTO acquired (pid) VALUES ($1)`, pid)
-			for ctx.Err() == nil {
-				mustExec(t, pool, `INSERT INTO effects (pid) VALUES ($1)`, pid)
+			for {
+				tag, err := pool.Exec(context.Background(), `INSERT INTO effects (pid) VALUES ($1)`, pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := tag.RowsAffected() == 1
+				mustExec(t, pool, `INSERT INTO tries (pid, done) VALUES ($1, $2)`, pid, done)
+				if !done {
+					break
+				}
 				time.Sleep(20 * time.Millisecond)
 			}
+			<-ctx.Done()
 			cause := context.Cause(ctx)
 			mustExec(t, pool, `INSERT INTO cancelled (pid, at_unix_nano, lost, cause) VALUES ($1, $2, $3, $4)`,
 				pid, time.Now().UnixNano(), errors.Is(cause, lock.ErrLockLost), fmt.Sprint(cause))
