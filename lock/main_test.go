@@ -131,7 +131,8 @@ func TestHelperProcess(t *testing.T) {
 
 	case "lease-fenced-job":
 		// Take a short lease (waiting for it) and do a side effect every
-		// 20ms, whatever the job's context says, until one is refused;
+		// 20ms, whatever the job's context says, each checking the lease's
+		// fencing token in its own statement, until one is refused;
 		// record each try. Then wait for the context to end and report
 		// when and why.
 		ttl, _ := time.ParseDuration(os.Getenv(envArg))
@@ -140,9 +141,14 @@ func TestHelperProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		lock.Do(ctx, g, name, func(ctx context.Context) error {
+			token, ok := lock.Token(ctx)
+			if !ok {
+				t.Fatal("the job's context has no fencing token")
+			}
 			mustExec(t, pool, `INSERT INTO acquired (pid) VALUES ($1)`, pid)
 			for {
-				tag, err := pool.Exec(context.Background(), `INSERT INTO effects (pid) VALUES ($1)`, pid)
+				tag, err := pool.Exec(context.Background(), `INSERT INTO effects (pid)
+					SELECT $1 FROM `+lock.DefaultLeaseTable+` WHERE token = $2 FOR SHARE`, pid, token)
 				if err != nil {
 					t.Fatal(err)
 				}
