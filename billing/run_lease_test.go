@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/lock"
 )
 
@@ -15,10 +18,10 @@ import (
 // paused process; here an iterator that blocks while the test expires the
 // lease) finds, once it goes on, that another Run has taken the lease: its
 // next claim is refused with the lock's fencing token, before anything is
-// sent for it, and the run stops with lock.ErrLockLost. The other Run
-// bills every customer, each once.
+// sent for it, and the run stops with lock.ErrLockLost. The charge it had
+// sent before the takeover is still recorded when Stripe answers after
+// it. The other Run bills every customer, each once.
 func TestRunStaleLeaseClaimsNothingMore(t *testing.T) {
-	t.Skip("fails until a lease hands its holder a fencing token to check")
 	t.Parallel()
 	e := newEnv(t)
 	lease, err := lock.NewLease(e.pool, lock.LeaseConfig{TTL: time.Hour}) // no renewal during the test
@@ -49,6 +52,17 @@ func TestRunStaleLeaseClaimsNothingMore(t *testing.T) {
 		err error
 	}
 	opts := &billing.RunOptions{Lock: lease, BatchSize: 1, Concurrency: 1}
+	// The first customer's charge is in flight at Stripe during the
+	// takeover.
+	sent, answer := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.Customer == ids[0] && r.Attempt == 1 {
+			once.Do(func() { close(sent) })
+			return billingtest.Fault{Kind: billingtest.FaultSlow, Release: answer}
+		}
+		return billingtest.Fault{}
+	})
 
 	stalledA, goA := make(chan struct{}), make(chan struct{})
 	first := make(chan result, 1)
@@ -57,6 +71,7 @@ func TestRunStaleLeaseClaimsNothingMore(t *testing.T) {
 		first <- result{s, err}
 	}()
 	<-stalledA
+	<-sent
 	// The first run stalls past its TTL: its lease expires, and another
 	// run takes it.
 	e.exec(`UPDATE ` + lock.DefaultLeaseTable + ` SET lock_until = now() - interval '1 second'`)
@@ -70,6 +85,13 @@ func TestRunStaleLeaseClaimsNothingMore(t *testing.T) {
 	case <-stalledB: // the second run holds the lease
 	case r := <-second:
 		t.Fatalf("second Run: %+v, %v; want it to take the expired lease", r.sum.Progress, r.err)
+	}
+
+	// Stripe answers the charge sent before the takeover: it is recorded.
+	close(answer)
+	waitFor(t, func() bool { return e.claimOf(ids[0]).State == claim.StateSucceeded })
+	if c, pays := e.claimOf(ids[0]), e.srv.Payments(); len(pays) != 1 || c.StripeID != pays[0].ID {
+		t.Fatalf("claim of %s: %+v; want it to record the one payment, %+v", ids[0], c, pays)
 	}
 
 	close(goA)
