@@ -48,8 +48,9 @@
 // loses the lease to the next replica that asks, and, once it resumes,
 // goes on with its job until its first renewal fails: at most
 // LeaseConfig.RenewInterval and one round trip to the database. Its job's
-// context is then cancelled with [ErrLockLost]. What it writes in that
-// interval is kept out by a fencing token.
+// context is then cancelled with [ErrLockLost]. Its writes in that
+// interval are refused if they check its fencing token, from the moment
+// the other replica took the lease.
 //
 // # Fencing tokens
 //
@@ -78,8 +79,10 @@
 //
 // An UPDATE or DELETE adds AND EXISTS (SELECT FROM billonce_lock_leases
 // WHERE token = $1 FOR SHARE) to its WHERE clause. A released lease has
-// no row, so a write after the release is refused too. Use
-// [Lease.Table] where LeaseConfig.Table is set.
+// no row, so a write after the release is refused too; a lease that
+// expired and that nobody has taken over keeps its row, and its holder's
+// writes still pass, as no other holder exists. Use [Lease.Table] where
+// LeaseConfig.Table is set.
 //
 // An advisory lock has no row to check. Its token guards writes through
 // a fence row of your own, which keeps the highest token seen for the
@@ -118,14 +121,15 @@
 // PgBouncer in session mode). Each acquisition takes one connection out of
 // the pool for good and closes it afterwards.
 //
-// [Lease] keeps a row per name with an owner and an expiry (lock_until) on
-// the database clock, renewed while the job runs. Choose it when the
-// application reaches PostgreSQL through PgBouncer (or another pooler) in
-// transaction mode, where session state, advisory locks included, does not
-// survive from one statement to the next. A holder that dies is replaced
-// after at most LeaseConfig.TTL. LeaseConfig.Table names the table
-// (billonce_lock_leases by default). It is migrated as the claim table is
-// (package claim's documentation, under Migrations, says how):
+// [Lease] keeps a row per name with an owner, a fencing token and an
+// expiry (lock_until) on the database clock, renewed while the job runs.
+// Choose it when the application reaches PostgreSQL through PgBouncer (or
+// another pooler) in transaction mode, where session state, advisory locks
+// included, does not survive from one statement to the next, or when
+// writes must be fenced against a holder that was paused. A holder that
+// dies is replaced after at most LeaseConfig.TTL. LeaseConfig.Table names
+// the table (billonce_lock_leases by default). It is migrated as the claim
+// table is (package claim's documentation, under Migrations, says how):
 // [Lease.Migrate] at start-up from every replica, or the files of the
 // package's migrations directory applied with psql or a migration tool,
 // which list themselves in billonce_lock_leases_migrations.
