@@ -147,13 +147,17 @@ func TestHelperProcess(t *testing.T) {
 			}
 			mustExec(t, pool, `INSERT INTO acquired (pid) VALUES ($1)`, pid)
 			for {
-				tag, err := pool.Exec(context.Background(), `INSERT INTO effects (pid)
-					SELECT $1 FROM `+lock.DefaultLeaseTable+` WHERE token = $2 FOR SHARE`, pid, token)
+				// The try is recorded in the side effect's statement: a
+				// pause cannot come between them.
+				var done bool
+				err := pool.QueryRow(context.Background(), `WITH effect AS (
+						INSERT INTO effects (pid)
+						SELECT $1 FROM `+lock.DefaultLeaseTable+` WHERE token = $2 FOR SHARE
+						RETURNING true)
+					INSERT INTO tries (pid, done) SELECT $1, EXISTS (SELECT FROM effect) RETURNING done`, pid, token).Scan(&done)
 				if err != nil {
 					t.Fatal(err)
 				}
-				done := tag.RowsAffected() == 1
-				mustExec(t, pool, `INSERT INTO tries (pid, done) VALUES ($1, $2)`, pid, done)
 				if !done {
 					break
 				}
