@@ -103,7 +103,9 @@
 // the words of [Outcome] and of the error kinds), and returns a [Summary].
 // Several Runs of one period at once (three replicas of a cron job) charge
 // nobody twice; pass a [lock.Locker] in [RunOptions] so that only one of
-// them does the work.
+// them does the work. Under a [lock.Lease], a run's claims check the
+// lease's fencing token: a run that stalled while another took the lease
+// over claims nothing more, and stops.
 // [Biller.Reconcile] settles claims that crashed runners left pending, of
 // its own Config.Scope only, reads payments that have been processing
 // longer than Config.SettleAfter, and prunes the records of webhook events

@@ -79,6 +79,16 @@ type RunOptions struct {
 	// the run correct without it; the lock keeps replicas from doing the
 	// same work. A nil *lock.Advisory or *lock.Lease (an ignored
 	// constructor error) is refused, not taken for "no lock".
+	//
+	// Under a *lock.Lease, whose table must then be in the claim store's
+	// database, every claim the run makes checks the lease's fencing token
+	// in the claim's own statement (package lock's documentation, under
+	// "Fencing tokens"). A run that stalled past the lease's TTL while
+	// another runner took the lease over claims nothing more once it goes
+	// on, so it sends nothing it had not claimed before, and stops with an
+	// error wrapping lock.ErrLockLost: customers it had claimed but not
+	// sent are handed back, and the outcomes of requests it had already
+	// sent are still recorded.
 	Lock lock.Locker
 	// LockName defaults to "billonce-run:<scope>:<period>"; the lock's own
 	// rules apply (at most 200 bytes of UTF-8 without NUL bytes).
@@ -204,8 +214,20 @@ func (b *Biller) runLocked(ctx context.Context, label, lockName string, preps it
 		return Summary{}, err
 	}
 	return locked(ctx, o.Lock, cmp.Or(o.LockName, lockName), func(ctx context.Context) (Summary, error) {
-		return b.run(ctx, label, preps, &o)
+		return b.run(ctx, label, preps, &o, fenceOf(ctx, o.Lock))
 	})
+}
+
+// fenceOf is the fence of the claims of a run under guard, whose job's
+// context is ctx: a Lease's token, checked against its row. Other locks
+// have no row in the claim store's database to check a token against.
+func fenceOf(ctx context.Context, guard lock.Locker) claimengine.Fence {
+	lease, isLease := guard.(*lock.Lease)
+	token, ok := lock.Token(ctx)
+	if !isLease || !ok {
+		return claimengine.Fence{}
+	}
+	return claimengine.Fence{Table: lease.Table(), Token: token}
 }
 
 // check checks o and sets its defaults.
@@ -267,7 +289,8 @@ type runner struct {
 	sum     Summary
 	stopErr error
 	cancel  context.CancelFunc
-	caller  context.Context // the context Run was given, before the stop's cancel
+	caller  context.Context   // the context Run was given, before the stop's cancel
+	fence   claimengine.Fence // of every claim the run makes
 }
 
 // prep prepares one entry of a run: it checks it and derives its job.
@@ -295,10 +318,10 @@ func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2
 	}
 }
 
-// run bills what items prepares; period names the run in its summary,
-// errors and log lines.
-func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prep, error], o *RunOptions) (Summary, error) {
-	r := &runner{b: b, o: o, start: time.Now()}
+// run bills what items prepares, claiming under fence; period names the
+// run in its summary, errors and log lines.
+func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prep, error], o *RunOptions, fence claimengine.Fence) (Summary, error) {
+	r := &runner{b: b, o: o, start: time.Now(), fence: fence}
 	r.sum.Period, r.sum.Total = period, o.Total
 	parent := ctx
 	ctx, r.cancel = context.WithCancel(ctx)
@@ -460,6 +483,11 @@ func (f *feeder) handOut(ctx context.Context) error {
 		if err == nil {
 			err = fmt.Errorf("%d results for %d requests", len(c.results), len(c.batch))
 		}
+		if errors.Is(err, claimengine.ErrFenced) {
+			// Another runner took the run's lease: claim nothing more,
+			// and hand back what was claimed and not sent.
+			f.r.stop(fmt.Errorf("%w: %w", lock.ErrLockLost, err))
+		}
 		return fmt.Errorf("billing: claiming a batch of %d customers for %s: %w", len(c.batch), f.period, err)
 	}
 	// c.err joins the mismatches, which the results carry one by one.
@@ -505,6 +533,7 @@ func (f *feeder) flush(ctx context.Context) error {
 	reqs := make([]claimengine.Request, len(f.batch))
 	for i, j := range f.batch {
 		reqs[i] = f.r.b.request(j)
+		reqs[i].Fence = f.r.fence
 	}
 	claims := f.r.b.claims
 	go func() {
@@ -538,6 +567,18 @@ func (r *runner) unsent(ctx context.Context, t task) {
 	err := chargeErr(j, ErrOutcomeUnknown, "", cause)
 	r.b.outcome(j, time.Now(), Receipt{}, err)
 	r.settled(j, Receipt{}, err)
+}
+
+// stop stops the run with err, unless it was stopped already.
+func (r *runner) stop(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopErr == nil {
+		r.stopErr = err
+		r.cancel()
+		r.b.log.Error("billonce: stopping the run", "done", r.sum.Done,
+			"elapsed", time.Since(r.start).Round(time.Millisecond).String(), "error", err)
+	}
 }
 
 // settled counts one customer's outcome and stops the run on a stopping

@@ -9,6 +9,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/claimengine"
+	"github.com/billonce/billonce/lock"
 )
 
 // BenchmarkClaim measures one winning claim: one round trip to a local
@@ -47,6 +48,57 @@ func BenchmarkClaimBatch(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(run*size)/b.Elapsed().Seconds(), "claims/s")
+		})
+	}
+}
+
+// BenchmarkClaimFence measures the claims of a run with and without the
+// check of a lease's fencing token in the claim statement: one claim, and
+// a batch of billing's default size, each winning. Each iteration makes
+// one unfenced and one fenced claim statement on the same table, so that
+// both meet the same load; it reports the time of each and their ratio.
+//
+//	go test ./claim -run '^$' -bench ClaimFence -count 5
+func BenchmarkClaimFence(b *testing.B) {
+	for _, size := range []int{1, 100} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			ctx := context.Background()
+			s, pool := newPostgres(b, claim.Config{})
+			l, err := lock.NewLease(pool, lock.LeaseConfig{TTL: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			h, err := l.Lock(ctx, "run")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Unlock(ctx)
+			fence := claimengine.Fence{Table: l.Table(), Token: h.(lock.Fenced).Token()}
+			var took [2]time.Duration // unfenced, fenced
+			run := 0
+			for b.Loop() {
+				for k, f := range []claimengine.Fence{{}, fence} {
+					run++
+					reqs := make([]claimengine.Request, size)
+					for i := range reqs {
+						reqs[i] = claimengine.Request{Customer: fmt.Sprintf("cus_%d", i), Period: fmt.Sprintf("run-%d", run),
+							Key: fmt.Sprintf("key_%d_%d", run, i), Amount: 4200, Currency: "usd", Owner: "bench", Fence: f}
+					}
+					start := time.Now()
+					res, err := s.ClaimBatch(ctx, reqs)
+					took[k] += time.Since(start)
+					if err != nil || len(res) != size || res[size-1].Outcome != claimengine.Won {
+						b.Fatalf("ClaimBatch: %d results, %v", len(res), err)
+					}
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(took[0].Microseconds())/n, "unfenced-µs/stmt")
+			b.ReportMetric(float64(took[1].Microseconds())/n, "fenced-µs/stmt")
+			b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "fenced/unfenced")
 		})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // maxIDLen is the longest customer, period, key, owner or Stripe id accepted,
@@ -58,6 +60,9 @@ func validateRequest(r request) error {
 	}
 	if r.Currency != "" && !validCurrency(r.Currency) {
 		problems = append(problems, fmt.Sprintf("currency %q must be three lowercase letters, as in \"usd\" (or empty, for a usage report)", r.Currency))
+	}
+	if f := r.Fence; f != (claimengine.Fence{}) && (!identRE.MatchString(f.Table) || len(f.Table) > 63 || f.Token <= 0) {
+		problems = append(problems, fmt.Sprintf("fence: lease table %q must be an identifier of at most 63 characters, and token %d positive", f.Table, f.Token))
 	}
 	if problems != nil {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
@@ -113,6 +118,9 @@ func validateBatch(reqs []request) error {
 	for i, r := range reqs {
 		if err := validateRequest(r); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if r.Fence != reqs[0].Fence {
+			return fmt.Errorf("%w: requests 0 and %d have different fences; a batch is claimed under one lease", ErrInvalid, i)
 		}
 		if j, ok := keys[r.Key]; ok {
 			return fmt.Errorf("%w: requests %d and %d have the same key %q", ErrInvalid, j, i, r.Key)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -94,6 +95,7 @@ type Postgres struct {
 	names     names
 	lockKey   int64
 	claimSQL  string
+	claimBase string // claimTemplate with this store's names, fence unset
 	selectSQL string // column list, FROM the table, for Get and Stale
 }
 
@@ -118,12 +120,14 @@ func NewPostgres(pool *pgxpool.Pool, cfg Config) (*Postgres, error) {
 	n := namesFor(cfg)
 	h := fnv.New64a()
 	h.Write([]byte("billonce/claim/migrate " + n.table))
+	base := n.replacer.Replace(strings.ReplaceAll(claimTemplate, "{{cols_x}}", colsOf("x")))
 	return &Postgres{
 		db:        pool,
 		cfg:       cfg,
 		names:     n,
 		lockKey:   int64(h.Sum64()),
-		claimSQL:  n.replacer.Replace(strings.ReplaceAll(claimTemplate, "{{cols_x}}", colsOf("x"))),
+		claimSQL:  fenced(base, claimengine.Fence{}),
+		claimBase: base,
 		selectSQL: "SELECT " + colsOf("t") + " FROM " + n.table + " t",
 	}, nil
 }
@@ -166,11 +170,15 @@ const (
 // after this statement's snapshot was taken gets no row at all (ins waited
 // for it and did nothing; the others cannot see it). The caller runs the
 // statement again for such requests, with a fresh snapshot.
+//
+// With a fence (see fenced), req is empty unless the lease row still
+// carries the fence's token: the statement then claims nothing and
+// returns no row.
 const claimTemplate = `
-WITH req AS (
+WITH {{fence}}req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
 		$8::text[], $9::int[], $10::text[], $11::text[]) WITH ORDINALITY
-		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, ord)
+		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, ord){{fenced}}
 ), ins AS (
 	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until, scope, attempt, endpoint, credential)
 	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
@@ -194,6 +202,49 @@ SELECT req.ord, 3, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.key
 UNION ALL
 SELECT req.ord, 4, {{cols_x}} FROM req JOIN {{table}} x
 	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key`
+
+// fenced returns the claim statement base under fence f, whose token is
+// $12: the lease row that carries it is locked FOR SHARE until the claims
+// commit, so a takeover of the lease (an UPDATE of that row) either waits
+// for them or, having committed first, leaves no row with the token, and
+// the statement claims nothing. The zero Fence checks nothing.
+func fenced(base string, f claimengine.Fence) string {
+	if f == (claimengine.Fence{}) {
+		return strings.NewReplacer("{{fence}}", "", "{{fenced}}", "").Replace(base)
+	}
+	return strings.NewReplacer(
+		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $12 FOR SHARE),\n",
+		"{{fenced}}", "\n\tWHERE EXISTS (SELECT FROM fence)",
+	).Replace(base)
+}
+
+// fenceLost explains a fenced claim statement that returned no row: it
+// returns an error wrapping claimengine.ErrFenced if no row of the lease
+// table carries f's token any more, and nil if one does (the requests
+// raced other claims and are run again).
+func (p *pgEngine) fenceLost(ctx context.Context, f claimengine.Fence) error {
+	var held bool
+	err := p.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $1)", f.Token).Scan(&held)
+	switch {
+	case err != nil:
+		return fenceErr(f, err)
+	case !held:
+		return fmt.Errorf("%w: lease table %q has no row with token %d (taken over, or ended); nothing was claimed",
+			claimengine.ErrFenced, f.Table, f.Token)
+	}
+	return nil
+}
+
+// fenceErr is err from a claim statement under fence f, with a hint when
+// a table is missing: the lease table may not be in the claim store's
+// database.
+func fenceErr(f claimengine.Fence, err error) error {
+	var pgErr *pgconn.PgError
+	if f != (claimengine.Fence{}) && errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("claim: %w (a claim fenced by a lease needs the lease table %q in the claim store's database and search_path)", err, f.Table)
+	}
+	return fmt.Errorf("claim: %w", err)
+}
 
 // maxClaimRuns bounds how often a statement is run again for requests that
 // raced with another transaction's first claim; one more run always sees it.
@@ -273,6 +324,11 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 	}
 	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds(),
 		scopes, attempts, endpoints, credentials}
+	sql, fence := p.claimSQL, reqs[todo[0]].Fence // one fence per batch: validateBatch
+	if fence != (claimengine.Fence{}) {
+		sql = fenced(p.claimBase, fence)
+		args = append(args, fence.Token)
+	}
 	if n == 1 {
 		// A single claim runs as an unnamed statement, planned for its one
 		// request: a cached generic plan is about three times slower for it
@@ -280,14 +336,16 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		// pgx's cached statements their generic plan is the faster one.
 		args = append([]any{pgx.QueryExecModeExec}, args...)
 	}
-	rows, err := p.db.Query(ctx, p.claimSQL, args...)
+	rows, err := p.db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, fenceErr(fence, err)
 	}
 	defer rows.Close()
 	best := make([]int, n) // the most telling source seen per request; 0 = none
 	rowOf := make([]Claim, n)
+	seen := 0
 	for rows.Next() {
+		seen++
 		var ord int64
 		var from int
 		c, err := scanClaim(rows, &ord, &from)
@@ -303,7 +361,12 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, fenceErr(fence, err)
+	}
+	if seen == 0 && fence != (claimengine.Fence{}) {
+		if err := p.fenceLost(ctx, fence); err != nil {
+			return nil, err
+		}
 	}
 	var again []int
 	for j, i := range todo {

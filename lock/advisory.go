@@ -89,7 +89,11 @@ func NewAdvisory(pool *pgxpool.Pool, cfg AdvisoryConfig) (*Advisory, error) {
 func (a *Advisory) log() *slog.Logger { return a.logger }
 
 // Lock implements [Locker]: it takes the session advisory lock [Key] of the
-// namespace and name on a connection of its own.
+// namespace and name on a connection of its own. The Lock it returns is
+// [Fenced]: its token is the PostgreSQL transaction id (xid8) of the
+// statement that took the lock. An advisory lock has no row to check the
+// token against; the package documentation, under "Fencing tokens", says
+// how to check it in a table of your own.
 func (a *Advisory) Lock(ctx context.Context, name string) (Lock, error) {
 	if a == nil {
 		return nil, errNilGuard("*lock.Advisory")
@@ -102,10 +106,13 @@ func (a *Advisory) Lock(ctx context.Context, name string) (Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %q: taking a connection from the pool: %w", name, err)
 	}
+	var token *int64
 	ok, err := pollUntil(ctx, a.cfg.Wait, func() (bool, error) {
-		var ok bool
-		err := pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok)
-		return ok, err
+		// Once the lock is granted, the statement's transaction id is the
+		// holder's fencing token: the previous holder's session had let
+		// the lock go, after its own token was taken.
+		err := pc.QueryRow(ctx, "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_current_xact_id()::text::bigint END", key).Scan(&token)
+		return token != nil, err
 	})
 	if err != nil {
 		// The lock may or may not have been taken: the connection must not
@@ -120,7 +127,7 @@ func (a *Advisory) Lock(ctx context.Context, name string) (Lock, error) {
 	conn := pc.Hijack()
 	pid := conn.PgConn().PID()
 	classID, objID := splitKey(key)
-	a.logger.Debug("advisory lock acquired", "name", name, "key", key, "backend_pid", pid)
+	a.logger.Debug("advisory lock acquired", "name", name, "key", key, "backend_pid", pid, "token", *token)
 
 	check := func(ctx context.Context) error {
 		var held bool
@@ -151,7 +158,7 @@ func (a *Advisory) Lock(ctx context.Context, name string) (Lock, error) {
 		}
 		return nil
 	}
-	return newHeld(name, a.cfg.CheckInterval, max(a.cfg.CheckInterval, minCheckTimeout), a.logger, check, release), nil
+	return newHeld(name, *token, a.cfg.CheckInterval, max(a.cfg.CheckInterval, minCheckTimeout), a.logger, check, release), nil
 }
 
 // checkSQL reports whether this session holds the advisory lock whose

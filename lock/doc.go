@@ -48,11 +48,70 @@
 // loses the lease to the next replica that asks, and, once it resumes,
 // goes on with its job until its first renewal fails: at most
 // LeaseConfig.RenewInterval and one round trip to the database. Its job's
-// context is then cancelled with [ErrLockLost], but side effects made in
-// that interval overlap with the new holder's. The lock hands out no
-// fencing token, so a job whose side effects must never overlap (not
-// even for that moment after a pause) must guard them itself: billonce's
-// claims do that for charges, whatever the lock does.
+// context is then cancelled with [ErrLockLost]. Its writes in that
+// interval are refused if they check its fencing token, from the moment
+// the other replica took the lease.
+//
+// # Fencing tokens
+//
+// Every Lock of an Advisory or a Lease has a fencing token ([Fenced]): a
+// number that grows with every new holder of a name and stays the same
+// while one holder keeps the lock. It is the PostgreSQL transaction id
+// (xid8) of the statement that took the lock, which is unique and only
+// grows on a database cluster. [Do] hands it to the job:
+//
+//	token, ok := lock.Token(ctx) // ok is false outside a job Do runs
+//
+// A write made on the holder's behalf checks the token in its own
+// statement, so that once another holder has taken the lock the write is
+// refused, however late the paused holder finds out. A lease keeps its
+// token in its row (column token); a write in the same database checks
+// that the row still carries it, with FOR SHARE so that a takeover waits
+// for the write to commit, or the write waits for the takeover and then
+// finds the row changed:
+//
+//	tag, err := pool.Exec(ctx, `INSERT INTO exports (period, file)
+//		SELECT $2, $3 FROM billonce_lock_leases WHERE token = $1 FOR SHARE`,
+//		token, period, file)
+//	if err == nil && tag.RowsAffected() == 0 {
+//		return errors.New("another replica holds the lock now: stop")
+//	}
+//
+// An UPDATE or DELETE adds AND EXISTS (SELECT FROM billonce_lock_leases
+// WHERE token = $1 FOR SHARE) to its WHERE clause. A released lease has
+// no row, so a write after the release is refused too; a lease that
+// expired and that nobody has taken over keeps its row, and its holder's
+// writes still pass, as no other holder exists. Use [Lease.Table] where
+// LeaseConfig.Table is set.
+//
+// An advisory lock has no row to check. Its token guards writes through
+// a fence row of your own, which keeps the highest token seen for the
+// name and refuses a lower one, in the statement that writes:
+//
+//	CREATE TABLE export_fences (name text PRIMARY KEY, token bigint NOT NULL);
+//
+//	WITH fence AS (
+//		INSERT INTO export_fences (name, token) VALUES ($1, $2)
+//		ON CONFLICT (name) DO UPDATE SET token = excluded.token
+//		WHERE export_fences.token <= excluded.token
+//		RETURNING 1)
+//	INSERT INTO exports (period, file) SELECT $3, $4 FROM fence
+//
+// This works for any store that compares numbers, and with any Fenced
+// lock, but refuses an old holder only once the new one has written: its
+// first write takes the fence. An advisory lock is held by its session,
+// which the server keeps while the process is paused, so another replica
+// gets it only once the connection is gone. Where that cannot be ruled
+// out (a machine cut off, a virtual machine frozen past the server's TCP
+// keepalive), fence such writes, or use a Lease.
+//
+// billing's RunOptions.Lock does this for billonce's own writes: under a
+// Lease, a run's claims check its token against the lease row, so a run
+// whose lease was taken over claims nothing more and stops, before
+// anything more is sent to Stripe.
+//
+// Tokens hold once every replica runs a billonce that sets them: an
+// earlier one takes a lease over without changing its token.
 //
 // # Advisory lock or lease row
 //
@@ -62,14 +121,15 @@
 // PgBouncer in session mode). Each acquisition takes one connection out of
 // the pool for good and closes it afterwards.
 //
-// [Lease] keeps a row per name with an owner and an expiry (lock_until) on
-// the database clock, renewed while the job runs. Choose it when the
-// application reaches PostgreSQL through PgBouncer (or another pooler) in
-// transaction mode, where session state, advisory locks included, does not
-// survive from one statement to the next. A holder that dies is replaced
-// after at most LeaseConfig.TTL. LeaseConfig.Table names the table
-// (billonce_lock_leases by default). It is migrated as the claim table is
-// (package claim's documentation, under Migrations, says how):
+// [Lease] keeps a row per name with an owner, a fencing token and an
+// expiry (lock_until) on the database clock, renewed while the job runs.
+// Choose it when the application reaches PostgreSQL through PgBouncer (or
+// another pooler) in transaction mode, where session state, advisory locks
+// included, does not survive from one statement to the next, or when
+// writes must be fenced against a holder that was paused. A holder that
+// dies is replaced after at most LeaseConfig.TTL. LeaseConfig.Table names
+// the table (billonce_lock_leases by default). It is migrated as the claim
+// table is (package claim's documentation, under Migrations, says how):
 // [Lease.Migrate] at start-up from every replica, or the files of the
 // package's migrations directory applied with psql or a migration tool,
 // which list themselves in billonce_lock_leases_migrations.
@@ -105,7 +165,10 @@
 // [Func], billing's RunOptions.Lock and gocronlock alike. Return an error
 // wrapping [ErrNotAcquired] when another holder has the lock, and close
 // Lost when the lock is found lost (or return a nil channel if your lock
-// cannot tell: Do then cannot cancel the job).
+// cannot tell: Do then cannot cancel the job). A Lock with a fencing
+// token (an etcd revision, a counter incremented at each acquisition)
+// adds Token() int64 ([Fenced]), and Do hands it to the job; billing's
+// runs check only a Lease's.
 //
 // # Schedulers
 //

@@ -43,10 +43,11 @@ type LeaseConfig struct {
 
 	// TTL is how long a lease lasts past its last renewal, on the database
 	// clock. A holder that dies is replaced after at most TTL. So is one
-	// paused for longer (SIGSTOP, a GC or VM pause): once it resumes, it
-	// goes on with its job until its first renewal fails, up to
-	// RenewInterval and a round trip later, while the new holder runs (the
-	// package documentation, under "What one replica at a time means").
+	// paused for longer (SIGSTOP, a GC or VM pause): once it resumes, its
+	// job goes on until its first renewal fails, up to RenewInterval and a
+	// round trip later, but writes that check its fencing token are
+	// refused from the moment the new holder took the lease (the package
+	// documentation, under "Fencing tokens").
 	// Defaults to [DefaultLeaseTTL].
 	TTL time.Duration
 
@@ -66,15 +67,16 @@ type LeaseConfig struct {
 	Logger *slog.Logger
 }
 
-// Lease is a [Locker] backed by a row per name in its table: an owner
-// token and an expiry (lock_until) on the database clock, extended every
-// RenewInterval while the job runs and deleted when it ends. Unlike
-// [Advisory] it needs no session state, so it works through PgBouncer in
-// transaction mode. A holder can only renew or delete a row that still
-// carries its own owner token, so a stale holder cannot touch a newer
-// holder's lease. A holder paused past its TTL may still act, for up to a
-// renewal interval, after another took the lease over: see the package
-// documentation, under "What one replica at a time means".
+// Lease is a [Locker] backed by a row per name in its table: an owner, a
+// fencing token and an expiry (lock_until) on the database clock,
+// extended every RenewInterval while the job runs and deleted when it
+// ends. Unlike [Advisory] it needs no session state, so it works through
+// PgBouncer in transaction mode. A holder can only renew or delete a row
+// that still carries its own owner, so a stale holder cannot touch a
+// newer holder's lease. A holder paused past its TTL may still act, for
+// up to a renewal interval, after another took the lease over; writes
+// that check its token ([Token]) against the lease row are refused from
+// then on: see the package documentation, under "Fencing tokens".
 //
 // A Lease is safe for concurrent use.
 type Lease struct {
@@ -168,6 +170,7 @@ func (l *Lease) Migrate(ctx context.Context) error {
 		Migrations: migrate.Rename(leaseMigrations, migrate.Names{
 			Default: DefaultLeaseTable,
 			Tables:  []string{"", "_migrations"},
+			Others:  []string{"_token"}, // the index on token
 			Name:    l.cfg.Table,
 		}),
 	}.Run(ctx, l.db)
@@ -175,8 +178,21 @@ func (l *Lease) Migrate(ctx context.Context) error {
 
 func (l *Lease) log() *slog.Logger { return l.logger }
 
+// Table returns the name of the lease table, LeaseConfig.Table or
+// [DefaultLeaseTable], unquoted: the table a write checks a lease's
+// fencing token against (the package documentation, under "Fencing
+// tokens").
+func (l *Lease) Table() string {
+	if l == nil {
+		return ""
+	}
+	return l.cfg.Table
+}
+
 // Lock implements [Locker]. It takes the lease if no row exists for name
-// or the row's lock_until has passed on the database clock.
+// or the row's lock_until has passed on the database clock. The Lock it
+// returns is [Fenced]: its token is the PostgreSQL transaction id (xid8)
+// of the statement that took the lease, recorded in the lease row.
 func (l *Lease) Lock(ctx context.Context, name string) (Lock, error) {
 	if l == nil {
 		return nil, errNilGuard("*lock.Lease")
@@ -190,14 +206,17 @@ func (l *Lease) Lock(ctx context.Context, name string) (Lock, error) {
 	// is a different owner and is refused while the first holds the lease.
 	owner := l.owner + "/" + hex.EncodeToString(nonce[:])
 	ttl := l.cfg.TTL.Microseconds()
+	var token int64
 	ok, err := pollUntil(ctx, l.cfg.Wait, func() (bool, error) {
-		var got string
-		err := l.db.QueryRow(ctx, `INSERT INTO `+l.table+` AS t (namespace, name, owner, locked_at, lock_until)
-			VALUES ($1, $2, $3, now(), now() + $4 * interval '1 microsecond')
+		// The token is this statement's transaction id: transaction ids
+		// only grow, so a holder that takes the lease after another gets
+		// a greater one, and no two holders share one.
+		err := l.db.QueryRow(ctx, `INSERT INTO `+l.table+` AS t (namespace, name, owner, locked_at, lock_until, token)
+			VALUES ($1, $2, $3, now(), now() + $4 * interval '1 microsecond', pg_current_xact_id()::text::bigint)
 			ON CONFLICT (namespace, name) DO UPDATE
-			SET owner = excluded.owner, locked_at = excluded.locked_at, lock_until = excluded.lock_until
+			SET owner = excluded.owner, locked_at = excluded.locked_at, lock_until = excluded.lock_until, token = excluded.token
 			WHERE t.lock_until <= now()
-			RETURNING owner`, l.cfg.Namespace, name, owner, ttl).Scan(&got)
+			RETURNING token`, l.cfg.Namespace, name, owner, ttl).Scan(&token)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
@@ -214,7 +233,7 @@ func (l *Lease) Lock(ctx context.Context, name string) (Lock, error) {
 	if !ok {
 		return nil, ErrNotAcquired
 	}
-	l.logger.Debug("lease acquired", "name", name, "owner", owner)
+	l.logger.Debug("lease acquired", "name", name, "owner", owner, "token", token)
 
 	renew := func(ctx context.Context) error {
 		tag, err := l.db.Exec(ctx, `UPDATE `+l.table+`
@@ -246,5 +265,5 @@ func (l *Lease) Lock(ctx context.Context, name string) (Lock, error) {
 	// was at most RenewInterval before it started, so TTL-RenewInterval
 	// later the lease is either renewed or reported lost, never silently
 	// expired. A slow database is not a lost lease.
-	return newHeld(name, l.cfg.RenewInterval, l.cfg.TTL-l.cfg.RenewInterval, l.logger, renew, release), nil
+	return newHeld(name, token, l.cfg.RenewInterval, l.cfg.TTL-l.cfg.RenewInterval, l.logger, renew, release), nil
 }

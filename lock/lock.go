@@ -65,6 +65,34 @@ type Lock interface {
 	Err() error
 }
 
+// A Fenced lock has a fencing token: a number that grows with every new
+// holder of a name, so that a write can be refused when its holder has
+// been replaced, even if that holder does not know it yet (a process that
+// was paused past its lease). [Do] hands the token to the job, which reads
+// it with [Token]. The Locks of [Advisory] and [Lease] are Fenced; a lock
+// of your own may be too (an etcd revision, a counter incremented at each
+// acquisition). The package documentation, under "Fencing tokens", says
+// how a write checks a token.
+type Fenced interface {
+	Lock
+	// Token returns the lock's fencing token. It does not change while
+	// the lock is held; a later holder of the same name gets a greater
+	// one.
+	Token() int64
+}
+
+// tokenKey is the context key of the fencing token Do hands the job.
+type tokenKey struct{}
+
+// Token returns the fencing token of the lock held for the job that ctx
+// belongs to: the context [Do] gives the job, or one derived from it. ok
+// is false outside such a job, or when the job's lock is not [Fenced].
+// When jobs nest, it is the token of the innermost one's lock.
+func Token(ctx context.Context) (token int64, ok bool) {
+	token, ok = ctx.Value(tokenKey{}).(int64)
+	return token, ok
+}
+
 // Key returns the 64-bit advisory lock key for a name in a namespace: the
 // first 8 bytes, read big-endian as a two's-complement int64, of
 //
@@ -126,6 +154,7 @@ func loggerOf(l Locker) *slog.Logger {
 // why.
 type held struct {
 	name   string
+	token  int64         // the fencing token
 	lost   chan struct{} // closed when a check fails
 	err    error         // written before lost is closed
 	stop   chan struct{} // closed by Unlock to end the checker
@@ -139,10 +168,11 @@ type held struct {
 
 // newHeld starts the checker: every interval, check runs with a timeout and
 // must return nil for the lock to count as still held.
-func newHeld(name string, interval, timeout time.Duration, logger *slog.Logger,
+func newHeld(name string, token int64, interval, timeout time.Duration, logger *slog.Logger,
 	check func(ctx context.Context) error, release func(ctx context.Context, lost bool) error) *held {
 	h := &held{
 		name:    name,
+		token:   token,
 		lost:    make(chan struct{}),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -177,8 +207,13 @@ func (h *held) watch(interval, timeout time.Duration, check func(ctx context.Con
 	}
 }
 
+var _ Fenced = (*held)(nil)
+
 // Lost is closed when the lock is found lost.
 func (h *held) Lost() <-chan struct{} { return h.lost }
+
+// Token returns the lock's fencing token.
+func (h *held) Token() int64 { return h.token }
 
 // Err returns nil while the lock is held, and an error wrapping
 // [ErrLockLost] that says why once Lost is closed.
@@ -220,7 +255,8 @@ func (h *held) Unlock(ctx context.Context) error {
 // ran == false and a nil error without calling fn: that is not a failure.
 // fn's context is cancelled with a cause wrapping [ErrLockLost] if the lock
 // is lost while fn runs, and Do then returns an error wrapping ErrLockLost
-// even if fn returned nil, so the loss is never silent.
+// even if fn returned nil, so the loss is never silent. When the lock is
+// [Fenced], fn's context carries its token: see [Token].
 func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context) error) (ran bool, err error) {
 	if nilness.Is(l) {
 		return false, errNilGuard(fmt.Sprintf("%T", l))
@@ -241,6 +277,9 @@ func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context)
 		return false, fmt.Errorf("lock: %T.Lock(%q) returned neither a lock nor an error", l, name)
 	}
 	jobCtx, cancel := context.WithCancelCause(ctx)
+	if f, ok := h.(Fenced); ok {
+		jobCtx = context.WithValue(jobCtx, tokenKey{}, f.Token())
+	}
 	finished := make(chan struct{})
 	go func() {
 		select {

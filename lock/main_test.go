@@ -129,21 +129,41 @@ func TestHelperProcess(t *testing.T) {
 			select {}
 		})
 
-	case "lease-job":
+	case "lease-fenced-job":
 		// Take a short lease (waiting for it) and do a side effect every
-		// 20ms, each checked against the job's context first, until the
-		// context is cancelled; report when and why.
+		// 20ms, whatever the job's context says, each checking the lease's
+		// fencing token in its own statement, until one is refused;
+		// record each try. Then wait for the context to end and report
+		// when and why.
 		ttl, _ := time.ParseDuration(os.Getenv(envArg))
 		g, err := lock.NewLease(pool, lock.LeaseConfig{TTL: ttl, Wait: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		lock.Do(ctx, g, name, func(ctx context.Context) error {
+			token, ok := lock.Token(ctx)
+			if !ok {
+				t.Fatal("the job's context has no fencing token")
+			}
 			mustExec(t, pool, `INSERT INTO acquired (pid) VALUES ($1)`, pid)
-			for ctx.Err() == nil {
-				mustExec(t, pool, `INSERT INTO effects (pid) VALUES ($1)`, pid)
+			for {
+				// The try is recorded in the side effect's statement: a
+				// pause cannot come between them.
+				var done bool
+				err := pool.QueryRow(context.Background(), `WITH effect AS (
+						INSERT INTO effects (pid)
+						SELECT $1 FROM `+lock.DefaultLeaseTable+` WHERE token = $2 FOR SHARE
+						RETURNING true)
+					INSERT INTO tries (pid, done) SELECT $1, EXISTS (SELECT FROM effect) RETURNING done`, pid, token).Scan(&done)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !done {
+					break
+				}
 				time.Sleep(20 * time.Millisecond)
 			}
+			<-ctx.Done()
 			cause := context.Cause(ctx)
 			mustExec(t, pool, `INSERT INTO cancelled (pid, at_unix_nano, lost, cause) VALUES ($1, $2, $3, $4)`,
 				pid, time.Now().UnixNano(), errors.Is(cause, lock.ErrLockLost), fmt.Sprint(cause))

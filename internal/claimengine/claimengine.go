@@ -33,6 +33,10 @@ var (
 	// ErrConflict is returned when an outcome contradicts the recorded one
 	// (a second, different charge id, or success after failure).
 	ErrConflict = errors.New("claim: conflicting outcome")
+	// ErrFenced is returned by Claim and ClaimBatch when a request's
+	// Fence no longer holds: another holder took the lease over, or it
+	// ended. Nothing was claimed; stop claiming under that lease.
+	ErrFenced = errors.New("claim: fenced: the lease the claim was made under has another holder")
 )
 
 // Engine is what a claim store does for billing. All methods are safe for
@@ -40,7 +44,8 @@ var (
 type Engine[C any] interface {
 	// Claim records the intent to charge before anything is sent. See
 	// [Outcome] for what the caller does next. A request that conflicts
-	// with an existing claim returns a *claim.MismatchError.
+	// with an existing claim returns a *claim.MismatchError; one whose
+	// Fence no longer holds claims nothing and returns ErrFenced.
 	Claim(ctx context.Context, req Request) (Result[C], error)
 	// ClaimBatch claims many requests at once, with the same outcomes as
 	// Claim, in request order. Requests that conflict get Outcome Mismatch
@@ -187,6 +192,23 @@ type Request struct {
 	Attempt    int
 	Endpoint   string
 	Credential string
+
+	// Fence, when set, makes the claim conditional on a lease: it is
+	// made only if the lease still has the holder the claim is made for.
+	// Every request of a ClaimBatch carries the same Fence.
+	Fence Fence
+}
+
+// A Fence names a lease of package lock by its fencing token: a claim
+// statement with a Fence checks, FOR SHARE, that a row of Table still
+// carries Token, and claims nothing otherwise (ErrFenced), so that no
+// claim lands once another holder has taken the lease over. Table is
+// found by the claim store's search_path: the lease must be in the claim
+// store's database. The memory store, a single process's, checks
+// nothing. The zero Fence is none.
+type Fence struct {
+	Table string // the lease table, unquoted
+	Token int64
 }
 
 // Outcome tells the caller of Claim what to do.
