@@ -502,3 +502,32 @@ func TestTakenIdentifierIsNeverRecordedAsDelivered(t *testing.T) {
 		t.Errorf("meter total %v, want 42", got)
 	}
 }
+
+// Stripe's summaries count in float64, exact up to 2^53: a report of
+// 2^53 is sent and counted as reported; one of 2^53 + 1, which Stripe
+// would count as 2^53, is refused before anything is claimed or sent.
+func TestUsageValueBeyondExactCountingIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	exact := usage("cus_exact", 1<<53)
+	if r, err := e.b.ReportUsage(ctx, exact); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("report of 2^53 = %+v, %v; want created", r, err)
+	}
+	requireCounted(t, e.srv, exact)
+	over := usage("cus_over", 1<<53+1)
+	_, err := e.b.ReportUsage(ctx, over)
+	if !errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), "9007199254740993") {
+		t.Errorf("report of 2^53 + 1 = %v, want ErrInvalid naming the value", err)
+	}
+	if err := over.Validate(); !errors.Is(err, billing.ErrInvalid) {
+		t.Errorf("Validate of 2^53 + 1 = %v, want ErrInvalid", err)
+	}
+	if n := e.srv.MeterEvents(over.Meter, over.Customer); n != 0 {
+		t.Errorf("%d meter events for 2^53 + 1, want 0 (Stripe counts %v)", n, e.srv.MeterTotal(over.Meter, over.Customer, over.Start, over.End))
+	}
+	if n := e.claimRows(); n != 1 {
+		t.Errorf("%d claims, want 1: the refused report claims nothing", n)
+	}
+}
