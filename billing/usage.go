@@ -78,7 +78,8 @@ type Usage struct {
 	// are not detected, and count their usage twice: do not send them.
 	Start, End time.Time
 	// Value is the quantity: the window's usage (Increments) or its
-	// running total (WindowTotals). It must be positive.
+	// running total (WindowTotals). It must be positive, and at most
+	// 2^53, the largest integer Stripe's summaries (float64) count exactly.
 	Value int64
 	// Attempt numbers reports of the same window: 0 or 1 for the first.
 	// For Increments, after Stripe rejected a report (an ErrDeclined),
@@ -99,6 +100,11 @@ const (
 	// usageMaxAhead is how far ahead of now a window may end: Stripe
 	// refuses events more than 5 minutes in the future.
 	usageMaxAhead = 5 * time.Minute
+	// maxExactValue is the largest Usage.Value accepted: Stripe's
+	// summaries are float64, which holds every integer up to 2^53 and
+	// rounds the next one, 2^53 + 1, to 2^53. Compared as integers: as
+	// float64 the two are equal.
+	maxExactValue = 1 << 53
 	// endpointMeterEvents is the Endpoint of a usage claim.
 	endpointMeterEvents = "meter_events"
 )
@@ -151,8 +157,8 @@ func checkUsage(u Usage, now time.Time) (Usage, error) {
 		return u, invalid("Usage.Kind %v: say which kind of meter %s is: billing.Increments (a sum meter) or billing.WindowTotals (a meter with event_time_window)", u.Kind, u.Meter)
 	case u.Value <= 0:
 		return u, invalid("Usage.Value %d: report a positive quantity (a window without usage needs no report)", u.Value)
-	case float64(u.Value) > 1<<53:
-		return u, invalid("Usage.Value %d is larger than Stripe's summaries can count exactly", u.Value)
+	case u.Value > maxExactValue:
+		return u, invalid("Usage.Value %d is above %d (2^53), the largest quantity Stripe's summaries count exactly (they are float64): split the usage over shorter windows", u.Value, int64(maxExactValue))
 	case u.Attempt < 0 || u.Attempt > maxAttempt:
 		return u, invalid("Usage.Attempt %d: use 0 or 1 for the first report, up to %d", u.Attempt, maxAttempt)
 	case u.Start.IsZero() || u.End.IsZero():
