@@ -531,3 +531,45 @@ func TestUsageValueBeyondExactCountingIsRefused(t *testing.T) {
 		t.Errorf("%d claims, want 1: the refused report claims nothing", n)
 	}
 }
+
+// A pending report that Stripe refuses as older than 35 days can never be
+// delivered under its key: its claim fails with a reason a person can act
+// on, and Reconcile, which goes oldest first, goes on to settle the
+// reports behind it instead of stopping on it every time.
+func TestUsageTooOldForStripeFailsItsClaimAndReconcileGoesOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	old := usage("cus_old", 5)
+	old.Start, old.End = old.Start.Add(-33*24*time.Hour), old.End.Add(-33*24*time.Hour)
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, old); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("old window with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	e.advance(3 * 24 * time.Hour) // its window now starts 36 days ago for Stripe
+	recent := usage("cus_recent", 9)
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, recent); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("recent window with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	for i := range 2 { // a cron's Reconcile, run after run
+		sum, err := e.biller().Reconcile(ctx, nil)
+		if err != nil || billing.StopsRun(err) {
+			t.Fatalf("Reconcile %d = %+v, %v; want it to go on past the report Stripe calls too old", i+1, sum.Progress, err)
+		}
+	}
+	if n := e.srv.MeterEvents(old.Meter, old.Customer); n != 0 {
+		t.Errorf("%d meter events for the old window, want 0: Stripe refuses it", n)
+	}
+	requireCounted(t, e.srv, recent)
+	_, err := e.b.ReportUsage(ctx, old)
+	var ce *billing.ChargeError
+	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrDeclined) || billing.StopsRun(err) {
+		t.Fatalf("old window after Reconcile = %v, want ErrDeclined from its failed claim", err)
+	}
+	c, gerr := e.store.Get(ctx, ce.Key)
+	if gerr != nil || c.State != claim.StateFailed || !strings.Contains(c.LastError, "timestamp_too_far_in_past") || !strings.Contains(c.LastError, "no longer") {
+		t.Errorf("old window's claim = %s %q, %v; want failed, saying Stripe's code and what can be done", c.State, c.LastError, gerr)
+	}
+}
