@@ -906,9 +906,10 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	var se *stripe.Error
 	isStripe := errors.As(err, &se)
 	refusal := isStripe && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency
-	if refusal && refusedByCustomer(se) {
-		// A definitive refusal about this customer alone: a decline, no
-		// such customer or payment method. Terminal for this key.
+	if refusal && refusedForItem(se) {
+		// A definitive refusal about this item alone: a decline, no such
+		// customer or payment method, a value of its own its key is
+		// always sent with. Terminal for this key.
 		// Any other refusal stops the run below (see Classify).
 		reason := string(se.Code)
 		if se.DeclineCode != "" {
@@ -918,6 +919,9 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 			reason = string(se.Type)
 		}
 		reason += ": " + se.Msg
+		if fix := itemCodes[se.Code]; fix != "" {
+			reason += "; " + fix
+		}
 		if ferr := recordErr(bg, b.claims.Fail(bg, key, reason)); ferr != nil {
 			return declined(j, ErrNotRecorded, "declined ("+reason+")", ferr, se)
 		}
@@ -982,7 +986,7 @@ func refusedBeforeExecution(err error) bool {
 	case c == http.StatusTooManyRequests:
 		return se.Code != stripe.ErrorCodeLockTimeout
 	case c >= 400 && c < 500 && c != http.StatusConflict && c != http.StatusPaymentRequired:
-		return se.Type != stripe.ErrorTypeCard && se.Type != stripe.ErrorTypeIdempotency && !refusedByCustomer(se)
+		return se.Type != stripe.ErrorTypeCard && se.Type != stripe.ErrorTypeIdempotency && !refusedForItem(se)
 	}
 	return false
 }

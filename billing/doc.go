@@ -46,8 +46,9 @@
 // Charge or Run resumes it with that same key, so Stripe replays a charge
 // it made ([ErrOutcomeUnknown] after retries run out on timeouts, dropped
 // connections, 5xx, 409 and 429; see [Classify]). And only a refusal about
-// the customer's own card, payment method, bank account or price decides
-// the customer ([ErrDeclined], terminal for the key: billing again is a
+// the customer's own card, payment method, bank account or price (or a
+// usage report's window, too old for Stripe) decides that one item
+// ([ErrDeclined], terminal for the key: billing again is a
 // person's [Biller.Rebill]); a refusal that no customer's request could
 // get past (a wrong Config.StripeURL, a revoked key, a spend cap) decides
 // nobody and stops a Run ([StopsRun]), and so does a Stripe that gives no

@@ -91,10 +91,10 @@ func StopsRun(err error) bool {
 var (
 	// ErrDeclined is returned when Stripe refuses the charge for a reason about this
 	// customer alone (a decline, an expired card, no such customer or
-	// payment method, an amount Stripe will not take), and sending the same
-	// key again cannot change that. The claim is recorded as failed, and
-	// later calls for the customer and period return this error again
-	// without calling Stripe. Billing the customer again is a decision for
+	// payment method, an amount Stripe will not take, a usage report older
+	// than Stripe takes), and sending the same key again cannot change
+	// that. The claim is recorded as failed, and later calls for the
+	// customer and period return this error again without calling Stripe. Billing the customer again is a decision for
 	// a person or a dunning process: [Biller.Rebill] with attempt
 	// ChargeError.Attempt+1. Code and DeclineCode carry Stripe's codes when
 	// the refusal came from Stripe in this call.
