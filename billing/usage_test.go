@@ -573,3 +573,45 @@ func TestUsageTooOldForStripeFailsItsClaimAndReconcileGoesOn(t *testing.T) {
 		t.Errorf("old window's claim = %s %q, %v; want failed, saying Stripe's code and what can be done", c.State, c.LastError, gerr)
 	}
 }
+
+// A claim table restored from a backup older than a window's totals 10
+// and 25 has no claim of either. A day later Stripe no longer knows their
+// identifiers, and keeps the newest event of the window: sending the
+// total 10 again would make the window count 10. Past the identifier
+// window a total is sent only when the meter's summary shows nothing;
+// showing this very total settles the claim, and anything else needs a
+// person.
+func TestRestoredClaimTableNeverReplacesANewerWindowTotal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("seats", "sum", "hour")
+	ctx := context.Background()
+	start := hourAgo().Add(-48 * time.Hour) // a backfill
+	total := func(customer string, value int64, attempt int) billing.Usage {
+		return billing.Usage{Customer: customer, Meter: "seats", Kind: billing.WindowTotals,
+			Start: start, End: start.Add(time.Hour), Value: value, Attempt: attempt}
+	}
+	for _, u := range []billing.Usage{total("cus_revised", 10, 1), total("cus_revised", 25, 2), total("cus_once", 10, 1)} {
+		if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+			t.Fatalf("%s total %d (attempt %d) = %+v, %v; want created", u.Customer, u.Value, u.Attempt, r, err)
+		}
+	}
+	e.advance(25 * time.Hour)
+	e.srv.AggregateNow()
+	e.exec("DELETE FROM billonce_claims") // the backup predates every total
+	before := sends(e.srv)
+	if _, err := e.b.ReportUsage(ctx, total("cus_revised", 10, 1)); !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("total 10 again after the restore = %v, want ErrNeedsReconciliation: the window counts 25", err)
+	}
+	if r, err := e.b.ReportUsage(ctx, total("cus_once", 10, 1)); err != nil || r.Outcome != billing.Reconciled {
+		t.Errorf("the one total again after the restore = %+v, %v; want reconciled from the meter's summary", r, err)
+	}
+	if n := sends(e.srv) - before; n != 0 {
+		t.Errorf("%d meter events sent after the restore, want 0", n)
+	}
+	for customer, want := range map[string]float64{"cus_revised": 25, "cus_once": 10} {
+		if got := e.srv.MeterTotal("seats", customer, start, start.Add(time.Hour)); got != want {
+			t.Errorf("%s: window total %v at Stripe, want %v: an older total replaced the newer one", customer, got, want)
+		}
+	}
+}
