@@ -36,7 +36,9 @@ const (
 	// is exactly one of the meter's. A window's totals are its attempts:
 	// the first is attempt 1, each new total the next attempt, sent only
 	// once the one before it is settled, so that Stripe never ends with
-	// an older total; each is sent once.
+	// an older total; each is sent once. Once the window started more
+	// than Config.WindowMargin ago, a total is sent only if the meter's
+	// summary shows nothing for the window (see [Biller.ReportUsage]).
 	WindowTotals
 )
 
@@ -373,15 +375,20 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // report's Start, and no two reports of a claim table start at the same
 // minute) or, for a pre-aggregated meter, over the window. A summary
 // equal to the value records the report as delivered (Outcome
-// Reconciled); a summary of zero (for a window total: below the value,
-// the window still showing an earlier total) reopens the key's window and
-// sends; anything else is ErrNeedsReconciliation. This proves delivery
-// only while nothing but this claim table reports to the meter for the
-// customer at that minute or window; Stripe has no lookup of one event by
-// identifier. The summary decides the same way before the first send of
-// increments whose window started more than WindowMargin ago: Stripe may
-// have taken the event more than a day ago, from a claim table restored
-// since from an older backup, and forgotten its identifier.
+// Reconciled); a summary of zero reopens the key's window and sends;
+// anything else is ErrNeedsReconciliation, and nothing is sent: for a
+// window total, another total of the window is counted, and Stripe,
+// which keeps the newest event, would replace it with this one. This
+// proves delivery only while nothing but this claim table reports to the
+// meter for the customer at that minute or window; Stripe has no lookup
+// of one event by identifier. The summary decides the same way before the
+// first send of any report whose window started more than WindowMargin
+// ago: Stripe may have taken its event (or, for a window total, a newer
+// total) more than a day ago, from a claim table restored since from an
+// older backup, and forgotten its identifier. So a window's new total is
+// sent by itself only within WindowMargin of the window's start; later,
+// with an earlier total counted, it needs a person, who compares the
+// window's summary with the records.
 //
 // Stripe validates events again as it aggregates them and reports the
 // ones it rejects later, in a meter error report (a
@@ -471,15 +478,14 @@ func duplicateIdentifier(err error) bool {
 // sent, may stand for an event Stripe took more than a day ago and no
 // longer knows by its identifier, although this claim never sent it: a
 // claim table restored from a backup, or another table of the same scope.
-// A window total may be sent again at any time (Stripe keeps the newest
-// event of its window); increments may not. An event is sent once its
-// window is over, or at most usageMaxAhead before, so while the window
-// ended less than WindowMargin ago Stripe still refuses the identifier of
-// any earlier send. A claim whose window was reopened after a summary
-// read has been checked already.
+// Sending it blind could count increments twice, or make a window total
+// replace a newer one (Stripe keeps the newest event of a window). An
+// event is sent once its window is over, or at most usageMaxAhead before,
+// so while the window started less than WindowMargin ago Stripe still
+// refuses the identifier of any earlier send. A claim whose window was
+// reopened after a summary read has been checked already.
 func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
-	u := j.usage
-	return u.Kind == Increments && c.ReconciledAt.IsZero() && time.Since(u.Start) > b.cfg.WindowMargin-usageMaxAhead
+	return c.ReconciledAt.IsZero() && time.Since(j.usage.Start) > b.cfg.WindowMargin-usageMaxAhead
 }
 
 // checkRevision checks, before a window total of attempt 2 or more is
@@ -539,20 +545,19 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 			attrs(j, "reason", reason)...)
 		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, nil)
 	}
-	value := float64(u.Value)
+	counted, whole := countOf(total)
 	switch {
 	case err != nil:
 		return needs("reading the meter's summary failed: " + err.Error())
-	case total == value:
+	case whole && counted == u.Value:
 		r, err := b.record(ctx, j, created{id: j.key.String(), status: "succeeded"})
 		if err == nil {
 			r.Outcome = Reconciled
 		}
 		return r, err
-	case total == 0 || u.Kind == WindowTotals && total < value:
-		// Nothing counted: the event never arrived, or, for a window
-		// total, the window still shows an earlier total (revisions are
-		// sent one at a time, in order: see checkRevision).
+	case whole && counted == 0:
+		// Nothing counted: the event never arrived, and no other event
+		// counts where this one would.
 		if err := b.claims.Reopen(ctx, j.key.String(), j.owner, endpointMeterEvents, b.credential); err != nil {
 			return Receipt{}, chargeErr(j, nil, "reopening the key's window", err)
 		}
@@ -560,7 +565,20 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 		c.SentAge = 0
 		return b.send(ctx, j, c)
 	}
-	return needs(fmt.Sprintf("the meter's summary is %v, the report's value %d: another report counts at this minute or window too", total, u.Value))
+	return needs(fmt.Sprintf("the meter's summary is %v, neither nothing nor the report's value %d: another event counts at this minute or window "+
+		"(another report, or, for a window total, another total of the window, which this one would replace, Stripe keeping the newest); "+
+		"nothing was sent: compare the summary with your records", total, u.Value))
+}
+
+// countOf returns a summary's aggregated value as an integer, and whether
+// it is one that a report's Value can equal: a whole number from 0 to
+// maxExactValue. Compared as integers, not as float64, in which 2^53 + 1
+// is 2^53.
+func countOf(total float64) (int64, bool) {
+	if total < 0 || total > maxExactValue || total != math.Trunc(total) {
+		return 0, false
+	}
+	return int64(total), true
 }
 
 // meterTotal reads the meter's aggregated value for the report's customer
