@@ -187,6 +187,15 @@ type Request struct {
 	Attempt    int
 	Endpoint   string
 	Credential string
+
+	// For a usage report, its identity at Stripe's meter: the meter's
+	// event name and the window the usage was measured in, WindowStart
+	// inclusive, WindowEnd exclusive; all empty for any other claim.
+	// No two live claims of one customer and meter have overlapping
+	// windows unless the windows are the same: a request whose window
+	// overlaps another's is a *claim.MismatchError on "window".
+	Meter                  string
+	WindowStart, WindowEnd time.Time
 }
 
 // Outcome tells the caller of Claim what to do.
