@@ -274,6 +274,7 @@ func (b *Biller) request(j job) claimengine.Request {
 		r.Endpoint = endpointInvoices
 	case j.usage != nil:
 		r.Endpoint = endpointMeterEvents
+		r.Meter, r.WindowStart, r.WindowEnd = j.usage.Meter, j.usage.Start, j.usage.End
 	}
 	return r
 }
@@ -315,7 +316,7 @@ func (b *Biller) claimLoop(ctx context.Context, j job, start time.Time) (Receipt
 		if err != nil {
 			var m *claim.MismatchError
 			var wait *ChargeError
-			if errors.As(err, &m) {
+			if errors.As(err, &m) && !windowOverlap(m) {
 				wait = b.underWay(j, m.Existing)
 			}
 			if wait == nil {

@@ -122,7 +122,10 @@
 // window's next Usage.Attempt, sent once the one before it settled) for a
 // pre-aggregated one (event_time_window hour or day, of which Stripe keeps
 // the newest event per window). The Biller reads each meter from Stripe once and
-// refuses the wrong combination, which would over- or under-count.
+// refuses the wrong combination, which would over- or under-count. The
+// claim table keeps the windows of a customer and meter from
+// overlapping, across runs, replicas and scopes: an overlapping report is
+// an [ErrInvalid] naming the window claimed, and nothing is sent.
 //
 // The charge rules hold, with the meter event's identifier as a second
 // key: it is the claim's idempotency key, derived from (scope, meter,

@@ -275,6 +275,9 @@ func chargeErr(j job, kind error, msg string, cause error) *ChargeError {
 	if !j.key.IsZero() {
 		e.Key = j.key.String()
 	}
+	if kind == nil && windowOverlap(cause) {
+		kind = ErrInvalid // bad input, whichever run or replica made the other claim
+	}
 	switch {
 	case kind != nil:
 		e.Err = &kindError{kind: kind, msg: msg, cause: cause}
@@ -353,14 +356,15 @@ var errorKinds = []struct {
 // that failed when it settled), "outcome_unknown", "in_progress",
 // "needs_reconciliation", "not_recorded", "key_reused", "sent_elsewhere",
 // "mismatch" (a price that contradicts the claim, a [*claim.MismatchError]),
-// "invalid", "run_held_elsewhere", "canceled", "deadline_exceeded", or
-// "other"; "" for nil. Test for a kind with errors.Is, not with its word.
+// "invalid" (a usage window that overlaps a claimed one among them),
+// "run_held_elsewhere", "canceled", "deadline_exceeded", or "other"; ""
+// for nil. Test for a kind with errors.Is, not with its word.
 func ErrorKind(err error) string {
 	if err == nil {
 		return ""
 	}
 	var me *claim.MismatchError
-	if errors.As(err, &me) {
+	if errors.As(err, &me) && !windowOverlap(me) {
 		return "mismatch"
 	}
 	for _, k := range errorKinds {

@@ -74,10 +74,15 @@ type Usage struct {
 	// whole UTC hour or day, as the meter's event_time_window). The event
 	// is stamped with Start. Start must be within the last 34 days (Stripe
 	// takes events up to 35 days old; a day is left for retries and
-	// resumes), and End no more than 5 minutes ahead. Two reports of one
-	// customer and meter never start at the same minute (the second is
-	// refused with a *claim.MismatchError); windows that overlap otherwise
-	// are not detected, and count their usage twice: do not send them.
+	// resumes), and End no more than 5 minutes ahead. The windows of one
+	// customer and meter never overlap, since the meter would count the
+	// overlap twice: a report whose window overlaps one already claimed
+	// in the claim table (by any run, replica, file or scope) is refused
+	// with an ErrInvalid that names the claimed window, and nothing is
+	// sent. The same window again is the same report (or, for
+	// WindowTotals, the window's next total), and windows that meet, one
+	// ending where the next starts, do not overlap. A window whose report
+	// failed (Stripe rejected it) no longer holds its time.
 	Start, End time.Time
 	// Value is the quantity: the window's usage (Increments) or its
 	// running total (WindowTotals). It must be positive, and at most
@@ -213,10 +218,12 @@ func checkMeter(u Usage, m meterInfo) error {
 
 // usagePeriod is the claim's period of a report: the meter, the start of
 // its window and its kind, and for a window total its attempt, the
-// total's revision. The table holds one live claim per customer and
-// period, so two reports of one meter that start at the same minute never
-// both stand: the second is refused, and a report's own event is the only
-// one the meter's summary of that minute can count (see meterTotal).
+// total's revision. The claim records the meter and window as columns of
+// their own too (see Biller.request), and the table keeps the live
+// windows of a customer and meter apart, so a report's own event is the
+// only one the meter's summary of its first minute can count (see
+// meterTotal); the period keeps reports made before the table recorded
+// windows from starting at the same minute.
 func usagePeriod(u Usage) string {
 	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339)
 	if u.Kind == WindowTotals {
@@ -225,48 +232,44 @@ func usagePeriod(u Usage) string {
 	return p + " increment"
 }
 
-// parseUsagePeriod reads a report back from its claim. Its End is unknown
-// (the claim's key holds it); usageJobFromClaim sets what is needed.
-func parseUsagePeriod(c claim.Claim) (Usage, error) {
-	f := strings.Fields(c.Period)
-	u := Usage{Customer: c.Customer, Value: c.Amount, Attempt: max(c.Attempt, 1)}
-	if len(f) < 4 || f[0] != "usage" {
-		return u, fmt.Errorf("billing: claim %s has no usage period: %q", c.Key, c.Period)
-	}
-	u.Meter = f[1]
-	var err error
-	u.Start, err = time.Parse(time.RFC3339, f[2])
-	switch {
-	case err != nil:
-		return u, fmt.Errorf("billing: claim %s has an unreadable usage period %q", c.Key, c.Period)
-	case f[3] == "increment":
-		u.Kind = Increments
-	case f[3] == "total":
-		u.Kind = WindowTotals
-	default:
-		return u, fmt.Errorf("billing: claim %s has an unknown usage kind in %q", c.Key, c.Period)
-	}
-	return u, nil
-}
-
 // usageJobFromClaim rebuilds the usage report a pending claim stands for,
-// with the claim's own key.
+// with the claim's own key: its meter and window are the claim's, its
+// kind the meter's (a report's kind always matches its meter: see
+// checkMeter). A claim made before the claim table recorded window ends
+// has its End from the meter: one window of a pre-aggregated meter, a
+// minute otherwise, which is all a resume needs of it.
 func (b *Biller) usageJobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
-	u, err := parseUsagePeriod(c)
-	if err != nil {
-		return job{}, err
+	if c.Meter == "" || c.WindowStart.IsZero() {
+		return job{}, fmt.Errorf("billing: claim %s is sent to meter events but records no meter and window (period %q)", c.Key, c.Period)
 	}
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {
 		return job{}, fmt.Errorf("billing: claim for customer %s, period %s has an unusable key: %w", c.Customer, c.Period, err)
 	}
-	m, err := b.meter(ctx, u.Meter)
+	m, err := b.meter(ctx, c.Meter)
 	if err != nil {
 		return job{}, err
 	}
-	u.End = u.Start.Add(m.windowSize())
-	return job{customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount}, key: key, attempt: max(c.Attempt, 1),
+	u := Usage{Customer: c.Customer, Meter: c.Meter, Kind: Increments, Start: c.WindowStart.UTC(), End: c.WindowEnd.UTC(),
+		Value: c.Amount, Attempt: max(c.Attempt, 1)}
+	if m.window != "" {
+		u.Kind = WindowTotals
+	}
+	if c.WindowEnd.IsZero() {
+		u.End = u.Start.Add(m.windowSize())
+	}
+	return job{customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount}, key: key, attempt: u.Attempt,
 		owner: b.newOwner(), usage: &usageJob{Usage: u, meter: m}}, nil
+}
+
+// windowOverlap reports whether err is the claim store's refusal of a
+// usage report whose window overlaps the window of another live report
+// of the same customer and meter (made by any run, replica or scope): bad
+// input, an [ErrInvalid], since the meter would count the overlap twice
+// and no retry can make it right.
+func windowOverlap(err error) bool {
+	var m *claim.MismatchError
+	return errors.As(err, &m) && m.Field == "window"
 }
 
 // usageKey is the key, and the meter event's identifier, of a report.
@@ -358,7 +361,11 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // the outcome is recorded on the claim. The receipt's StripeID is the
 // identifier, its Amount the value, and its Period the claim's period
 // ("usage <meter> <start> increment", or "usage <meter> <start> total
-// <attempt>").
+// <attempt>"). A report whose window overlaps the window of another
+// report of the customer and meter in the claim table is refused before
+// anything is sent, with an [ErrInvalid] that names that window (see
+// Usage.Start): the claim table refuses it, so that it holds across runs,
+// replicas and processes.
 //
 // Stripe refuses an identifier it has seen in the last 24 hours or more
 // with a 400 ("An event already exists with identifier …"). When this
@@ -415,8 +422,9 @@ func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
 // concurrency under the Biller's rate limit, with Progress, a Summary
 // (Created counts the events sent, AlreadyBilled the reports found
 // delivered), and the lock of opts.Lock (named LockName, by default
-// "billonce-usage:<scope>"). A report that is invalid, or repeated within
-// a batch, is counted as Invalid; answers that stop a Run stop it.
+// "billonce-usage:<scope>"). A report that is invalid, repeated within a
+// batch, or whose window overlaps one already claimed (by this run or
+// any other) is counted as Invalid; answers that stop a Run stop it.
 func (b *Biller) RunUsage(ctx context.Context, reports iter.Seq2[Usage, error], opts *RunOptions) (Summary, error) {
 	var bad error
 	if reports == nil {
