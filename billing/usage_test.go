@@ -615,3 +615,32 @@ func TestRestoredClaimTableNeverReplacesANewerWindowTotal(t *testing.T) {
 		}
 	}
 }
+
+// A window's new total sent soon after the window ended goes out at
+// once: no event of the window can be older than its end, less the 5
+// minutes Stripe takes ahead, so Stripe still knows every identifier of
+// the window until WindowMargin after that. A meter's day window is
+// revised that way after midnight; here an hour window and a
+// WindowMargin an hour or so long stand for it, whatever the minute the
+// test runs at.
+func TestWindowTotalRevisedSoonAfterItsWindowIsSent(t *testing.T) {
+	t.Parallel()
+	minutes := time.Since(time.Now().UTC().Truncate(time.Hour))
+	margin := max(time.Hour, minutes+10*time.Minute) // past the window's end, not past its start
+	e := newEnv(t, func(c *billing.Config) { c.WindowMargin = margin })
+	e.srv.CreateMeter("seats", "sum", "hour")
+	ctx := context.Background()
+	start := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	u := billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: start, End: start.Add(time.Hour), Value: 10}
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("total 10 = %+v, %v; want created", r, err)
+	}
+	e.srv.AggregateNow() // the meter's summary shows 10
+	u.Value, u.Attempt = 25, 2
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+		t.Errorf("total 25 = %+v, %v; want created: every identifier of the window is still known to Stripe", r, err)
+	}
+	if got := e.srv.MeterTotal("seats", "cus_1", start, start.Add(time.Hour)); got != 25 {
+		t.Errorf("window total %v at Stripe, want 25", got)
+	}
+}
