@@ -36,9 +36,9 @@ const (
 	// is exactly one of the meter's. A window's totals are its attempts:
 	// the first is attempt 1, each new total the next attempt, sent only
 	// once the one before it is settled, so that Stripe never ends with
-	// an older total; each is sent once. Once the window started more
-	// than Config.WindowMargin ago, a total is sent only if the meter's
-	// summary shows nothing for the window (see [Biller.ReportUsage]).
+	// an older total; each is sent once. Once the window ended more than
+	// Config.WindowMargin ago, a total is sent only if the meter's summary
+	// shows nothing for the window (see [Biller.ReportUsage]).
 	WindowTotals
 )
 
@@ -389,13 +389,13 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // proves delivery only while nothing but this claim table reports to the
 // meter for the customer at that minute or window; Stripe has no lookup
 // of one event by identifier. The summary decides the same way before the
-// first send of any report whose window started more than WindowMargin
-// ago: Stripe may have taken its event (or, for a window total, a newer
-// total) more than a day ago, from a claim table restored since from an
-// older backup, and forgotten its identifier. So a window's new total is
-// sent by itself only within WindowMargin of the window's start; later,
-// with an earlier total counted, it needs a person, who compares the
-// window's summary with the records.
+// first send of any report whose window ended more than WindowMargin ago:
+// Stripe may have taken its event (or, for a window total, a newer total)
+// more than a day ago, from a claim table restored since from an older
+// backup, and forgotten its identifier. So a window's new total is sent
+// by itself only within WindowMargin of the window's end; later, with an
+// earlier total counted, it needs a person, who compares the window's
+// summary with the records.
 //
 // Stripe validates events again as it aggregates them and reports the
 // ones it rejects later, in a meter error report (a
@@ -488,12 +488,13 @@ func duplicateIdentifier(err error) bool {
 // claim table restored from a backup, or another table of the same scope.
 // Sending it blind could count increments twice, or make a window total
 // replace a newer one (Stripe keeps the newest event of a window). An
-// event is sent once its window is over, or at most usageMaxAhead before,
-// so while the window started less than WindowMargin ago Stripe still
-// refuses the identifier of any earlier send. A claim whose window was
-// reopened after a summary read has been checked already.
+// event is sent once its window is over, or at most usageMaxAhead before
+// (checkUsage refuses it earlier), so while the window ended less than
+// WindowMargin ago Stripe still refuses the identifier of any earlier
+// send of it, and of every other total of its window. A claim whose
+// window was reopened after a summary read has been checked already.
 func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
-	return c.ReconciledAt.IsZero() && time.Since(j.usage.Start) > b.cfg.WindowMargin-usageMaxAhead
+	return c.ReconciledAt.IsZero() && time.Since(j.usage.End) > b.cfg.WindowMargin-usageMaxAhead
 }
 
 // checkRevision checks, before a window total of attempt 2 or more is
