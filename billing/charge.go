@@ -315,6 +315,7 @@ func (b *Biller) request(j job) claimengine.Request {
 		r.Endpoint = endpointInvoices
 	case j.usage != nil:
 		r.Endpoint = endpointMeterEvents
+		r.Meter, r.WindowStart, r.WindowEnd = j.usage.Meter, j.usage.Start, j.usage.End
 	}
 	return r
 }
@@ -356,7 +357,7 @@ func (b *Biller) claimLoop(ctx context.Context, j job, start time.Time) (Receipt
 		if err != nil {
 			var m *claim.MismatchError
 			var wait *ChargeError
-			if errors.As(err, &m) {
+			if errors.As(err, &m) && !windowOverlap(m) {
 				wait = b.underWay(j, m.Existing)
 			}
 			if wait == nil {
@@ -964,9 +965,10 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	var se *stripe.Error
 	isStripe := errors.As(err, &se)
 	refusal := isStripe && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency
-	if refusal && refusedByCustomer(se) {
-		// A definitive refusal about this customer alone: a decline, no
-		// such customer or payment method. Terminal for this key.
+	if refusal && refusedForItem(se) {
+		// A definitive refusal about this item alone: a decline, no such
+		// customer or payment method, a value of its own its key is
+		// always sent with. Terminal for this key.
 		// Any other refusal stops the run below (see Classify).
 		reason := string(se.Code)
 		if se.DeclineCode != "" {
@@ -976,6 +978,9 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 			reason = string(se.Type)
 		}
 		reason += ": " + se.Msg
+		if fix := itemCodes[se.Code]; fix != "" {
+			reason += "; " + fix
+		}
 		if ferr := recordErr(bg, b.claims.Fail(bg, key, reason)); ferr != nil {
 			return declined(j, ErrNotRecorded, "declined ("+reason+")", ferr, se)
 		}
@@ -1038,7 +1043,7 @@ func refusedBeforeExecution(err error) bool {
 	case c == http.StatusTooManyRequests:
 		return se.Code != stripe.ErrorCodeLockTimeout
 	case c >= 400 && c < 500 && c != http.StatusConflict && c != http.StatusPaymentRequired:
-		return se.Type != stripe.ErrorTypeCard && se.Type != stripe.ErrorTypeIdempotency && !refusedByCustomer(se)
+		return se.Type != stripe.ErrorTypeCard && se.Type != stripe.ErrorTypeIdempotency && !refusedForItem(se)
 	}
 	return false
 }

@@ -56,15 +56,18 @@ const (
 //
 // # What a Biller makes of a refusal
 //
-// A 4xx that Classify stops on either concerns one customer, or the request
-// itself. Only the first kind is recorded on the claim as failed, which is
-// terminal for the key (billing the customer again is a [Biller.Rebill]);
-// the second kind would refuse every customer alike, so it stops the run
-// and decides nothing: Stripe stores nothing for a request it refuses before
-// executing it, so a claim the call made and never got executed is
-// abandoned, to be claimed afresh once the configuration is fixed, and any
-// other stays pending. When in doubt a refusal is of the second kind:
-// stopping decides nothing that cannot be undone.
+// A 4xx that Classify stops on either concerns one item (its customer, or
+// a value of its own that its claim fixes for its key), or the way the
+// request is made. Only the first kind is recorded on the claim as failed,
+// which is terminal for the key (billing the customer again is a
+// [Biller.Rebill]), with what a person can do when there is more to say
+// than Stripe's message; the second kind would refuse every item alike,
+// so it stops the run and decides nothing: Stripe stores nothing for a
+// request it refuses before executing it, so a claim the call made and
+// never got executed is abandoned, to be claimed afresh once the
+// configuration is fixed, and any other stays pending. When in doubt a
+// refusal is of the second kind: stopping decides nothing that cannot be
+// undone.
 //
 //	refusal (Stripe's code, https://docs.stripe.com/error-codes)       claim    run    error
 //	type card_error, any status (declines: card_declined,              failed   goes   ErrDeclined
@@ -87,8 +90,10 @@ const (
 //	  payment_method_unexpected_state, refer_to_customer, and the card
 //	  codes (card_declined, expired_card, incorrect_cvc, ...) whatever
 //	  the type
-//	the customer's price, recorded on the claim and never sent with    failed   goes   ErrDeclined
-//	  another amount: amount_too_small, amount_too_large
+//	the item's own data, recorded on the claim and never sent         failed   goes   ErrDeclined
+//	  otherwise under its key: amount_too_small, amount_too_large
+//	  (the price), timestamp_too_far_in_past (a usage report's
+//	  window start, which only grows older)
 //	400 idempotency_error                                              pending  goes   ErrKeyReused
 //	401, 403 (api_key_expired, a wrong or revoked key, a restricted    pending  stops  ErrStripeAuth
 //	  key without permission)
@@ -134,21 +139,24 @@ func Classify(err error) retry.Decision {
 	return retry.Stop()
 }
 
-// refusedByCustomer reports whether Stripe's refusal se concerns only the
-// customer of the request: their card, payment method, bank account or
-// price. The claim is then failed, which is terminal for its key. Any
+// refusedForItem reports whether Stripe's refusal se concerns only the
+// item of the request, so that no customer's request but this one's is
+// refused alike: the customer's card, payment method or bank account, or
+// a value of the item's own that its claim fixes for its key (the price,
+// a usage report's timestamp), which no resend can change. The claim is
+// then failed, which is terminal for its key, and the run goes on. Any
 // other refusal stops the run instead, with the claims left pending: see
 // the table in Classify's documentation.
-func refusedByCustomer(se *stripe.Error) bool {
-	if se.Type == stripe.ErrorTypeCard || customerCodes[se.Code] {
+func refusedForItem(se *stripe.Error) bool {
+	if se.Type == stripe.ErrorTypeCard || customerCodes[se.Code] || itemCodes[se.Code] != "" {
 		return true
 	}
 	return se.Code == stripe.ErrorCodeResourceMissing && customerParams[se.Param]
 }
 
 // customerCodes are Stripe's codes for a refusal caused by the customer's
-// own card, payment method, bank account or mandate, or by the amount of
-// their price. https://docs.stripe.com/error-codes
+// own card, payment method, bank account or mandate.
+// https://docs.stripe.com/error-codes
 var customerCodes = map[stripe.ErrorCode]bool{
 	stripe.ErrorCodeMissing:                                true, // no such source on the customer
 	stripe.ErrorCodeAccountClosed:                          true, // the customer's bank account
@@ -182,10 +190,20 @@ var customerCodes = map[stripe.ErrorCode]bool{
 	stripe.ErrorCodePaymentMethodProviderDecline:           true,
 	stripe.ErrorCodePaymentMethodUnexpectedState:           true,
 	stripe.ErrorCodeReferToCustomer:                        true,
-	// The amount is the customer's price, recorded on the claim: the key
-	// is never sent with another, so it can never succeed.
-	stripe.ErrorCodeAmountTooSmall: true,
-	stripe.ErrorCodeAmountTooLarge: true,
+}
+
+// itemCodes are Stripe's codes for a refusal of a value of the item's
+// own that its claim records and never sends otherwise under its key, so
+// that the key can never succeed, with what a person can do about it.
+// Such a refusal is about this one request's data, not the way requests
+// are made: it fails that claim and no other. (stripe-go v79 names no
+// constant for the timestamp's code; Stripe's API lists it among the
+// codes of meter event errors.)
+var itemCodes = map[stripe.ErrorCode]string{
+	stripe.ErrorCodeAmountTooSmall: "the amount is the period's price, recorded on the claim: bill the period again with Rebill and an amount Stripe takes",
+	stripe.ErrorCodeAmountTooLarge: "the amount is the period's price, recorded on the claim: bill the period again with Rebill and an amount Stripe takes",
+	"timestamp_too_far_in_past": "Stripe takes meter events up to 35 days old, and this report's event is stamped with its window's start, which only grows older: " +
+		"the window's usage can no longer be reported to the meter; if it is owed, bill it another way (an invoice item)",
 }
 
 // customerParams are the parameters whose resource_missing names the

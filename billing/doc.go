@@ -46,8 +46,9 @@
 // Charge or Run resumes it with that same key, so Stripe replays a charge
 // it made ([ErrOutcomeUnknown] after retries run out on timeouts, dropped
 // connections, 5xx, 409 and 429; see [Classify]). And only a refusal about
-// the customer's own card, payment method, bank account or price decides
-// the customer ([ErrDeclined], terminal for the key: billing again is a
+// the customer's own card, payment method, bank account or price (or a
+// usage report's window, too old for Stripe) decides that one item
+// ([ErrDeclined], terminal for the key: billing again is a
 // person's [Biller.Rebill]); a refusal that no customer's request could
 // get past (a wrong Config.StripeURL, a revoked key, a spend cap) decides
 // nobody and stops a Run ([StopsRun]), and so does a Stripe that gives no
@@ -123,7 +124,10 @@
 // window's next Usage.Attempt, sent once the one before it settled) for a
 // pre-aggregated one (event_time_window hour or day, of which Stripe keeps
 // the newest event per window). The Biller reads each meter from Stripe once and
-// refuses the wrong combination, which would over- or under-count.
+// refuses the wrong combination, which would over- or under-count. The
+// claim table keeps the windows of a customer and meter from
+// overlapping, across runs, replicas and scopes: an overlapping report is
+// an [ErrInvalid] naming the window claimed, and nothing is sent.
 //
 // The charge rules hold, with the meter event's identifier as a second
 // key: it is the claim's idempotency key, derived from (scope, meter,

@@ -92,10 +92,10 @@ func StopsRun(err error) bool {
 var (
 	// ErrDeclined is returned when Stripe refuses the charge for a reason about this
 	// customer alone (a decline, an expired card, no such customer or
-	// payment method, an amount Stripe will not take), and sending the same
-	// key again cannot change that. The claim is recorded as failed, and
-	// later calls for the customer and period return this error again
-	// without calling Stripe. Billing the customer again is a decision for
+	// payment method, an amount Stripe will not take, a usage report older
+	// than Stripe takes), and sending the same key again cannot change
+	// that. The claim is recorded as failed, and later calls for the
+	// customer and period return this error again without calling Stripe. Billing the customer again is a decision for
 	// a person or a dunning process: [Biller.Rebill] with attempt
 	// ChargeError.Attempt+1. Code and DeclineCode carry Stripe's codes when
 	// the refusal came from Stripe in this call.
@@ -277,6 +277,9 @@ func chargeErr(j job, kind error, msg string, cause error) *ChargeError {
 	if !j.key.IsZero() {
 		e.Key = j.key.String()
 	}
+	if kind == nil && windowOverlap(cause) {
+		kind = ErrInvalid // bad input, whichever run or replica made the other claim
+	}
 	switch {
 	case kind != nil:
 		e.Err = &kindError{kind: kind, msg: msg, cause: cause}
@@ -355,14 +358,15 @@ var errorKinds = []struct {
 // that failed when it settled), "outcome_unknown", "in_progress",
 // "needs_reconciliation", "not_recorded", "key_reused", "sent_elsewhere",
 // "mismatch" (a price that contradicts the claim, a [*claim.MismatchError]),
-// "invalid", "run_held_elsewhere", "canceled", "deadline_exceeded", or
-// "other"; "" for nil. Test for a kind with errors.Is, not with its word.
+// "invalid" (a usage window that overlaps a claimed one among them),
+// "run_held_elsewhere", "canceled", "deadline_exceeded", or "other"; ""
+// for nil. Test for a kind with errors.Is, not with its word.
 func ErrorKind(err error) string {
 	if err == nil {
 		return ""
 	}
 	var me *claim.MismatchError
-	if errors.As(err, &me) {
+	if errors.As(err, &me) && !windowOverlap(me) {
 		return "mismatch"
 	}
 	for _, k := range errorKinds {

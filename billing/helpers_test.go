@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if raw := os.Getenv(replicaEnv); raw != "" {
 		os.Exit(webhookReplica(raw)) // a webhook handler process of TestWebhookChaos
 	}
+	if raw := os.Getenv(usageReporterEnv); raw != "" {
+		os.Exit(usageReporter(raw)) // a reporting process of TestOverlappingUsageWindowsFromTwoProcessesSendOne
+	}
 	pgtest.Main(m)
 }
 

@@ -91,10 +91,13 @@ func simListClaims(ctx context.Context, pool *pgxpool.Pool, table string) ([]sim
 // simShiftSQL returns one UPDATE per table of the claim store (the table
 // itself and any table named after it, table_…) that moves every timestamptz
 // column back by $1 microseconds. The columns are read from
-// information_schema, so columns added by later migrations move too.
+// information_schema, so columns added by later migrations move too; a
+// usage report's window is its identity, not a reading of the clock, and
+// stays.
 func simShiftSQL(ctx context.Context, pool *pgxpool.Pool, table string) ([]string, error) {
 	rows, err := pool.Query(ctx, `SELECT table_name::text, column_name::text FROM information_schema.columns
 		WHERE table_schema = current_schema() AND data_type = 'timestamp with time zone'
+			AND column_name NOT IN ('window_start', 'window_end')
 			AND (table_name = $1 OR starts_with(table_name, $1 || '_'))
 		ORDER BY table_name, ordinal_position`, table)
 	if err != nil {

@@ -36,7 +36,9 @@ const (
 	// is exactly one of the meter's. A window's totals are its attempts:
 	// the first is attempt 1, each new total the next attempt, sent only
 	// once the one before it is settled, so that Stripe never ends with
-	// an older total; each is sent once.
+	// an older total; each is sent once. Once the window ended more than
+	// Config.WindowMargin ago, a total is sent only if the meter's summary
+	// shows nothing for the window (see [Biller.ReportUsage]).
 	WindowTotals
 )
 
@@ -72,13 +74,19 @@ type Usage struct {
 	// whole UTC hour or day, as the meter's event_time_window). The event
 	// is stamped with Start. Start must be within the last 34 days (Stripe
 	// takes events up to 35 days old; a day is left for retries and
-	// resumes), and End no more than 5 minutes ahead. Two reports of one
-	// customer and meter never start at the same minute (the second is
-	// refused with a *claim.MismatchError); windows that overlap otherwise
-	// are not detected, and count their usage twice: do not send them.
+	// resumes), and End no more than 5 minutes ahead. The windows of one
+	// customer and meter never overlap, since the meter would count the
+	// overlap twice: a report whose window overlaps one already claimed
+	// in the claim table (by any run, replica, file or scope) is refused
+	// with an ErrInvalid that names the claimed window, and nothing is
+	// sent. The same window again is the same report (or, for
+	// WindowTotals, the window's next total), and windows that meet, one
+	// ending where the next starts, do not overlap. A window whose report
+	// failed (Stripe rejected it) no longer holds its time.
 	Start, End time.Time
 	// Value is the quantity: the window's usage (Increments) or its
-	// running total (WindowTotals). It must be positive.
+	// running total (WindowTotals). It must be positive, and at most
+	// 2^53, the largest integer Stripe's summaries (float64) count exactly.
 	Value int64
 	// Attempt numbers reports of the same window: 0 or 1 for the first.
 	// For Increments, after Stripe rejected a report (an ErrDeclined),
@@ -99,6 +107,11 @@ const (
 	// usageMaxAhead is how far ahead of now a window may end: Stripe
 	// refuses events more than 5 minutes in the future.
 	usageMaxAhead = 5 * time.Minute
+	// maxExactValue is the largest Usage.Value accepted: Stripe's
+	// summaries are float64, which holds every integer up to 2^53 and
+	// rounds the next one, 2^53 + 1, to 2^53. Compared as integers: as
+	// float64 the two are equal.
+	maxExactValue = 1 << 53
 	// endpointMeterEvents is the Endpoint of a usage claim.
 	endpointMeterEvents = "meter_events"
 )
@@ -151,8 +164,8 @@ func checkUsage(u Usage, now time.Time) (Usage, error) {
 		return u, invalid("Usage.Kind %v: say which kind of meter %s is: billing.Increments (a sum meter) or billing.WindowTotals (a meter with event_time_window)", u.Kind, u.Meter)
 	case u.Value <= 0:
 		return u, invalid("Usage.Value %d: report a positive quantity (a window without usage needs no report)", u.Value)
-	case float64(u.Value) > 1<<53:
-		return u, invalid("Usage.Value %d is larger than Stripe's summaries can count exactly", u.Value)
+	case u.Value > maxExactValue:
+		return u, invalid("Usage.Value %d is above %d (2^53), the largest quantity Stripe's summaries count exactly (they are float64): split the usage over shorter windows", u.Value, int64(maxExactValue))
 	case u.Attempt < 0 || u.Attempt > maxAttempt:
 		return u, invalid("Usage.Attempt %d: use 0 or 1 for the first report, up to %d", u.Attempt, maxAttempt)
 	case u.Start.IsZero() || u.End.IsZero():
@@ -205,10 +218,12 @@ func checkMeter(u Usage, m meterInfo) error {
 
 // usagePeriod is the claim's period of a report: the meter, the start of
 // its window and its kind, and for a window total its attempt, the
-// total's revision. The table holds one live claim per customer and
-// period, so two reports of one meter that start at the same minute never
-// both stand: the second is refused, and a report's own event is the only
-// one the meter's summary of that minute can count (see meterTotal).
+// total's revision. The claim records the meter and window as columns of
+// their own too (see Biller.request), and the table keeps the live
+// windows of a customer and meter apart, so a report's own event is the
+// only one the meter's summary of its first minute can count (see
+// meterTotal); the period keeps reports made before the table recorded
+// windows from starting at the same minute.
 func usagePeriod(u Usage) string {
 	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339)
 	if u.Kind == WindowTotals {
@@ -217,48 +232,44 @@ func usagePeriod(u Usage) string {
 	return p + " increment"
 }
 
-// parseUsagePeriod reads a report back from its claim. Its End is unknown
-// (the claim's key holds it); usageJobFromClaim sets what is needed.
-func parseUsagePeriod(c claim.Claim) (Usage, error) {
-	f := strings.Fields(c.Period)
-	u := Usage{Customer: c.Customer, Value: c.Amount, Attempt: max(c.Attempt, 1)}
-	if len(f) < 4 || f[0] != "usage" {
-		return u, fmt.Errorf("billing: claim %s has no usage period: %q", c.Key, c.Period)
-	}
-	u.Meter = f[1]
-	var err error
-	u.Start, err = time.Parse(time.RFC3339, f[2])
-	switch {
-	case err != nil:
-		return u, fmt.Errorf("billing: claim %s has an unreadable usage period %q", c.Key, c.Period)
-	case f[3] == "increment":
-		u.Kind = Increments
-	case f[3] == "total":
-		u.Kind = WindowTotals
-	default:
-		return u, fmt.Errorf("billing: claim %s has an unknown usage kind in %q", c.Key, c.Period)
-	}
-	return u, nil
-}
-
 // usageJobFromClaim rebuilds the usage report a pending claim stands for,
-// with the claim's own key.
+// with the claim's own key: its meter and window are the claim's, its
+// kind the meter's (a report's kind always matches its meter: see
+// checkMeter). A claim made before the claim table recorded window ends
+// has its End from the meter: one window of a pre-aggregated meter, a
+// minute otherwise, which is all a resume needs of it.
 func (b *Biller) usageJobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
-	u, err := parseUsagePeriod(c)
-	if err != nil {
-		return job{}, err
+	if c.Meter == "" || c.WindowStart.IsZero() {
+		return job{}, fmt.Errorf("billing: claim %s is sent to meter events but records no meter and window (period %q)", c.Key, c.Period)
 	}
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {
 		return job{}, fmt.Errorf("billing: claim for customer %s, period %s has an unusable key: %w", c.Customer, c.Period, err)
 	}
-	m, err := b.meter(ctx, u.Meter)
+	m, err := b.meter(ctx, c.Meter)
 	if err != nil {
 		return job{}, err
 	}
-	u.End = u.Start.Add(m.windowSize())
-	return job{customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount}, key: key, attempt: max(c.Attempt, 1),
+	u := Usage{Customer: c.Customer, Meter: c.Meter, Kind: Increments, Start: c.WindowStart.UTC(), End: c.WindowEnd.UTC(),
+		Value: c.Amount, Attempt: max(c.Attempt, 1)}
+	if m.window != "" {
+		u.Kind = WindowTotals
+	}
+	if c.WindowEnd.IsZero() {
+		u.End = u.Start.Add(m.windowSize())
+	}
+	return job{customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount}, key: key, attempt: u.Attempt,
 		owner: b.newOwner(), usage: &usageJob{Usage: u, meter: m}}, nil
+}
+
+// windowOverlap reports whether err is the claim store's refusal of a
+// usage report whose window overlaps the window of another live report
+// of the same customer and meter (made by any run, replica or scope): bad
+// input, an [ErrInvalid], since the meter would count the overlap twice
+// and no retry can make it right.
+func windowOverlap(err error) bool {
+	var m *claim.MismatchError
+	return errors.As(err, &m) && m.Field == "window"
 }
 
 // usageKey is the key, and the meter event's identifier, of a report.
@@ -350,7 +361,11 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // the outcome is recorded on the claim. The receipt's StripeID is the
 // identifier, its Amount the value, and its Period the claim's period
 // ("usage <meter> <start> increment", or "usage <meter> <start> total
-// <attempt>").
+// <attempt>"). A report whose window overlaps the window of another
+// report of the customer and meter in the claim table is refused before
+// anything is sent, with an [ErrInvalid] that names that window (see
+// Usage.Start): the claim table refuses it, so that it holds across runs,
+// replicas and processes.
 //
 // Stripe refuses an identifier it has seen in the last 24 hours or more
 // with a 400 ("An event already exists with identifier …"). When this
@@ -367,15 +382,20 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // report's Start, and no two reports of a claim table start at the same
 // minute) or, for a pre-aggregated meter, over the window. A summary
 // equal to the value records the report as delivered (Outcome
-// Reconciled); a summary of zero (for a window total: below the value,
-// the window still showing an earlier total) reopens the key's window and
-// sends; anything else is ErrNeedsReconciliation. This proves delivery
-// only while nothing but this claim table reports to the meter for the
-// customer at that minute or window; Stripe has no lookup of one event by
-// identifier. The summary decides the same way before the first send of
-// increments whose window started more than WindowMargin ago: Stripe may
-// have taken the event more than a day ago, from a claim table restored
-// since from an older backup, and forgotten its identifier.
+// Reconciled); a summary of zero reopens the key's window and sends;
+// anything else is ErrNeedsReconciliation, and nothing is sent: for a
+// window total, another total of the window is counted, and Stripe,
+// which keeps the newest event, would replace it with this one. This
+// proves delivery only while nothing but this claim table reports to the
+// meter for the customer at that minute or window; Stripe has no lookup
+// of one event by identifier. The summary decides the same way before the
+// first send of any report whose window ended more than WindowMargin ago:
+// Stripe may have taken its event (or, for a window total, a newer total)
+// more than a day ago, from a claim table restored since from an older
+// backup, and forgotten its identifier. So a window's new total is sent
+// by itself only within WindowMargin of the window's end; later, with an
+// earlier total counted, it needs a person, who compares the window's
+// summary with the records.
 //
 // Stripe validates events again as it aggregates them and reports the
 // ones it rejects later, in a meter error report (a
@@ -402,8 +422,9 @@ func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
 // concurrency under the Biller's rate limit, with Progress, a Summary
 // (Created counts the events sent, AlreadyBilled the reports found
 // delivered), and the lock of opts.Lock (named LockName, by default
-// "billonce-usage:<scope>"). A report that is invalid, or repeated within
-// a batch, is counted as Invalid; answers that stop a Run stop it.
+// "billonce-usage:<scope>"). A report that is invalid, repeated within a
+// batch, or whose window overlaps one already claimed (by this run or
+// any other) is counted as Invalid; answers that stop a Run stop it.
 func (b *Biller) RunUsage(ctx context.Context, reports iter.Seq2[Usage, error], opts *RunOptions) (Summary, error) {
 	var bad error
 	if reports == nil {
@@ -465,15 +486,15 @@ func duplicateIdentifier(err error) bool {
 // sent, may stand for an event Stripe took more than a day ago and no
 // longer knows by its identifier, although this claim never sent it: a
 // claim table restored from a backup, or another table of the same scope.
-// A window total may be sent again at any time (Stripe keeps the newest
-// event of its window); increments may not. An event is sent once its
-// window is over, or at most usageMaxAhead before, so while the window
-// ended less than WindowMargin ago Stripe still refuses the identifier of
-// any earlier send. A claim whose window was reopened after a summary
-// read has been checked already.
+// Sending it blind could count increments twice, or make a window total
+// replace a newer one (Stripe keeps the newest event of a window). An
+// event is sent once its window is over, or at most usageMaxAhead before
+// (checkUsage refuses it earlier), so while the window ended less than
+// WindowMargin ago Stripe still refuses the identifier of any earlier
+// send of it, and of every other total of its window. A claim whose
+// window was reopened after a summary read has been checked already.
 func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
-	u := j.usage
-	return u.Kind == Increments && c.ReconciledAt.IsZero() && time.Since(u.Start) > b.cfg.WindowMargin-usageMaxAhead
+	return c.ReconciledAt.IsZero() && time.Since(j.usage.End) > b.cfg.WindowMargin-usageMaxAhead
 }
 
 // checkRevision checks, before a window total of attempt 2 or more is
@@ -533,20 +554,19 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 			attrs(j, "reason", reason)...)
 		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, nil)
 	}
-	value := float64(u.Value)
+	counted, whole := countOf(total)
 	switch {
 	case err != nil:
 		return needs("reading the meter's summary failed: " + err.Error())
-	case total == value:
+	case whole && counted == u.Value:
 		r, err := b.record(ctx, j, created{id: j.key.String(), status: "succeeded"})
 		if err == nil {
 			r.Outcome = Reconciled
 		}
 		return r, err
-	case total == 0 || u.Kind == WindowTotals && total < value:
-		// Nothing counted: the event never arrived, or, for a window
-		// total, the window still shows an earlier total (revisions are
-		// sent one at a time, in order: see checkRevision).
+	case whole && counted == 0:
+		// Nothing counted: the event never arrived, and no other event
+		// counts where this one would.
 		if err := b.claims.Reopen(ctx, j.key.String(), j.owner, endpointMeterEvents, b.credential); err != nil {
 			return Receipt{}, chargeErr(j, nil, "reopening the key's window", err)
 		}
@@ -554,7 +574,20 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 		c.SentAge = 0
 		return b.send(ctx, j, c)
 	}
-	return needs(fmt.Sprintf("the meter's summary is %v, the report's value %d: another report counts at this minute or window too", total, u.Value))
+	return needs(fmt.Sprintf("the meter's summary is %v, neither nothing nor the report's value %d: another event counts at this minute or window "+
+		"(another report, or, for a window total, another total of the window, which this one would replace, Stripe keeping the newest); "+
+		"nothing was sent: compare the summary with your records", total, u.Value))
+}
+
+// countOf returns a summary's aggregated value as an integer, and whether
+// it is one that a report's Value can equal: a whole number from 0 to
+// maxExactValue. Compared as integers, not as float64, in which 2^53 + 1
+// is 2^53.
+func countOf(total float64) (int64, bool) {
+	if total < 0 || total > maxExactValue || total != math.Trunc(total) {
+		return 0, false
+	}
+	return int64(total), true
 }
 
 // meterTotal reads the meter's aggregated value for the report's customer

@@ -502,3 +502,145 @@ func TestTakenIdentifierIsNeverRecordedAsDelivered(t *testing.T) {
 		t.Errorf("meter total %v, want 42", got)
 	}
 }
+
+// Stripe's summaries count in float64, exact up to 2^53: a report of
+// 2^53 is sent and counted as reported; one of 2^53 + 1, which Stripe
+// would count as 2^53, is refused before anything is claimed or sent.
+func TestUsageValueBeyondExactCountingIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	exact := usage("cus_exact", 1<<53)
+	if r, err := e.b.ReportUsage(ctx, exact); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("report of 2^53 = %+v, %v; want created", r, err)
+	}
+	requireCounted(t, e.srv, exact)
+	over := usage("cus_over", 1<<53+1)
+	_, err := e.b.ReportUsage(ctx, over)
+	if !errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), "9007199254740993") {
+		t.Errorf("report of 2^53 + 1 = %v, want ErrInvalid naming the value", err)
+	}
+	if err := over.Validate(); !errors.Is(err, billing.ErrInvalid) {
+		t.Errorf("Validate of 2^53 + 1 = %v, want ErrInvalid", err)
+	}
+	if n := e.srv.MeterEvents(over.Meter, over.Customer); n != 0 {
+		t.Errorf("%d meter events for 2^53 + 1, want 0 (Stripe counts %v)", n, e.srv.MeterTotal(over.Meter, over.Customer, over.Start, over.End))
+	}
+	if n := e.claimRows(); n != 1 {
+		t.Errorf("%d claims, want 1: the refused report claims nothing", n)
+	}
+}
+
+// A pending report that Stripe refuses as older than 35 days can never be
+// delivered under its key: its claim fails with a reason a person can act
+// on, and Reconcile, which goes oldest first, goes on to settle the
+// reports behind it instead of stopping on it every time.
+func TestUsageTooOldForStripeFailsItsClaimAndReconcileGoesOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	old := usage("cus_old", 5)
+	old.Start, old.End = old.Start.Add(-33*24*time.Hour), old.End.Add(-33*24*time.Hour)
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, old); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("old window with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	e.advance(3 * 24 * time.Hour) // its window now starts 36 days ago for Stripe
+	recent := usage("cus_recent", 9)
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	if _, err := e.b.ReportUsage(ctx, recent); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("recent window with a lost send = %v, want ErrOutcomeUnknown", err)
+	}
+	for i := range 2 { // a cron's Reconcile, run after run
+		sum, err := e.biller().Reconcile(ctx, nil)
+		if err != nil || billing.StopsRun(err) {
+			t.Fatalf("Reconcile %d = %+v, %v; want it to go on past the report Stripe calls too old", i+1, sum.Progress, err)
+		}
+	}
+	if n := e.srv.MeterEvents(old.Meter, old.Customer); n != 0 {
+		t.Errorf("%d meter events for the old window, want 0: Stripe refuses it", n)
+	}
+	requireCounted(t, e.srv, recent)
+	_, err := e.b.ReportUsage(ctx, old)
+	var ce *billing.ChargeError
+	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrDeclined) || billing.StopsRun(err) {
+		t.Fatalf("old window after Reconcile = %v, want ErrDeclined from its failed claim", err)
+	}
+	c, gerr := e.store.Get(ctx, ce.Key)
+	if gerr != nil || c.State != claim.StateFailed || !strings.Contains(c.LastError, "timestamp_too_far_in_past") || !strings.Contains(c.LastError, "no longer") {
+		t.Errorf("old window's claim = %s %q, %v; want failed, saying Stripe's code and what can be done", c.State, c.LastError, gerr)
+	}
+}
+
+// A claim table restored from a backup older than a window's totals 10
+// and 25 has no claim of either. A day later Stripe no longer knows their
+// identifiers, and keeps the newest event of the window: sending the
+// total 10 again would make the window count 10. Past the identifier
+// window a total is sent only when the meter's summary shows nothing;
+// showing this very total settles the claim, and anything else needs a
+// person.
+func TestRestoredClaimTableNeverReplacesANewerWindowTotal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("seats", "sum", "hour")
+	ctx := context.Background()
+	start := hourAgo().Add(-48 * time.Hour) // a backfill
+	total := func(customer string, value int64, attempt int) billing.Usage {
+		return billing.Usage{Customer: customer, Meter: "seats", Kind: billing.WindowTotals,
+			Start: start, End: start.Add(time.Hour), Value: value, Attempt: attempt}
+	}
+	for _, u := range []billing.Usage{total("cus_revised", 10, 1), total("cus_revised", 25, 2), total("cus_once", 10, 1)} {
+		if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+			t.Fatalf("%s total %d (attempt %d) = %+v, %v; want created", u.Customer, u.Value, u.Attempt, r, err)
+		}
+	}
+	e.advance(25 * time.Hour)
+	e.srv.AggregateNow()
+	e.exec("DELETE FROM billonce_claims") // the backup predates every total
+	before := sends(e.srv)
+	if _, err := e.b.ReportUsage(ctx, total("cus_revised", 10, 1)); !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("total 10 again after the restore = %v, want ErrNeedsReconciliation: the window counts 25", err)
+	}
+	if r, err := e.b.ReportUsage(ctx, total("cus_once", 10, 1)); err != nil || r.Outcome != billing.Reconciled {
+		t.Errorf("the one total again after the restore = %+v, %v; want reconciled from the meter's summary", r, err)
+	}
+	if n := sends(e.srv) - before; n != 0 {
+		t.Errorf("%d meter events sent after the restore, want 0", n)
+	}
+	for customer, want := range map[string]float64{"cus_revised": 25, "cus_once": 10} {
+		if got := e.srv.MeterTotal("seats", customer, start, start.Add(time.Hour)); got != want {
+			t.Errorf("%s: window total %v at Stripe, want %v: an older total replaced the newer one", customer, got, want)
+		}
+	}
+}
+
+// A window's new total sent soon after the window ended goes out at
+// once: no event of the window can be older than its end, less the 5
+// minutes Stripe takes ahead, so Stripe still knows every identifier of
+// the window until WindowMargin after that. A meter's day window is
+// revised that way after midnight; here an hour window and a
+// WindowMargin an hour or so long stand for it, whatever the minute the
+// test runs at.
+func TestWindowTotalRevisedSoonAfterItsWindowIsSent(t *testing.T) {
+	t.Parallel()
+	minutes := time.Since(time.Now().UTC().Truncate(time.Hour))
+	margin := max(time.Hour, minutes+10*time.Minute) // past the window's end, not past its start
+	e := newEnv(t, func(c *billing.Config) { c.WindowMargin = margin })
+	e.srv.CreateMeter("seats", "sum", "hour")
+	ctx := context.Background()
+	start := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	u := billing.Usage{Customer: "cus_1", Meter: "seats", Kind: billing.WindowTotals, Start: start, End: start.Add(time.Hour), Value: 10}
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+		t.Fatalf("total 10 = %+v, %v; want created", r, err)
+	}
+	e.srv.AggregateNow() // the meter's summary shows 10
+	u.Value, u.Attempt = 25, 2
+	if r, err := e.b.ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+		t.Errorf("total 25 = %+v, %v; want created: every identifier of the window is still known to Stripe", r, err)
+	}
+	if got := e.srv.MeterTotal("seats", "cus_1", start, start.Add(time.Hour)); got != 25 {
+		t.Errorf("window total %v at Stripe, want 25", got)
+	}
+}

@@ -18,12 +18,13 @@ import (
 // advance moves time forward by d for the fake Stripe and for the claim
 // table at once: the fake's clock moves, and every time on the claim table
 // moves back by d, which is what d passing on the database clock looks like
-// to billonce.
+// to billonce. A usage report's window is its identity, not a reading of
+// the clock, and stays.
 func (e *env) advance(d time.Duration) {
 	e.tb.Helper()
 	ctx := context.Background()
 	rows, err := e.pool.Query(ctx, `SELECT column_name FROM information_schema.columns
-		WHERE table_name = 'billonce_claims' AND data_type LIKE 'timestamp%'`)
+		WHERE table_name = 'billonce_claims' AND data_type LIKE 'timestamp%' AND column_name NOT IN ('window_start', 'window_end')`)
 	if err != nil {
 		e.tb.Fatal(err)
 	}

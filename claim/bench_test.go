@@ -103,6 +103,32 @@ func BenchmarkClaimFence(b *testing.B) {
 	}
 }
 
+// BenchmarkClaimBatchUsage measures batches of winning usage claims, each
+// checked against the live windows of its customer and meter: a customer's
+// windows of the runs before, one hour each, end to end.
+func BenchmarkClaimBatchUsage(b *testing.B) {
+	const size = 1000
+	ctx := context.Background()
+	s, _ := newPostgres(b, claim.Config{})
+	base := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
+	run := 0
+	for b.Loop() {
+		run++
+		start := base.Add(time.Duration(run) * time.Hour)
+		reqs := make([]claimengine.Request, size)
+		for i := range reqs {
+			reqs[i] = claimengine.Request{Customer: fmt.Sprintf("cus_%d", i), Period: fmt.Sprintf("usage api_calls run-%d", run),
+				Key: fmt.Sprintf("key_%d_%d", run, i), Amount: 42, Owner: "bench", Endpoint: "meter_events",
+				Meter: "api_calls", WindowStart: start, WindowEnd: start.Add(time.Hour)}
+		}
+		res, err := s.ClaimBatch(ctx, reqs)
+		if err != nil || len(res) != size || res[size-1].Outcome != claimengine.Won {
+			b.Fatalf("ClaimBatch: %d results, %v", len(res), err)
+		}
+	}
+	b.ReportMetric(float64(run*size)/b.Elapsed().Seconds(), "claims/s")
+}
+
 // BenchmarkPruneEvents prunes 200,000 old event records from a table
 // that also holds 100,000 recent ones, while another goroutine applies
 // new events to a claim, and reports how long those Applies waited at

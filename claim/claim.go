@@ -58,6 +58,17 @@ func validateRequest(r request) error {
 	if r.Amount <= 0 {
 		problems = append(problems, fmt.Sprintf("amount %d must be positive (in the currency's smallest unit)", r.Amount))
 	}
+	if r.Meter != "" || !r.WindowStart.IsZero() || !r.WindowEnd.IsZero() {
+		if p := checkID("meter", r.Meter); p != "" {
+			problems = append(problems, p)
+		}
+		switch {
+		case r.WindowStart.IsZero() || r.WindowEnd.IsZero():
+			problems = append(problems, "a usage window needs both a start and an end")
+		case !r.WindowEnd.After(r.WindowStart):
+			problems = append(problems, fmt.Sprintf("window end %s must be after its start %s", r.WindowEnd.UTC().Format(time.RFC3339), r.WindowStart.UTC().Format(time.RFC3339)))
+		}
+	}
 	if r.Currency != "" && !validCurrency(r.Currency) {
 		problems = append(problems, fmt.Sprintf("currency %q must be three lowercase letters, as in \"usd\" (or empty, for a usage report)", r.Currency))
 	}
@@ -206,6 +217,16 @@ type Claim struct {
 	// if there is none, or it was recorded before billonce kept this time.
 	DisputeAt time.Time
 
+	// Meter, WindowStart and WindowEnd are a usage report's identity at
+	// Stripe's meter: the meter's event name and the window the usage
+	// was measured in, start inclusive, end exclusive; empty for any
+	// other claim. No two live claims of one customer and meter have
+	// overlapping windows unless the windows are the same. A usage claim
+	// made before migration 6 recorded them has no WindowEnd, and takes
+	// no part in that rule.
+	Meter                  string
+	WindowStart, WindowEnd time.Time
+
 	// Step is the recovery point of a claim made in steps (an invoice:
 	// "draft", "line 3", "finalized", …): the last step known to be done
 	// at Stripe; "" for none, and for payments and usage reports, which
@@ -224,19 +245,39 @@ var (
 
 // MismatchError reports a request that conflicts with an existing claim: the
 // key is held for another customer or period, the customer and period are
-// held under another key, or the amount or currency differs.
+// held under another key, the amount or currency differs, or a usage
+// report's window overlaps the window of another live claim of the same
+// customer and meter (Field "window").
 // Nothing is charged twice: the caller must investigate.
 type MismatchError struct {
-	Field    string // "key", "customer", "period", "amount" or "currency"
+	Field    string // "key", "customer", "period", "amount", "currency" or "window"
 	Have     string // the value recorded in Existing
 	Want     string // the value requested
 	Existing Claim  // the conflicting claim
 }
 
 func (e *MismatchError) Error() string {
+	if e.Field == "window" {
+		c := e.Existing
+		return fmt.Sprintf("claim: window %s of customer %q on meter %q overlaps window %s, already claimed by %q (period %q, %s); "+
+			"the meter would count the overlap twice, so windows of one customer and meter never overlap: report each stretch of time in one window "+
+			"(windows that meet, one ending where the next starts, do not overlap)",
+			e.Want, c.Customer, c.Meter, e.Have, c.Key, c.Period, c.State)
+	}
 	return fmt.Sprintf("claim: mismatch on %s: claim %q for customer %q, period %q has %s %q, request has %q; "+
 		"a claim is only ever resent with its own key, amount and currency, so fix the request or re-bill under a new key once the claim has failed",
 		e.Field, e.Existing.Key, e.Existing.Customer, e.Existing.Period, e.Field, e.Have, e.Want)
+}
+
+// windowText is how a MismatchError writes a usage window.
+func windowText(start, end time.Time) string {
+	return start.UTC().Format(time.RFC3339) + " to " + end.UTC().Format(time.RFC3339)
+}
+
+// overlap returns the *MismatchError of a request whose window overlaps
+// the window of c, a live claim of the same customer and meter.
+func overlap(req request, c Claim) *MismatchError {
+	return &MismatchError{Field: "window", Have: windowText(c.WindowStart, c.WindowEnd), Want: windowText(req.WindowStart, req.WindowEnd), Existing: c}
 }
 
 // compare returns the *MismatchError between a request and the existing

@@ -21,6 +21,22 @@
 // Rows made before migration 2 added these hold empty strings and 0
 // (unknown), and a window that opened when the claim was made.
 //
+// A usage report's claim records its identity at Stripe's meter as
+// columns of their own: the meter (its event name) and the window of time
+// the usage was measured in (window_start inclusive, window_end
+// exclusive); they are NULL for other claims. Stripe's meter adds up
+// every event of a customer, so the table refuses two live claims of one
+// customer and meter whose windows overlap, whatever their scope: two
+// exclusion constraints, which hold under concurrency as a unique index
+// does (of two overlapping claims made at once, one waits for the other
+// and finds it). The same window may be claimed more than once (the
+// totals of one window are a claim each), and windows that meet, one
+// ending where the next starts, do not overlap. The refused claim is a
+// [*MismatchError] on "window" naming the claim that holds the time.
+// Usage claims made before migration 6 recorded their windows have a
+// meter and a window start, taken from their period, but no window end
+// (their key holds it, hashed): they take no part in the overlap check.
+//
 // # Migrations
 //
 // billonce owns three sets of tables, each migrated the same way: this
@@ -57,6 +73,20 @@
 // first creates it), so Migrate recognizes a table made by psql or a tool
 // by its record, as it recognizes its own work: it finds nothing to do and
 // writes nothing.
+//
+// Migration 6 (usage_windows) needs PostgreSQL's btree_gist extension for
+// its exclusion constraints, and creates it if the database lacks it. It
+// ships with PostgreSQL and is trusted since PostgreSQL 13: any role with
+// CREATE on the database may create it, no superuser needed. Managed
+// services offer it, some after a step of their own: Azure's flexible
+// server wants it allowed in the azure.extensions server parameter,
+// Amazon RDS in rds.allowed_extensions where that is set, and on Google
+// Cloud SQL only a cloudsqlsuperuser creates extensions. Where the role
+// cannot create it (or the server lacks it), Migrate returns an error
+// that names the extension, says what to do and changes nothing: have
+// the database's owner run CREATE EXTENSION btree_gist; once in the
+// database, then migrate again, with any role. An extension that exists
+// already asks for no privilege.
 //
 // [Config] names the table and schema and sets the lease; its zero value
 // is usable. [NewPostgres] takes a *pgxpool.Pool and nothing else: every

@@ -29,4 +29,5 @@ func ExampleMigrations() {
 	// 00003_billonce_claims_settlement.sql: -- Payments that settle later (bank debits: ACH, SEPA, BACS) and the Stripe
 	// 00004_billonce_claims_event_pruning.sql: -- Records of applied Stripe events are pruned once they are older than
 	// 00005_billonce_claims_steps.sql: -- Claims of other Stripe writes than a single payment.
+	// 00006_billonce_claims_usage_windows.sql: -- A usage report's identity as columns of its own: the meter's event name
 }

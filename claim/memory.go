@@ -19,6 +19,10 @@ type memory struct {
 	mu    sync.Mutex
 	byKey map[string]*Claim
 	live  map[[2]string]string // (customer, period) -> key of its pending, processing or succeeded claim
+	// windows maps (customer, meter) to the keys of its usage claims with
+	// a window; the live ones among them never overlap but for the same
+	// window.
+	windows map[[2]string][]string
 	// events maps the id of every event applied to its record.
 	events map[string]memEvent
 }
@@ -44,7 +48,7 @@ func NewMemory(cfg Config) Store {
 	if err != nil {
 		panic(err)
 	}
-	return &memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string)}
+	return &memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string), windows: make(map[[2]string][]string)}
 }
 
 // Claim claims req. See claimengine.Engine.
@@ -82,6 +86,9 @@ func (m *memEngine) ClaimBatch(ctx context.Context, reqs []request) ([]result, e
 func (m *memEngine) claimLocked(req request, now time.Time) result {
 	c, ok := m.byKey[req.Key]
 	if !ok {
+		if o := m.overlapping(req); o != nil {
+			return answer(req, fromOverlap, m.snapshot(o, now))
+		}
 		if k, ok := m.live[[2]string{req.Customer, req.Period}]; ok {
 			return answer(req, fromPeriod, m.snapshot(m.byKey[k], now))
 		}
@@ -90,9 +97,14 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 			State: StatePending, Leases: 1, Owner: req.Owner, LeaseUntil: now.Add(m.lease),
 			CreatedAt: now, UpdatedAt: now, FirstSentAt: now,
 			Scope: req.Scope, Attempt: req.Attempt, Endpoint: req.Endpoint, Credential: req.Credential,
+			Meter: req.Meter, WindowStart: req.WindowStart, WindowEnd: req.WindowEnd,
 		}
 		m.byKey[req.Key] = c
 		m.live[[2]string{req.Customer, req.Period}] = req.Key
+		if req.Meter != "" {
+			cm := [2]string{req.Customer, req.Meter}
+			m.windows[cm] = append(m.windows[cm], req.Key)
+		}
 		return answer(req, fromInsert, m.snapshot(c, now))
 	}
 	if compare(req, *c) == nil && c.State == StatePending && (!c.LeaseUntil.After(now) || c.Owner == req.Owner) {
@@ -103,6 +115,22 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 		return answer(req, fromTakeover, m.snapshot(c, now))
 	}
 	return answer(req, fromKey, m.snapshot(c, now))
+}
+
+// overlapping returns a live claim of req's customer and meter whose
+// window overlaps req's and is not the same, or nil; m.mu is held.
+func (m *memEngine) overlapping(req request) *Claim {
+	if req.Meter == "" {
+		return nil
+	}
+	for _, k := range m.windows[[2]string{req.Customer, req.Meter}] {
+		c := m.byKey[k]
+		same := c.WindowStart.Equal(req.WindowStart) && c.WindowEnd.Equal(req.WindowEnd)
+		if c.State != StateFailed && !same && c.WindowStart.Before(req.WindowEnd) && req.WindowStart.Before(c.WindowEnd) {
+			return c
+		}
+	}
+	return nil
 }
 
 func (m *memEngine) snapshot(c *Claim, now time.Time) Claim {
@@ -218,6 +246,10 @@ func (m *memEngine) Abandon(ctx context.Context, key, owner string) error {
 	}
 	delete(m.byKey, key)
 	delete(m.live, [2]string{c.Customer, c.Period})
+	if c.Meter != "" {
+		cm := [2]string{c.Customer, c.Meter}
+		m.windows[cm] = slices.DeleteFunc(m.windows[cm], func(k string) bool { return k == key })
+	}
 	return nil
 }
 

@@ -38,9 +38,10 @@ func migrationNames(cfg Config) migrate.Names {
 	return migrate.Names{
 		Default: DefaultTable,
 		Tables:  []string{"", "_events", "_migrations"},
-		// The indexes, and PostgreSQL's name for the first migration's
-		// check on state.
-		Others: []string{"_live", "_pending", "_processing", "_events_received", "_state_check", "_currency_check"},
+		// The indexes, the exclusion constraints (whose indexes share
+		// the schema's names), and PostgreSQL's name for the first
+		// migration's check on state.
+		Others: []string{"_live", "_pending", "_processing", "_events_received", "_windows_start", "_windows_end", "_state_check", "_currency_check"},
 		Name:   cfg.Table,
 		Schema: cfg.Schema,
 	}

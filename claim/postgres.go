@@ -140,7 +140,8 @@ func colsOf(x string) string {
 	(extract(epoch FROM now() - x.created_at) * 1000000)::bigint,
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
 	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
-	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at, x.step`)
+	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at, x.step,
+	x.meter, x.window_start, x.window_end`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -148,23 +149,28 @@ const (
 	fromInsert   = iota + 1 // a new claim: claimengine.Won
 	fromTakeover            // a pending claim taken over: claimengine.Resumed
 	fromKey                 // the key's existing row
+	fromOverlap             // a live usage claim whose window overlaps the request's
 	fromPeriod              // the live claim for the customer and period
 )
 
 // claimTemplate claims a batch in one statement, every request numbered by
 // its position (ord):
 //
-//   - ins inserts the requests that conflict with no claim: same key, or a
-//     live (pending or succeeded) claim for the same customer and period.
-//     DO NOTHING without a target makes both unique indexes arbiters, so
-//     concurrent claims never fail with a unique violation.
+//   - ins inserts the requests that conflict with no claim: same key, a
+//     live (pending or succeeded) claim for the same customer and period,
+//     or, for a usage report, a live claim of the same customer and meter
+//     whose window overlaps the request's and is not the same. DO NOTHING
+//     without a target makes the unique indexes and the exclusion
+//     constraints arbiters, so concurrent claims never fail with a
+//     violation.
 //   - took takes over the key's row when it is pending with the same
 //     parameters and its lease has expired or is already the caller's.
 //     UPDATE locks the row and re-checks these conditions at its latest
 //     version, so of runners racing for a stale claim exactly one takes it.
-//   - The last two selects return the existing rows by key and by customer
-//     and period, as of the statement's snapshot: the caller reads InProgress,
-//     Succeeded, Failed or a mismatch from them.
+//   - The last three selects return the existing rows by key, by
+//     overlapping window and by customer and period, as of the statement's
+//     snapshot: the caller reads InProgress, Succeeded, Failed or a
+//     mismatch from them.
 //
 // A request whose conflicting row was committed by another transaction
 // after this statement's snapshot was taken gets no row at all (ins waited
@@ -177,12 +183,13 @@ const (
 const claimTemplate = `
 WITH {{fence}}req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-		$8::text[], $9::int[], $10::text[], $11::text[]) WITH ORDINALITY
-		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, ord){{fenced}}
+		$8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[]) WITH ORDINALITY
+		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, meter, window_start, window_end, ord){{fenced}}
 ), ins AS (
-	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until, scope, attempt, endpoint, credential)
+	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until, scope, attempt, endpoint, credential,
+		meter, window_start, window_end)
 	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
-		scope, attempt, endpoint, credential FROM req
+		scope, attempt, endpoint, credential, meter, window_start, window_end FROM req
 	ON CONFLICT DO NOTHING
 	RETURNING *
 ), took AS (
@@ -201,10 +208,15 @@ UNION ALL
 SELECT req.ord, 3, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.key
 UNION ALL
 SELECT req.ord, 4, {{cols_x}} FROM req JOIN {{table}} x
+	ON x.customer = req.customer AND x.meter = req.meter AND x.state <> 'failed' AND x.window_end IS NOT NULL
+		AND tstzrange(x.window_start, x.window_end) && tstzrange(req.window_start, req.window_end)
+		AND (x.window_start <> req.window_start OR x.window_end <> req.window_end)
+UNION ALL
+SELECT req.ord, 5, {{cols_x}} FROM req JOIN {{table}} x
 	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key`
 
 // fenced returns the claim statement base under fence f, whose token is
-// $12: the lease row that carries it is locked FOR SHARE until the claims
+// $15: the lease row that carries it is locked FOR SHARE until the claims
 // commit, so a takeover of the lease (an UPDATE of that row) either waits
 // for them or, having committed first, leaves no row with the token, and
 // the statement claims nothing. The zero Fence checks nothing.
@@ -213,7 +225,7 @@ func fenced(base string, f claimengine.Fence) string {
 		return strings.NewReplacer("{{fence}}", "", "{{fenced}}", "").Replace(base)
 	}
 	return strings.NewReplacer(
-		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $12 FOR SHARE),\n",
+		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $15 FOR SHARE),\n",
 		"{{fenced}}", "\n\tWHERE EXISTS (SELECT FROM fence)",
 	).Replace(base)
 }
@@ -317,13 +329,17 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	scopes, endpoints, credentials := make([]string, n), make([]string, n), make([]string, n)
 	amounts, attempts := make([]int64, n), make([]int32, n)
+	meters, starts, ends := make([]*string, n), make([]*time.Time, n), make([]*time.Time, n) // NULL but for usage reports
 	for j, i := range todo {
 		r := reqs[i]
 		customers[j], periods[j], keys[j], amounts[j], currencies[j], owners[j] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
 		scopes[j], attempts[j], endpoints[j], credentials[j] = r.Scope, int32(r.Attempt), r.Endpoint, r.Credential
+		if r.Meter != "" {
+			meters[j], starts[j], ends[j] = &r.Meter, &r.WindowStart, &r.WindowEnd
+		}
 	}
 	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds(),
-		scopes, attempts, endpoints, credentials}
+		scopes, attempts, endpoints, credentials, meters, starts, ends}
 	sql, fence := p.claimSQL, reqs[todo[0]].Fence // one fence per batch: validateBatch
 	if fence != (claimengine.Fence{}) {
 		sql = fenced(p.claimBase, fence)
@@ -385,6 +401,8 @@ func answer(req request, from int, c Claim) result {
 		return result{Outcome: claimengine.Won, Claim: c}
 	case fromTakeover:
 		return result{Outcome: claimengine.Resumed, Claim: c}
+	case fromOverlap:
+		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: overlap(req, c)}
 	case 0:
 		return result{}
 	}
@@ -407,13 +425,18 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	var c Claim
 	var state string
 	var ageMicros, sentMicros int64
-	var reconciled, processing, settled, eventAt, disputeAt *time.Time
+	var reconciled, processing, settled, eventAt, disputeAt, windowStart, windowEnd *time.Time
+	var meter *string
 	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Leases,
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
 		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
-		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt, &c.Step)
+		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt, &c.Step,
+		&meter, &windowStart, &windowEnd)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
+	}
+	if meter != nil {
+		c.Meter = *meter
 	}
 	c.State = State(state)
 	c.Age = time.Duration(ageMicros) * time.Microsecond
@@ -421,7 +444,8 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	for _, t := range [...]struct {
 		src *time.Time
 		dst *time.Time
-	}{{reconciled, &c.ReconciledAt}, {processing, &c.ProcessingAt}, {settled, &c.SettledAt}, {eventAt, &c.EventAt}, {disputeAt, &c.DisputeAt}} {
+	}{{reconciled, &c.ReconciledAt}, {processing, &c.ProcessingAt}, {settled, &c.SettledAt}, {eventAt, &c.EventAt}, {disputeAt, &c.DisputeAt},
+		{windowStart, &c.WindowStart}, {windowEnd, &c.WindowEnd}} {
 		if t.src != nil {
 			*t.dst = *t.src
 		}

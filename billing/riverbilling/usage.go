@@ -96,9 +96,11 @@ func (a *UsageArgs) UnmarshalJSON(data []byte) error {
 //   - Delivered, now or before (found delivered, replayed, or settled from
 //     the meter's summary past the key's deadline): the job completes.
 //   - Rejected by Stripe (its meter error report reached the Biller's
-//     webhook), invalid, of the wrong kind for its meter, or another value
-//     for a window already reported: the job is cancelled with the reason
-//     and never retried. Report again with the next Usage.Attempt.
+//     webhook), invalid, of the wrong kind for its meter, another value
+//     for a window already reported, or a window that overlaps one
+//     already claimed for the customer and meter (the reason names it):
+//     the job is cancelled with the reason and never retried. Report a
+//     rejected window again with the next Usage.Attempt.
 //   - Another runner holds the report's claim: the job is snoozed until
 //     that claim's lease ends.
 //   - Outcome unknown, or a report that needs reconciliation

@@ -523,3 +523,37 @@ func seq[T any](s []T) iter.Seq2[T, error] {
 		}
 	}
 }
+
+// A job whose window overlaps a window already claimed for its customer
+// and meter is invalid: it is cancelled at once, naming the claimed
+// window, sends nothing and is never retried.
+func TestOverlappingUsageJobIsCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.srv.CreateMeter("api_calls", "sum", "")
+	b := e.biller()
+	c := e.client(e.riverConfig(b, nil))
+	first := report("cus_o", 3, 1)
+	res := work(e, e.usageWorker(b), e.insertUsage(c, first))
+	if res.EventKind != river.EventKindJobCompleted {
+		t.Fatalf("first window: %s %v, want completed", res.EventKind, res.Job.Errors)
+	}
+	later := first
+	later.Start, later.End, later.Value = first.Start.Add(30*time.Minute), first.End.Add(30*time.Minute), 4
+	before := e.sends("cus_o")
+	res = work(e, e.usageWorker(e.biller()), e.insertUsage(c, later))
+	if res.EventKind != river.EventKindJobCancelled || res.Job.Attempt != 1 {
+		t.Fatalf("overlapping window: %s after %d attempts, %v; want cancelled after 1", res.EventKind, res.Job.Attempt, res.Job.Errors)
+	}
+	claimed := first.Start.Format(time.RFC3339) + " to " + first.End.Format(time.RFC3339)
+	if !strings.Contains(lastErr(res.Job), claimed) {
+		t.Errorf("job errors = %+v, want the window claimed, %s", res.Job.Errors, claimed)
+	}
+	if n := e.sends("cus_o") - before; n != 0 {
+		t.Errorf("%d requests for the overlapping window, want 0", n)
+	}
+	e.requireCounted(first)
+	if got := e.srv.MeterTotal("api_calls", "cus_o", first.Start, later.End); got != float64(first.Value) {
+		t.Errorf("the meter counts %v over both windows, want %d", got, first.Value)
+	}
+}

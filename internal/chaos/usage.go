@@ -145,10 +145,12 @@ func (e *Env) CheckUsage(ctx context.Context, base time.Time, windows int) (Ledg
 // PassTime moves time forward by d for billonce and the fake alike: every
 // timestamp of the claim tables moves back by d (the database clock
 // stays), then the fake's clock moves on by d, so keys and identifiers
-// expire at the fake as their claims age.
+// expire at the fake as their claims age. A usage report's window is its
+// identity, not a reading of the clock, and stays.
 func (e *Env) PassTime(ctx context.Context, d time.Duration) error {
 	rows, err := e.Pool.Query(ctx, `SELECT table_name::text, column_name::text FROM information_schema.columns
 		WHERE table_schema = current_schema() AND data_type = 'timestamp with time zone'
+			AND column_name NOT IN ('window_start', 'window_end')
 			AND (table_name = 'billonce_claims' OR starts_with(table_name, 'billonce_claims_'))`)
 	if err != nil {
 		return err

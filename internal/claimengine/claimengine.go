@@ -193,6 +193,15 @@ type Request struct {
 	Endpoint   string
 	Credential string
 
+	// For a usage report, its identity at Stripe's meter: the meter's
+	// event name and the window the usage was measured in, WindowStart
+	// inclusive, WindowEnd exclusive; all empty for any other claim.
+	// No two live claims of one customer and meter have overlapping
+	// windows unless the windows are the same: a request whose window
+	// overlaps another's is a *claim.MismatchError on "window".
+	Meter                  string
+	WindowStart, WindowEnd time.Time
+
 	// Fence, when set, makes the claim conditional on a lease: it is
 	// made only if the lease still has the holder the claim is made for.
 	// Every request of a ClaimBatch carries the same Fence.

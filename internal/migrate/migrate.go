@@ -36,6 +36,14 @@
 // is refused with [ErrNewerSchema], and nothing changes. Once the tables
 // are up to date Run only reads: a role without CREATE privileges (or
 // INSERT on the record) can call it.
+//
+// A migration that needs an extension says so on a line of its own,
+// "CREATE EXTENSION IF NOT EXISTS name;". Run creates each such extension
+// on its own before the migration's other statements: an extension the
+// database has asks for no privilege, and one that cannot be created
+// (the role may not, the server does not have it) stops the run with an
+// error that names it and says what to do, PostgreSQL's hint included,
+// and nothing changes.
 package migrate
 
 import (
@@ -47,8 +55,10 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A Migration is one step of an owner's schema. Migrations are applied in
@@ -225,6 +235,13 @@ func (s Set) Run(ctx context.Context, db Beginner) error {
 		if applied[m.Version] {
 			continue
 		}
+		for _, ext := range extensions(m.SQL) {
+			if err := createExtension(ctx, tx, ext); err != nil {
+				return fmt.Errorf("%s: migrate: migration %d (%s) needs the PostgreSQL extension %s, which this database does not have, and it could not be created: %w; "+
+					"have the database's owner or an administrator run CREATE EXTENSION %s; in this database (a managed PostgreSQL may need the extension allowed first), then migrate again; nothing was changed",
+					s.Owner, m.Version, m.Name, ext, err, ext)
+			}
+		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return fmt.Errorf("%s: migrate: applying migration %d (%s): %w", s.Owner, m.Version, m.Name, err)
 		}
@@ -296,6 +313,33 @@ func (s Set) createRecord(ctx context.Context, tx pgx.Tx, record string) error {
 		}
 	}
 	_, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+record+" ("+RecordColumns+")")
+	return err
+}
+
+// extensionRE finds the extensions a migration creates: each is created
+// on its own before the migration's other statements, so that a database
+// without it, and a role that may not create it, get an error that names
+// it.
+var extensionRE = regexp.MustCompile(`(?m)^CREATE EXTENSION IF NOT EXISTS ([a-z0-9_]+);`)
+
+// extensions returns the extensions sql creates, in order.
+func extensions(sql string) []string {
+	var out []string
+	for _, m := range extensionRE.FindAllStringSubmatch(sql, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// createExtension creates ext unless the database has it, which needs no
+// privilege. PostgreSQL's hint (which privilege is missing, or that the
+// extension is not installed on the server) is part of the error.
+func createExtension(ctx context.Context, tx pgx.Tx, ext string) error {
+	_, err := tx.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+pgx.Identifier{ext}.Sanitize())
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Hint != "" {
+		return fmt.Errorf("%w (%s)", err, strings.TrimSuffix(pe.Hint, "."))
+	}
 	return err
 }
 

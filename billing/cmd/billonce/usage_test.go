@@ -115,3 +115,36 @@ func TestUsageBadRowSendsNothing(t *testing.T) {
 		t.Errorf("%d requests to Stripe, want none", n)
 	}
 }
+
+// Rows whose windows overlap for one customer and meter, in one file or
+// in the files of two runs, would count the overlap twice: the row after
+// the first is refused as invalid, naming the window claimed, the run is
+// incomplete, and the meter counts each stretch of time once.
+func TestUsageOverlappingWindowsAreInvalid(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.fake.CreateMeter("api_calls", "sum", "")
+	start, end := lastHour()
+	start, end = start.Add(-2*time.Hour), end.Add(-2*time.Hour)
+	half := 30 * time.Minute
+	claimed := start.Format(time.RFC3339) + " to " + end.Format(time.RFC3339)
+	rows := usageRow("cus_a", "api_calls", "increments", start, end, 5) +
+		usageRow("cus_a", "api_calls", "increments", start.Add(half), end.Add(half), 6) +
+		usageRow("cus_a", "api_calls", "increments", end, end.Add(time.Hour), 7) // meets the first: counted
+	r := e.billonce(rows, "usage", "-json").want(t, exitIncomplete)
+	s := decode[summaryJSON](t, r.stdout)
+	if s.Created != 2 || s.Invalid != 1 || len(s.Failures) != 1 || s.Failures[0].Kind != "invalid" || !strings.Contains(s.Failures[0].Message, claimed) {
+		t.Errorf("summary %+v; want 2 sent and the overlapping row invalid, naming %s", s, claimed)
+	}
+	next := usageRow("cus_a", "api_calls", "increments", start.Add(-half), start.Add(half), 8)
+	r = e.billonce(next, "usage").want(t, exitIncomplete)
+	if !strings.Contains(r.stdout, claimed) {
+		t.Errorf("a second file's overlapping row:\n%s\nwant it refused, naming %s", r.stdout, claimed)
+	}
+	if n := e.fake.MeterEvents("api_calls", "cus_a"); n != 2 {
+		t.Errorf("%d meter events, want 2", n)
+	}
+	if got := e.fake.MeterTotal("api_calls", "cus_a", start.Add(-time.Hour), end.Add(time.Hour)); got != 5+7 {
+		t.Errorf("the meter counts %v, want %d", got, 5+7)
+	}
+}
