@@ -71,7 +71,9 @@ type usageError struct{ error }
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("spendcap-proxy", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on")
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL holding keys and budgets, shared by every replica (default $DATABASE_URL)")
+	// No flag takes its default from the environment: -h prints defaults,
+	// and DATABASE_URL may hold a password. It is read after Parse.
+	dbURL := fs.String("database-url", "", "PostgreSQL holding keys and budgets, shared by every replica (default $DATABASE_URL)")
 	upstream := fs.String("upstream", "https://api.stripe.com", "Stripe API base URL, or a Stripe-compatible server's")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +87,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q: every setting is a flag (see -h)", fs.Arg(0))}
+	}
+	if *dbURL == "" {
+		*dbURL = os.Getenv("DATABASE_URL")
 	}
 	secret := os.Getenv("STRIPE_SECRET_KEY")
 	if secret == "" {
