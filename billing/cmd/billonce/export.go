@@ -52,7 +52,7 @@ func cmdExport(ctx context.Context, a *app, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if err := required("period", *period); err != nil {
+	if err := checkPeriod(*period, true); err != nil {
 		return err
 	}
 	if *format != "csv" && *format != "json" {

@@ -86,6 +86,9 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		if err := required("customer", *customer, "period", *period); err != nil {
 			return err
 		}
+		if err := checkPeriod(*period, true); err != nil {
+			return err
+		}
 	}
 	pool, store, err := c.store(ctx)
 	if err != nil {

@@ -32,6 +32,9 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	if err := required("customer", *customer, "period", *period); err != nil {
 		return err
 	}
+	if err := checkPeriod(*period, false); err != nil {
+		return err
+	}
 	if *attempt < 2 {
 		return usageError("-attempt %d: re-bills are numbered from 2 (attempt 1 is the run's charge); see billonce inspect -customer %s -period %s", *attempt, *customer, *period)
 	}

@@ -50,11 +50,8 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if err := vault.check(f); err != nil {
 		return err
 	}
-	if err := required("period", *period); err != nil {
+	if err := checkPeriod(*period, false); err != nil {
 		return err
-	}
-	if err := billing.ValidatePeriod(*period); err != nil {
-		return usageError("-period: %s", reason(err))
 	}
 	var fp *flat
 	switch {

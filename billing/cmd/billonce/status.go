@@ -61,7 +61,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if err := required("period", *period); err != nil {
+	if err := checkPeriod(*period, true); err != nil {
 		return err
 	}
 	pool, store, err := c.store(ctx)
