@@ -218,3 +218,33 @@ func TestRunInvoiceBadFlagsSendNothing(t *testing.T) {
 		t.Errorf("%d requests to Stripe, want none", n)
 	}
 }
+
+// A file saved as "CSV UTF-8" starts with a byte-order mark. Its header is
+// still a header, not a customer to bill, and its first customer is that
+// customer, so that the same ID again is a duplicate; a usage file's
+// header likewise.
+func TestRunAndUsageReadAFileThatStartsWithAByteOrderMark(t *testing.T) {
+	t.Parallel()
+	const bom = "\ufeff"
+	e := newEnv(t, billingtest.Config{})
+	e.billonce(bom+"customer\ncus_a\ncus_b\n", "run", "-period", period, "-amount", "100", "-currency", "usd").want(t, exitOK)
+	e.billonce("", "run", "-period", "2026-10", "-customers", customersFile(t, bom+"customer,amount,currency\ncus_c,100,usd\n")).want(t, exitOK)
+	for _, c := range []struct{ customer, period string }{{"cus_a", period}, {"cus_b", period}, {"cus_c", "2026-10"}} {
+		billingtest.RequireChargedOnce(t, e.fake, c.customer, c.period)
+	}
+	if n := len(e.fake.Payments()); n != 3 {
+		t.Errorf("%d payments at the fake Stripe; want 3, and none for a header", n)
+	}
+	r := e.billonce(bom+"cus_d,100,usd\ncus_d,100,usd\n", "run", "-period", period).want(t, exitUsage)
+	if !strings.Contains(r.stderr, "standard input:2: customer cus_d is listed again (first on line 1)") {
+		t.Errorf("stderr %q; want the second cus_d refused as a duplicate of the first", r.stderr)
+	}
+	billingtest.RequireNotCharged(t, e.fake, "cus_d", period)
+
+	e.fake.CreateMeter("api_calls", "sum", "")
+	start, end := lastHour()
+	e.billonce(bom+"customer,meter,kind,start,end,value\n"+usageRow("cus_a", "api_calls", "increments", start, end, 5), "usage").want(t, exitOK)
+	if n := e.fake.MeterEvents("api_calls", "cus_a"); n != 1 {
+		t.Errorf("%d meter events for cus_a; want 1", n)
+	}
+}
