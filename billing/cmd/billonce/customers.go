@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -26,53 +27,74 @@ type flat struct {
 // before anything is charged. With inv, each row is billed by a copy of
 // inv in its currency, whose one line is its amount.
 func readCustomers(r io.Reader, name string, api billing.API, fp *flat, inv *billing.Invoice) ([]billing.Item, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	cr.TrimLeadingSpace = true
-	cr.Comment = '#'
 	var items []billing.Item
 	seen := map[string]int{}
-	first := true
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, fmt.Errorf("%s:%d: malformed CSV: %v", name, pe.Line, pe.Err)
-			}
-			return nil, fmt.Errorf("%s: reading: %w", name, err)
-		}
-		line, _ := cr.FieldPos(0)
-		for i := range rec {
-			rec[i] = strings.TrimSpace(rec[i])
-		}
-		if first {
-			first = false
-			if (len(rec) >= 2 && strings.EqualFold(rec[1], "amount")) || (len(rec) == 1 && strings.EqualFold(rec[0], "customer")) {
-				continue
-			}
+	err := readRows(r, name, func(line int, rec []string, first bool) error {
+		if first && ((len(rec) >= 2 && strings.EqualFold(rec[1], "amount")) || (len(rec) == 1 && strings.EqualFold(rec[0], "customer"))) {
+			return nil
 		}
 		it, msg := parseRow(rec, api, fp)
 		if msg == "" && inv != nil {
 			it, msg = invoiceItem(it, inv)
 		}
 		if msg != "" {
-			return nil, fmt.Errorf("%s:%d: %s", name, line, msg)
+			return errors.New(msg)
 		}
 		if prev, dup := seen[it.Customer]; dup {
-			return nil, fmt.Errorf("%s:%d: customer %s is listed again (first on line %d): a customer is billed once per period; merge the rows", name, line, it.Customer, prev)
+			return fmt.Errorf("customer %s is listed again (first on line %d): a customer is billed once per period; merge the rows", it.Customer, prev)
 		}
 		seen[it.Customer] = line
 		items = append(items, it)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%s: no customers; want rows of customer ID, amount, currency[, payment method], or IDs with -amount and -currency", name)
 	}
 	return items, nil
 }
+
+// readRows reads the CSV file r, named name in errors, and hands row by
+// row to fn with its line number, its cells trimmed of white space, and
+// whether it is the first row (perhaps a header). Lines starting with #
+// are comments. A byte-order mark before the first row, as a spreadsheet
+// writes when it saves "CSV UTF-8", is not part of the first cell. An
+// error of fn is returned with the file's name and the line.
+func readRows(r io.Reader, name string, fn func(line int, rec []string, first bool) error) error {
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(len(byteOrderMark)); err == nil && string(b) == byteOrderMark {
+		br.Discard(len(byteOrderMark))
+	}
+	cr := csv.NewReader(br)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	cr.Comment = '#'
+	for first := true; ; first = false {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return fmt.Errorf("%s:%d: malformed CSV: %v", name, pe.Line, pe.Err)
+			}
+			return fmt.Errorf("%s: reading: %w", name, err)
+		}
+		line, _ := cr.FieldPos(0)
+		for i := range rec {
+			rec[i] = strings.TrimSpace(rec[i])
+		}
+		if err := fn(line, rec, first); err != nil {
+			return fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+	}
+}
+
+// byteOrderMark is U+FEFF in UTF-8.
+const byteOrderMark = "\ufeff"
 
 // parseRow turns one record into an item, or says what is wrong with it.
 func parseRow(rec []string, api billing.API, fp *flat) (billing.Item, string) {

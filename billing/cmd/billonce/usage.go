@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -80,42 +79,27 @@ var usageKinds = map[string]billing.UsageKind{"increments": billing.Increments, 
 // needs Stripe), and a window reported twice is refused, before anything
 // is sent.
 func readUsage(r io.Reader, name string) ([]billing.Usage, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	cr.TrimLeadingSpace = true
-	cr.Comment = '#'
 	var out []billing.Usage
 	seen := map[[5]string]int{}
-	for first := true; ; first = false {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, fmt.Errorf("%s:%d: malformed CSV: %v", name, pe.Line, pe.Err)
-			}
-			return nil, fmt.Errorf("%s: reading: %w", name, err)
-		}
-		line, _ := cr.FieldPos(0)
-		for i := range rec {
-			rec[i] = strings.TrimSpace(rec[i])
-		}
+	err := readRows(r, name, func(line int, rec []string, first bool) error {
 		if first && strings.EqualFold(rec[0], "customer") {
-			continue
+			return nil
 		}
 		u, msg := parseUsage(rec)
 		if msg != "" {
-			return nil, fmt.Errorf("%s:%d: %s", name, line, msg)
+			return errors.New(msg)
 		}
 		id := [5]string{u.Customer, u.Meter, rec[2], u.Start.UTC().Format(time.RFC3339), u.End.UTC().Format(time.RFC3339)}
 		if prev, dup := seen[id]; dup {
-			return nil, fmt.Errorf("%s:%d: customer %s, meter %s, %s to %s is reported again (first on line %d): a window is reported once; merge the rows",
-				name, line, u.Customer, u.Meter, id[3], id[4], prev)
+			return fmt.Errorf("customer %s, meter %s, %s to %s is reported again (first on line %d): a window is reported once; merge the rows",
+				u.Customer, u.Meter, id[3], id[4], prev)
 		}
 		seen[id] = line
 		out = append(out, u)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no usage; want rows of customer ID, meter, increments or totals, start, end, value", name)
