@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/csv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +242,53 @@ func TestReconcilePaymentIntentsTakesMethodsFromTheCustomersFile(t *testing.T) {
 	file := customersFile(t, "cus_a,100,usd,pm_card_visa\ncus_p,300,usd,pm_card_visa\n")
 	e.billonce("", "reconcile", "-api", "payment_intents", "-customers", file).want(t, exitOK)
 	billingtest.RequireChargedOnce(t, e.fake, "cus_p", period)
+}
+
+// A CSV export is opened in spreadsheets, which run a cell that starts
+// with =, +, - or @ (or a tab or carriage return before one) as a formula:
+// such a cell is written with a ' before it, as OWASP advises, and the
+// JSON export keeps the values as they are.
+func TestExportCSVCellsNeverStartAFormula(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	customers := []string{"=1+2", "+1", "-1", "@SUM(A1)"}
+	rows := ""
+	for _, c := range customers {
+		rows += c + ",100,usd\n"
+	}
+	e.billed(rows)
+	e.exec(`UPDATE billonce_claims SET last_error = E'\t=cmd', dispute = E'\r=2' WHERE customer = '-1'`)
+
+	r := e.billonce("", "export", "-period", period).want(t, exitOK)
+	recs, err := csv.NewReader(strings.NewReader(r.stdout)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, rec := range recs[1:] {
+		got[rec[0]] = rec
+	}
+	for _, c := range customers {
+		rec, ok := got["'"+c]
+		if !ok {
+			t.Errorf("customer %q: no row whose first cell is %q in\n%s", c, "'"+c, r.stdout)
+			continue
+		}
+		if c == "-1" && (rec[9] != "'\r=2" || rec[11] != "'\t=cmd") {
+			t.Errorf("customer -1: dispute %q, last_error %q; want them after a '", rec[9], rec[11])
+		}
+	}
+	for _, rec := range recs {
+		for _, cell := range rec {
+			if cell != "" && strings.ContainsRune("=+-@\t\r", rune(cell[0])) {
+				t.Errorf("cell %q starts a formula", cell)
+			}
+		}
+	}
+	rowsJSON := decode[[]exportRow](t, e.billonce("", "export", "-period", period, "-format", "json").want(t, exitOK).stdout)
+	for _, row := range rowsJSON {
+		if !slices.Contains(customers, row.Customer) {
+			t.Errorf("json export has customer %q; want the IDs unchanged", row.Customer)
+		}
+	}
 }
