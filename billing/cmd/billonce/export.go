@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/billonce/billonce/claim"
@@ -36,19 +37,38 @@ type exportRow struct {
 var exportHeader = []string{"customer", "period", "key", "attempt", "state", "amount", "currency", "stripe_id",
 	"refunded", "dispute", "failure_code", "last_error", "created_at", "updated_at", "endpoint"}
 
+// record is r as a CSV row, every cell passed through inert.
 func (r exportRow) record() []string {
-	return []string{r.Customer, r.Period, r.Key, strconv.Itoa(r.Attempt), r.State, strconv.FormatInt(r.Amount, 10), r.Currency, r.StripeID,
+	rec := []string{r.Customer, r.Period, r.Key, strconv.Itoa(r.Attempt), r.State, strconv.FormatInt(r.Amount, 10), r.Currency, r.StripeID,
 		strconv.FormatInt(r.Refunded, 10), r.Dispute, r.FailureCode, r.LastError, r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), r.Endpoint}
+	for i, c := range rec {
+		rec[i] = inert(c)
+	}
+	return rec
+}
+
+// inert returns a CSV cell that a spreadsheet shows as text: one that
+// starts with =, +, -, @, a tab or a carriage return would be run as a
+// formula (CSV injection), so it gets a ' before it, as OWASP advises.
+// Customer IDs, Stripe's messages and dispute reasons come from outside;
+// billonce's own cells (amounts, times, keys) never start so.
+func inert(cell string) string {
+	if cell != "" && strings.ContainsRune("=+-@\t\r", rune(cell[0])) {
+		return "'" + cell
+	}
+	return cell
 }
 
 // cmdExport writes a period's claims, every attempt of every customer,
 // for accounting: amounts in the currency's smallest unit, times in UTC.
+// In CSV a cell that a spreadsheet would run as a formula starts with a '
+// (see inert); JSON has the values as they are.
 func cmdExport(ctx context.Context, a *app, args []string) error {
 	f := newFlags(a, "export", "export -period P [-format csv|json]")
 	var c conn
 	c.register(f)
 	period := f.String("period", "", "billing period; required")
-	format := f.String("format", "csv", "csv (with a header row) or json (an array)")
+	format := f.String("format", "csv", "csv (with a header row; a cell that would start a spreadsheet formula, with = + - @ tab or carriage return, gets a ' before it) or json (an array, values as they are)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
