@@ -292,3 +292,23 @@ func TestExportCSVCellsNeverStartAFormula(t *testing.T) {
 		}
 	}
 }
+
+// The reading subcommands on a database without billonce's tables (never
+// migrated, or another database than the services') say so and what to
+// do, not PostgreSQL's "relation does not exist".
+func TestReadsOnADatabaseWithoutTheTablesSayToMigrate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	for _, args := range [][]string{
+		{"status", "-period", period},
+		{"export", "-period", period},
+		{"inspect", "-customer", "cus_a", "-period", period},
+		{"inspect", "-key", "bo1_0000"},
+	} {
+		r := e.billonce("", args...).want(t, exitStopped)
+		if !strings.Contains(r.stderr, "no claim table billonce_claims") || !strings.Contains(r.stderr, "billonce migrate") ||
+			!strings.Contains(r.stderr, "-database-url") || strings.Contains(r.stderr, "does not exist (SQLSTATE") {
+			t.Errorf("%v: stderr %q; want it to say there is no claim table, to run billonce migrate or check -database-url", args, r.stderr)
+		}
+	}
+}
