@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/billing"
@@ -167,6 +168,21 @@ func (b *biller) open(ctx context.Context, price func(context.Context, string, s
 	}
 	return s, nil
 }
+
+// read runs fn, the reads of a subcommand that only reads claims, and
+// turns PostgreSQL's "relation does not exist" into what to do about it.
+func (c *conn) read(ctx context.Context, fn func(context.Context) error) error {
+	err := fn(ctx)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == undefinedTable {
+		return fmt.Errorf("no claim table %s in this database (or its search_path): run billonce migrate, or check that -database-url (or DATABASE_URL) names the database the services bill with", claim.DefaultTable)
+	}
+	return err
+}
+
+// undefinedTable is PostgreSQL's SQLSTATE for a table that does not
+// exist.
+const undefinedTable = "42P01"
 
 // store opens the database and its claim store, for the subcommands that
 // only read claims.

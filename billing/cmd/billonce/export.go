@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/claimread"
 )
@@ -83,19 +85,12 @@ func cmdExport(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	keys, err := claimread.Keys(ctx, pool, claim.DefaultTable, *period, "")
-	if err != nil {
+	var rows []exportRow
+	if err := c.read(ctx, func(ctx context.Context) (err error) {
+		rows, err = exportRows(ctx, pool, store, *period)
 		return err
-	}
-	rows := make([]exportRow, 0, len(keys))
-	for _, k := range keys {
-		c, err := store.Get(ctx, k)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, exportRow{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, State: string(c.State),
-			Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Refunded: c.Refunded, Dispute: c.Dispute,
-			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(), Endpoint: c.Endpoint})
+	}); err != nil {
+		return err
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(a.stdout)
@@ -109,4 +104,23 @@ func cmdExport(ctx context.Context, a *app, args []string) error {
 	}
 	w.Flush()
 	return w.Error()
+}
+
+// exportRows reads the claims of period.
+func exportRows(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, period string) ([]exportRow, error) {
+	keys, err := claimread.Keys(ctx, pool, claim.DefaultTable, period, "")
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]exportRow, 0, len(keys))
+	for _, k := range keys {
+		c, err := store.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, exportRow{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, State: string(c.State),
+			Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Refunded: c.Refunded, Dispute: c.Dispute,
+			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(), Endpoint: c.Endpoint})
+	}
+	return rows, nil
 }

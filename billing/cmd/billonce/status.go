@@ -69,7 +69,11 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	st, err := statusOf(ctx, pool, store, *period, *settleAfter)
+	var st *statusJSON
+	err = c.read(ctx, func(ctx context.Context) (err error) {
+		st, err = statusOf(ctx, pool, store, *period, *settleAfter)
+		return err
+	})
 	if err != nil {
 		return err
 	}
