@@ -208,6 +208,12 @@ func (b *Biller) runLocked(ctx context.Context, label, lockName string, preps it
 	})
 }
 
+// Validate reports whether Run and RunUsage accept o: they check it
+// themselves, after nothing but their arguments. Call it to refuse a
+// command line's settings before anything is opened. Its errors wrap
+// [ErrInvalid].
+func (o RunOptions) Validate() error { return o.check() }
+
 // check checks o and sets its defaults.
 func (o *RunOptions) check() error {
 	switch {

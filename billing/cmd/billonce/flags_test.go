@@ -12,7 +12,7 @@ import (
 type watched struct {
 	ln   net.Listener
 	mu   sync.Mutex
-	seen []net.Addr     // remote addresses, in the order accepted
+	seen []net.Addr    // remote addresses, in the order accepted
 	next chan net.Conn // every connection accepted, in order
 }
 

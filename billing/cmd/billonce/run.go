@@ -63,6 +63,9 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if *concurrency <= 0 {
 		return usageError("-concurrency %d: want at least 1", *concurrency)
 	}
+	if err := (billing.RunOptions{Concurrency: *concurrency}).Validate(); err != nil {
+		return usageError("-concurrency: %s", reason(err))
+	}
 	inv, err := invoiceTemplate(f, *byInvoice, *period, *daysUntilDue, *description, vault.proxyURL != "")
 	if err != nil {
 		return err
@@ -86,13 +89,7 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	}
 
 	if vault.proxyURL != "" {
-		capAmount, err := runCap(items, vault.margin)
-		if err != nil {
-			return err
-		}
-		b.mint = func(ctx context.Context) (*runKey, error) {
-			return vault.issue(ctx, a, *period, billing.API(b.api), capAmount)
-		}
+		b.vault = &vaultRun{flags: &vault, period: *period, items: items}
 	}
 	s, err := b.open(ctx, nil)
 	if err != nil {

@@ -33,6 +33,9 @@ func cmdUsage(ctx context.Context, a *app, args []string) error {
 	if *concurrency <= 0 {
 		return usageError("-concurrency %d: want at least 1", *concurrency)
 	}
+	if err := (billing.RunOptions{Concurrency: *concurrency}).Validate(); err != nil {
+		return usageError("-concurrency: %s", reason(err))
+	}
 	var in io.Reader = a.stdin
 	name := "standard input"
 	if *file != "-" {

@@ -89,37 +89,60 @@ func endpoints(api billing.API) []string {
 	return []string{"POST " + p, "GET " + p + "/*"}
 }
 
+// vaultRun is a run that bills through a spend-cap proxy with a vault key
+// of its own.
+type vaultRun struct {
+	flags  *vaultFlags
+	period string
+	items  []billing.Item
+	admin  *http.Client // the admin API's client, once check made it
+}
+
+// check reads the admin token and checks the proxy's URL, touching
+// nothing.
+func (v *vaultRun) check(a *app) error {
+	token := a.getenv("SPENDCAP_ADMIN_TOKEN")
+	if token == "" {
+		return usageError("-vault-proxy-url needs the proxy's admin token in SPENDCAP_ADMIN_TOKEN; it is never taken from a flag")
+	}
+	admin, err := spendcap.Client(v.flags.proxyURL, token, nil)
+	if err != nil {
+		return usageError("-vault-proxy-url: %v", err)
+	}
+	if _, err := runCap(v.items, v.flags.margin); err != nil {
+		return err
+	}
+	v.admin = admin
+	return nil
+}
+
 // runKey is a vault key issued for one run, and how to bill with it.
 type runKey struct {
-	proxyURL, key, credential string
-	client                    *http.Client
-	revoke                    func(context.Context) error
+	key    string
+	client *http.Client
+	revoke func(context.Context) error
 }
 
 // issue asks the proxy for the run's vault key. The cap is printed on
 // standard error; the key never is.
-func (v *vaultFlags) issue(ctx context.Context, a *app, period string, api billing.API, capAmount int64) (*runKey, error) {
-	token := a.getenv("SPENDCAP_ADMIN_TOKEN")
-	if token == "" {
-		return nil, usageError("-vault-proxy-url needs the proxy's admin token in SPENDCAP_ADMIN_TOKEN; it is never taken from a flag")
-	}
-	admin, err := spendcap.Client(v.proxyURL, token, nil)
+func (v *vaultRun) issue(ctx context.Context, a *app, api billing.API) (*runKey, error) {
+	capAmount, err := runCap(v.items, v.flags.margin)
 	if err != nil {
-		return nil, usageError("-vault-proxy-url: %v", err)
+		return nil, err
 	}
-	k := spendcap.Key{CapAmount: capAmount, AllowedEndpoints: endpoints(api), ExpiresAt: time.Now().Add(v.expiresIn)}
-	vk, revoke, err := spendcap.IssueRunKey(ctx, admin, k, "billonce run "+period)
+	k := spendcap.Key{CapAmount: capAmount, AllowedEndpoints: endpoints(api), ExpiresAt: time.Now().Add(v.flags.expiresIn)}
+	vk, revoke, err := spendcap.IssueRunKey(ctx, v.admin, k, "billonce run "+v.period)
 	if err != nil {
 		return nil, fmt.Errorf("the vault key for the run: %w", err)
 	}
-	hc, err := spendcap.Client(v.proxyURL, vk, nil)
+	hc, err := spendcap.Client(v.flags.proxyURL, vk, nil)
 	if err != nil {
 		revoke(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	fmt.Fprintf(a.stderr, "vault key for %s: cap %d (the run's total plus %g%%), endpoints %v, expires in %v unless revoked at the end of the run\n",
-		period, capAmount, v.margin*100, k.AllowedEndpoints, v.expiresIn)
-	return &runKey{proxyURL: v.proxyURL, key: vk, credential: v.credential, client: hc, revoke: revoke}, nil
+		v.period, capAmount, v.flags.margin*100, k.AllowedEndpoints, v.flags.expiresIn)
+	return &runKey{key: vk, client: hc, revoke: revoke}, nil
 }
 
 // end revokes the run's key, whatever happened to the run, with a context
