@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/billonce/billonce/billing/billingtest"
 )
 
 // watched is a TCP listener that counts the connections made to it and
@@ -99,4 +101,82 @@ func TestBadFlagsAreRefusedBeforeAnyConnection(t *testing.T) {
 	if n := proxy.conns(t); n != 0 {
 		t.Errorf("%d connections to the spend-cap proxy; want none", n)
 	}
+}
+
+// silent is a listener that accepts connections and never answers; it
+// returns its address.
+func silent(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// Every call the command makes itself to another machine ends at its
+// bound when that machine accepts the connection and never answers, and
+// the error names the bound: a cron job ends and alerts rather than
+// waiting for ever. Each machine has a bound of its own (-db-timeout,
+// -vault-timeout, -stripe-timeout), so that the test bounds only the one
+// that never answers.
+func TestEveryCallOfTheCommandEndsAtTheTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,100,usd\n")
+	key := e.pendingClaim("cus_p", 300, "cus_a")
+	never := silent(t)
+	fake := e.fake
+
+	// The spend-cap proxy's admin API, issuing the run's vault key.
+	e.fake, e.extra = nil, []string{"SPENDCAP_ADMIN_TOKEN=admin_token_timeout"}
+	r := e.billonce("cus_b,100,usd\n", "run", "-period", period, "-vault-proxy-url", "http://"+never, "-credential", "acct_test/key", "-vault-timeout", "50ms").want(t, exitStopped)
+	if !strings.Contains(r.stderr, "spend-cap proxy") || !strings.Contains(r.stderr, "no answer within 50ms (-vault-timeout)") {
+		t.Errorf("run through a proxy that never answers: stderr %q; want the proxy and the bound named", r.stderr)
+	}
+	billingtest.RequireNotCharged(t, fake, "cus_b", period)
+
+	// Stripe, read by resolve.
+	e.fake, e.extra = fake, []string{"STRIPE_URL=http://" + never}
+	r = e.billonce("", "resolve", "-key", key, "-payment", "ch_1", "-stripe-timeout", "50ms").want(t, exitStopped)
+	if !strings.Contains(r.stderr, "Stripe") || !strings.Contains(r.stderr, "no answer within 50ms (-stripe-timeout)") {
+		t.Errorf("resolve against a Stripe that never answers: stderr %q; want Stripe and the bound named", r.stderr)
+	}
+
+	// The database, for every subcommand.
+	e.db, e.extra = "postgres://billonce:pw@"+never+"/billonce?sslmode=disable", nil
+	for _, args := range [][]string{
+		{"migrate"},
+		{"run", "-period", period},
+		{"status", "-period", period},
+		{"export", "-period", period},
+		{"inspect", "-key", key},
+	} {
+		r := e.billonce("cus_c,100,usd\n", append(args, "-db-timeout", "50ms")...).want(t, exitStopped)
+		if !strings.Contains(r.stderr, "the database") || !strings.Contains(r.stderr, "no answer within 50ms (-db-timeout)") || strings.Contains(r.stderr, ":pw@") {
+			t.Errorf("%s against a database that never answers: stderr %q; want the database (without its password) and the bound named", args[0], r.stderr)
+		}
+	}
+	billingtest.RequireNotCharged(t, fake, "cus_c", period)
 }
