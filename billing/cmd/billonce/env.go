@@ -19,12 +19,58 @@ import (
 // conn is the database settings every subcommand shares.
 type conn struct {
 	databaseURL string
+	dbTimeout   bound
 	a           *app
 }
 
 func (c *conn) register(f *flags) {
 	c.a = f.a
 	f.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL; required)")
+	c.dbTimeout.register(f, "db-timeout", "the database: connecting, and each of the command's own reads, writes and migrations")
+}
+
+// bounded runs fn, one of the command's own calls to the database, under
+// -db-timeout.
+func (c *conn) bounded(ctx context.Context, fn func(context.Context) error) error {
+	return c.dbTimeout.run(ctx, "the database", fn)
+}
+
+// A bound is how long one call the command makes itself to another
+// machine may take, and the flag that sets it: a machine that accepts the
+// connection and never answers must not keep a cron job from ending and
+// alerting. Each machine has its own (the database, the spend-cap proxy,
+// Stripe), so that each can be set to what it needs.
+type bound struct {
+	d    time.Duration
+	flag string
+}
+
+// defaultBound is the default of every bound.
+const defaultBound = 30 * time.Second
+
+func (b *bound) register(f *flags, name, what string) {
+	b.flag = name
+	f.DurationVar(&b.d, name, defaultBound, "bound of each call to "+what)
+}
+
+// check returns a usage error for a bound that is not above 0.
+func (b bound) check() error {
+	if b.d <= 0 {
+		return usageError("-%s %v: want a duration above 0, such as %v", b.flag, b.d, defaultBound)
+	}
+	return nil
+}
+
+// run runs fn, one call to what, within the bound. An error the bound
+// caused names it and its flag.
+func (b bound) run(ctx context.Context, what string, fn func(context.Context) error) error {
+	bctx, cancel := context.WithTimeout(ctx, b.d)
+	defer cancel()
+	err := fn(bctx)
+	if err != nil && ctx.Err() == nil && errors.Is(bctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s gave no answer within %v (-%s): %w", what, b.d, b.flag, err)
+	}
+	return err
 }
 
 // pool returns a pool on the database, checked but not yet connected:
@@ -36,6 +82,9 @@ func (c *conn) pool() (*pgxpool.Pool, error) {
 	}
 	if u == "" {
 		return nil, usageError("no database: pass -database-url or set DATABASE_URL to the database that holds billonce's tables (postgres://user:password@host:5432/dbname)")
+	}
+	if err := c.dbTimeout.check(); err != nil {
+		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
@@ -51,10 +100,9 @@ func (c *conn) pool() (*pgxpool.Pool, error) {
 
 // connect checks that the server of pool answers.
 func (c *conn) connect(ctx context.Context, pool *pgxpool.Pool) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		return fmt.Errorf("cannot reach the database %s: %w", redactURL(pool.Config().ConnString()), err)
+	db := "the database " + redactURL(pool.Config().ConnString())
+	if err := c.dbTimeout.run(ctx, db, pool.Ping); err != nil {
+		return fmt.Errorf("cannot reach %s: %w", db, err)
 	}
 	return nil
 }
@@ -187,7 +235,7 @@ func (b *biller) open(ctx context.Context, price func(context.Context, string, s
 	if err := b.conn.connect(ctx, pool); err != nil {
 		return fail(err)
 	}
-	if err := s.store.Migrate(ctx); err != nil {
+	if err := b.bounded(ctx, s.store.Migrate); err != nil {
 		return fail(fmt.Errorf("the claim table: %w (run billonce migrate with a role that may create tables)", err))
 	}
 	if b.vault != nil {
@@ -202,10 +250,11 @@ func (b *biller) open(ctx context.Context, price func(context.Context, string, s
 	return s, nil
 }
 
-// read runs fn, the reads of a subcommand that only reads claims, and
-// turns PostgreSQL's "relation does not exist" into what to do about it.
+// read runs fn, the reads of a subcommand that only reads claims, under
+// the -timeout bound, and turns PostgreSQL's "relation does not exist"
+// into what to do about it.
 func (c *conn) read(ctx context.Context, fn func(context.Context) error) error {
-	err := fn(ctx)
+	err := c.bounded(ctx, fn)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == undefinedTable {
 		return fmt.Errorf("no claim table %s in this database (or its search_path): run billonce migrate, or check that -database-url (or DATABASE_URL) names the database the services bill with", claim.DefaultTable)

@@ -43,16 +43,22 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer s.close()
-	keys, err := claimread.Keys(ctx, s.pool, claim.DefaultTable, *period, *customer)
-	if err != nil {
+	var claims []claim.Claim
+	if err := b.read(ctx, func(ctx context.Context) error {
+		keys, err := claimread.Keys(ctx, s.pool, claim.DefaultTable, *period, *customer)
+		for _, k := range keys {
+			c, err := s.store.Get(ctx, k)
+			if err != nil {
+				return err
+			}
+			claims = append(claims, c)
+		}
+		return err
+	}); err != nil {
 		return err
 	}
 	var latest *claim.Claim
-	for _, k := range keys {
-		c, err := s.store.Get(ctx, k)
-		if err != nil {
-			return err
-		}
+	for _, c := range claims {
 		latest = &c
 		fmt.Fprintf(a.stdout, "attempt %d: %s, %d %s, key %s %s\n", c.Attempt, c.State, c.Amount, c.Currency, c.Key, c.StripeID)
 	}

@@ -27,6 +27,7 @@ type vaultFlags struct {
 	credential string
 	margin     float64
 	expiresIn  time.Duration
+	timeout    bound
 }
 
 func (v *vaultFlags) register(f *flags) {
@@ -34,12 +35,13 @@ func (v *vaultFlags) register(f *flags) {
 	f.StringVar(&v.credential, "credential", "", "with -vault-proxy-url: a stable name of the Stripe key the proxy holds (acct_…/billing-key-2026), recorded on claims in place of the vault key; required")
 	f.Float64Var(&v.margin, "vault-margin", defaultVaultMargin, "with -vault-proxy-url: how far above the run's total the vault key's cap is, as a fraction (0.05 is 5%)")
 	f.DurationVar(&v.expiresIn, "vault-expires-in", defaultVaultExpiry, "with -vault-proxy-url: how long the vault key lives if the run does not revoke it, at most 24h")
+	v.timeout.register(f, "vault-timeout", "the spend-cap proxy's admin API, with -vault-proxy-url: issuing the run's key, and revoking it")
 }
 
 // check returns a usage error for inconsistent vault-key flags.
 func (v *vaultFlags) check(f *flags) error {
 	if v.proxyURL == "" {
-		for _, name := range []string{"credential", "vault-margin", "vault-expires-in"} {
+		for _, name := range []string{"credential", "vault-margin", "vault-expires-in", "vault-timeout"} {
 			if f.set(name) {
 				return usageError("-%s goes with -vault-proxy-url", name)
 			}
@@ -54,7 +56,7 @@ func (v *vaultFlags) check(f *flags) error {
 	case v.expiresIn <= 0 || v.expiresIn > maxVaultExpiry:
 		return usageError("-vault-expires-in %v: want a duration above 0 and at most 24h, how long Stripe keeps idempotency keys", v.expiresIn)
 	}
-	return nil
+	return v.timeout.check()
 }
 
 // runCap is the cap of a run's vault key: the sum of the prices the run
@@ -118,39 +120,47 @@ func (v *vaultRun) check(a *app) error {
 
 // runKey is a vault key issued for one run, and how to bill with it.
 type runKey struct {
-	key    string
-	client *http.Client
-	revoke func(context.Context) error
+	key     string
+	client  *http.Client
+	revoke  func(context.Context) error
+	timeout bound // of revoking it
 }
 
 // issue asks the proxy for the run's vault key. The cap is printed on
 // standard error; the key never is.
+//
+// The call is bounded by -vault-timeout. A proxy that gives no answer
+// within it may still have issued the key: that key, which nobody holds,
+// expires after -vault-expires-in.
 func (v *vaultRun) issue(ctx context.Context, a *app, api billing.API) (*runKey, error) {
 	capAmount, err := runCap(v.items, v.flags.margin)
 	if err != nil {
 		return nil, err
 	}
 	k := spendcap.Key{CapAmount: capAmount, AllowedEndpoints: endpoints(api), ExpiresAt: time.Now().Add(v.flags.expiresIn)}
-	vk, revoke, err := spendcap.IssueRunKey(ctx, v.admin, k, "billonce run "+v.period)
+	var vk string
+	var revoke func(context.Context) error
+	err = v.flags.timeout.run(ctx, "the spend-cap proxy's admin API", func(ctx context.Context) (err error) {
+		vk, revoke, err = spendcap.IssueRunKey(ctx, v.admin, k, "billonce run "+v.period)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("the vault key for the run: %w", err)
+		return nil, fmt.Errorf("the vault key for the run: %w; nothing was charged (a key the proxy may have issued meanwhile expires in %v)", err, v.flags.expiresIn)
 	}
 	hc, err := spendcap.Client(v.flags.proxyURL, vk, nil)
 	if err != nil {
-		revoke(context.WithoutCancel(ctx))
+		v.flags.timeout.run(context.WithoutCancel(ctx), "the spend-cap proxy's admin API", revoke)
 		return nil, err
 	}
 	fmt.Fprintf(a.stderr, "vault key for %s: cap %d (the run's total plus %g%%), endpoints %v, expires in %v unless revoked at the end of the run\n",
 		v.period, capAmount, v.flags.margin*100, k.AllowedEndpoints, v.flags.expiresIn)
-	return &runKey{key: vk, client: hc, revoke: revoke}, nil
+	return &runKey{key: vk, client: hc, revoke: revoke, timeout: v.flags.timeout}, nil
 }
 
 // end revokes the run's key, whatever happened to the run, with a context
 // that outlives a cancelled one.
 func (rk *runKey) end(ctx context.Context, a *app) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := rk.revoke(rctx); err != nil {
+	if err := rk.timeout.run(context.WithoutCancel(ctx), "the spend-cap proxy's admin API", rk.revoke); err != nil {
 		fmt.Fprintf(a.stderr, "billonce run: %v; revoke it with the proxy's admin API (DELETE /admin/keys/{key_id}) or let it expire\n", err)
 		return
 	}
