@@ -29,7 +29,7 @@ import (
 // line of the file's amount (billing.Item.Invoice), charged to the
 // customer's default payment method at once, or with -days-until-due N
 // sent to the customer, due in N days.
-func cmdRun(ctx context.Context, a *app, args []string) error {
+func cmdRun(ctx context.Context, a *app, args []string) (err error) {
 	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [-invoice [-days-until-due N] [-description TEXT]] [-vault-proxy-url URL -credential NAME] [flags]")
 	var b biller
 	b.register(f)
@@ -47,6 +47,14 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	// Whatever stops the command before it bills is reported as report
+	// would, in JSON too.
+	started := false
+	defer func() {
+		if !started {
+			err = reportEarly(a, "run", *period, err, *asJSON)
+		}
+	}()
 	if err := vault.check(f); err != nil {
 		return err
 	}
@@ -104,6 +112,7 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	} else {
 		fmt.Fprintf(a.stderr, "billing %d customers for %s with the %s API, scope %q\n", len(items), *period, b.api, b.scope)
 	}
+	started = true
 	sum, err := s.biller.Run(ctx, *period, func(yield func(billing.Item, error) bool) {
 		for _, it := range items {
 			if !yield(it, nil) {
@@ -145,9 +154,11 @@ func invoiceTemplate(f *flags, byInvoice bool, period string, daysUntilDue int, 
 	return inv, nil
 }
 
-// summaryJSON is a run's or a reconciliation's outcome in JSON.
+// summaryJSON is a run's or a reconciliation's outcome in JSON: the one
+// object run, usage and reconcile print with -json, however they end.
 type summaryJSON struct {
-	// Status is complete, incomplete, stopped or lock_held.
+	// Status is complete, incomplete, stopped, lock_held, or usage_error
+	// for bad flags or input (exit status 2, nothing sent).
 	Status         string    `json:"status"`
 	ExitCode       int       `json:"exit_code"`
 	Period         string    `json:"period,omitempty"`
@@ -166,6 +177,29 @@ type summaryJSON struct {
 }
 
 const maxListed = 10 // failures listed in the text output
+
+// reportEarly reports err, which ended a run, usage or reconcile before it
+// billed anyone. With -json it prints the one JSON object those commands
+// always print, with err in it, and err on standard error too; without,
+// it returns err for run to print.
+func reportEarly(a *app, what, period string, err error, asJSON bool) error {
+	if err == nil || !asJSON {
+		return err
+	}
+	code := exitCode(err)
+	fe := failureOf(period, err)
+	out := summaryJSON{Status: "stopped", ExitCode: code, Period: period, Error: &fe, Failures: []failure{},
+		Next: "fix the cause above, then run the same command again; nothing was billed or sent before it stopped"}
+	if code == exitUsage {
+		out.Status = "usage_error"
+		out.Next = "fix the flags or the input named above, then run the same command again; nothing was billed or sent"
+	}
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(out)
+	fmt.Fprintf(a.stderr, "billonce %s: %v\n", what, err)
+	return &exitError{code: code, err: errReported}
+}
 
 // report prints a run's or reconciliation's summary, on standard output,
 // and returns the error that gives the exit status.
@@ -208,6 +242,9 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(out)
+		if runErr != nil {
+			fmt.Fprintf(a.stderr, "billonce %s: %v\n", what, runErr)
+		}
 	} else {
 		w := a.stdout
 		if what == "usage" {

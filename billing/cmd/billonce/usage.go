@@ -17,7 +17,7 @@ import (
 // once (billing.Biller.RunUsage), under the usage lock of the scope: one
 // reporter at a time. Run it again after any stop: reports already
 // delivered are skipped, pending ones resume with their keys.
-func cmdUsage(ctx context.Context, a *app, args []string) error {
+func cmdUsage(ctx context.Context, a *app, args []string) (err error) {
 	f := newFlags(a, "usage", "usage -file FILE [-json] [flags]")
 	var b biller
 	b.register(f)
@@ -27,6 +27,12 @@ func cmdUsage(ctx context.Context, a *app, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	started := false // see cmdRun
+	defer func() {
+		if !started {
+			err = reportEarly(a, "usage", "", err, *asJSON)
+		}
+	}()
 	if f.set("api") {
 		return usageError("-api does not apply to usage: meter events have one endpoint")
 	}
@@ -57,6 +63,7 @@ func cmdUsage(ctx context.Context, a *app, args []string) error {
 	}
 	defer s.close()
 	fmt.Fprintf(a.stderr, "reporting %d usage rows, scope %q\n", len(reports), b.scope)
+	started = true
 	sum, err := s.biller.RunUsage(ctx, func(yield func(billing.Usage, error) bool) {
 		for _, u := range reports {
 			if !yield(u, nil) {
