@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -97,7 +98,12 @@ func cmdExport(ctx context.Context, a *app, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	w := csv.NewWriter(a.stdout)
+	return writeCSV(a.stdout, rows)
+}
+
+// writeCSV writes rows as CSV, with a header row.
+func writeCSV(out io.Writer, rows []exportRow) error {
+	w := csv.NewWriter(out)
 	w.Write(exportHeader)
 	for _, r := range rows {
 		w.Write(r.record())
