@@ -1,7 +1,7 @@
 // Package claimread holds the reads of the claim table that billonce's
-// operators' command needs and the library does not offer: the keys of a
-// period's claims and the events applied to a claim. Claims themselves are
-// read with claim.Store.Get, which owns the row's shape.
+// operators' command needs and the library does not offer: the events
+// applied to a claim, and the database's clock. Claims themselves are read
+// with package claim (Get, List), which owns the row's shape.
 package claimread
 
 import (
@@ -16,21 +16,6 @@ import (
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Keys returns the keys of the claims of period in table, of customer's
-// only when customer is not "", ordered by customer, attempt and creation.
-func Keys(ctx context.Context, db Querier, table, period, customer string) ([]string, error) {
-	q := "SELECT key FROM " + pgx.Identifier{table}.Sanitize() + " WHERE period = $1 AND ($2 = '' OR customer = $2) ORDER BY customer, attempt, created_at, key"
-	rows, err := db.Query(ctx, q, period, customer)
-	if err != nil {
-		return nil, fmt.Errorf("listing the claims of period %s: %w", period, err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("listing the claims of period %s: %w", period, err)
-	}
-	return keys, nil
 }
 
 // An Event is a Stripe event recorded as applied to a claim.

@@ -94,7 +94,7 @@ func BenchmarkReadAPeriod(b *testing.B) {
 	})
 	b.Run("export", func(b *testing.B) {
 		for b.Loop() {
-			rows, err := exportRows(ctx, pool, store, period)
+			rows, err := exportRows(ctx, store, period)
 			if err != nil || len(rows) != benchClaims {
 				b.Fatalf("%d rows, %v", len(rows), err)
 			}

@@ -9,10 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billonce/billonce/claim"
-	"github.com/billonce/billonce/internal/claimread"
 )
 
 // exportRow is one claim in an export.
@@ -88,7 +85,7 @@ func cmdExport(ctx context.Context, a *app, args []string) error {
 	defer pool.Close()
 	var rows []exportRow
 	if err := c.read(ctx, func(ctx context.Context) (err error) {
-		rows, err = exportRows(ctx, pool, store, *period)
+		rows, err = exportRows(ctx, store, *period)
 		return err
 	}); err != nil {
 		return err
@@ -112,18 +109,14 @@ func writeCSV(out io.Writer, rows []exportRow) error {
 	return w.Error()
 }
 
-// exportRows reads the claims of period.
-func exportRows(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, period string) ([]exportRow, error) {
-	keys, err := claimread.Keys(ctx, pool, claim.DefaultTable, period, "")
+// exportRows reads the claims of period, in one query.
+func exportRows(ctx context.Context, store *claim.Postgres, period string) ([]exportRow, error) {
+	claims, err := store.List(ctx, period, "")
 	if err != nil {
 		return nil, err
 	}
-	rows := make([]exportRow, 0, len(keys))
-	for _, k := range keys {
-		c, err := store.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
+	rows := make([]exportRow, 0, len(claims))
+	for _, c := range claims {
 		rows = append(rows, exportRow{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, State: string(c.State),
 			Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Refunded: c.Refunded, Dispute: c.Dispute,
 			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(), Endpoint: c.Endpoint})

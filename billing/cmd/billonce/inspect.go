@@ -163,26 +163,28 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 // inspected reads the claim of key, or when key is "" every claim of
 // customer for period, with the events applied to each.
 func inspected(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, key, customer, period string) ([]claimJSON, error) {
-	keys := []string{key}
-	if key == "" {
-		var err error
-		if keys, err = claimread.Keys(ctx, pool, claim.DefaultTable, period, customer); err != nil {
-			return nil, err
-		}
-		if len(keys) == 0 {
-			return nil, fmt.Errorf("no claim for customer %s in period %s: billonce has never billed it", customer, period)
-		}
-	}
-	out := make([]claimJSON, 0, len(keys))
-	for _, k := range keys {
-		c, err := store.Get(ctx, k)
+	var claims []claim.Claim
+	if key != "" {
+		c, err := store.Get(ctx, key)
 		if errors.Is(err, claim.ErrNotFound) {
-			return nil, fmt.Errorf("no claim has the key %s", k)
+			return nil, fmt.Errorf("no claim has the key %s", key)
 		}
 		if err != nil {
 			return nil, err
 		}
-		evs, err := claimread.Events(ctx, pool, claim.DefaultTable, k)
+		claims = []claim.Claim{c}
+	} else {
+		var err error
+		if claims, err = store.List(ctx, period, customer); err != nil {
+			return nil, err
+		}
+		if len(claims) == 0 {
+			return nil, fmt.Errorf("no claim for customer %s in period %s: billonce has never billed it", customer, period)
+		}
+	}
+	out := make([]claimJSON, 0, len(claims))
+	for _, c := range claims {
+		evs, err := claimread.Events(ctx, pool, claim.DefaultTable, c.Key)
 		if err != nil {
 			return nil, err
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/claim"
-	"github.com/billonce/billonce/internal/claimread"
 )
 
 // cmdRebill bills one customer again for a period, under a new attempt
@@ -44,15 +43,8 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	}
 	defer s.close()
 	var claims []claim.Claim
-	if err := b.read(ctx, func(ctx context.Context) error {
-		keys, err := claimread.Keys(ctx, s.pool, claim.DefaultTable, *period, *customer)
-		for _, k := range keys {
-			c, err := s.store.Get(ctx, k)
-			if err != nil {
-				return err
-			}
-			claims = append(claims, c)
-		}
+	if err := b.read(ctx, func(ctx context.Context) (err error) {
+		claims, err = s.store.List(ctx, *period, *customer)
 		return err
 	}); err != nil {
 		return err

@@ -139,15 +139,11 @@ func statusOf(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, pe
 	if counts[claim.StatePending]+counts[claim.StateProcessing]+counts[claim.StateFailed] == 0 {
 		return st, nil
 	}
-	keys, err := claimread.Keys(ctx, pool, claim.DefaultTable, period, "")
+	claims, err := store.List(ctx, period, "")
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range keys {
-		c, err := store.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
+	for _, c := range claims {
 		switch c.State {
 		case claim.StatePending:
 			free := !c.LeaseUntil.After(now) || c.Owner == ""
