@@ -312,3 +312,33 @@ func TestReadsOnADatabaseWithoutTheTablesSayToMigrate(t *testing.T) {
 		}
 	}
 }
+
+// status -customers FILE names the customers of the run's file that have
+// no claim for the period: those a run stopped or killed before reaching,
+// which no claim shows.
+func TestStatusNamesTheCustomersOfTheFileWithoutAClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_d": "expired_card"}})
+	e.billonce("cus_a,100,usd\ncus_d,100,usd\n", "run", "-period", period).want(t, exitIncomplete)
+	file := customersFile(t, "\ufeffcustomer,amount,currency\ncus_a,100,usd\ncus_b,100,usd\ncus_d,100,usd\ncus_c,100,usd\n")
+
+	r := e.billonce("", "status", "-period", period, "-customers", file, "-json").want(t, exitOK)
+	type unclaimed struct {
+		Unclaimed []string `json:"unclaimed"`
+	}
+	st := decode[unclaimed](t, r.stdout)
+	if !slices.Equal(st.Unclaimed, []string{"cus_b", "cus_c"}) {
+		t.Errorf("unclaimed %q; want cus_b and cus_c, in the file's order", st.Unclaimed)
+	}
+	r = e.billonce("", "status", "-period", period, "-customers", file).want(t, exitOK)
+	if !strings.Contains(r.stdout, "no claim, never reached by a run: 2 of the 4 customers of "+file+"\n  cus_b\n  cus_c\n") {
+		t.Errorf("status text:\n%s", r.stdout)
+	}
+	// IDs alone, from standard input; every customer claimed.
+	r = e.billonce("cus_a\ncus_d\n", "status", "-period", period, "-customers", "-", "-json").want(t, exitOK)
+	if st := decode[unclaimed](t, r.stdout); st.Unclaimed == nil || len(st.Unclaimed) != 0 {
+		t.Errorf("unclaimed %q; want an empty list", st.Unclaimed)
+	}
+	e.billonce("cus_a,12.50\n", "status", "-period", period, "-customers", "-").want(t, exitOK)
+	e.billonce("cus a\n", "status", "-period", period, "-customers", "-").want(t, exitUsage)
+}
