@@ -1,6 +1,7 @@
 // Package claimread holds the reads of the claim table that billonce's
 // operators' command needs and the library does not offer: the events
-// applied to a claim, and the database's clock. Claims themselves are read
+// applied to a claim, the customers of a list that have no claim, and the
+// database's clock. Claims themselves are read
 // with package claim (Get, List), which owns the row's shape.
 package claimread
 
@@ -16,6 +17,27 @@ import (
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Unclaimed returns those of customers that have no claim for period in
+// table, in their order: the customers a run stopped or killed before
+// reaching, for whom no claim says anything. It is one query, however
+// many customers there are.
+func Unclaimed(ctx context.Context, db Querier, table, period string, customers []string) ([]string, error) {
+	q := "SELECT u.customer FROM unnest($2::text[]) WITH ORDINALITY AS u(customer, n) WHERE NOT EXISTS (SELECT 1 FROM " +
+		pgx.Identifier{table}.Sanitize() + " c WHERE c.period = $1 AND c.customer = u.customer) ORDER BY u.n"
+	rows, err := db.Query(ctx, q, period, customers)
+	if err != nil {
+		return nil, fmt.Errorf("listing the customers without a claim for period %s: %w", period, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing the customers without a claim for period %s: %w", period, err)
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
 }
 
 // An Event is a Stripe event recorded as applied to a claim.

@@ -30,7 +30,7 @@ func readCustomers(r io.Reader, name string, api billing.API, fp *flat, inv *bil
 	var items []billing.Item
 	seen := map[string]int{}
 	err := readRows(r, name, func(line int, rec []string, first bool) error {
-		if first && ((len(rec) >= 2 && strings.EqualFold(rec[1], "amount")) || (len(rec) == 1 && strings.EqualFold(rec[0], "customer"))) {
+		if first && isHeader(rec) {
 			return nil
 		}
 		it, msg := parseRow(rec, api, fp)
@@ -93,8 +93,39 @@ func readRows(r io.Reader, name string, fn func(line int, rec []string, first bo
 	}
 }
 
+// isHeader reports whether rec, the first row of a customers file, is its
+// header: its second column is "amount", or its only one is "customer".
+func isHeader(rec []string) bool {
+	return (len(rec) >= 2 && strings.EqualFold(rec[1], "amount")) || (len(rec) == 1 && strings.EqualFold(rec[0], "customer"))
+}
+
 // byteOrderMark is U+FEFF in UTF-8.
 const byteOrderMark = "\ufeff"
+
+// readCustomerIDs reads the customer IDs of a customers file, in either of
+// readCustomers' forms (its other columns are not read), once each, in
+// the file's order.
+func readCustomerIDs(r io.Reader, name string) ([]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	err := readRows(r, name, func(line int, rec []string, first bool) error {
+		if first && isHeader(rec) {
+			return nil
+		}
+		if err := (billing.Item{Customer: rec[0]}).Validate(billing.Charges); err != nil {
+			return errors.New(reason(err))
+		}
+		if !seen[rec[0]] {
+			seen[rec[0]] = true
+			ids = append(ids, rec[0])
+		}
+		return nil
+	})
+	if err == nil && len(ids) == 0 {
+		err = fmt.Errorf("%s: no customers; want the customers file of the run (customer IDs in the first column)", name)
+	}
+	return ids, err
+}
 
 // parseRow turns one record into an item, or says what is wrong with it.
 func parseRow(rec []string, api billing.API, fp *flat) (billing.Item, string) {
