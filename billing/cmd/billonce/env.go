@@ -239,7 +239,16 @@ func (b *biller) open(ctx context.Context, price func(context.Context, string, s
 		return fail(fmt.Errorf("the claim table: %w (run billonce migrate with a role that may create tables)", err))
 	}
 	if b.vault != nil {
-		if s.vault, err = b.vault.issue(ctx, b.a, billing.API(b.api)); err != nil {
+		// The cap covers what is still to bill, read from the period's
+		// claims.
+		var claims []claim.Claim
+		if err := b.bounded(ctx, func(ctx context.Context) (err error) {
+			claims, err = s.store.List(ctx, b.vault.period, "")
+			return err
+		}); err != nil {
+			return fail(err)
+		}
+		if s.vault, err = b.vault.issue(ctx, b.a, billing.API(b.api), claims); err != nil {
 			return fail(err)
 		}
 		cfg.SecretKey, cfg.HTTPClient = s.vault.key, s.vault.client

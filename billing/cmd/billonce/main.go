@@ -23,7 +23,7 @@
 // listings and shell history) and Stripe's URL from -stripe-url or
 // STRIPE_URL (defaults to https://api.stripe.com); run -vault-proxy-url
 // instead bills through a spendcap-proxy with a vault key it has the proxy
-// issue for the run (capped at the run's total plus a margin) and revokes
+// issue for the run (capped at what it has left to bill plus a margin) and revokes
 // at its end, the admin token from SPENDCAP_ADMIN_TOKEN. The claim table is
 // billonce_claims in the connection's search_path, and the scope of every
 // key is -scope (default "billonce"): both must be those of the services

@@ -20,10 +20,11 @@ import (
 // billed are skipped and pending ones resume with their own keys.
 //
 // With -vault-proxy-url it bills through a spendcap-proxy with a vault key
-// of its own, issued from the proxy's admin API once the customers are
-// read (cap: their total plus -vault-margin, endpoints: those the Biller
-// calls, expiry: -vault-expires-in) and revoked when the run ends, however
-// it ends.
+// of its own, issued from the proxy's admin API once the customers and
+// the period's claims are read (cap: the prices of the customers still to
+// bill, those without a claim or with a pending one, plus -vault-margin;
+// endpoints: those the Biller calls; expiry: -vault-expires-in) and
+// revoked when the run ends, however it ends.
 //
 // With -invoice every customer is billed by one Stripe invoice with one
 // line of the file's amount (billing.Item.Invoice), charged to the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/spendcap"
+	"github.com/billonce/billonce/claim"
 )
 
 // Defaults of run's vault-key flags.
@@ -31,9 +32,9 @@ type vaultFlags struct {
 }
 
 func (v *vaultFlags) register(f *flags) {
-	f.StringVar(&v.proxyURL, "vault-proxy-url", "", "bill through the spendcap-proxy at this URL with a vault key issued for this run (cap: the run's total plus -vault-margin) and revoked when it ends; the admin token is $SPENDCAP_ADMIN_TOKEN, and no Stripe key is needed")
+	f.StringVar(&v.proxyURL, "vault-proxy-url", "", "bill through the spendcap-proxy at this URL with a vault key issued for this run (cap: what the run has left to bill, plus -vault-margin) and revoked when it ends; the admin token is $SPENDCAP_ADMIN_TOKEN, and no Stripe key is needed")
 	f.StringVar(&v.credential, "credential", "", "with -vault-proxy-url: a stable name of the Stripe key the proxy holds (acct_…/billing-key-2026), recorded on claims in place of the vault key; required")
-	f.Float64Var(&v.margin, "vault-margin", defaultVaultMargin, "with -vault-proxy-url: how far above the run's total the vault key's cap is, as a fraction (0.05 is 5%)")
+	f.Float64Var(&v.margin, "vault-margin", defaultVaultMargin, "with -vault-proxy-url: how far above what the run has left to bill the vault key's cap is, as a fraction (0.05 is 5%)")
 	f.DurationVar(&v.expiresIn, "vault-expires-in", defaultVaultExpiry, "with -vault-proxy-url: how long the vault key lives if the run does not revoke it, at most 24h")
 	v.timeout.register(f, "vault-timeout", "the spend-cap proxy's admin API, with -vault-proxy-url: issuing the run's key, and revoking it")
 }
@@ -59,10 +60,13 @@ func (v *vaultFlags) check(f *flags) error {
 	return v.timeout.check()
 }
 
-// runCap is the cap of a run's vault key: the sum of the prices the run
-// charges, over every currency (as the proxy counts), times 1 + margin,
-// rounded up.
+// runCap is the cap of a run's vault key: the sum of the prices of items,
+// over every currency (as the proxy counts), times 1 + margin, rounded
+// up; 1, the smallest cap the proxy issues, when items is empty.
 func runCap(items []billing.Item, margin float64) (int64, error) {
+	if len(items) == 0 {
+		return 1, nil
+	}
 	var total int64
 	for _, it := range items {
 		if it.Price == nil {
@@ -126,14 +130,36 @@ type runKey struct {
 	timeout bound // of revoking it
 }
 
-// issue asks the proxy for the run's vault key. The cap is printed on
-// standard error; the key never is.
+// leftToBill returns the items a run of the period may still charge,
+// given the period's claims: those of customers without a claim, or with
+// a pending one (which the run resumes, and may charge). A customer whose
+// claims are all billed, processing or declined is charged by no run:
+// only a person's re-bill charges again.
+func leftToBill(items []billing.Item, claims []claim.Claim) []billing.Item {
+	claimed, pending := map[string]bool{}, map[string]bool{}
+	for _, c := range claims {
+		claimed[c.Customer] = true
+		pending[c.Customer] = pending[c.Customer] || c.State == claim.StatePending
+	}
+	var left []billing.Item
+	for _, it := range items {
+		if !claimed[it.Customer] || pending[it.Customer] {
+			left = append(left, it)
+		}
+	}
+	return left
+}
+
+// issue asks the proxy for the run's vault key, capped at what is left to
+// bill given the period's claims. The cap is printed on standard error;
+// the key never is.
 //
 // The call is bounded by -vault-timeout. A proxy that gives no answer
 // within it may still have issued the key: that key, which nobody holds,
 // expires after -vault-expires-in.
-func (v *vaultRun) issue(ctx context.Context, a *app, api billing.API) (*runKey, error) {
-	capAmount, err := runCap(v.items, v.flags.margin)
+func (v *vaultRun) issue(ctx context.Context, a *app, api billing.API, claims []claim.Claim) (*runKey, error) {
+	left := leftToBill(v.items, claims)
+	capAmount, err := runCap(left, v.flags.margin)
 	if err != nil {
 		return nil, err
 	}
@@ -152,8 +178,8 @@ func (v *vaultRun) issue(ctx context.Context, a *app, api billing.API) (*runKey,
 		v.flags.timeout.run(context.WithoutCancel(ctx), "the spend-cap proxy's admin API", revoke)
 		return nil, err
 	}
-	fmt.Fprintf(a.stderr, "vault key for %s: cap %d (the run's total plus %g%%), endpoints %v, expires in %v unless revoked at the end of the run\n",
-		v.period, capAmount, v.flags.margin*100, k.AllowedEndpoints, v.flags.expiresIn)
+	fmt.Fprintf(a.stderr, "vault key for %s: cap %d (what is left to bill, %d of the %d customers, plus %g%%), endpoints %v, expires in %v unless revoked at the end of the run\n",
+		v.period, capAmount, len(left), len(v.items), v.flags.margin*100, k.AllowedEndpoints, v.flags.expiresIn)
 	return &runKey{key: vk, client: hc, revoke: revoke, timeout: v.flags.timeout}, nil
 }
 
