@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -54,6 +55,27 @@ func readCustomers(r io.Reader, name string, api billing.API, fp *flat, inv *bil
 		return nil, fmt.Errorf("%s: no customers; want rows of customer ID, amount, currency[, payment method], or IDs with -amount and -currency", name)
 	}
 	return items, nil
+}
+
+// openInput opens the input file of flag (path "-" is standard input),
+// holding what kind of rows, and returns it with its name for errors and
+// the function that closes it. On a terminal, standard input is announced
+// on standard error, so that a command given no file does not wait in
+// silence.
+func openInput(a *app, flag, path, kind string) (io.Reader, string, func(), error) {
+	if path != "-" {
+		fh, err := os.Open(path)
+		if err != nil {
+			return nil, "", nil, usageError("cannot open the %s file: %v", kind, errors.Unwrap(err))
+		}
+		return fh, path, func() { fh.Close() }, nil
+	}
+	if f, ok := a.stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintf(a.stderr, "billonce: reading the %s from standard input (no -%s FILE given): type one row a line, as in the file, and end with Ctrl-D\n", kind, flag)
+		}
+	}
+	return a.stdin, "standard input", func() {}, nil
 }
 
 // readRows reads the CSV file r, named name in errors, and hands row by

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 
 	"github.com/billonce/billonce/billing"
 )
@@ -30,12 +28,12 @@ func cmdReconcile(ctx context.Context, a *app, args []string) (err error) {
 	}()
 	var price func(context.Context, string, string) (billing.Price, error)
 	if *file != "" {
-		fh, err := os.Open(*file)
+		in, name, done, err := openInput(a, "customers", *file, "customers")
 		if err != nil {
-			return usageError("cannot open the customers file: %v", errors.Unwrap(err))
+			return err
 		}
-		items, err := readCustomers(fh, *file, billing.API(b.api), nil, nil)
-		fh.Close()
+		items, err := readCustomers(in, name, billing.API(b.api), nil, nil)
+		done()
 		if err != nil {
 			return usageError("%v", err)
 		}

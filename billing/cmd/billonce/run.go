@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -82,16 +80,11 @@ func cmdRun(ctx context.Context, a *app, args []string) (err error) {
 
 	// The whole list is read and checked before anything else, so that a
 	// bad row stops the command before a database or Stripe is touched.
-	var in io.Reader = a.stdin
-	name := "standard input"
-	if *file != "-" {
-		fh, err := os.Open(*file)
-		if err != nil {
-			return usageError("cannot open the customers file: %v", errors.Unwrap(err))
-		}
-		defer fh.Close()
-		in, name = fh, *file
+	in, name, done, err := openInput(a, "customers", *file, "customers")
+	if err != nil {
+		return err
 	}
+	defer done()
 	items, err := readCustomers(in, name, billing.API(b.api), fp, inv)
 	if err != nil {
 		return usageError("%v; fix the input and run again; nothing was charged", err)

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -76,18 +73,12 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	var ids []string
 	name := *file
 	if *file != "" {
-		var in io.Reader = a.stdin
-		if *file == "-" {
-			name = "standard input"
-		} else {
-			fh, err := os.Open(*file)
-			if err != nil {
-				return usageError("cannot open the customers file: %v", errors.Unwrap(err))
-			}
-			defer fh.Close()
-			in = fh
+		in, n, done, err := openInput(a, "customers", *file, "customers")
+		if err != nil {
+			return err
 		}
-		var err error
+		defer done()
+		name = n
 		if ids, err = readCustomerIDs(in, name); err != nil {
 			return usageError("%v", err)
 		}

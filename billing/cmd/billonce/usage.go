@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -42,16 +41,11 @@ func cmdUsage(ctx context.Context, a *app, args []string) (err error) {
 	if err := (billing.RunOptions{Concurrency: *concurrency}).Validate(); err != nil {
 		return usageError("-concurrency: %s", reason(err))
 	}
-	var in io.Reader = a.stdin
-	name := "standard input"
-	if *file != "-" {
-		fh, err := os.Open(*file)
-		if err != nil {
-			return usageError("cannot open the usage file: %v", errors.Unwrap(err))
-		}
-		defer fh.Close()
-		in, name = fh, *file
+	in, name, done, err := openInput(a, "file", *file, "usage")
+	if err != nil {
+		return err
 	}
+	defer done()
 	reports, err := readUsage(in, name)
 	if err != nil {
 		return usageError("%v; fix the input and run again; nothing was sent", err)
