@@ -148,9 +148,13 @@ func (e *env) keyOf(customer, period string, attempt int) string {
 	return k
 }
 
+// -h and --help print the usage on standard output and exit 0, for the
+// command and every subcommand, and never what the secrets of the
+// environment hold.
 func TestHelpExitsZeroEverywhere(t *testing.T) {
 	t.Parallel()
-	e := &env{t: t}
+	secrets := []string{"postgres://billonce:pw_of_the_help_test@127.0.0.1:1/billonce", "sk_test_of_the_help_test", "admin_token_of_the_help_test"}
+	e := &env{t: t, extra: []string{"DATABASE_URL=" + secrets[0], "STRIPE_SECRET_KEY=" + secrets[1], "SPENDCAP_ADMIN_TOKEN=" + secrets[2]}}
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		r := e.billonce("", args...).want(t, exitOK)
 		if !strings.Contains(r.stdout, "Usage: billonce <command>") {
@@ -162,6 +166,11 @@ func TestHelpExitsZeroEverywhere(t *testing.T) {
 			r := e.billonce("", name, h).want(t, exitOK)
 			if !strings.Contains(r.stdout, "Usage: billonce "+name) {
 				t.Errorf("%s %s: stdout %q lacks the usage", name, h, r.stdout)
+			}
+			for _, s := range secrets {
+				if strings.Contains(r.stdout+r.stderr, s) {
+					t.Errorf("%s %s prints %q", name, h, s)
+				}
 			}
 		}
 	}
