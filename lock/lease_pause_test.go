@@ -26,14 +26,14 @@ func TestLeasePausedHolderStopsAtFirstRenewal(t *testing.T) {
 
 	first := startHelper(t, "lease-job", url, name, ttl.String())
 	pidA := first.Process.Pid
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA) > 0 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA) > 0 })
 	if err := first.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	second := startHelper(t, "lease-job", url, name, ttl.String())
 	pidB := second.Process.Pid
 	// The second process takes the lease once the paused one's expires.
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM acquired WHERE pid = $1`, pidB) == 1 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM acquired WHERE pid = $1`, pidB) == 1 })
 	var resumedAt time.Time
 	if err := pool.QueryRow(t.Context(), `SELECT clock_timestamp()`).Scan(&resumedAt); err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestLeasePausedHolderStopsAtFirstRenewal(t *testing.T) {
 	if err := first.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM cancelled WHERE pid = $1`, pidA) == 1 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM cancelled WHERE pid = $1`, pidA) == 1 })
 
 	var lost bool
 	var cause string
@@ -65,7 +65,7 @@ func TestLeasePausedHolderStopsAtFirstRenewal(t *testing.T) {
 	}
 	// Only the second process goes on.
 	n := count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA)
-	poll(t, 30*time.Second, func() bool {
+	poll(t, func() bool {
 		return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1 AND at > $2`, pidB, last) >= 10
 	})
 	if m := count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA); m != n {
