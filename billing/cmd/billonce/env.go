@@ -260,7 +260,7 @@ func (b *biller) open(ctx context.Context, price func(context.Context, string, s
 }
 
 // read runs fn, the reads of a subcommand that only reads claims, under
-// the -timeout bound, and turns PostgreSQL's "relation does not exist"
+// -db-timeout, and turns PostgreSQL's "relation does not exist"
 // into what to do about it.
 func (c *conn) read(ctx context.Context, fn func(context.Context) error) error {
 	err := c.bounded(ctx, fn)

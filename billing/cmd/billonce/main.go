@@ -35,8 +35,9 @@
 // makes itself to another machine has a bound, named in the error it ends
 // with: -db-timeout for the database, -vault-timeout for the spend-cap
 // proxy's admin API, resolve's -stripe-timeout for its reads from Stripe
-// (30s each). A run's own requests to Stripe have the library's bounds
-// (billing.Config.Retry). -h names the environment variables a command
+// (30s each). What the library sends during a run, a usage report or a
+// reconciliation has the library's bounds (billing.Config.Retry for
+// Stripe). -h names the environment variables a command
 // reads, never their values.
 //
 // # Exit status
