@@ -71,8 +71,6 @@ func TestRotatedKeyTakeoverRacingExpiredLeaseSendChargesOnce(t *testing.T) {
 			case <-late.held:
 			case err := <-runDone:
 				t.Fatalf("A's run ended before sending cus_1: %v", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("A never sent cus_1")
 			}
 
 			// A's request is on its way; 20 seconds pass.

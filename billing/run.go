@@ -230,6 +230,12 @@ func fenceOf(ctx context.Context, guard lock.Locker) claimengine.Fence {
 	return claimengine.Fence{Table: lease.Table(), Token: token}
 }
 
+// Validate reports whether Run and RunUsage accept o: they check it
+// themselves, after nothing but their arguments. Call it to refuse a
+// command line's settings before anything is opened. Its errors wrap
+// [ErrInvalid].
+func (o RunOptions) Validate() error { return o.check() }
+
 // check checks o and sets its defaults.
 func (o *RunOptions) check() error {
 	switch {

@@ -73,11 +73,7 @@ func TestRunPriceThatPanicsEndsTheRun(t *testing.T) {
 			}
 			// The Run's goroutines end; a request already sent may still
 			// be answered and recorded.
-			deadline := time.Now().Add(10 * time.Second)
-			for len(runGoroutines()) > 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d goroutines of the Run still running after it panicked:\n%s", len(runGoroutines()), strings.Join(runGoroutines(), "\n\n"))
-				}
+			for len(runGoroutines()) > 0 { // a goroutine left running is the test binary's timeout, with its stack
 				time.Sleep(10 * time.Millisecond)
 			}
 			var held int

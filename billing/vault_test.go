@@ -71,11 +71,7 @@ func (a *authRecorder) total() (n int) {
 // Stripe after the run has returned.
 func quiet(tb testing.TB, s *stack) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	for s.px.Usage(vaultKey).Reserved != 0 || len(s.px.Log()) < s.atProxy.total() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the proxy still has requests in flight after 10s: %+v", s.px.Usage(vaultKey))
-		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -450,7 +446,6 @@ func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 	// the database clock.) Claims abandoned in flight stay leased until the
 	// lease ends on the database clock, so run again until complete.
 	s.px.IssueKey(vaultKey, spendcap.Key{CapAmount: 100000, Per: spendcap.PerDay})
-	deadline := time.Now().Add(10 * time.Second)
 	for {
 		sum, err = b.Run(ctx, "2026-09", billing.Customers(ids...), nil)
 		if err != nil {
@@ -458,9 +453,6 @@ func TestVaultBillerRunStopsAtTheCap(t *testing.T) {
 		}
 		if sum.Complete() {
 			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runs still incomplete after 10s: %+v; failures: %v", sum.Progress, sum.Failures)
 		}
 	}
 	if got := checkClaims(t, b, store, s.srv, ids, true); got != 20 {

@@ -283,11 +283,7 @@ func TestSameConfiguredOwnerIsTwoOwners(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting")
-		}
+	for !cond() { // never met: the test binary's timeout, with every stack
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -5,6 +5,14 @@ import (
 	"fmt"
 )
 
+// List returns the claims of period, of customer only when customer is
+// not "", ordered by customer, attempt and creation: a period's claims for
+// an operator's view or an export, read in one query whatever their
+// number.
+func (p *Postgres) List(ctx context.Context, period, customer string) ([]Claim, error) {
+	return (*pgEngine)(p).list(ctx, ` WHERE t.period = $1 AND ($2 = '' OR t.customer = $2) ORDER BY t.customer, t.attempt, t.created_at, t.key`, period, customer)
+}
+
 // Count returns how many claims of period are in each state, for an
 // operator's view of a billing run. Re-bills have claims of their own, so a
 // customer re-billed after a decline counts once as failed and once more.

@@ -46,3 +46,57 @@ func TestCountByPeriod(t *testing.T) {
 		t.Errorf("Count of a period without claims = %v, %v; want empty", got, err)
 	}
 }
+
+// List reads a period's claims, every attempt, in one query: in customer
+// and attempt order, only that period's, only one customer's when asked.
+func TestListByPeriodAndCustomer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := claim.NewPostgres(pgtest.Pool(t), claim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eng := engineOf(store)
+	for _, c := range []string{"cus_2", "cus_1"} {
+		mustClaim(t, eng, req(c, "key_"+c, "run-1"), claimengine.Won)
+	}
+	if err := eng.Fail(ctx, "key_cus_1", "card_declined"); err != nil {
+		t.Fatal(err)
+	}
+	again := req("cus_1", "key_cus_1_2", "run-1")
+	again.Attempt = 2
+	mustClaim(t, eng, again, claimengine.Won)
+	other := req("cus_1", "key_other", "run-1")
+	other.Period = "2026-10"
+	mustClaim(t, eng, other, claimengine.Won)
+
+	keys := func(cs []claim.Claim) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.Key)
+		}
+		return out
+	}
+	all, err := store.List(ctx, "2025-01", "") // req's period
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"key_cus_1", "key_cus_1_2", "key_cus_2"}, keys(all)); diff != "" {
+		t.Errorf("List of the period (-want +got):\n%s", diff)
+	}
+	if all[0].State != claim.StateFailed || all[1].Attempt != 2 || all[2].Customer != "cus_2" {
+		t.Errorf("List read %+v", all)
+	}
+	one, err := store.List(ctx, "2025-01", "cus_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"key_cus_1", "key_cus_1_2"}, keys(one)); diff != "" {
+		t.Errorf("List of cus_1 (-want +got):\n%s", diff)
+	}
+	if none, err := store.List(ctx, "2027-01", ""); err != nil || len(none) != 0 {
+		t.Errorf("List of a period without claims = %v, %v; want none", none, err)
+	}
+}

@@ -24,7 +24,7 @@ func TestAdvisoryThreeProcessesOneRuns(t *testing.T) {
 	for range 3 {
 		cmds = append(cmds, startHelper(t, "race", url, name, "2"))
 	}
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM ready`) == 3 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM ready`) == 3 })
 	mustExec(t, pool, `INSERT INTO start VALUES (true)`)
 	for i, c := range cmds {
 		if err := c.Wait(); err != nil {
@@ -55,13 +55,13 @@ func TestAdvisoryKilledBackendCancelsJobInOtherProcess(t *testing.T) {
 	pool, url := newPool(t, 0)
 	const name = "nightly-reconcile"
 	holder := startHelper(t, "hold", url, name, "")
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM held`) == 1 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM held`) == 1 })
 
 	backend := lockHolderBackend(t, pool, "", name)
 	killedAt := time.Now()
 	mustExec(t, pool, `SELECT pg_terminate_backend($1)`, backend)
 
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM cancelled`) == 1 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM cancelled`) == 1 })
 	var atNano int64
 	var lost bool
 	var cause string

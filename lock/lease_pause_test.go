@@ -26,14 +26,14 @@ func TestLeasePausedHolderWritesNothingAfterTakeover(t *testing.T) {
 
 	first := startHelper(t, "lease-fenced-job", url, name, ttl.String())
 	pidA := first.Process.Pid
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA) > 0 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA) > 0 })
 	if err := first.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	second := startHelper(t, "lease-fenced-job", url, name, ttl.String())
 	pidB := second.Process.Pid
 	// The second process takes the lease once the paused one's expires.
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM acquired WHERE pid = $1`, pidB) == 1 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM acquired WHERE pid = $1`, pidB) == 1 })
 	var resumedAt time.Time
 	if err := pool.QueryRow(t.Context(), `SELECT clock_timestamp()`).Scan(&resumedAt); err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func TestLeasePausedHolderWritesNothingAfterTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The paused holder tries again once it resumes.
-	poll(t, 30*time.Second, func() bool {
+	poll(t, func() bool {
 		return count(t, pool, `SELECT count(*) FROM tries WHERE pid = $1 AND at > $2`, pidA, resumedAt) > 0
 	})
 	overlap := count(t, pool, `SELECT count(*) FROM effects e, acquired a WHERE e.pid = $1 AND a.pid = $2 AND e.at > a.at`, pidA, pidB)
@@ -56,7 +56,7 @@ func TestLeasePausedHolderWritesNothingAfterTakeover(t *testing.T) {
 	}
 
 	// Its job's context is cancelled at its first renewal.
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM cancelled WHERE pid = $1`, pidA) == 1 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM cancelled WHERE pid = $1`, pidA) == 1 })
 	var lost bool
 	var cause string
 	if err := pool.QueryRow(t.Context(), `SELECT lost, cause FROM cancelled WHERE pid = $1`, pidA).Scan(&lost, &cause); err != nil {
@@ -71,7 +71,7 @@ func TestLeasePausedHolderWritesNothingAfterTakeover(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), `SELECT max(at) FROM tries WHERE pid = $1`, pidA).Scan(&last); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 30*time.Second, func() bool {
+	poll(t, func() bool {
 		return count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1 AND at > $2`, pidB, last) >= 10
 	})
 	if m := count(t, pool, `SELECT count(*) FROM effects WHERE pid = $1`, pidA); m != n {

@@ -40,7 +40,7 @@ func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
 	const ttl = time.Second
 	g := newLease(t, pool, lock.LeaseConfig{TTL: ttl})
 	holder := startHelper(t, "lease-hold", url, name, ttl.String())
-	poll(t, 30*time.Second, func() bool { return count(t, pool, `SELECT count(*) FROM held`) == 1 })
+	poll(t, func() bool { return count(t, pool, `SELECT count(*) FROM held`) == 1 })
 
 	ctx := context.Background()
 	job := func(context.Context) error { return nil }
@@ -48,7 +48,7 @@ func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
 		t.Fatalf("while the holder lives: Do = %v, %v; want ran=false, nil", ran, err)
 	}
 	// The holder renews: its lease reaches past its first TTL.
-	poll(t, 30*time.Second, func() bool {
+	poll(t, func() bool {
 		return count(t, pool, `SELECT count(*) FROM `+lock.DefaultLeaseTable+` WHERE lock_until > locked_at + $1 * interval '1 microsecond'`, ttl.Microseconds()) == 1
 	})
 	if err := holder.Process.Kill(); err != nil {
@@ -56,7 +56,7 @@ func TestLeaseTakeoverAfterHolderDies(t *testing.T) {
 	}
 	killedAt := time.Now()
 	var ran bool
-	poll(t, 30*time.Second, func() bool {
+	poll(t, func() bool {
 		var err error
 		ran, err = lock.Do(ctx, g, name, job)
 		if err != nil {
@@ -118,11 +118,7 @@ func TestLeaseStaleHolderCannotTouchNewLease(t *testing.T) {
 		t.Fatal("the new holder reused the stale owner token")
 	}
 
-	select {
-	case <-stale.Lost():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stale holder was not told it lost the lease")
-	}
+	<-stale.Lost() // the stale holder is told it lost the lease
 	if !errors.Is(stale.Err(), lock.ErrLockLost) {
 		t.Fatalf("stale Err = %v; want ErrLockLost", stale.Err())
 	}
@@ -135,7 +131,7 @@ func TestLeaseStaleHolderCannotTouchNewLease(t *testing.T) {
 	// The new holder keeps renewing successfully, then releases.
 	var until1, until2 time.Time
 	pool.QueryRow(ctx, `SELECT lock_until FROM `+lock.DefaultLeaseTable).Scan(&until1)
-	poll(t, 30*time.Second, func() bool {
+	poll(t, func() bool {
 		pool.QueryRow(ctx, `SELECT lock_until FROM `+lock.DefaultLeaseTable).Scan(&until2)
 		return until2.After(until1)
 	})

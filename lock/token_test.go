@@ -63,7 +63,7 @@ func TestLeaseTokenInRow(t *testing.T) {
 	}
 	defer stale.Unlock(ctx)
 	first := stale.(lock.Fenced).Token()
-	poll(t, 30*time.Second, func() bool { // renewed
+	poll(t, func() bool { // renewed
 		return count(t, pool, `SELECT count(*) FROM `+lock.DefaultLeaseTable+` WHERE lock_until > locked_at + interval '1 hour'`) == 1
 	})
 	if got := rowToken(); got != first {

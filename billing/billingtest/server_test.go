@@ -167,10 +167,8 @@ func TestConcurrentSameKeyGetsOne409(t *testing.T) {
 	// The script answers as the request arrives, before the charge is
 	// stored; once it is, the first request is held while executing and
 	// the ledger already holds the charge.
-	for deadline := time.Now().Add(10 * time.Second); srv.Count("cus_1") == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the held request never stored its charge")
-		}
+	for srv.Count("cus_1") == 0 {
+		time.Sleep(time.Millisecond)
 	}
 	if n := srv.Count("cus_1"); n != 1 {
 		t.Fatalf("Count while executing = %d; want 1", n)
@@ -795,9 +793,5 @@ func TestCloseDoesNotWaitForUnusedConnections(t *testing.T) {
 	defer c.Close()
 	done := make(chan struct{})
 	go func() { srv.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
-		t.Fatal("Close still waiting after 3s on an unused connection")
-	}
+	<-done // a Close that waited for the connection would never return: it stays open until the test ends
 }

@@ -109,12 +109,9 @@ func TestRebillJobWhileEarlierAttemptSending(t *testing.T) {
 		done <- err
 	}()
 	k2, _ := b.Key(cus, period, 2)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for ; ; time.Sleep(5 * time.Millisecond) { // until attempt 2 is claimed
 		if _, err := e.store.Get(ctx, k2.String()); err == nil {
 			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("attempt 2 never claimed")
 		}
 	}
 	c := e.client(e.riverConfig(b, nil))

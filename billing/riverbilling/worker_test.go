@@ -105,13 +105,9 @@ func TestSameJobTwiceAtOnce(t *testing.T) {
 			defer wg.Done()
 			if i == 1 {
 				// Start once the first run holds the claim (it is at Stripe).
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				for ; ; time.Sleep(5 * time.Millisecond) {
 					if _, err := e.store.Get(context.Background(), key.String()); err == nil {
 						break
-					}
-					if time.Now().After(deadline) {
-						t.Error("the first run made no claim within 10s")
-						return
 					}
 				}
 			}
@@ -211,16 +207,12 @@ func TestAuthRefusalCancelsAndPausesQueue(t *testing.T) {
 	e.start(c)
 	// Wait for the queue to be paused and the jobs already fetched to
 	// finish.
-	deadline := time.Now().Add(30 * time.Second)
 	var st riverbilling.PeriodState
 	for {
 		q, err := c.QueueGet(context.Background(), riverbilling.DefaultQueue)
 		st = e.state()
 		if err == nil && q.PausedAt != nil && st.Jobs[rivertype.JobStateRunning] == 0 && st.Jobs[rivertype.JobStateCancelled] > 0 {
 			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue not paused, or jobs still running, after 30s: %v", st)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

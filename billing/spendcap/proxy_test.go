@@ -351,11 +351,7 @@ func TestProxyCloseDoesNotWaitForUnusedConnections(t *testing.T) {
 	defer c.Close()
 	done := make(chan struct{})
 	go func() { p.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
-		t.Fatal("Close still waiting after 3s on an unused connection")
-	}
+	<-done // a Close that waited for the connection would never return: it stays open until the test ends
 }
 
 func newServer(tb testing.TB, cfg billingtest.Config) *billingtest.Server {

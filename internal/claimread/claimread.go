@@ -1,7 +1,8 @@
 // Package claimread holds the reads of the claim table that billonce's
-// operators' command needs and the library does not offer: the keys of a
-// period's claims and the events applied to a claim. Claims themselves are
-// read with claim.Store.Get, which owns the row's shape.
+// operators' command needs and the library does not offer: the events
+// applied to a claim, the customers of a list that have no claim, and the
+// database's clock. Claims themselves are read
+// with package claim (Get, List), which owns the row's shape.
 package claimread
 
 import (
@@ -18,19 +19,25 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Keys returns the keys of the claims of period in table, of customer's
-// only when customer is not "", ordered by customer, attempt and creation.
-func Keys(ctx context.Context, db Querier, table, period, customer string) ([]string, error) {
-	q := "SELECT key FROM " + pgx.Identifier{table}.Sanitize() + " WHERE period = $1 AND ($2 = '' OR customer = $2) ORDER BY customer, attempt, created_at, key"
-	rows, err := db.Query(ctx, q, period, customer)
+// Unclaimed returns those of customers that have no claim for period in
+// table, in their order: the customers a run stopped or killed before
+// reaching, for whom no claim says anything. It is one query, however
+// many customers there are.
+func Unclaimed(ctx context.Context, db Querier, table, period string, customers []string) ([]string, error) {
+	q := "SELECT u.customer FROM unnest($2::text[]) WITH ORDINALITY AS u(customer, n) WHERE NOT EXISTS (SELECT 1 FROM " +
+		pgx.Identifier{table}.Sanitize() + " c WHERE c.period = $1 AND c.customer = u.customer) ORDER BY u.n"
+	rows, err := db.Query(ctx, q, period, customers)
 	if err != nil {
-		return nil, fmt.Errorf("listing the claims of period %s: %w", period, err)
+		return nil, fmt.Errorf("listing the customers without a claim for period %s: %w", period, err)
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("listing the claims of period %s: %w", period, err)
+		return nil, fmt.Errorf("listing the customers without a claim for period %s: %w", period, err)
 	}
-	return keys, nil
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
 }
 
 // An Event is a Stripe event recorded as applied to a claim.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"time"
 
 	"github.com/billonce/billonce/internal/pgtest"
 	"github.com/billonce/billonce/lock"
@@ -39,11 +38,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	s.Start()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		fmt.Println("job did not run")
-	}
+	<-done
 	s.Shutdown()
 	// Output: report built by the replica holding the lock
 }

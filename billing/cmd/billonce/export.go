@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/billonce/billonce/claim"
-	"github.com/billonce/billonce/internal/claimread"
 )
 
 // exportRow is one claim in an export.
@@ -36,23 +37,42 @@ type exportRow struct {
 var exportHeader = []string{"customer", "period", "key", "attempt", "state", "amount", "currency", "stripe_id",
 	"refunded", "dispute", "failure_code", "last_error", "created_at", "updated_at", "endpoint"}
 
+// record is r as a CSV row, every cell passed through inert.
 func (r exportRow) record() []string {
-	return []string{r.Customer, r.Period, r.Key, strconv.Itoa(r.Attempt), r.State, strconv.FormatInt(r.Amount, 10), r.Currency, r.StripeID,
+	rec := []string{r.Customer, r.Period, r.Key, strconv.Itoa(r.Attempt), r.State, strconv.FormatInt(r.Amount, 10), r.Currency, r.StripeID,
 		strconv.FormatInt(r.Refunded, 10), r.Dispute, r.FailureCode, r.LastError, r.CreatedAt.UTC().Format(time.RFC3339), r.UpdatedAt.UTC().Format(time.RFC3339), r.Endpoint}
+	for i, c := range rec {
+		rec[i] = inert(c)
+	}
+	return rec
+}
+
+// inert returns a CSV cell that a spreadsheet shows as text: one that
+// starts with =, +, -, @, a tab or a carriage return would be run as a
+// formula (CSV injection), so it gets a ' before it, as OWASP advises.
+// Customer IDs, Stripe's messages and dispute reasons come from outside;
+// billonce's own cells (amounts, times, keys) never start so.
+func inert(cell string) string {
+	if cell != "" && strings.ContainsRune("=+-@\t\r", rune(cell[0])) {
+		return "'" + cell
+	}
+	return cell
 }
 
 // cmdExport writes a period's claims, every attempt of every customer,
 // for accounting: amounts in the currency's smallest unit, times in UTC.
+// In CSV a cell that a spreadsheet would run as a formula starts with a '
+// (see inert); JSON has the values as they are.
 func cmdExport(ctx context.Context, a *app, args []string) error {
 	f := newFlags(a, "export", "export -period P [-format csv|json]")
 	var c conn
 	c.register(f)
 	period := f.String("period", "", "billing period; required")
-	format := f.String("format", "csv", "csv (with a header row) or json (an array)")
+	format := f.String("format", "csv", "csv (with a header row; a cell that would start a spreadsheet formula, with = + - @ tab or carriage return, gets a ' before it) or json (an array, values as they are)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if err := required("period", *period); err != nil {
+	if err := checkPeriod(*period, true); err != nil {
 		return err
 	}
 	if *format != "csv" && *format != "json" {
@@ -63,30 +83,43 @@ func cmdExport(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	keys, err := claimread.Keys(ctx, pool, claim.DefaultTable, *period, "")
-	if err != nil {
+	var rows []exportRow
+	if err := c.read(ctx, func(ctx context.Context) (err error) {
+		rows, err = exportRows(ctx, store, *period)
 		return err
-	}
-	rows := make([]exportRow, 0, len(keys))
-	for _, k := range keys {
-		c, err := store.Get(ctx, k)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, exportRow{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, State: string(c.State),
-			Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Refunded: c.Refunded, Dispute: c.Dispute,
-			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(), Endpoint: c.Endpoint})
+	}); err != nil {
+		return err
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	w := csv.NewWriter(a.stdout)
+	return writeCSV(a.stdout, rows)
+}
+
+// writeCSV writes rows as CSV, with a header row.
+func writeCSV(out io.Writer, rows []exportRow) error {
+	w := csv.NewWriter(out)
 	w.Write(exportHeader)
 	for _, r := range rows {
 		w.Write(r.record())
 	}
 	w.Flush()
 	return w.Error()
+}
+
+// exportRows reads the claims of period, in one query.
+func exportRows(ctx context.Context, store *claim.Postgres, period string) ([]exportRow, error) {
+	claims, err := store.List(ctx, period, "")
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]exportRow, 0, len(claims))
+	for _, c := range claims {
+		rows = append(rows, exportRow{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, State: string(c.State),
+			Amount: c.Amount, Currency: c.Currency, StripeID: c.StripeID, Refunded: c.Refunded, Dispute: c.Dispute,
+			FailureCode: c.FailureCode, LastError: c.LastError, CreatedAt: c.CreatedAt.UTC(), UpdatedAt: c.UpdatedAt.UTC(), Endpoint: c.Endpoint})
+	}
+	return rows, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/claimread"
 )
@@ -86,35 +88,21 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		if err := required("customer", *customer, "period", *period); err != nil {
 			return err
 		}
+		if err := checkPeriod(*period, true); err != nil {
+			return err
+		}
 	}
 	pool, store, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	keys := []string{*key}
-	if *key == "" {
-		if keys, err = claimread.Keys(ctx, pool, claim.DefaultTable, *period, *customer); err != nil {
-			return err
-		}
-		if len(keys) == 0 {
-			return fmt.Errorf("no claim for customer %s in period %s: billonce has never billed it", *customer, *period)
-		}
-	}
-	out := make([]claimJSON, 0, len(keys))
-	for _, k := range keys {
-		c, err := store.Get(ctx, k)
-		if errors.Is(err, claim.ErrNotFound) {
-			return fmt.Errorf("no claim has the key %s", k)
-		}
-		if err != nil {
-			return err
-		}
-		evs, err := claimread.Events(ctx, pool, claim.DefaultTable, k)
-		if err != nil {
-			return err
-		}
-		out = append(out, toClaimJSON(c, evs))
+	var out []claimJSON
+	if err := c.read(ctx, func(ctx context.Context) (err error) {
+		out, err = inspected(ctx, pool, store, *key, *customer, *period)
+		return err
+	}); err != nil {
+		return err
 	}
 	if *asJSON {
 		enc := json.NewEncoder(a.stdout)
@@ -170,6 +158,39 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	return nil
+}
+
+// inspected reads the claim of key, or when key is "" every claim of
+// customer for period, with the events applied to each.
+func inspected(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, key, customer, period string) ([]claimJSON, error) {
+	var claims []claim.Claim
+	if key != "" {
+		c, err := store.Get(ctx, key)
+		if errors.Is(err, claim.ErrNotFound) {
+			return nil, fmt.Errorf("no claim has the key %s", key)
+		}
+		if err != nil {
+			return nil, err
+		}
+		claims = []claim.Claim{c}
+	} else {
+		var err error
+		if claims, err = store.List(ctx, period, customer); err != nil {
+			return nil, err
+		}
+		if len(claims) == 0 {
+			return nil, fmt.Errorf("no claim for customer %s in period %s: billonce has never billed it", customer, period)
+		}
+	}
+	out := make([]claimJSON, 0, len(claims))
+	for _, c := range claims {
+		evs, err := claimread.Events(ctx, pool, claim.DefaultTable, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, toClaimJSON(c, evs))
+	}
+	return out, nil
 }
 
 // The endpoints of claims that are not a single payment.

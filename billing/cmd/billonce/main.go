@@ -9,7 +9,7 @@
 //	billonce migrate [-dry-run]
 //	billonce run -period P [-customers FILE | -amount N -currency C] [-invoice [-days-until-due N]] [-json]
 //	billonce usage -file FILE [-json]
-//	billonce status -period P [-json]
+//	billonce status -period P [-customers FILE] [-json]
 //	billonce inspect (-key K | -customer C -period P) [-json]
 //	billonce reconcile [-json] [-customers FILE]
 //	billonce rebill -customer C -period P -attempt N -amount N -currency C [-yes]
@@ -23,11 +23,22 @@
 // listings and shell history) and Stripe's URL from -stripe-url or
 // STRIPE_URL (defaults to https://api.stripe.com); run -vault-proxy-url
 // instead bills through a spendcap-proxy with a vault key it has the proxy
-// issue for the run (capped at the run's total plus a margin) and revokes
-// at its end, the admin token from SPENDCAP_ADMIN_TOKEN. The claim table is
-// billonce_claims in the connection's search_path, and the scope of every
-// key is -scope (default "billonce"): both must be those of the services
-// that bill through the library.
+// issue for the run (capped at what it has left to bill, plus a margin)
+// and revokes at its end, the admin token from SPENDCAP_ADMIN_TOKEN. The
+// claim table is billonce_claims in the connection's search_path, and the
+// scope of every key is -scope (default "billonce"): both must be those of
+// the services that bill through the library.
+//
+// Every flag and input file is checked, with the library's own checks,
+// before anything is opened: a setting that cannot work exits 2 with
+// nothing connected to and no vault key issued. Every call the command
+// makes itself to another machine has a bound, named in the error it ends
+// with: -db-timeout for the database, -vault-timeout for the spend-cap
+// proxy's admin API, resolve's -stripe-timeout for its reads from Stripe
+// (30s each). What the library sends during a run, a usage report or a
+// reconciliation has the library's bounds (billing.Config.Retry for
+// Stripe). -h names the environment variables a command
+// reads, never their values.
 //
 // # Exit status
 //

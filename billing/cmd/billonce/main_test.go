@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -62,22 +61,7 @@ func newEnv(t *testing.T, cfg billingtest.Config) *env {
 // the env's database and Stripe in its environment.
 func (e *env) billonce(stdin string, args ...string) result {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = []string{envExec + "=1"}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "STRIPE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	if e.db != "" {
-		cmd.Env = append(cmd.Env, "DATABASE_URL="+e.db)
-	}
-	if e.fake != nil {
-		cmd.Env = append(cmd.Env, "STRIPE_URL="+e.fake.URL, "STRIPE_SECRET_KEY="+e.key)
-	}
-	cmd.Env = append(cmd.Env, e.extra...)
+	cmd := e.command(args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -91,6 +75,26 @@ func (e *env) billonce(stdin string, args ...string) result {
 		e.t.Fatalf("billonce %v: %v", args, err)
 	}
 	return r
+}
+
+// command is the command with args, and the env's database and Stripe in
+// its environment. It ends with the test.
+func (e *env) command(args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(e.t.Context(), os.Args[0], args...)
+	cmd.Env = []string{envExec + "=1"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "STRIPE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if e.db != "" {
+		cmd.Env = append(cmd.Env, "DATABASE_URL="+e.db)
+	}
+	if e.fake != nil {
+		cmd.Env = append(cmd.Env, "STRIPE_URL="+e.fake.URL, "STRIPE_SECRET_KEY="+e.key)
+	}
+	cmd.Env = append(cmd.Env, e.extra...)
+	return cmd
 }
 
 // want fails the test unless r exited with code.
@@ -144,9 +148,13 @@ func (e *env) keyOf(customer, period string, attempt int) string {
 	return k
 }
 
+// -h and --help print the usage on standard output and exit 0, for the
+// command and every subcommand, and never what the secrets of the
+// environment hold.
 func TestHelpExitsZeroEverywhere(t *testing.T) {
 	t.Parallel()
-	e := &env{t: t}
+	secrets := []string{"postgres://billonce:pw_of_the_help_test@127.0.0.1:1/billonce", "sk_test_of_the_help_test", "admin_token_of_the_help_test"}
+	e := &env{t: t, extra: []string{"DATABASE_URL=" + secrets[0], "STRIPE_SECRET_KEY=" + secrets[1], "SPENDCAP_ADMIN_TOKEN=" + secrets[2]}}
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		r := e.billonce("", args...).want(t, exitOK)
 		if !strings.Contains(r.stdout, "Usage: billonce <command>") {
@@ -158,6 +166,11 @@ func TestHelpExitsZeroEverywhere(t *testing.T) {
 			r := e.billonce("", name, h).want(t, exitOK)
 			if !strings.Contains(r.stdout, "Usage: billonce "+name) {
 				t.Errorf("%s %s: stdout %q lacks the usage", name, h, r.stdout)
+			}
+			for _, s := range secrets {
+				if strings.Contains(r.stdout+r.stderr, s) {
+					t.Errorf("%s %s prints %q", name, h, s)
+				}
 			}
 		}
 	}

@@ -51,7 +51,7 @@ func cmdMigrate(ctx context.Context, a *app, args []string) error {
 		{"spend-cap budgets (spendcap_keys)", caps.Migrate},
 		{"lease table (" + lock.DefaultLeaseTable + ")", lease.Migrate},
 	} {
-		if err := m.run(ctx); err != nil {
+		if err := c.bounded(ctx, m.run); err != nil {
 			return fmt.Errorf("%s: %w", m.what, err)
 		}
 		fmt.Fprintf(a.stdout, "up to date: %s\n", m.what)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/csv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +242,103 @@ func TestReconcilePaymentIntentsTakesMethodsFromTheCustomersFile(t *testing.T) {
 	file := customersFile(t, "cus_a,100,usd,pm_card_visa\ncus_p,300,usd,pm_card_visa\n")
 	e.billonce("", "reconcile", "-api", "payment_intents", "-customers", file).want(t, exitOK)
 	billingtest.RequireChargedOnce(t, e.fake, "cus_p", period)
+}
+
+// A CSV export is opened in spreadsheets, which run a cell that starts
+// with =, +, - or @ (or a tab or carriage return before one) as a formula:
+// such a cell is written with a ' before it, as OWASP advises, and the
+// JSON export keeps the values as they are.
+func TestExportCSVCellsNeverStartAFormula(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	customers := []string{"=1+2", "+1", "-1", "@SUM(A1)"}
+	rows := ""
+	for _, c := range customers {
+		rows += c + ",100,usd\n"
+	}
+	e.billed(rows)
+	e.exec(`UPDATE billonce_claims SET last_error = E'\t=cmd', dispute = E'\r=2' WHERE customer = '-1'`)
+
+	r := e.billonce("", "export", "-period", period).want(t, exitOK)
+	recs, err := csv.NewReader(strings.NewReader(r.stdout)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, rec := range recs[1:] {
+		got[rec[0]] = rec
+	}
+	for _, c := range customers {
+		rec, ok := got["'"+c]
+		if !ok {
+			t.Errorf("customer %q: no row whose first cell is %q in\n%s", c, "'"+c, r.stdout)
+			continue
+		}
+		if c == "-1" && (rec[9] != "'\r=2" || rec[11] != "'\t=cmd") {
+			t.Errorf("customer -1: dispute %q, last_error %q; want them after a '", rec[9], rec[11])
+		}
+	}
+	for _, rec := range recs {
+		for _, cell := range rec {
+			if cell != "" && strings.ContainsRune("=+-@\t\r", rune(cell[0])) {
+				t.Errorf("cell %q starts a formula", cell)
+			}
+		}
+	}
+	rowsJSON := decode[[]exportRow](t, e.billonce("", "export", "-period", period, "-format", "json").want(t, exitOK).stdout)
+	for _, row := range rowsJSON {
+		if !slices.Contains(customers, row.Customer) {
+			t.Errorf("json export has customer %q; want the IDs unchanged", row.Customer)
+		}
+	}
+}
+
+// The reading subcommands on a database without billonce's tables (never
+// migrated, or another database than the services') say so and what to
+// do, not PostgreSQL's "relation does not exist".
+func TestReadsOnADatabaseWithoutTheTablesSayToMigrate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	for _, args := range [][]string{
+		{"status", "-period", period},
+		{"export", "-period", period},
+		{"inspect", "-customer", "cus_a", "-period", period},
+		{"inspect", "-key", "bo1_0000"},
+	} {
+		r := e.billonce("", args...).want(t, exitStopped)
+		if !strings.Contains(r.stderr, "no claim table billonce_claims") || !strings.Contains(r.stderr, "billonce migrate") ||
+			!strings.Contains(r.stderr, "-database-url") || strings.Contains(r.stderr, "does not exist (SQLSTATE") {
+			t.Errorf("%v: stderr %q; want it to say there is no claim table, to run billonce migrate or check -database-url", args, r.stderr)
+		}
+	}
+}
+
+// status -customers FILE names the customers of the run's file that have
+// no claim for the period: those a run stopped or killed before reaching,
+// which no claim shows.
+func TestStatusNamesTheCustomersOfTheFileWithoutAClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_d": "expired_card"}})
+	e.billonce("cus_a,100,usd\ncus_d,100,usd\n", "run", "-period", period).want(t, exitIncomplete)
+	file := customersFile(t, "\ufeffcustomer,amount,currency\ncus_a,100,usd\ncus_b,100,usd\ncus_d,100,usd\ncus_c,100,usd\n")
+
+	r := e.billonce("", "status", "-period", period, "-customers", file, "-json").want(t, exitOK)
+	type unclaimed struct {
+		Unclaimed []string `json:"unclaimed"`
+	}
+	st := decode[unclaimed](t, r.stdout)
+	if !slices.Equal(st.Unclaimed, []string{"cus_b", "cus_c"}) {
+		t.Errorf("unclaimed %q; want cus_b and cus_c, in the file's order", st.Unclaimed)
+	}
+	r = e.billonce("", "status", "-period", period, "-customers", file).want(t, exitOK)
+	if !strings.Contains(r.stdout, "no claim, never reached by a run: 2 of the 4 customers of "+file+"\n  cus_b\n  cus_c\n") {
+		t.Errorf("status text:\n%s", r.stdout)
+	}
+	// IDs alone, from standard input; every customer claimed.
+	r = e.billonce("cus_a\ncus_d\n", "status", "-period", period, "-customers", "-", "-json").want(t, exitOK)
+	if st := decode[unclaimed](t, r.stdout); st.Unclaimed == nil || len(st.Unclaimed) != 0 {
+		t.Errorf("unclaimed %q; want an empty list", st.Unclaimed)
+	}
+	e.billonce("cus_a,12.50\n", "status", "-period", period, "-customers", "-").want(t, exitOK)
+	e.billonce("cus a\n", "status", "-period", period, "-customers", "-").want(t, exitUsage)
 }

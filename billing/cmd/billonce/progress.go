@@ -9,8 +9,9 @@ import (
 )
 
 // progress prints a run's progress on standard error: a line at every
-// tenth of the way, and at most one a second between them for long runs.
-// Billing calls it from one goroutine at a time.
+// tenth of the way, and between two tenths a line every progressEvery, so
+// that a long run shows it is still at work. Billing calls it from one
+// goroutine at a time.
 type progress struct {
 	w        io.Writer
 	label    string
@@ -18,6 +19,10 @@ type progress struct {
 	lastStep int
 	lastLine time.Time
 }
+
+// progressEvery is how often a run between two tenths of the way prints
+// its progress.
+const progressEvery = 10 * time.Second
 
 func newProgress(w io.Writer, label string) *progress {
 	now := time.Now()
@@ -30,7 +35,7 @@ func (p *progress) update(s billing.Progress) {
 	}
 	now := time.Now()
 	step := 10 * s.Done / s.Total
-	if step <= p.lastStep && s.Done != s.Total && now.Sub(p.lastLine) < 10*time.Second {
+	if step <= p.lastStep && s.Done != s.Total && now.Sub(p.lastLine) < progressEvery {
 		return
 	}
 	if s.Done == s.Total && p.lastStep == 10 {

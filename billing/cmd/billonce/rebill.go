@@ -7,7 +7,6 @@ import (
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/claim"
-	"github.com/billonce/billonce/internal/claimread"
 )
 
 // cmdRebill bills one customer again for a period, under a new attempt
@@ -32,6 +31,9 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	if err := required("customer", *customer, "period", *period); err != nil {
 		return err
 	}
+	if err := checkPeriod(*period, false); err != nil {
+		return err
+	}
 	if *attempt < 2 {
 		return usageError("-attempt %d: re-bills are numbered from 2 (attempt 1 is the run's charge); see billonce inspect -customer %s -period %s", *attempt, *customer, *period)
 	}
@@ -40,16 +42,15 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer s.close()
-	keys, err := claimread.Keys(ctx, s.pool, claim.DefaultTable, *period, *customer)
-	if err != nil {
+	var claims []claim.Claim
+	if err := b.read(ctx, func(ctx context.Context) (err error) {
+		claims, err = s.store.List(ctx, *period, *customer)
+		return err
+	}); err != nil {
 		return err
 	}
 	var latest *claim.Claim
-	for _, k := range keys {
-		c, err := s.store.Get(ctx, k)
-		if err != nil {
-			return err
-		}
+	for _, c := range claims {
 		latest = &c
 		fmt.Fprintf(a.stdout, "attempt %d: %s, %d %s, key %s %s\n", c.Attempt, c.State, c.Amount, c.Currency, c.Key, c.StripeID)
 	}

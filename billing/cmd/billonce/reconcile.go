@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 
 	"github.com/billonce/billonce/billing"
 )
@@ -13,7 +11,7 @@ import (
 // every claim runners left pending, in every period, is resumed with its
 // own key, or searched for in Stripe first once its key's window is over;
 // payments processing for longer than SettleAfter are read from Stripe.
-func cmdReconcile(ctx context.Context, a *app, args []string) error {
+func cmdReconcile(ctx context.Context, a *app, args []string) (err error) {
 	f := newFlags(a, "reconcile", "reconcile [-json] [-customers FILE] [flags]")
 	var b biller
 	b.register(f)
@@ -22,14 +20,20 @@ func cmdReconcile(ctx context.Context, a *app, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	started := false // see cmdRun
+	defer func() {
+		if !started {
+			err = reportEarly(a, "reconcile", "", err, *asJSON)
+		}
+	}()
 	var price func(context.Context, string, string) (billing.Price, error)
 	if *file != "" {
-		fh, err := os.Open(*file)
+		in, name, done, err := openInput(a, "customers", *file, "customers")
 		if err != nil {
-			return usageError("cannot open the customers file: %v", errors.Unwrap(err))
+			return err
 		}
-		items, err := readCustomers(fh, *file, billing.API(b.api), nil, nil)
-		fh.Close()
+		items, err := readCustomers(in, name, billing.API(b.api), nil, nil)
+		done()
 		if err != nil {
 			return usageError("%v", err)
 		}
@@ -50,6 +54,7 @@ func cmdReconcile(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer s.close()
+	started = true
 	sum, err := s.biller.Reconcile(ctx, &billing.ReconcileOptions{
 		Lock:     s.guard,
 		Progress: newProgress(a.stderr, "reconciling").update,

@@ -44,12 +44,17 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 	f := newFlags(a, "resolve", "resolve -key K -payment (pi_…|ch_…|none) [flags]")
 	var b biller
 	b.register(f)
+	sr := &stripeReader{biller: &b}
+	sr.timeout.register(f, "stripe-timeout", "Stripe: each read of a payment, or a search for those of the key")
 	key := f.String("key", "", "the pending claim's idempotency key; required")
 	payment := f.String("payment", "", "the payment a person found for the key in Stripe (pi_… or ch_…), or none; required")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	if err := required("key", *key, "payment", *payment); err != nil {
+		return err
+	}
+	if err := sr.timeout.check(); err != nil {
 		return err
 	}
 	if *payment != "none" && !strings.HasPrefix(*payment, "pi_") && !strings.HasPrefix(*payment, "ch_") {
@@ -61,7 +66,13 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 	}
 	defer s.close()
 	eng := claimengine.Of[claim.Claim](s.store)
-	c, err := s.store.Get(ctx, *key)
+	// db bounds each of the command's own statements.
+	db := b.bounded
+	var c claim.Claim
+	err = db(ctx, func(ctx context.Context) (err error) {
+		c, err = s.store.Get(ctx, *key)
+		return err
+	})
 	if errors.Is(err, claim.ErrNotFound) {
 		return usageError("no claim has the key %s", *key)
 	}
@@ -85,8 +96,12 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 	// Take the claim's lease, as a runner resuming it would.
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("billonce-resolve/%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
-	res, err := eng.Claim(ctx, claimengine.Request{Customer: c.Customer, Period: c.Period, Key: c.Key, Amount: c.Amount,
-		Currency: c.Currency, Owner: owner, Scope: c.Scope, Attempt: c.Attempt, Endpoint: c.Endpoint, Credential: c.Credential})
+	var res claimengine.Result[claim.Claim]
+	err = db(ctx, func(ctx context.Context) (err error) {
+		res, err = eng.Claim(ctx, claimengine.Request{Customer: c.Customer, Period: c.Period, Key: c.Key, Amount: c.Amount,
+			Currency: c.Currency, Owner: owner, Scope: c.Scope, Attempt: c.Attempt, Endpoint: c.Endpoint, Credential: c.Credential})
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -95,7 +110,7 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 			res.Outcome, res.Claim.Owner, res.Claim.LeaseUntil.Local().Format(time.DateTime))
 	}
 	release := func(cause error) error {
-		if rerr := eng.Release(context.WithoutCancel(ctx), c.Key, owner, c.LastError); rerr != nil {
+		if rerr := db(context.WithoutCancel(ctx), func(ctx context.Context) error { return eng.Release(ctx, c.Key, owner, c.LastError) }); rerr != nil {
 			return errors.Join(cause, rerr)
 		}
 		return cause
@@ -105,24 +120,26 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 		// Reopening sends the key again after Stripe forgot it: a new
 		// charge if any payment carries it.
 		kind := cmp.Or(c.Endpoint, string(billing.Charges))
-		found, err := keyPayments(ctx, a, b.stripeURL, kind, c.Key)
+		found, err := keyPayments(ctx, sr, kind, c.Key)
 		if err != nil {
 			return release(fmt.Errorf("%w; \"none\" is accepted only once Stripe's search shows no payment carrying the key", err))
 		}
 		if len(found) > 0 {
 			return release(usageError("%s carries the key (%s): resolve the claim with it, not with none; nothing was recorded", found[0].ID, orUnknown(found[0].Status)))
 		}
-		if err := eng.Reopen(ctx, c.Key, owner, c.Endpoint, c.Credential); err != nil {
+		if err := db(ctx, func(ctx context.Context) error { return eng.Reopen(ctx, c.Key, owner, c.Endpoint, c.Credential) }); err != nil {
 			return release(err)
 		}
-		if err := eng.Release(context.WithoutCancel(ctx), c.Key, owner, "resolved: a person verified that no payment exists for the key; the next run sends it again"); err != nil {
+		if err := db(context.WithoutCancel(ctx), func(ctx context.Context) error {
+			return eng.Release(ctx, c.Key, owner, "resolved: a person verified that no payment exists for the key; the next run sends it again")
+		}); err != nil {
 			return err
 		}
 		fmt.Fprintf(a.stdout, "resolved %s: no payment; the key's window is reopened and the next run (or reconcile) sends it again\n", c.Key)
 		return nil
 	}
 
-	p, err := fetchPayment(ctx, a, b.stripeURL, *payment)
+	p, err := fetchPayment(ctx, sr, *payment)
 	if err != nil {
 		return release(err)
 	}
@@ -134,20 +151,24 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 		// for): a decline is the claim's outcome only if none of the
 		// others moved money, or a re-bill would charge a customer who
 		// paid.
-		if err := noOtherPaid(ctx, a, b.stripeURL, p, c.Key); err != nil {
+		if err := noOtherPaid(ctx, sr, p, c.Key); err != nil {
 			return release(err)
 		}
 	}
+	var record func(context.Context) error
 	switch p.state() {
 	case "succeeded":
-		err = eng.Succeed(ctx, c.Key, p.ID)
+		record = func(ctx context.Context) error { return eng.Succeed(ctx, c.Key, p.ID) }
 	case "processing":
-		err = eng.Process(ctx, c.Key, p.ID)
+		record = func(ctx context.Context) error { return eng.Process(ctx, c.Key, p.ID) }
 	case "failed":
-		err = eng.Fail(ctx, c.Key, "failed: "+p.failure()+" (resolved by a person from Stripe "+p.ID+")")
+		record = func(ctx context.Context) error {
+			return eng.Fail(ctx, c.Key, "failed: "+p.failure()+" (resolved by a person from Stripe "+p.ID+")")
+		}
 	default:
 		return release(usageError("%s has status %q, which is no outcome yet: resolve it once it has succeeded or failed", p.ID, p.Status))
 	}
+	err = db(ctx, record)
 	if err != nil {
 		return release(err)
 	}
@@ -215,12 +236,12 @@ func (p *payment) failure() string {
 // and returns a usage error naming one that succeeded or is processing,
 // other than p; an error too when the search fails, since a decline is
 // then not shown to be the key's outcome.
-func noOtherPaid(ctx context.Context, a *app, stripeURL string, p *payment, key string) error {
+func noOtherPaid(ctx context.Context, sr *stripeReader, p *payment, key string) error {
 	kind := "charges"
 	if p.Object == "payment_intent" {
 		kind = "payment_intents"
 	}
-	found, err := keyPayments(ctx, a, stripeURL, kind, key)
+	found, err := keyPayments(ctx, sr, kind, key)
 	if err != nil {
 		return fmt.Errorf("%w; a decline is recorded only once Stripe's search shows no other payment of the key succeeded", err)
 	}
@@ -234,9 +255,9 @@ func noOtherPaid(ctx context.Context, a *app, stripeURL string, p *payment, key 
 
 // keyPayments returns the payments of kind (charges or payment_intents)
 // that Stripe's search finds carrying key.
-func keyPayments(ctx context.Context, a *app, stripeURL, kind, key string) ([]payment, error) {
+func keyPayments(ctx context.Context, sr *stripeReader, kind, key string) ([]payment, error) {
 	q := url.Values{"query": {fmt.Sprintf("metadata['%s']:'%s'", billing.MetaKey, key)}, "limit": {"100"}}
-	body, err := getStripe(ctx, a, stripeURL, "/v1/"+kind+"/search?"+q.Encode(), "the payments carrying "+key)
+	body, err := sr.get(ctx, "/v1/"+kind+"/search?"+q.Encode(), "the payments carrying "+key)
 	if err != nil {
 		return nil, err
 	}
@@ -257,12 +278,12 @@ func keyPayments(ctx context.Context, a *app, stripeURL, kind, key string) ([]pa
 
 // fetchPayment reads a charge or PaymentIntent from Stripe, with the key
 // of STRIPE_SECRET_KEY, following no redirect.
-func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, error) {
+func fetchPayment(ctx context.Context, sr *stripeReader, id string) (*payment, error) {
 	path := "/v1/charges/"
 	if strings.HasPrefix(id, "pi_") {
 		path = "/v1/payment_intents/"
 	}
-	body, err := getStripe(ctx, a, stripeURL, path+url.PathEscape(id), id)
+	body, err := sr.get(ctx, path+url.PathEscape(id), id)
 	if err != nil {
 		return nil, err
 	}
@@ -273,42 +294,55 @@ func fetchPayment(ctx context.Context, a *app, stripeURL, id string) (*payment, 
 	return &p, nil
 }
 
-// getStripe reads path (with its query) from Stripe, with the key of
+// stripeReader reads payments from Stripe for resolve, each read within
+// -stripe-timeout.
+type stripeReader struct {
+	*biller
+	timeout bound
+}
+
+// get reads path (with its query) from Stripe, with the key of
 // STRIPE_SECRET_KEY, following no redirect, and returns the body of a 200
 // answer; what names what is read in errors.
-func getStripe(ctx context.Context, a *app, stripeURL, path, what string) ([]byte, error) {
-	base := stripeURL
+func (sr *stripeReader) get(ctx context.Context, path, what string) ([]byte, error) {
+	b := sr.biller
+	base := b.stripeURL
 	if base == "" {
-		base = a.getenv("STRIPE_URL")
+		base = b.a.getenv("STRIPE_URL")
 	}
 	if base == "" {
 		base = billing.DefaultStripeURL
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path, nil)
+	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(base, "/")+path, nil)
 	if err != nil {
 		return nil, usageError("the Stripe URL does not parse: want an absolute URL such as https://api.stripe.com")
 	}
-	req.Header.Set("Authorization", "Bearer "+a.getenv("STRIPE_SECRET_KEY"))
+	req.Header.Set("Authorization", "Bearer "+b.a.getenv("STRIPE_SECRET_KEY"))
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Do(req)
+	var body []byte
+	var status int
+	var requestID string
+	err = sr.timeout.run(ctx, "Stripe", func(ctx context.Context) error {
+		resp, err := hc.Do(req.WithContext(ctx))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		status, requestID = resp.StatusCode, resp.Header.Get("Request-Id")
+		body, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading %s from Stripe: %w", what, err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s from Stripe: %w", what, err)
-	}
-	if resp.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		var e struct {
 			Error struct{ Code, Message string }
 		}
 		json.Unmarshal(body, &e)
 		msg := fmt.Sprintf("Stripe answered %d to reading %s: %s %s; request id %q; nothing was recorded",
-			resp.StatusCode, what, e.Error.Code, e.Error.Message, resp.Header.Get("Request-Id"))
-		if resp.StatusCode == http.StatusNotFound {
+			status, what, e.Error.Code, e.Error.Message, requestID)
+		if status == http.StatusNotFound {
 			return nil, usageError("%s", msg)
 		}
 		return nil, errors.New(msg)

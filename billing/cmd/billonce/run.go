@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -20,16 +18,17 @@ import (
 // billed are skipped and pending ones resume with their own keys.
 //
 // With -vault-proxy-url it bills through a spendcap-proxy with a vault key
-// of its own, issued from the proxy's admin API once the customers are
-// read (cap: their total plus -vault-margin, endpoints: those the Biller
-// calls, expiry: -vault-expires-in) and revoked when the run ends, however
-// it ends.
+// of its own, issued from the proxy's admin API once the customers and
+// the period's claims are read (cap: the prices of the customers still to
+// bill, those without a claim or with a pending one, plus -vault-margin;
+// endpoints: those the Biller calls; expiry: -vault-expires-in) and
+// revoked when the run ends, however it ends.
 //
 // With -invoice every customer is billed by one Stripe invoice with one
 // line of the file's amount (billing.Item.Invoice), charged to the
 // customer's default payment method at once, or with -days-until-due N
 // sent to the customer, due in N days.
-func cmdRun(ctx context.Context, a *app, args []string) error {
+func cmdRun(ctx context.Context, a *app, args []string) (err error) {
 	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [-invoice [-days-until-due N] [-description TEXT]] [-vault-proxy-url URL -credential NAME] [flags]")
 	var b biller
 	b.register(f)
@@ -47,14 +46,19 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	// Whatever stops the command before it bills is reported as report
+	// would, in JSON too.
+	started := false
+	defer func() {
+		if !started {
+			err = reportEarly(a, "run", *period, err, *asJSON)
+		}
+	}()
 	if err := vault.check(f); err != nil {
 		return err
 	}
-	if err := required("period", *period); err != nil {
+	if err := checkPeriod(*period, false); err != nil {
 		return err
-	}
-	if err := billing.ValidatePeriod(*period); err != nil {
-		return usageError("-period: %s", reason(err))
 	}
 	var fp *flat
 	switch {
@@ -66,6 +70,9 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	if *concurrency <= 0 {
 		return usageError("-concurrency %d: want at least 1", *concurrency)
 	}
+	if err := (billing.RunOptions{Concurrency: *concurrency}).Validate(); err != nil {
+		return usageError("-concurrency: %s", reason(err))
+	}
 	inv, err := invoiceTemplate(f, *byInvoice, *period, *daysUntilDue, *description, vault.proxyURL != "")
 	if err != nil {
 		return err
@@ -73,29 +80,18 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 
 	// The whole list is read and checked before anything else, so that a
 	// bad row stops the command before a database or Stripe is touched.
-	var in io.Reader = a.stdin
-	name := "standard input"
-	if *file != "-" {
-		fh, err := os.Open(*file)
-		if err != nil {
-			return usageError("cannot open the customers file: %v", errors.Unwrap(err))
-		}
-		defer fh.Close()
-		in, name = fh, *file
+	in, name, done, err := openInput(a, "customers", *file, "customers")
+	if err != nil {
+		return err
 	}
+	defer done()
 	items, err := readCustomers(in, name, billing.API(b.api), fp, inv)
 	if err != nil {
 		return usageError("%v; fix the input and run again; nothing was charged", err)
 	}
 
 	if vault.proxyURL != "" {
-		capAmount, err := runCap(items, vault.margin)
-		if err != nil {
-			return err
-		}
-		b.mint = func(ctx context.Context) (*runKey, error) {
-			return vault.issue(ctx, a, *period, billing.API(b.api), capAmount)
-		}
+		b.vault = &vaultRun{flags: &vault, period: *period, items: items}
 	}
 	s, err := b.open(ctx, nil)
 	if err != nil {
@@ -110,6 +106,7 @@ func cmdRun(ctx context.Context, a *app, args []string) error {
 	} else {
 		fmt.Fprintf(a.stderr, "billing %d customers for %s with the %s API, scope %q\n", len(items), *period, b.api, b.scope)
 	}
+	started = true
 	sum, err := s.biller.Run(ctx, *period, func(yield func(billing.Item, error) bool) {
 		for _, it := range items {
 			if !yield(it, nil) {
@@ -151,9 +148,11 @@ func invoiceTemplate(f *flags, byInvoice bool, period string, daysUntilDue int, 
 	return inv, nil
 }
 
-// summaryJSON is a run's or a reconciliation's outcome in JSON.
+// summaryJSON is a run's or a reconciliation's outcome in JSON: the one
+// object run, usage and reconcile print with -json, however they end.
 type summaryJSON struct {
-	// Status is complete, incomplete, stopped or lock_held.
+	// Status is complete, incomplete, stopped, lock_held, or usage_error
+	// for bad flags or input (exit status 2, nothing sent).
 	Status         string    `json:"status"`
 	ExitCode       int       `json:"exit_code"`
 	Period         string    `json:"period,omitempty"`
@@ -172,6 +171,29 @@ type summaryJSON struct {
 }
 
 const maxListed = 10 // failures listed in the text output
+
+// reportEarly reports err, which ended a run, usage or reconcile before it
+// billed anyone. With -json it prints the one JSON object those commands
+// always print, with err in it, and err on standard error too; without,
+// it returns err for run to print.
+func reportEarly(a *app, what, period string, err error, asJSON bool) error {
+	if err == nil || !asJSON {
+		return err
+	}
+	code := exitCode(err)
+	fe := failureOf(period, err)
+	out := summaryJSON{Status: "stopped", ExitCode: code, Period: period, Error: &fe, Failures: []failure{},
+		Next: "fix the cause above, then run the same command again; nothing was billed or sent before it stopped"}
+	if code == exitUsage {
+		out.Status = "usage_error"
+		out.Next = "fix the flags or the input named above, then run the same command again; nothing was billed or sent"
+	}
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(out)
+	fmt.Fprintf(a.stderr, "billonce %s: %v\n", what, err)
+	return &exitError{code: code, err: errReported}
+}
 
 // report prints a run's or reconciliation's summary, on standard output,
 // and returns the error that gives the exit status.
@@ -214,6 +236,9 @@ func report(a *app, what, period string, sum billing.Summary, runErr error, asJS
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(out)
+		if runErr != nil {
+			fmt.Fprintf(a.stderr, "billonce %s: %v\n", what, runErr)
+		}
 	} else {
 		w := a.stdout
 		if what == "usage" {

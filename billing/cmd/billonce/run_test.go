@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,5 +217,82 @@ func TestRunInvoiceBadFlagsSendNothing(t *testing.T) {
 	}
 	if n := e.fake.Stats().Requests; n != 0 {
 		t.Errorf("%d requests to Stripe, want none", n)
+	}
+}
+
+// A file saved as "CSV UTF-8" starts with a byte-order mark. Its header is
+// still a header, not a customer to bill, and its first customer is that
+// customer, so that the same ID again is a duplicate; a usage file's
+// header likewise.
+func TestRunAndUsageReadAFileThatStartsWithAByteOrderMark(t *testing.T) {
+	t.Parallel()
+	const bom = "\ufeff"
+	e := newEnv(t, billingtest.Config{})
+	e.billonce(bom+"customer\ncus_a\ncus_b\n", "run", "-period", period, "-amount", "100", "-currency", "usd").want(t, exitOK)
+	e.billonce("", "run", "-period", "2026-10", "-customers", customersFile(t, bom+"customer,amount,currency\ncus_c,100,usd\n")).want(t, exitOK)
+	for _, c := range []struct{ customer, period string }{{"cus_a", period}, {"cus_b", period}, {"cus_c", "2026-10"}} {
+		billingtest.RequireChargedOnce(t, e.fake, c.customer, c.period)
+	}
+	if n := len(e.fake.Payments()); n != 3 {
+		t.Errorf("%d payments at the fake Stripe; want 3, and none for a header", n)
+	}
+	r := e.billonce(bom+"cus_d,100,usd\ncus_d,100,usd\n", "run", "-period", period).want(t, exitUsage)
+	if !strings.Contains(r.stderr, "standard input:2: customer cus_d is listed again (first on line 1)") {
+		t.Errorf("stderr %q; want the second cus_d refused as a duplicate of the first", r.stderr)
+	}
+	billingtest.RequireNotCharged(t, e.fake, "cus_d", period)
+
+	e.fake.CreateMeter("api_calls", "sum", "")
+	start, end := lastHour()
+	e.billonce(bom+"customer,meter,kind,start,end,value\n"+usageRow("cus_a", "api_calls", "increments", start, end, 5), "usage").want(t, exitOK)
+	if n := e.fake.MeterEvents("api_calls", "cus_a"); n != 1 {
+		t.Errorf("%d meter events for cus_a; want 1", n)
+	}
+}
+
+// With -json, run, usage and reconcile print one JSON object however they
+// end, also when they stop before billing anyone: the file a cron job
+// writes has the error, the exit status and what to do.
+func TestJSONOutputEvenWhenStoppedBeforeBilling(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	start, end := lastHour()
+	usageRows := usageRow("cus_a", "api_calls", "increments", start, end, 1)
+
+	e := newEnv(t, billingtest.Config{})
+	unreachable := "postgres://billonce:pw@" + closed + "/billonce?sslmode=disable"
+	for _, c := range []struct {
+		db, stdin string
+		args      []string
+		code      int
+		status    string
+		message   string
+	}{
+		{unreachable, "cus_a\n", []string{"run", "-period", period, "-amount", "100", "-currency", "usd"}, exitStopped, "stopped", "cannot reach the database"},
+		{unreachable, usageRows, []string{"usage"}, exitStopped, "stopped", "cannot reach the database"},
+		{unreachable, "", []string{"reconcile"}, exitStopped, "stopped", "cannot reach the database"},
+		{e.db, "cus_a\n", []string{"run", "-period", period, "-amount", "100", "-currency", "usd", "-vault-proxy-url", "http://" + silent(t), "-credential", "acct_test/key", "-vault-timeout", "50ms"},
+			exitStopped, "stopped", "no answer within 50ms (-vault-timeout)"},
+		{e.db, "cus_a,12.50,usd\n", []string{"run", "-period", period}, exitUsage, "usage_error", "amount \"12.50\""},
+		{e.db, "cus_a\n", []string{"run", "-period", period, "-amount", "100", "-currency", "usd", "-concurrency", "5000"}, exitUsage, "usage_error", "above the limit of 1000"},
+	} {
+		run := *e
+		run.db, run.extra = c.db, []string{"SPENDCAP_ADMIN_TOKEN=admin_token_json"}
+		r := run.billonce(c.stdin, append(c.args, "-json")...).want(t, c.code)
+		s := decode[summaryJSON](t, r.stdout)
+		if s.Status != c.status || s.ExitCode != c.code || s.Error == nil || !strings.Contains(s.Error.Message, c.message) || s.Next == "" || s.Failures == nil {
+			t.Errorf("%v -json: %+v, error %+v; want status %s, exit code %d, the error %q and what to do", c.args, s, s.Error, c.status, c.code, c.message)
+		}
+		if !strings.Contains(r.stderr, c.message) {
+			t.Errorf("%v -json: stderr %q; want the error there too", c.args, r.stderr)
+		}
+	}
+	if n := e.fake.Stats().Requests; n != 0 {
+		t.Errorf("%d requests to Stripe; want none", n)
 	}
 }

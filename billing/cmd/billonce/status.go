@@ -45,31 +45,57 @@ type statusJSON struct {
 	Pending   []pendingJSON   `json:"pending"`
 	Unsettled []unsettledJSON `json:"unsettled"`
 	Failures  []failure       `json:"failures"`
+	// Unclaimed, with -customers, are the file's customers that have no
+	// claim for the period, in the file's order.
+	Unclaimed []string `json:"unclaimed,omitzero"`
 }
 
 // cmdStatus shows a period's claims: how many in each state, the pending
 // ones with their age, owner and when their lease frees them, the
 // payments processing for longer than -settle-after, and the failures
-// with their kind and Stripe code. It only reads.
+// with their kind and Stripe code. With -customers, it also names the
+// customers of the run's file that have no claim at all: those a run
+// stopped or killed before reaching. It only reads.
 func cmdStatus(ctx context.Context, a *app, args []string) error {
-	f := newFlags(a, "status", "status -period P [-json] [-settle-after D]")
+	f := newFlags(a, "status", "status -period P [-customers FILE] [-json] [-settle-after D]")
 	var c conn
 	c.register(f)
 	period := f.String("period", "", "billing period; required")
 	settleAfter := f.Duration("settle-after", billing.DefaultSettleAfter, "list processing payments older than this (the Biller's SettleAfter)")
 	asJSON := f.Bool("json", false, "print one JSON object")
+	file := f.String("customers", "", "the run's customers file (- reads standard input): name its customers that have no claim for the period")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if err := required("period", *period); err != nil {
+	if err := checkPeriod(*period, true); err != nil {
 		return err
+	}
+	var ids []string
+	name := *file
+	if *file != "" {
+		in, n, done, err := openInput(a, "customers", *file, "customers")
+		if err != nil {
+			return err
+		}
+		defer done()
+		name = n
+		if ids, err = readCustomerIDs(in, name); err != nil {
+			return usageError("%v", err)
+		}
 	}
 	pool, store, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	st, err := statusOf(ctx, pool, store, *period, *settleAfter)
+	var st *statusJSON
+	err = c.read(ctx, func(ctx context.Context) (err error) {
+		if st, err = statusOf(ctx, pool, store, *period, *settleAfter); err != nil || ids == nil {
+			return err
+		}
+		st.Unclaimed, err = claimread.Unclaimed(ctx, pool, claim.DefaultTable, *period, ids)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -82,6 +108,16 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintf(w, "period %s\n", st.Period)
 	for _, s := range []claim.State{claim.StateSucceeded, claim.StateProcessing, claim.StatePending, claim.StateFailed} {
 		fmt.Fprintf(w, "  %-10s %6d\n", s, st.States[string(s)])
+	}
+	switch {
+	case ids == nil:
+	case len(st.Unclaimed) == 0:
+		fmt.Fprintf(w, "every one of the %d customers of %s has a claim\n", len(ids), name)
+	default:
+		fmt.Fprintf(w, "no claim, never reached by a run: %d of the %d customers of %s\n", len(st.Unclaimed), len(ids), name)
+		for _, c := range st.Unclaimed {
+			fmt.Fprintf(w, "  %s\n", c)
+		}
 	}
 	if len(st.Pending) > 0 {
 		fmt.Fprintln(w, "pending:")
@@ -135,15 +171,11 @@ func statusOf(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, pe
 	if counts[claim.StatePending]+counts[claim.StateProcessing]+counts[claim.StateFailed] == 0 {
 		return st, nil
 	}
-	keys, err := claimread.Keys(ctx, pool, claim.DefaultTable, period, "")
+	claims, err := store.List(ctx, period, "")
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range keys {
-		c, err := store.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
+	for _, c := range claims {
 		switch c.State {
 		case claim.StatePending:
 			free := !c.LeaseUntil.After(now) || c.Owner == ""

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +16,7 @@ import (
 // once (billing.Biller.RunUsage), under the usage lock of the scope: one
 // reporter at a time. Run it again after any stop: reports already
 // delivered are skipped, pending ones resume with their keys.
-func cmdUsage(ctx context.Context, a *app, args []string) error {
+func cmdUsage(ctx context.Context, a *app, args []string) (err error) {
 	f := newFlags(a, "usage", "usage -file FILE [-json] [flags]")
 	var b biller
 	b.register(f)
@@ -28,22 +26,26 @@ func cmdUsage(ctx context.Context, a *app, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	started := false // see cmdRun
+	defer func() {
+		if !started {
+			err = reportEarly(a, "usage", "", err, *asJSON)
+		}
+	}()
 	if f.set("api") {
 		return usageError("-api does not apply to usage: meter events have one endpoint")
 	}
 	if *concurrency <= 0 {
 		return usageError("-concurrency %d: want at least 1", *concurrency)
 	}
-	var in io.Reader = a.stdin
-	name := "standard input"
-	if *file != "-" {
-		fh, err := os.Open(*file)
-		if err != nil {
-			return usageError("cannot open the usage file: %v", errors.Unwrap(err))
-		}
-		defer fh.Close()
-		in, name = fh, *file
+	if err := (billing.RunOptions{Concurrency: *concurrency}).Validate(); err != nil {
+		return usageError("-concurrency: %s", reason(err))
 	}
+	in, name, done, err := openInput(a, "file", *file, "usage")
+	if err != nil {
+		return err
+	}
+	defer done()
 	reports, err := readUsage(in, name)
 	if err != nil {
 		return usageError("%v; fix the input and run again; nothing was sent", err)
@@ -55,6 +57,7 @@ func cmdUsage(ctx context.Context, a *app, args []string) error {
 	}
 	defer s.close()
 	fmt.Fprintf(a.stderr, "reporting %d usage rows, scope %q\n", len(reports), b.scope)
+	started = true
 	sum, err := s.biller.RunUsage(ctx, func(yield func(billing.Usage, error) bool) {
 		for _, u := range reports {
 			if !yield(u, nil) {
@@ -80,42 +83,27 @@ var usageKinds = map[string]billing.UsageKind{"increments": billing.Increments, 
 // needs Stripe), and a window reported twice is refused, before anything
 // is sent.
 func readUsage(r io.Reader, name string) ([]billing.Usage, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	cr.TrimLeadingSpace = true
-	cr.Comment = '#'
 	var out []billing.Usage
 	seen := map[[5]string]int{}
-	for first := true; ; first = false {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, fmt.Errorf("%s:%d: malformed CSV: %v", name, pe.Line, pe.Err)
-			}
-			return nil, fmt.Errorf("%s: reading: %w", name, err)
-		}
-		line, _ := cr.FieldPos(0)
-		for i := range rec {
-			rec[i] = strings.TrimSpace(rec[i])
-		}
+	err := readRows(r, name, func(line int, rec []string, first bool) error {
 		if first && strings.EqualFold(rec[0], "customer") {
-			continue
+			return nil
 		}
 		u, msg := parseUsage(rec)
 		if msg != "" {
-			return nil, fmt.Errorf("%s:%d: %s", name, line, msg)
+			return errors.New(msg)
 		}
 		id := [5]string{u.Customer, u.Meter, rec[2], u.Start.UTC().Format(time.RFC3339), u.End.UTC().Format(time.RFC3339)}
 		if prev, dup := seen[id]; dup {
-			return nil, fmt.Errorf("%s:%d: customer %s, meter %s, %s to %s is reported again (first on line %d): a window is reported once; merge the rows",
-				name, line, u.Customer, u.Meter, id[3], id[4], prev)
+			return fmt.Errorf("customer %s, meter %s, %s to %s is reported again (first on line %d): a window is reported once; merge the rows",
+				u.Customer, u.Meter, id[3], id[4], prev)
 		}
 		seen[id] = line
 		out = append(out, u)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no usage; want rows of customer ID, meter, increments or totals, start, end, value", name)

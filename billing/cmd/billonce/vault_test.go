@@ -238,3 +238,36 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// A run that resumes a period caps its vault key at what is still to
+// bill: the customers of the file without a claim or with a pending one
+// (which may still be charged), not those already billed or declined. A
+// run with nothing left gets the smallest cap.
+func TestResumedRunCapsItsVaultKeyAtWhatIsLeftToBill(t *testing.T) {
+	e := newEnv(t, billingtest.Config{APIKeys: []string{proxySecret}, Declines: map[string]string{"cus_d": "expired_card"}})
+	fake := e.fake
+	proxyURL, _ := startSpendcapProxy(t, fake.URL)
+	e.fake = nil
+	e.extra = []string{"SPENDCAP_ADMIN_TOKEN=" + adminToken}
+	vault := []string{"-vault-proxy-url", proxyURL, "-credential", "acct_test/billing-key"}
+	run := func(rows string, code int) string {
+		t.Helper()
+		return e.billonce("", append([]string{"run", "-period", period, "-customers", customersFile(t, rows)}, vault...)...).want(t, code).stderr
+	}
+
+	if out := run("cus_a,1000,usd\ncus_d,4000,usd\n", exitIncomplete); !strings.Contains(out, "cap 5250 ") {
+		t.Errorf("first run: want the cap 5250 (5000 × 1.05):\n%s", out)
+	}
+	e.pendingClaim("cus_p", 300, "cus_a") // a runner died after claiming it
+	all := "cus_a,1000,usd\ncus_d,4000,usd\ncus_b,2000,usd\ncus_c,3000,usd\ncus_p,300,usd\n"
+	if out := run(all, exitIncomplete); !strings.Contains(out, "cap 5565 ") {
+		t.Errorf("resumed run: want the cap 5565 ((2000 + 3000 + 300) × 1.05), not counting cus_a (billed) nor cus_d (declined):\n%s", out)
+	}
+	if out := run(all, exitIncomplete); !strings.Contains(out, "cap 1 ") {
+		t.Errorf("a run with nothing left to bill: want the smallest cap, 1:\n%s", out)
+	}
+	for _, c := range []string{"cus_a", "cus_b", "cus_c", "cus_p"} {
+		billingtest.RequireChargedOnce(t, fake, c, period)
+	}
+	billingtest.RequireNotCharged(t, fake, "cus_d", period)
+}

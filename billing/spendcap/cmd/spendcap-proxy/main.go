@@ -7,7 +7,10 @@
 //	STRIPE_SECRET_KEY=sk_live_... SPENDCAP_ADMIN_TOKEN=... DATABASE_URL=postgres://... go run ./billing/spendcap/cmd/spendcap-proxy -addr :8443
 //
 // -upstream sends requests to another Stripe-compatible server, such as the
-// fake Stripe of billing/billingtest/cmd/fake-stripe.
+// fake Stripe of billing/billingtest/cmd/fake-stripe. The database is
+// -database-url, or DATABASE_URL, read after the flags so that -h never
+// prints it; a database that gives no answer within -db-timeout (30s) at
+// start stops the proxy with an error that says so.
 //
 // The admin API takes "Authorization: Bearer <admin token>" and nothing
 // else (a token sent without the Bearer scheme is refused with 401):
@@ -71,8 +74,11 @@ type usageError struct{ error }
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("spendcap-proxy", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on")
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL holding keys and budgets, shared by every replica (default $DATABASE_URL)")
+	// No flag takes its default from the environment: -h prints defaults,
+	// and DATABASE_URL may hold a password. It is read after Parse.
+	dbURL := fs.String("database-url", "", "PostgreSQL holding keys and budgets, shared by every replica (default $DATABASE_URL)")
 	upstream := fs.String("upstream", "https://api.stripe.com", "Stripe API base URL, or a Stripe-compatible server's")
+	dbTimeout := fs.Duration("db-timeout", 30*time.Second, "bound of connecting to the database and creating its tables at start: a database that never answers stops the proxy with an error rather than keeping it from ever serving")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h, -help, --help: the flags on standard output
@@ -86,6 +92,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q: every setting is a flag (see -h)", fs.Arg(0))}
 	}
+	if *dbURL == "" {
+		*dbURL = os.Getenv("DATABASE_URL")
+	}
 	secret := os.Getenv("STRIPE_SECRET_KEY")
 	if secret == "" {
 		return errors.New("STRIPE_SECRET_KEY is empty: set the secret the proxy sends upstream")
@@ -93,13 +102,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *dbURL == "" {
 		return errors.New("no database: pass -database-url or set DATABASE_URL")
 	}
+	if *dbTimeout <= 0 {
+		return usageError{fmt.Errorf("-db-timeout %v: want a duration above 0, such as 30s", *dbTimeout)}
+	}
 	adminToken := os.Getenv("SPENDCAP_ADMIN_TOKEN")
 	if adminToken == "" {
 		adminToken = "admin_" + random()
 		fmt.Fprintln(stdout, "admin token:", adminToken)
 	}
 
-	pool, err := pgxpool.New(ctx, *dbURL)
+	cfg, err := pgxpool.ParseConfig(*dbURL)
+	if err != nil {
+		// Neither the string nor pgx's error is printed: both may carry
+		// the password.
+		return usageError{errors.New("-database-url does not parse: want postgres://user:password@host:5432/dbname")}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("-database-url: %w", err)
 	}
@@ -108,7 +126,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := store.Migrate(ctx); err != nil {
+	start, cancel := context.WithTimeout(ctx, *dbTimeout)
+	err = store.Migrate(start)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(start.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("creating the spend-cap tables: the database gave no answer within %v (-db-timeout): %w", *dbTimeout, err)
+	case err != nil:
 		return fmt.Errorf("creating the spend-cap tables: %w", err)
 	}
 	proxy, err := spendcap.NewProxy(spendcap.ProxyConfig{Upstream: *upstream, StripeKey: secret, Store: store})

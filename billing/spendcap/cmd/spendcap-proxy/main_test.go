@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -317,5 +318,39 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		if err := run(context.Background(), args, &out); !errors.As(err, &u) {
 			t.Errorf("run(%q) = %v; want a usage error", args, err)
 		}
+	}
+}
+
+// A database that accepts connections and never answers stops the proxy
+// at its start within -db-timeout, with an error that names the bound and
+// not the password, instead of a server that never comes up and never
+// says why.
+func TestStartEndsAtTheTimeoutOnADatabaseThatNeverAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 100)
+	t.Cleanup(func() {
+		ln.Close()
+		close(held)
+		for c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held <- c
+		}
+	}()
+	t.Setenv("STRIPE_SECRET_KEY", "sk_test_held_by_the_proxy_timeout")
+	var out bytes.Buffer
+	err = run(context.Background(), []string{"-database-url", "postgres://proxy:pw_of_the_db@" + ln.Addr().String() + "/proxy?sslmode=disable", "-db-timeout", "50ms"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "the database gave no answer within 50ms (-db-timeout)") || strings.Contains(err.Error()+out.String(), "pw_of_the_db") {
+		t.Errorf("run = %v, printed %q; want an error naming the database and the bound, not the password", err, out.String())
 	}
 }
