@@ -1,8 +1,11 @@
 package billing_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -101,5 +104,123 @@ func TestInvoiceRotatedKeyAfterALateDraftMakesNoSecondInvoice(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("the rotated key's call succeeded while the draft was not searchable yet")
+	}
+}
+
+// lateLanding carries the first request that match picks as a network
+// that has already taken it does: the fake gets it only once release is
+// closed, whether or not its caller still waits. The caller gets no
+// answer; it waits until its context ends. held is closed when the request
+// is taken, landed once the fake has answered it.
+type lateLanding struct {
+	match                 func(*http.Request) bool
+	held, release, landed chan struct{}
+	once                  sync.Once
+}
+
+func newLateLanding(match func(*http.Request) bool) *lateLanding {
+	return &lateLanding{match: match, held: make(chan struct{}), release: make(chan struct{}), landed: make(chan struct{})}
+}
+
+func (t *lateLanding) RoundTrip(r *http.Request) (*http.Response, error) {
+	first := false
+	if t.match(r) {
+		t.once.Do(func() { first = true })
+	}
+	if !first {
+		return testTransport.RoundTrip(r)
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	out := r.Clone(context.WithoutCancel(r.Context()))
+	out.Body, out.GetBody, out.ContentLength = io.NopCloser(bytes.NewReader(body)), nil, int64(len(body))
+	go func() {
+		defer close(t.landed)
+		<-t.release
+		if res, err := testTransport.RoundTrip(out); err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}()
+	close(t.held)
+	<-r.Context().Done()
+	return nil, r.Context().Err()
+}
+
+// A line sent with the old Stripe key is still on its way when its caller
+// gives up, and the claim is released; a Biller with the rotated key
+// resumes at once. Listing the draft's lines finds none, which proves
+// nothing: the old key's request may still land, and the new key's
+// request with the same idempotency key would not meet it at Stripe. As
+// for a charge's search under another credential, nothing is written
+// until the key's window has passed; then the listing settles the step.
+// A flow that trusts the listing adds the line under the new key, the old
+// request lands too, and the invoice is paid with the line twice.
+func TestInvoiceRotatedKeyWaitsForALineStillOnItsWay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	inv := threeLines()
+	late := newLateLanding(func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/v1/invoiceitems" })
+	old := e.biller(func(c *billing.Config) { c.HTTPClient = &http.Client{Transport: late} })
+	ctx, giveUp := context.WithCancel(context.Background())
+	oldDone := make(chan error, 1)
+	go func() { _, err := old.Invoice(ctx, "cus_1", period, inv); oldDone <- err }()
+	<-late.held // the draft is recorded; line 0 is on its way
+	giveUp()
+	if err := <-oldDone; !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("the old key's call, given up while line 0 was on its way = %v, want ErrOutcomeUnknown", err)
+	}
+	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "draft" || c.LeaseUntil.After(time.Now()) {
+		t.Fatalf("claim %s at %q, lease until %s; want pending at the draft, released", c.State, c.Step, c.LeaseUntil)
+	}
+
+	var landOnce sync.Once
+	land := func() { landOnce.Do(func() { close(late.release); <-late.landed }) }
+	rotated := e.biller(func(c *billing.Config) {
+		c.SecretKey = rotatedKey
+		c.Observe = func(ev billing.Event) {
+			if ev.Kind == billing.EventStripeCall && ev.Err == nil {
+				land() // the old request lands once the rotated key has written
+			}
+		}
+	})
+	r, err := rotated.Invoice(context.Background(), "cus_1", period, inv)
+	land()
+	all := e.srv.Invoices("cus_1")
+	if len(all) != 1 {
+		t.Fatalf("%d invoices, want 1", len(all))
+	}
+	got := all[0]
+	zeros := 0
+	var lines []string // amount#index
+	for _, l := range got.Lines {
+		if l.Metadata["billonce_line"] == "0" {
+			zeros++
+		}
+		lines = append(lines, fmt.Sprintf("%d#%s", l.Amount, l.Metadata["billonce_line"]))
+	}
+	if zeros != 1 || got.Payments > 1 {
+		t.Fatalf("invoice %s is %s, paid %d times, with line 0 %d times (lines %v); the rotated key's call = %+v, %v",
+			got.ID, got.Status, got.Payments, zeros, lines, r, err)
+	}
+	if err == nil {
+		e.wantOneInvoice("cus_1", inv, "paid", 1)
+		return
+	}
+	if !errors.Is(err, billing.ErrSentElsewhere) || got.Status != "draft" {
+		t.Fatalf("the rotated key's call = %v with invoice %s %s; want ErrSentElsewhere and the draft left as it is", err, got.ID, got.Status)
+	}
+
+	// Once the key's window has passed, the listing settles the step: the
+	// old key's line is taken, and the invoice finished once.
+	e.advance(25 * time.Hour)
+	if r, err = rotated.Invoice(context.Background(), "cus_1", period, inv); err != nil {
+		t.Fatal(err)
+	}
+	if paid := e.wantOneInvoice("cus_1", inv, "paid", 1); r.StripeID != paid.ID || r.Amount != 1290 {
+		t.Fatalf("receipt %+v for invoice %s", r, paid.ID)
 	}
 }
