@@ -251,7 +251,11 @@
 // looked for with Stripe's invoice search (one found is taken; several, or
 // a failed search, is [ErrNeedsReconciliation]), a line by listing the
 // invoice's lines, the finalization and the payment by reading the
-// invoice. The claim records the invoice's total, not its lines: a call
+// invoice. A claim whose next step may have been sent with another
+// credential (a rotated secret key) is looked for the same way first, and
+// the charge's rule decides: a step found is taken; finding nothing is
+// [ErrSentElsewhere] until the key's window has passed (the old key's
+// request may still land), after which the step is sent. The claim records the invoice's total, not its lines: a call
 // that goes on from lines an earlier call added (or found) lists them
 // before finalizing, and an invoice whose lines are not its own (another
 // split of the same total, after Config.Invoice changed) is left a draft,

@@ -81,10 +81,14 @@ const (
 // documentation), what exists is found before anything is written: the
 // draft by Stripe's search on its billonce_key metadata, the lines by
 // listing the invoice's lines, the finalization and the payment by
-// reading the invoice. A call that goes on from lines an earlier call
-// added lists them before finalizing: lines other than inv's (Config.Invoice
-// changed, with the same total) leave the invoice a draft and the claim
-// pending, with [ErrNeedsReconciliation].
+// reading the invoice. So is the next step of a claim made with another
+// credential (a rotated secret key), and finding nothing there is
+// trusted only once the key's window has passed, as for a charge: until
+// then the error is [ErrSentElsewhere], with Until, and nothing is sent.
+// A call that goes on from lines an earlier call added lists them before
+// finalizing: lines other than inv's (Config.Invoice changed, with the
+// same total) leave the invoice a draft and the claim pending, with
+// [ErrNeedsReconciliation].
 //
 // A payment the customer's card declines leaves the invoice open, and
 // Stripe goes on collecting it: the claim becomes processing (a second
@@ -198,11 +202,13 @@ type invoicing struct {
 	b  *Biller
 	j  job
 	id string // the draft, once it exists
-	// verify: the claim was made with another credential, whose keys this
-	// Biller's requests would not meet at Stripe; every step looks for
-	// what exists before writing.
-	verify  bool
-	sentAge time.Duration
+	// c is the claim as this call found it.
+	c claim.Claim
+	// verify: the next step's key may have gone with another credential,
+	// whose requests this Biller's would not meet at Stripe. The step is
+	// looked for before anything is written, and finding nothing is
+	// trusted only as missUntrusted says.
+	verify bool
 	// earlier: some of the invoice's lines were added by an earlier call,
 	// or found by looking; they are checked against this call's lines
 	// before the invoice is finalized.
@@ -214,7 +220,7 @@ type invoicing struct {
 func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	stop := b.renewWhileSending(ctx, j, c)
 	defer stop()
-	v := &invoicing{b: b, j: j, id: c.StripeID, verify: c.Credential != b.credential, sentAge: c.SentAge}
+	v := &invoicing{b: b, j: j, c: c, id: c.StripeID, verify: c.Credential != b.credential}
 	if c.Step != "" && c.StripeID == "" {
 		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
 	}
@@ -298,8 +304,9 @@ func (v *invoicing) meta() map[string]string {
 
 // step runs one step's request under retry with the step's key, checking
 // the claim's deadline before every attempt. Past the deadline (or when
-// the claim was made with another credential), find looks for what the
-// step would make: found, it is the step's result; not found, the
+// the step's key may have gone with another credential), find looks for
+// what the step would make: found, it is the step's result; not found,
+// and missUntrusted trusts that as it does for a charge's search, the
 // deadline starts again and the step is sent. It returns the step's
 // result (an id or the invoice's status); its errors are *ChargeError.
 func (v *invoicing) step(ctx context.Context, step string, call func(context.Context, idemkey.Key) (string, error),
@@ -313,21 +320,22 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 	for reopened := false; ; reopened = true {
 		if check {
 			res, found, err := find(ctx)
-			switch {
-			case err != nil:
-				return "", v.needs(ctx, step, err.Error())
-			case found:
+			if err == nil && found {
 				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(j, "step", step, "invoice", v.id)...)
 				v.earlier = v.earlier || strings.HasPrefix(step, stepLine)
 				return res, nil
-			case v.verify && step == stepDraft && v.sentAge < v.b.cfg.elsewhereAfter():
-				// The other credential's request may still land, and
+			}
+			if v.verify {
+				// The other credential's request may still land, and a
 				// search may not show it yet.
-				searchIn := v.b.cfg.elsewhereAfter() - v.sentAge
-				b.release(context.WithoutCancel(ctx), j, errors.New("sent with another credential"))
-				e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("its draft was sent with credential %s, not this Biller's; nothing was sent: in %s search settles it", b.credential, searchIn.Round(time.Minute)), nil)
-				e.Until = time.Now().Add(searchIn)
-				return "", e
+				if wait := b.missUntrusted(ctx, j, v.c); wait != nil {
+					b.release(context.WithoutCancel(ctx), j, wait)
+					wait.StripeID = v.id
+					return "", wait
+				}
+			}
+			if err != nil {
+				return "", v.needs(ctx, step, err.Error())
 			}
 			if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, endpointInvoices, b.credential); err != nil {
 				return "", v.lost(ctx, step, err)
@@ -374,9 +382,18 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 	}
 }
 
-// advance records step as done.
+// advance records step as done. A step found done under another
+// credential's key is the last one that credential can have sent: each
+// step is sent once the one before it is recorded, and this call holds
+// the claim now. The claim then records this Biller's credential, for the
+// steps it sends from here on.
 func (v *invoicing) advance(ctx context.Context, step string) error {
 	err := v.b.claims.Advance(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, v.id, step)
+	if err == nil && v.verify {
+		if err = v.b.claims.Reopen(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, endpointInvoices, v.b.credential); err == nil {
+			v.verify = false
+		}
+	}
 	if err != nil {
 		return v.lost(ctx, step, err)
 	}
