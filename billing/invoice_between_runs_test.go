@@ -7,9 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/invoiceitem"
 
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
@@ -222,5 +227,125 @@ func TestInvoiceRotatedKeyWaitsForALineStillOnItsWay(t *testing.T) {
 	}
 	if paid := e.wantOneInvoice("cus_1", inv, "paid", 1); r.StripeID != paid.ID || r.Amount != 1290 {
 		t.Fatalf("receipt %+v for invoice %s", r, paid.ID)
+	}
+}
+
+// addedByHand adds an item of amount to customer's draft invoiceID as a
+// person on Stripe's dashboard, or other code, would: with a key of its
+// own and none of billonce's metadata. It returns the item's id.
+func (e *env) addedByHand(customer, invoiceID string, amount int64) string {
+	e.tb.Helper()
+	items := &invoiceitem.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{URL: stripe.String(e.srv.URL),
+		LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull}}), Key: secretKey}
+	p := &stripe.InvoiceItemParams{Customer: stripe.String(customer), Invoice: stripe.String(invoiceID),
+		Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Description: stripe.String("Added by hand")}
+	p.IdempotencyKey = stripe.String("by-hand-" + invoiceID)
+	it, err := items.New(p)
+	if err != nil {
+		e.tb.Errorf("adding an item to %s by hand: %v", invoiceID, err)
+		return ""
+	}
+	return it.ID
+}
+
+// An item someone else added to billonce's draft (a person on the
+// dashboard, other code) is not paid as if it were billonce's: the claim
+// and the receipt record the total of billonce's lines. The lines are
+// listed before the invoice is finalized, and an item that is not one of
+// them leaves the invoice a draft; one added as the invoice is finalized
+// shows in its total, which is checked before it is paid: the invoice is
+// left open, its automatic collection off, and unpaid. Either way the
+// claim waits for a person, with ErrNeedsReconciliation naming what
+// differs. A flow that finalizes and pays whatever the draft holds bills
+// the customer more than its receipt says.
+func TestInvoiceWithAnItemBillonceDidNotAddIsNotPaid(t *testing.T) {
+	t.Parallel()
+	const extra = 999
+	for name, tc := range map[string]struct {
+		status string // the invoice's, left for a person
+		// add bills inv for cus_1 with e, adding an item by hand at some
+		// point; it returns the item's id and the call's error.
+		add func(e *env, inv *billing.Invoice) (string, error)
+	}{
+		"between two calls": {"draft", func(e *env, inv *billing.Invoice) (string, error) {
+			e.stopBefore(e.b, "cus_1", "finalize", inv)
+			item := e.addedByHand("cus_1", e.invoiceClaim("cus_1").StripeID, extra)
+			_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+			return item, err
+		}},
+		"between two steps of one call": {"draft", func(e *env, inv *billing.Invoice) (string, error) {
+			var item string
+			writes := 0
+			b := e.biller(oneAttempt, func(c *billing.Config) {
+				c.Observe = func(ev billing.Event) {
+					if ev.Kind == billing.EventStripeCall && ev.Err == nil {
+						if writes++; writes == 1+len(inv.Lines) { // the draft and its lines are there
+							item = e.addedByHand("cus_1", e.srv.Invoices("cus_1")[0].ID, extra)
+						}
+					}
+				}
+			})
+			_, err := b.Invoice(context.Background(), "cus_1", period, inv)
+			return item, err
+		}},
+		"as it is finalized": {"open", func(e *env, inv *billing.Invoice) (string, error) {
+			var item string
+			var once sync.Once
+			e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+					id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+					once.Do(func() { item = e.addedByHand("cus_1", id, extra) })
+				}
+				return billingtest.Fault{}
+			})
+			_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+			e.srv.SetScript(nil)
+			return item, err
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			inv := threeLines()
+			item, err := tc.add(e, inv)
+			all := e.srv.Invoices("cus_1")
+			if len(all) != 1 || item == "" {
+				t.Fatalf("%d invoices, item %q", len(all), item)
+			}
+			got := all[0]
+			var ce *billing.ChargeError
+			if err == nil || got.Payments != 0 {
+				var total int64
+				for _, l := range got.Lines {
+					total += l.Amount
+				}
+				t.Fatalf("invoice %s is %s, paid %d times for %d (the item %s of %d added by hand among its lines), while the claim records %d; the call = %v",
+					got.ID, got.Status, got.Payments, total, item, extra, e.invoiceClaim("cus_1").Amount, err)
+			}
+			if !errors.Is(err, billing.ErrNeedsReconciliation) || !errors.As(err, &ce) || ce.StripeID != got.ID {
+				t.Fatalf("err = %v, want ErrNeedsReconciliation naming invoice %s", err, got.ID)
+			}
+			if want := map[string]string{"draft": item, "open": strconv.Itoa(1290 + extra)}[tc.status]; !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v, want it to name %s", err, want)
+			}
+			finalized := map[string]int{"draft": 0, "open": 1}[tc.status]
+			if pays := invoicePosts(e.srv.Log())["pay"]; got.Status != tc.status || got.Finalizations != finalized || pays != 0 {
+				t.Fatalf("invoice %s is %s after %d finalizations and %d payment requests, want %s, %d and none",
+					got.ID, got.Status, got.Finalizations, pays, tc.status, finalized)
+			}
+			if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending {
+				t.Fatalf("claim %s, want pending", c.State)
+			}
+			// Nothing collects it meanwhile, and calling again changes nothing.
+			if in, err := e.invoices().Get(got.ID, nil); err != nil || in.AutoAdvance {
+				t.Fatalf("invoice %s has auto_advance %v (%v): Stripe would collect it", got.ID, in.AutoAdvance, err)
+			}
+			if _, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv); !errors.Is(err, billing.ErrNeedsReconciliation) {
+				t.Fatalf("calling again = %v, want ErrNeedsReconciliation", err)
+			}
+			if again := e.srv.Invoices("cus_1")[0]; again.Status != tc.status || again.Payments != 0 {
+				t.Fatalf("after calling again, invoice %s is %s with %d payments", again.ID, again.Status, again.Payments)
+			}
+		})
 	}
 }
