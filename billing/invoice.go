@@ -843,7 +843,14 @@ func (v *invoicing) checkTotal(ctx context.Context) (string, error) {
 	if in.AutoAdvance {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice's total is not its claim's; turning Stripe's automatic collection of it off",
 			attrs(j, "invoice", v.id, "total", in.Total, "claim_amount", j.price.Amount)...)
-		if _, err := v.step(ctx, "hold", v.hold, v.findHeld); err != nil {
+		// Turning collection off twice is turning it off: this step is
+		// sent without looking first even where another credential may
+		// have sent it, so that Stripe is not left collecting meanwhile.
+		verify := v.verify
+		v.verify = false
+		_, err := v.step(ctx, "hold", v.hold, v.findHeld)
+		v.verify = verify
+		if err != nil {
 			return "", err
 		}
 		reason += ", and Stripe's automatic collection of it is off"

@@ -307,6 +307,31 @@ func TestInvoiceWithAnItemBillonceDidNotAddIsNotPaid(t *testing.T) {
 			e.srv.SetScript(nil)
 			return item, err
 		}},
+		// Turning the collection off is sent without looking first, even by
+		// a Biller with another credential, whose lookups wait out the old
+		// key's window: Stripe would collect the invoice meanwhile.
+		"as it is finalized, then resumed by a rotated key": {"open", func(e *env, inv *billing.Invoice) (string, error) {
+			var item string
+			var once sync.Once
+			e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+				id, update := strings.CutPrefix(r.Path, "/v1/invoices/in_")
+				switch {
+				case r.Method != http.MethodPost:
+				case strings.HasSuffix(r.Path, "/finalize"):
+					once.Do(func() { item = e.addedByHand("cus_1", "in_"+strings.TrimSuffix(id, "/finalize"), extra) })
+				case update && !strings.Contains(id, "/"):
+					return billingtest.Fault{Kind: billingtest.FaultErrorBefore} // the old key's runner stops there
+				}
+				return billingtest.Fault{}
+			})
+			_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+			e.srv.SetScript(nil)
+			if err == nil || item == "" {
+				e.tb.Fatalf("the old key's call = %v with item %q, want an error", err, item)
+			}
+			_, err = e.biller(oneAttempt, func(c *billing.Config) { c.SecretKey = rotatedKey }).Invoice(context.Background(), "cus_1", period, inv)
+			return item, err
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
