@@ -309,15 +309,22 @@ func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) 
 func (b *Biller) request(j job) claimengine.Request {
 	r := claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
 		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
-		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpoint, Credential: b.credential}
-	switch {
-	case j.inv != nil:
-		r.Endpoint = endpointInvoices
-	case j.usage != nil:
-		r.Endpoint = endpointMeterEvents
+		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpointOf(j), Credential: b.credential}
+	if j.usage != nil {
 		r.Meter, r.WindowStart, r.WindowEnd = j.usage.Meter, j.usage.Start, j.usage.End
 	}
 	return r
+}
+
+// endpointOf is where this Biller sends j's key: its claim's Endpoint.
+func (b *Biller) endpointOf(j job) string {
+	switch {
+	case j.inv != nil:
+		return endpointInvoices
+	case j.usage != nil:
+		return endpointMeterEvents
+	}
+	return b.endpoint
 }
 
 // newOwner names one charge attempt on its claim: the Biller's owner, its
@@ -459,7 +466,7 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 			return r, err
 		}
 		if j.inv == nil && (c.Endpoint != b.endpoint || c.Credential != b.credential) {
-			return b.elsewhere(ctx, j, c)
+			return b.reconcile(ctx, j, c)
 		}
 	case claimengine.Mismatch:
 		if e := b.underWay(j, c); e != nil {

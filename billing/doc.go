@@ -257,11 +257,28 @@
 // looked for with Stripe's invoice search (one found is taken; several, or
 // a failed search, is [ErrNeedsReconciliation]), a line by listing the
 // invoice's lines, the finalization and the payment by reading the
-// invoice. The claim records the invoice's total, not its lines: a call
-// that goes on from lines an earlier call added (or found) lists them
-// before finalizing, and an invoice whose lines are not its own (another
-// split of the same total, after Config.Invoice changed) is left a draft,
-// with [ErrNeedsReconciliation].
+// invoice. A claim whose next step may have been sent with another
+// credential (a rotated secret key) is looked for the same way first, and
+// the charge's rule decides: a step found is taken; finding nothing is
+// [ErrSentElsewhere] until the key's window has passed (the old key's
+// request may still land), after which the step is sent.
+//
+// The claim records the invoice's total, not its lines, and the receipt's
+// Amount is that total; but a draft is anyone's to change between two
+// steps. So the draft's lines are listed before it is finalized: an item
+// billonce did not add (a person's on Stripe's dashboard, other code's),
+// or lines that are not the call's (another split of the same total,
+// after Config.Invoice changed), leave the invoice a draft and the claim
+// pending, with [ErrNeedsReconciliation] naming them. A person deletes
+// the items billonce did not add from the draft (or calls with the lines
+// the invoice was begun with), and the next call finalizes and pays it.
+// The finalized invoice's total is checked against the claim before it is
+// paid or sent: one that differs (an item added as it was finalized, a
+// discount or tax of Stripe's) is left open and unpaid, with Stripe's
+// automatic collection of it off, and ErrNeedsReconciliation. A person
+// voids it, and invoice.voided fails the claim: billonce invoices that
+// period no more. Or, if its total is what the customer owes, the person
+// pays it by hand, and invoice.paid settles the claim.
 //
 // A customer is either charged or invoiced for a period: both take the
 // period's one claim in the claim table. A declined payment leaves the

@@ -141,11 +141,12 @@ var (
 	// with another credential (a rotated secret key), than this Biller's.
 	// Stripe may keep idempotency keys per endpoint and per API key, so
 	// sending it from here could charge twice; Stripe's search found no
-	// payment for it, which proves nothing before the key's window has
-	// passed. Nothing was sent and the claim stays pending. Finish it with
-	// a Biller configured as the one that made it, or wait until Until:
+	// payment for it (for an invoice, nothing of the step it was sent
+	// for), which proves nothing before the key's window has passed.
+	// Nothing was sent and the claim stays pending. Finish it with a
+	// Biller configured as the one that made it, or wait until Until:
 	// after the key's 24-hour window any Biller of the same scope settles
-	// it by searching Stripe first, and sends it only if no payment exists.
+	// it by looking at Stripe first, and sends it only if nothing exists.
 	ErrSentElsewhere = errors.New("billing: key was sent with another endpoint or credential")
 )
 

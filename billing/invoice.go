@@ -81,10 +81,28 @@ const (
 // documentation), what exists is found before anything is written: the
 // draft by Stripe's search on its billonce_key metadata, the lines by
 // listing the invoice's lines, the finalization and the payment by
-// reading the invoice. A call that goes on from lines an earlier call
-// added lists them before finalizing: lines other than inv's (Config.Invoice
-// changed, with the same total) leave the invoice a draft and the claim
-// pending, with [ErrNeedsReconciliation].
+// reading the invoice. So is the next step of a claim made with another
+// credential (a rotated secret key), and finding nothing there is
+// trusted only once the key's window has passed, as for a charge: until
+// then the error is [ErrSentElsewhere], with Until, and nothing is sent.
+//
+// The claim records the invoice's total, which Receipt.Amount reports,
+// and a draft is anyone's to change between two steps. So the draft's
+// lines are listed before it is finalized: an item billonce did not add
+// (a person's on Stripe's dashboard, other code's), or lines other than
+// inv's (Config.Invoice changed, with the same total, while the invoice
+// was part way), leave the invoice a draft and the claim pending, with
+// [ErrNeedsReconciliation] naming them. A person deletes the items
+// billonce did not add from the draft (or calls again with the lines the
+// invoice was begun with), and the next call finalizes and pays it. The
+// finalized invoice's total is checked too, before it is paid or sent:
+// one that is not the claim's (an item added as it was finalized, a
+// discount or tax Stripe applied) is left open and unpaid, with Stripe's
+// automatic collection of it turned off, and the claim pending with
+// ErrNeedsReconciliation. A person then voids it, and the invoice.voided
+// event fails the claim (billonce invoices that period no more), or, if
+// its total is what the customer owes, pays it by hand, and invoice.paid
+// settles the claim, which keeps the total of billonce's lines.
 //
 // A payment the customer's card declines leaves the invoice open, and
 // Stripe goes on collecting it: the claim becomes processing (a second
@@ -198,15 +216,16 @@ type invoicing struct {
 	b  *Biller
 	j  job
 	id string // the draft, once it exists
-	// verify: the claim was made with another credential, whose keys this
-	// Biller's requests would not meet at Stripe; every step looks for
-	// what exists before writing.
-	verify  bool
-	sentAge time.Duration
-	// earlier: some of the invoice's lines were added by an earlier call,
-	// or found by looking; they are checked against this call's lines
-	// before the invoice is finalized.
-	earlier bool
+	// c is the claim as this call found it.
+	c claim.Claim
+	// verify: the next step's key may have gone with another credential,
+	// whose requests this Biller's would not meet at Stripe. The step is
+	// looked for before anything is written, and finding nothing is
+	// trusted only as missUntrusted says.
+	verify bool
+	// final is the invoice as Stripe last showed it (an answer, or a
+	// read), once it is final; nil until then.
+	final *stripe.Invoice
 }
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
@@ -214,7 +233,7 @@ type invoicing struct {
 func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	stop := b.renewWhileSending(ctx, j, c)
 	defer stop()
-	v := &invoicing{b: b, j: j, id: c.StripeID, verify: c.Credential != b.credential, sentAge: c.SentAge}
+	v := &invoicing{b: b, j: j, c: c, id: c.StripeID, verify: c.Credential != b.credential}
 	if c.Step != "" && c.StripeID == "" {
 		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
 	}
@@ -236,7 +255,6 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 			return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
 		}
 		next = i + 1
-		v.earlier = true
 	case c.Step == stepFinalized:
 		next = len(j.inv.Lines)
 	default:
@@ -253,23 +271,22 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 			return Receipt{}, err
 		}
 	}
-	status := ""
 	if c.Step != stepFinalized {
-		if v.earlier {
-			if err := v.checkLines(ctx); err != nil {
-				return Receipt{}, err
-			}
+		if err := v.checkLines(ctx); err != nil {
+			return Receipt{}, err
 		}
-		var err error
-		if status, err = v.step(ctx, stepFinalized, v.finalize, v.findFinalized); err != nil {
+		if _, err := v.step(ctx, stepFinalized, v.finalize, v.findFinalized); err != nil {
 			return Receipt{}, err
 		}
 		if err := v.advance(ctx, stepFinalized); err != nil {
 			return Receipt{}, err
 		}
 	}
+	status, err := v.checkTotal(ctx)
+	if err != nil {
+		return Receipt{}, err
+	}
 	if status != string(stripe.InvoiceStatusPaid) {
-		var err error
 		if j.inv.DaysUntilDue > 0 {
 			status, err = v.step(ctx, "send", v.send, v.findSent)
 		} else {
@@ -298,8 +315,9 @@ func (v *invoicing) meta() map[string]string {
 
 // step runs one step's request under retry with the step's key, checking
 // the claim's deadline before every attempt. Past the deadline (or when
-// the claim was made with another credential), find looks for what the
-// step would make: found, it is the step's result; not found, the
+// the step's key may have gone with another credential), find looks for
+// what the step would make: found, it is the step's result; not found,
+// and missUntrusted trusts that as it does for a charge's search, the
 // deadline starts again and the step is sent. It returns the step's
 // result (an id or the invoice's status); its errors are *ChargeError.
 func (v *invoicing) step(ctx context.Context, step string, call func(context.Context, idemkey.Key) (string, error),
@@ -313,21 +331,21 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 	for reopened := false; ; reopened = true {
 		if check {
 			res, found, err := find(ctx)
-			switch {
-			case err != nil:
-				return "", v.needs(ctx, step, err.Error())
-			case found:
+			if err == nil && found {
 				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(j, "step", step, "invoice", v.id)...)
-				v.earlier = v.earlier || strings.HasPrefix(step, stepLine)
 				return res, nil
-			case v.verify && step == stepDraft && v.sentAge < v.b.cfg.elsewhereAfter():
-				// The other credential's request may still land, and
+			}
+			if v.verify {
+				// The other credential's request may still land, and a
 				// search may not show it yet.
-				searchIn := v.b.cfg.elsewhereAfter() - v.sentAge
-				b.release(context.WithoutCancel(ctx), j, errors.New("sent with another credential"))
-				e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("its draft was sent with credential %s, not this Biller's; nothing was sent: in %s search settles it", b.credential, searchIn.Round(time.Minute)), nil)
-				e.Until = time.Now().Add(searchIn)
-				return "", e
+				if wait := b.missUntrusted(ctx, j, v.c); wait != nil {
+					b.release(context.WithoutCancel(ctx), j, wait)
+					wait.StripeID = v.id
+					return "", wait
+				}
+			}
+			if err != nil {
+				return "", v.needs(ctx, step, err.Error())
 			}
 			if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, endpointInvoices, b.credential); err != nil {
 				return "", v.lost(ctx, step, err)
@@ -365,7 +383,6 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 			// nothing proves nothing (a request may still be on its way,
 			// search lags), and the claim stays pending.
 			if res, found, ferr := find(ctx); ferr == nil && found {
-				v.earlier = v.earlier || strings.HasPrefix(step, stepLine)
 				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an invoice step's unknown outcome by looking at Stripe", attrs(j, "step", step, "invoice", v.id)...)
 				return res, nil
 			}
@@ -374,9 +391,18 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 	}
 }
 
-// advance records step as done.
+// advance records step as done. A step found done under another
+// credential's key is the last one that credential can have sent: each
+// step is sent once the one before it is recorded, and this call holds
+// the claim now. The claim then records this Biller's credential, for the
+// steps it sends from here on.
 func (v *invoicing) advance(ctx context.Context, step string) error {
 	err := v.b.claims.Advance(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, v.id, step)
+	if err == nil && v.verify {
+		if err = v.b.claims.Reopen(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, endpointInvoices, v.b.credential); err == nil {
+			v.verify = false
+		}
+	}
 	if err != nil {
 		return v.lost(ctx, step, err)
 	}
@@ -580,6 +606,17 @@ func (v *invoicing) send(ctx context.Context, key idemkey.Key) (string, error) {
 	return v.status(in)
 }
 
+// hold turns Stripe's automatic collection of the invoice off.
+func (v *invoicing) hold(ctx context.Context, key idemkey.Key) (string, error) {
+	p := &stripe.InvoiceParams{AutoAdvance: stripe.Bool(false)}
+	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
+	in, err := v.b.invoices.Update(v.id, p)
+	if err != nil {
+		return "", err
+	}
+	return v.status(in)
+}
+
 // confirm reads the invoice after Stripe refused a step with a 400 that
 // may mean "already done", and returns its status if done says so; any
 // other answer is err.
@@ -599,7 +636,15 @@ func (v *invoicing) status(in *stripe.Invoice) (string, error) {
 	if in.ID != v.id || in.Status == "" {
 		return "", notStripes(in.LastResponse, "is not the invoice "+v.id)
 	}
+	v.seen(in)
 	return string(in.Status), nil
+}
+
+// seen keeps in, the invoice as Stripe showed it, once it is final.
+func (v *invoicing) seen(in *stripe.Invoice) {
+	if in.Status != stripe.InvoiceStatusDraft {
+		v.final = in
+	}
 }
 
 // get reads the invoice.
@@ -617,6 +662,7 @@ func (v *invoicing) get(ctx context.Context) (*stripe.Invoice, error) {
 	if in.Metadata[MetaKey] != v.j.key.String() {
 		return nil, fmt.Errorf("invoice %s carries key %q in its metadata, not the claim's", v.id, in.Metadata[MetaKey])
 	}
+	v.seen(in)
 	return in, nil
 }
 
@@ -664,51 +710,71 @@ func (v *invoicing) findDraft(ctx context.Context) (string, bool, error) {
 // findLine lists the invoice's lines for line i's item.
 func (v *invoicing) findLine(i int) func(context.Context) (string, bool, error) {
 	return func(ctx context.Context) (string, bool, error) {
-		b := v.b
-		if err := b.limiter.Wait(ctx); err != nil {
+		lines, err := v.lines(ctx)
+		if err != nil {
 			return "", false, err
 		}
-		p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(v.id)}
-		p.Context = ctx
-		it := b.invoices.ListLines(p)
 		want := strconv.Itoa(i)
-		for it.Next() {
-			l := it.InvoiceLineItem()
+		for _, l := range lines {
 			if l.Metadata[MetaKey] == v.j.key.String() && l.Metadata[metaLine] == want {
-				id := l.ID
-				if l.InvoiceItem != nil && l.InvoiceItem.ID != "" {
-					id = l.InvoiceItem.ID
-				}
-				return id, true, nil
+				return itemOf(l), true, nil
 			}
-		}
-		if err := it.Err(); err != nil {
-			return "", false, fmt.Errorf("listing the lines of invoice %s failed: %w", v.id, err)
 		}
 		return "", false, nil
 	}
 }
 
-// checkLines lists the invoice's lines before it is finalized, when some
-// were added by an earlier call or found by looking: the claim records the
-// invoice's total, not its lines, so lines changed since (Config.Invoice
-// giving others of the same total) would finish the invoice as a mix of
-// both. Each of the claim's lines must be there once with this call's
-// amount; otherwise the claim waits for a person, and nothing is
-// finalized.
-func (v *invoicing) checkLines(ctx context.Context) error {
-	b, j := v.b, v.j
-	if err := b.limiter.Wait(ctx); err != nil {
-		return v.failure(ctx, stepFinalized, err)
+// lines lists the invoice's lines, a hundred a page.
+func (v *invoicing) lines(ctx context.Context) ([]*stripe.InvoiceLineItem, error) {
+	if err := v.b.limiter.Wait(ctx); err != nil {
+		return nil, err
 	}
 	p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(v.id)}
-	p.Context = ctx
-	it := b.invoices.ListLines(p)
-	seen := make([]bool, len(j.inv.Lines))
-	var wrong []string
+	p.Context, p.Limit = ctx, stripe.Int64(100)
+	it := v.b.invoices.ListLines(p)
+	var out []*stripe.InvoiceLineItem
 	for it.Next() {
-		l := it.InvoiceLineItem()
+		out = append(out, it.InvoiceLineItem())
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("listing the lines of invoice %s failed: %w", v.id, err)
+	}
+	return out, nil
+}
+
+// itemOf is the invoice item a line shows, or the line's own id.
+func itemOf(l *stripe.InvoiceLineItem) string {
+	if l.InvoiceItem != nil && l.InvoiceItem.ID != "" {
+		return l.InvoiceItem.ID
+	}
+	return l.ID
+}
+
+// checkLines lists the draft's lines before it is finalized. The claim
+// records the invoice's total, not its lines, and a draft is anyone's to
+// change between two steps: a person on Stripe's dashboard, or other
+// code, may add an item to it, and a call that goes on from lines an
+// earlier call added may have lines of another split of the same total
+// (Config.Invoice changed meanwhile). Each of the claim's lines must be
+// there once with this call's amount, and nothing else; otherwise nothing
+// is finalized, and the draft and its claim wait for a person, with an
+// ErrNeedsReconciliation that names what differs.
+func (v *invoicing) checkLines(ctx context.Context) error {
+	j := v.j
+	lines, err := retry.Do(ctx, j.key, v.b.policyFor(ctx, j), func(ctx context.Context, _ idemkey.Key) ([]*stripe.InvoiceLineItem, error) {
+		return v.lines(ctx)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return v.failure(ctx, stepFinalized, err)
+		}
+		return v.needs(ctx, stepFinalized, err.Error())
+	}
+	seen := make([]bool, len(j.inv.Lines))
+	var foreign, wrong []string
+	for _, l := range lines {
 		if l.Metadata[MetaKey] != j.key.String() {
+			foreign = append(foreign, fmt.Sprintf("%s (%d %s)", itemOf(l), l.Amount, l.Currency))
 			continue
 		}
 		i, err := strconv.Atoi(l.Metadata[metaLine])
@@ -724,18 +790,72 @@ func (v *invoicing) checkLines(ctx context.Context) error {
 			seen[i] = true
 		}
 	}
-	if err := it.Err(); err != nil {
-		return v.needs(ctx, stepFinalized, fmt.Sprintf("listing the lines of invoice %s failed: %v", v.id, err))
-	}
 	for i, ok := range seen {
 		if !ok {
 			wrong = append(wrong, fmt.Sprintf("no line %d", i))
 		}
 	}
+	var why []string
+	if len(foreign) > 0 {
+		why = append(why, fmt.Sprintf("items billonce did not add, %s: delete them from the draft (bill them on an invoice of their own) and call again", strings.Join(foreign, ", ")))
+	}
 	if len(wrong) > 0 {
-		return v.needs(ctx, stepFinalized, fmt.Sprintf("invoice %s has %s: its lines are not the invoice's lines now (did Config.Invoice change?); it was not finalized", v.id, strings.Join(wrong, ", ")))
+		why = append(why, fmt.Sprintf("%s, which are not this call's lines (did Config.Invoice change?): call again with the lines the invoice was begun with", strings.Join(wrong, ", ")))
+	}
+	if len(why) > 0 {
+		return v.needs(ctx, stepFinalized, fmt.Sprintf("invoice %s was left a draft, not finalized: it has %s", v.id, strings.Join(why, "; and it has ")))
 	}
 	return nil
+}
+
+// checkTotal checks, before a final invoice is paid or sent, that its
+// total is the claim's, which the receipt reports: an item added by
+// someone else after the draft's lines were checked, or a discount or
+// tax Stripe applies, would bill the customer another amount. An open
+// invoice whose total differs is left unpaid and unsent, with automatic
+// collection off so that Stripe does not collect it either, and the
+// claim waits for a person. It returns the invoice's status.
+func (v *invoicing) checkTotal(ctx context.Context) (string, error) {
+	j := v.j
+	next := "pay"
+	if j.inv.DaysUntilDue > 0 {
+		next = "send"
+	}
+	in := v.final
+	if in == nil { // the claim was finalized by an earlier call
+		var err error
+		in, err = retry.Do(ctx, j.key, v.b.policyFor(ctx, j), func(ctx context.Context, _ idemkey.Key) (*stripe.Invoice, error) {
+			return v.get(ctx)
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", v.failure(ctx, next, err)
+			}
+			return "", v.needs(ctx, next, fmt.Sprintf("reading invoice %s failed: %v", v.id, err))
+		}
+	}
+	if in.Status != stripe.InvoiceStatusOpen || in.Total == j.price.Amount && string(in.Currency) == j.price.Currency {
+		return string(in.Status), nil
+	}
+	reason := fmt.Sprintf("invoice %s was finalized with a total of %d %s, not the claim's %d %s (an item billonce did not add, a discount or a tax); it was not paid or sent",
+		v.id, in.Total, in.Currency, j.price.Amount, j.price.Currency)
+	b := v.b
+	if in.AutoAdvance {
+		b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice's total is not its claim's; turning Stripe's automatic collection of it off",
+			attrs(j, "invoice", v.id, "total", in.Total, "claim_amount", j.price.Amount)...)
+		// Turning collection off twice is turning it off: this step is
+		// sent without looking first even where another credential may
+		// have sent it, so that Stripe is not left collecting meanwhile.
+		verify := v.verify
+		v.verify = false
+		_, err := v.step(ctx, "hold", v.hold, v.findHeld)
+		v.verify = verify
+		if err != nil {
+			return "", err
+		}
+		reason += ", and Stripe's automatic collection of it is off"
+	}
+	return "", v.needs(ctx, next, reason+": void it, or pay it by hand if its total is owed (see Biller.Invoice)")
 }
 
 // findStatus reads the invoice: done tells whether its status shows the
@@ -748,6 +868,15 @@ func (v *invoicing) findStatus(done func(stripe.InvoiceStatus) bool) func(contex
 		}
 		return string(in.Status), done(in.Status), nil
 	}
+}
+
+// findHeld: Stripe does not collect an invoice with auto_advance off.
+func (v *invoicing) findHeld(ctx context.Context) (string, bool, error) {
+	in, err := v.get(ctx)
+	if err != nil {
+		return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+	}
+	return string(in.Status), !in.AutoAdvance, nil
 }
 
 func (v *invoicing) findFinalized(ctx context.Context) (string, bool, error) {

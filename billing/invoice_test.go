@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,9 +101,10 @@ func TestInvoiceOnceAcrossCallsAndReplicas(t *testing.T) {
 	if got.ID != r.StripeID {
 		t.Fatalf("receipt names %s, the fake %s", r.StripeID, got.ID)
 	}
-	// n lines: a draft, n items, a finalization and a payment; no read.
-	if n := invoicePosts(e.srv.Log()); n["draft"] != 1 || n["line"] != 3 || n["finalize"] != 1 || n["pay"] != 1 || n["get"] != 0 {
-		t.Fatalf("requests = %v, want 1 draft, 3 lines, 1 finalize, 1 pay, 0 reads", n)
+	// n lines: a draft, n items, a finalization and a payment; one read,
+	// of the draft's lines before it is finalized.
+	if n := invoicePosts(e.srv.Log()); n["draft"] != 1 || n["line"] != 3 || n["finalize"] != 1 || n["pay"] != 1 || n["get"] != 1 {
+		t.Fatalf("requests = %v, want 1 draft, 3 lines, 1 finalize, 1 pay, 1 read", n)
 	}
 	again, err := e.b.Invoice(ctx, "cus_1", period, inv)
 	if err != nil || again.StripeID != r.StripeID || again.Outcome != billing.AlreadyBilled {
@@ -161,15 +163,16 @@ func stepMatcher(step string) func(billingtest.Request) bool {
 }
 
 // crashAt makes the first request of step execute at the fake and lose its
-// answer (the connection cut after the commit) while every read fails;
-// with one attempt, the call ends with an unknown outcome and leaves the
-// claim pending, as a runner that crashed once Stripe had done the step.
-// It returns the step's key as sent.
+// answer (the connection cut after the commit), after which every read
+// fails; with one attempt, the call ends with an unknown outcome and
+// leaves the claim pending, as a runner that crashed once Stripe had done
+// the step. It returns the step's key as sent.
 func (e *env) crashAt(b *billing.Biller, customer, step string, inv *billing.Invoice) string {
 	e.tb.Helper()
 	match := stepMatcher(step)
 	var key string
 	var once sync.Once
+	var cut atomic.Bool
 	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
 		hit := false
 		if match(r) {
@@ -177,8 +180,9 @@ func (e *env) crashAt(b *billing.Biller, customer, step string, inv *billing.Inv
 		}
 		switch {
 		case hit:
+			cut.Store(true)
 			return billingtest.Fault{Kind: billingtest.FaultCut}
-		case r.Method == http.MethodGet:
+		case r.Method == http.MethodGet && cut.Load():
 			return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
 		}
 		return billingtest.Fault{}
@@ -226,8 +230,11 @@ func TestInvoiceResumesAfterACrashAtEveryStep(t *testing.T) {
 					sent++
 				}
 			}
-			if sent != 2 {
-				t.Fatalf("the key of step %s was sent %d times, want 2 (the crash, then the resume with the same key)", step, sent)
+			// The resume sends the step again with the same key; but for the
+			// payment, since the invoice is read before it is paid (its
+			// total is checked) and shows it paid.
+			if want := map[bool]int{true: 1, false: 2}[step == "pay"]; sent != want {
+				t.Fatalf("the key of step %s was sent %d times, want %d (the crash, then the resume with the same key, unless the invoice shows it done)", step, sent, want)
 			}
 			if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded || c.StripeID != got.ID {
 				t.Fatalf("claim = %s %s", c.State, c.StripeID)

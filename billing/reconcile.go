@@ -17,27 +17,30 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
-// reconcile settles a pending claim whose key's deadline has passed:
-// Stripe may have forgotten the key, so sending it again could make a
-// second charge if the first one exists. Stripe's search by metadata, over
-// every object type a key can have gone to, decides:
+// reconcile settles a pending claim whose key's deadline has passed, or
+// whose key went with another endpoint or credential: Stripe may have
+// forgotten the key, or keep it where this Biller's requests do not meet
+// it, so sending it again could make a second charge if the first one
+// exists. Stripe's search by metadata, over every object type a key can
+// have gone to, decides:
 //
 //   - one payment found: its outcome is recorded; nothing is sent;
-//   - none found: no payment exists for the key (the deadline lies far
-//     beyond the time search takes to index a payment, and any more recent
-//     send of the key would still be remembered by Stripe and replayed), so
-//     the claim's window is reopened, for this Biller's endpoint and
-//     credential, and the key is sent again;
-//   - search failed or found several payments: ErrNeedsReconciliation;
-//     nothing is sent.
+//   - none found, and [Biller.missUntrusted] trusts that: no payment
+//     exists for the key, so the claim's window is reopened, for this
+//     Biller's endpoint and credential, and the key is sent again;
+//   - none found too early to trust it: ErrSentElsewhere; nothing is sent;
+//   - search failed or found several payments: ErrNeedsReconciliation (or
+//     ErrSentElsewhere, when a miss could not be trusted either); nothing
+//     is sent.
 func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
 	return b.searchThen(ctx, j, c, nil)
 }
 
 // searchThen searches Stripe for the payment of c's key and records it if
-// there is exactly one. When there is none, it reopens the key's window and
-// sends; or, if miss is not nil, it returns miss(nil), and miss(err) when
-// the search failed with err: miss hands the claim on, and nothing is sent.
+// there is exactly one. When there is none, or the search failed, miss (if
+// not nil) hands the claim on with the search's error, and nothing is
+// sent; without miss, a miss that [Biller.missUntrusted] trusts reopens
+// the key's window and sends.
 func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func(error) error) (Receipt, error) {
 	b.log.LogAttrs(ctx, slogWarn, "billonce: searching Stripe for the key's payment before sending",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute), "endpoint", c.Endpoint)...)
@@ -66,13 +69,9 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 		return Receipt{}, err
 	}
 	switch {
-	case err != nil && miss != nil:
-		return Receipt{}, miss(err)
-	case err != nil:
-		return needs("Stripe search failed: " + err.Error())
-	case len(found) > 1:
+	case err == nil && len(found) > 1:
 		return needs(fmt.Sprintf("Stripe search found %d payments for one key", len(found)))
-	case len(found) == 1:
+	case err == nil && len(found) == 1:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: reconciled a pending claim from Stripe search", attrs(j, "stripe_id", found[0].id)...)
 		r, err := b.record(ctx, j, found[0])
 		if err == nil {
@@ -80,7 +79,14 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 		}
 		return r, err
 	case miss != nil:
-		return Receipt{}, miss(nil)
+		return Receipt{}, miss(err)
+	}
+	if wait := b.missUntrusted(ctx, j, c); wait != nil {
+		b.release(context.WithoutCancel(ctx), j, wait)
+		return Receipt{}, wait
+	}
+	if err != nil {
+		return needs("Stripe search failed: " + err.Error())
 	}
 	if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
 		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: reopening the key's window: %w", j.customer, j.period, err)
@@ -90,36 +96,39 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 	return b.send(ctx, j, c)
 }
 
-// elsewhere settles a resumed claim whose key went to another endpoint or
-// was sent with another credential: Stripe may keep its keys per
-// endpoint and per API key, so the key cannot simply be sent from here.
-// Search, over every object type, settles it if it finds the payment.
-// Finding none proves nothing before the key's deadline (another key space
-// may hold a payment that search has not indexed yet), so then nothing is
-// sent and ErrSentElsewhere says where the key went; once the key's whole
-// window has passed a miss is trusted, the window reopened and the key sent.
+// missUntrusted is the past-window policy, one rule for every kind: it
+// tells whether a lookup at Stripe that found nothing for c's key (a
+// search, a listing, a read of the object) proves that the key made
+// nothing. It does not while the key went with another endpoint or
+// credential (a claim knows where its key went) and its whole window has
+// not passed, with the time search takes to index the last request the
+// key can have carried (elsewhereAfter): Stripe may keep keys per
+// endpoint and per API key, so this Biller's request with the same key
+// would not meet one of the other configuration's that is still on its
+// way, and search may not show what that one made yet. The Biller that
+// sent the key may have started an attempt just before its own deadline,
+// and that attempt may reach Stripe up to an attempt timeout later; New
+// keeps every Biller's deadline plus attempt timeout at least
+// clockAllowance short of the key window, so a lookup made after the
+// window sees every send of the key. A key this Biller's configuration
+// sent is remembered where this Biller's requests go: past its deadline a
+// miss is trusted, since any later send of it would still be replayed.
 //
-// The deadline for a miss is the whole key window, not WindowMargin: the
-// Biller that sent the key may have started an attempt just before its own
-// deadline, and that attempt may reach Stripe up to an attempt timeout
-// later, in a key space where this Biller's resend would not be replayed.
-// New keeps every Biller's deadline plus attempt timeout at least
-// clockAllowance short of the key window, so a search made after the
-// window sees every send of the key.
-func (b *Biller) elsewhere(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
-	if c.SentAge >= b.cfg.elsewhereAfter() {
-		return b.reconcile(ctx, j, c)
+// It returns nil when the miss may be trusted, and otherwise the
+// ErrSentElsewhere error, with Until, that says where the key went and
+// when a lookup settles the claim; nothing may be sent until then.
+func (b *Biller) missUntrusted(ctx context.Context, j job, c claim.Claim) *ChargeError {
+	endpoint := b.endpointOf(j)
+	if c.Endpoint == endpoint && c.Credential == b.credential || c.SentAge >= b.cfg.elsewhereAfter() {
+		return nil
 	}
-	return b.searchThen(ctx, j, c, func(error) error {
-		searchIn := b.cfg.elsewhereAfter() - c.SentAge
-		e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("it was sent to %s with credential %s, this Biller sends to %s with credential %s; nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by searching Stripe first",
-			orUnknown(c.Endpoint), orUnknown(c.Credential), b.endpoint, b.credential, searchIn.Round(time.Minute)), nil)
-		e.Until = time.Now().Add(searchIn)
-		b.log.LogAttrs(ctx, slogWarn, "billonce: key was sent with another endpoint or credential; nothing was sent",
-			attrs(j, "endpoint", orUnknown(c.Endpoint), "credential", orUnknown(c.Credential), "searchable_in", searchIn.Round(time.Minute))...)
-		b.release(context.WithoutCancel(ctx), j, e)
-		return e
-	})
+	searchIn := b.cfg.elsewhereAfter() - c.SentAge
+	e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("it was sent to %s with credential %s, this Biller sends to %s with credential %s; nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by looking at Stripe first",
+		orUnknown(c.Endpoint), orUnknown(c.Credential), endpoint, b.credential, searchIn.Round(time.Minute)), nil)
+	e.Until = time.Now().Add(searchIn)
+	b.log.LogAttrs(ctx, slogWarn, "billonce: key was sent with another endpoint or credential; nothing was sent",
+		attrs(j, "endpoint", orUnknown(c.Endpoint), "credential", orUnknown(c.Credential), "searchable_in", searchIn.Round(time.Minute))...)
+	return e
 }
 
 // search finds the payments whose metadata carries key, among charges and

@@ -72,11 +72,13 @@
 // else; /pay turns an open invoice paid, answers a declined customer 402
 // card_error and leaves the invoice open, and refuses a paid, draft or void
 // one; /send marks an open or paid send_invoice invoice sent; /void voids
-// an open one; DELETE removes a draft. GET /v1/invoices/{id}, its /lines
-// (paged) and GET /v1/invoices/search (metadata['k']:'v', customer,
+// an open one; DELETE removes a draft; POST /v1/invoices/{id} changes the
+// auto_advance of a draft or open invoice. GET /v1/invoices/{id}, its
+// /lines (paged) and GET /v1/invoices/search (metadata['k']:'v', customer,
 // status, currency, amount) read them. Each change emits invoice.created,
 // invoice.finalized, invoice.paid, invoice.payment_failed, invoice.sent,
-// invoice.voided or invoice.deleted with the invoice as data.object.
+// invoice.voided, invoice.deleted or invoice.updated with the invoice as
+// data.object.
 // [Server.Invoices] is the ledger: status, lines, and how many times each
 // invoice was finalized and paid.
 //

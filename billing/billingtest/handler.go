@@ -67,6 +67,7 @@ const (
 	epSendInvoice
 	epVoidInvoice
 	epDeleteInvoice
+	epUpdateInvoice
 )
 
 // invoiceEndpoint reports whether ep names an invoice by id in its path.
@@ -77,7 +78,7 @@ func (ep endpoint) invoiceEndpoint() bool { return ep >= epGetInvoice && ep != e
 func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
-		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice:
+		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice:
 		return true
 	}
 	return false
@@ -122,6 +123,9 @@ func route(method, path string) (endpoint, string) {
 			if id, ok := pathID(path, "/v1/invoices/", a.suffix); ok {
 				return a.ep, id
 			}
+		}
+		if id, ok := pathID(path, "/v1/invoices/", ""); ok && id != "search" {
+			return epUpdateInvoice, id
 		}
 	case http.MethodDelete:
 		if id, ok := pathID(path, "/v1/invoices/", ""); ok && id != "search" {

@@ -280,12 +280,13 @@ func orEmpty(m map[string]string) map[string]string {
 
 // invoiceAction validates a POST or DELETE on /v1/invoices/{id} and
 // returns how to run it. Stripe's state rules: only a draft is finalized
-// or deleted, only an open invoice is paid or voided; a decline leaves the
-// invoice open.
+// or deleted, only an open invoice is paid or voided, only a draft or an
+// open invoice has its auto_advance changed; a decline leaves the invoice
+// open.
 func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined bool, declineCode string) (*apiErr, func(time.Time) (result, bool)) {
 	allowed := map[string]bool{}
 	switch ep {
-	case epFinalizeInvoice:
+	case epFinalizeInvoice, epUpdateInvoice:
 		allowed["auto_advance"] = true
 	case epPayInvoice:
 		for _, k := range []string{"payment_method", "source", "off_session", "paid_out_of_band", "forgive", "mandate"} {
@@ -293,6 +294,10 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 		}
 	}
 	if bad := unknownParam(form, allowed); bad != nil {
+		return bad, nil
+	}
+	autoAdvance, bad := parseBool(form, "auto_advance")
+	if bad != nil {
 		return bad, nil
 	}
 	return nil, func(now time.Time) (result, bool) {
@@ -309,7 +314,7 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 				return refuse("This invoice is already finalized, you can't re-finalize a non-draft invoice.")
 			}
 			if form.Has("auto_advance") {
-				inv.autoAdvance = form.Get("auto_advance") == "true"
+				inv.autoAdvance = autoAdvance
 			}
 			inv.amountDue = 0
 			for _, l := range inv.Lines {
@@ -360,6 +365,14 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 			}
 			inv.Status, inv.voidedAt = "void", now
 			s.emitInvoice("invoice.voided", inv, now)
+		case epUpdateInvoice:
+			if inv.Status != "draft" && inv.Status != "open" {
+				return refuse(fmt.Sprintf("You can only update the automatic advancement of a draft or open invoice; this one is %s.", inv.Status))
+			}
+			if form.Has("auto_advance") {
+				inv.autoAdvance = autoAdvance
+			}
+			s.emitInvoice("invoice.updated", inv, now)
 		case epDeleteInvoice:
 			if inv.Status != "draft" {
 				return refuse(fmt.Sprintf("You can only delete draft invoices; this one is %s. Void it instead.", inv.Status))

@@ -168,11 +168,18 @@ func TestInvoiceStateRules(t *testing.T) {
 	refused("send a draft", err, 400)
 
 	//idemvet:ignore a state rule of the fake is tested, not a retry
-	if _, err := api.Invoices.FinalizeInvoice(draft.ID, nil); err != nil {
+	if _, err := api.Invoices.FinalizeInvoice(draft.ID, &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(true)}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = api.Invoices.Del(draft.ID, nil)
 	refused("delete an open invoice", err, 400)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	if u, err := api.Invoices.Update(draft.ID, &stripe.InvoiceParams{AutoAdvance: stripe.Bool(false)}); err != nil || u.AutoAdvance || u.Status != "open" {
+		t.Fatalf("auto_advance off on an open invoice = %+v, %v", u, err)
+	}
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	_, err = api.Invoices.Update(draft.ID, &stripe.InvoiceParams{Description: stripe.String("other")})
+	refused("update anything but auto_advance", err, 400)
 	//idemvet:ignore a state rule of the fake is tested, not a retry
 	if v, err := api.Invoices.VoidInvoice(draft.ID, nil); err != nil || v.Status != "void" {
 		t.Fatalf("void = %+v, %v", v, err)
@@ -180,6 +187,9 @@ func TestInvoiceStateRules(t *testing.T) {
 	//idemvet:ignore a state rule of the fake is tested, not a retry
 	_, err = api.Invoices.Pay(draft.ID, nil)
 	refused("pay a void invoice", err, 400)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	_, err = api.Invoices.Update(draft.ID, &stripe.InvoiceParams{AutoAdvance: stripe.Bool(true)})
+	refused("auto_advance on a void invoice", err, 400)
 
 	other := newDraft(t, api, "cus_1", 100)
 	if d, err := api.Invoices.Del(other.ID, nil); err != nil || !d.Deleted {
@@ -461,6 +471,7 @@ func TestEveryInvoiceWriteReplaysUnderItsKey(t *testing.T) {
 			func(b []byte) { sendInv = id(b) }},
 		{"item", func() string { return "/v1/invoiceitems" },
 			url.Values{"customer": {"cus_1"}, "amount": {"100"}, "currency": {"usd"}}, nil},
+		{"update", func() string { return "/v1/invoices/" + sendInv }, url.Values{"auto_advance": {"false"}}, nil},
 		{"finalize", func() string { return "/v1/invoices/" + sendInv + "/finalize" }, url.Values{}, nil},
 		{"send", func() string { return "/v1/invoices/" + sendInv + "/send" }, url.Values{}, nil},
 		{"pay", func() string { return "/v1/invoices/" + sendInv + "/pay" }, url.Values{}, nil},
