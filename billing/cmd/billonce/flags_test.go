@@ -89,6 +89,8 @@ func TestBadFlagsAreRefusedBeforeAnyConnection(t *testing.T) {
 		{[]string{"usage", "-file", usageFile, "-concurrency", "5000"}, "Concurrency 5000 is above the limit of 1000"},
 		{[]string{"reconcile", "-lease", "1ns"}, "lease 1ns must be at least 1ms"},
 		{[]string{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2", "-scope", "billonce "}, "Config.Scope"},
+		{[]string{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2", "-amount", "100", "-currency", "dollars"}, "currency"},
+		{[]string{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2", "-amount", "100"}, "-amount and -currency go together"},
 	} {
 		r := e.billonce("cus_a\n", c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {

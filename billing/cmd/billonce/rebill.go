@@ -37,6 +37,15 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	if *attempt < 2 {
 		return usageError("-attempt %d: re-bills are numbered from 2 (attempt 1 is the run's charge); see billonce inspect -customer %s -period %s", *attempt, *customer, *period)
 	}
+	if f.set("amount") != f.set("currency") {
+		return usageError("-amount and -currency go together: the re-bill's price; without either, it is the latest claim's")
+	}
+	if f.set("amount") {
+		p := billing.Price{Amount: *amount, Currency: *currency, PaymentMethod: *pm}
+		if err := p.Validate(billing.API(b.api)); err != nil {
+			return usageError("%s", reason(err))
+		}
+	}
 	s, err := b.open(ctx, nil)
 	if err != nil {
 		return err
