@@ -39,8 +39,14 @@ type hookEnv struct {
 
 func newHookEnv(t *testing.T, api billing.API, async map[string]billingtest.Async) *hookEnv {
 	t.Helper()
+	return newHookEnvWith(t, api, billingtest.Config{Async: async})
+}
+
+// newHookEnvWith is newHookEnv on a fake configured with srvCfg.
+func newHookEnvWith(t *testing.T, api billing.API, srvCfg billingtest.Config) *hookEnv {
+	t.Helper()
 	h := &hookEnv{logs: &syncBuffer{}}
-	h.env = newEnvWith(t, billingtest.Config{Async: async}, func(c *billing.Config) {
+	h.env = newEnvWith(t, srvCfg, func(c *billing.Config) {
 		c.API = api
 		c.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.Observe = func(e billing.Event) {
