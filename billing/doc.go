@@ -132,7 +132,9 @@
 // summary for the customer and window decides, instead of a search. A
 // delivered report's claim is succeeded; Stripe may still reject the
 // event as it aggregates it, and the meter error report that says so
-// (a v2 event, delivered to [Biller.Webhook]) fails the claims it names.
+// (a v2 event, delivered to [Biller.Webhook]) fails the claims it names,
+// when it can be about their own event: on their meter, and validated
+// within the day in which their key can be sent.
 // ReportUsage has the details, and what each step can and cannot prove.
 //
 // # Invariants

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -448,7 +449,12 @@ type errorReport struct {
 	stripe.APIResource
 	ID     string `json:"id"`
 	Object string `json:"object"`
-	Data   struct {
+	// RelatedObject is the meter whose events the report is about.
+	RelatedObject *struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	} `json:"related_object"`
+	Data struct {
 		Reason struct {
 			ErrorCount int64 `json:"error_count"`
 			ErrorTypes []struct {
@@ -462,15 +468,18 @@ type errorReport struct {
 				} `json:"sample_errors"`
 			} `json:"error_types"`
 		} `json:"reason"`
-		// ValidationStart begins the window in which Stripe validated
-		// the events the report is about.
+		// ValidationStart and ValidationEnd bound the window in which
+		// Stripe validated the events the report is about.
 		ValidationStart time.Time `json:"validation_start"`
+		ValidationEnd   time.Time `json:"validation_end"`
 	} `json:"data"`
 }
 
 // thin applies a v2 event. A meter error report fails the claims of the
-// usage events it names (their identifiers are the claims' keys); every
-// other v2 event is acknowledged and ignored.
+// usage events it names (their identifiers are the claims' keys) that it
+// can be about: its meter and validation window go with each update, for
+// the claim store's rule; every other v2 event is acknowledged and
+// ignored.
 func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env thinEvent) Event {
 	log := []slog.Attr{slog.String("event", env.ID), slog.String("type", env.Type)}
 	if env.Type != meterErrorReport || env.ID == "" {
@@ -491,6 +500,22 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the event from Stripe; deliver again")
 		return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: reading it from Stripe: %w", env.ID, err)}
 	}
+	// An identifier is whatever the event's sender chose: the report
+	// fails a claim only if it can be about the claim's own event, on its
+	// meter and within the time its key can be sent (the claim store's
+	// rule for every update).
+	var periods string
+	if m := rep.RelatedObject; m != nil && m.ID != "" {
+		name, err := h.b.meterName(ctx, m.ID)
+		if err != nil && !missingPayment(err) {
+			h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the meter of a meter error report; Stripe will deliver it again", append(log, slog.Any("error", err))...)
+			answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the report's meter from Stripe; deliver again")
+			return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: reading meter %s from Stripe: %w", env.ID, m.ID, err)}
+		}
+		if name != "" {
+			periods = meterPeriods(name)
+		}
+	}
 	named, failed := 0, 0
 	for _, t := range rep.Data.Reason.ErrorTypes {
 		for _, s := range t.SampleErrors {
@@ -499,21 +524,9 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 				continue // not an identifier billonce made
 			}
 			named++
-			// The report is dated by the start of its validation window
-			// when it has one: the claim store leaves a claim whose window
-			// was reopened after that, since the report may be about the
-			// event sent before the reopening, not the counted resend.
-			created := env.Created
-			if vs := rep.Data.ValidationStart; !vs.IsZero() && (created.IsZero() || vs.Before(created)) {
-				created = vs
-			}
-			// An identifier is whatever the event's sender chose: the
-			// claim store applies it to a usage report's claim only.
 			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
-				Created: created, State: string(claim.StateFailed), FailureCode: t.Code, Endpoint: endpointMeterEvents}
-			if u.Created.IsZero() {
-				u.Created = time.Now()
-			}
+				Created: cmp.Or(env.Created, time.Now()), State: string(claim.StateFailed), FailureCode: t.Code, Endpoint: endpointMeterEvents,
+				PeriodPrefix: periods, SentFrom: rep.Data.ValidationStart, SentTo: cmp.Or(rep.Data.ValidationEnd, rep.Data.ValidationStart), ReadAt: stripeNow(rep.LastResponse)}
 			a, err := h.b.claims.Apply(ctx, u)
 			switch {
 			case errors.Is(err, claim.ErrNotFound), errors.Is(err, claim.ErrInvalid):
@@ -525,6 +538,9 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 			case a.Outcome == claimengine.Changed:
 				failed++
 				h.b.applied(ctx, env.ID, a)
+			case a.Outcome == claimengine.OtherPayment && a.Claim.Endpoint == endpointMeterEvents:
+				h.b.log.LogAttrs(ctx, slogWarn, "billonce: meter error report names a usage report's identifier but cannot be about this claim's usage event; the claim is left as it is (another writer sends events with billonce's identifiers)",
+					append(log, slog.String("key", id), slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("reason", a.Reason))...)
 			}
 		}
 	}
@@ -538,6 +554,41 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 	}
 	answer(w, http.StatusOK, fmt.Sprintf("applied: %d usage reports failed", failed))
 	return Event{Result: resultApplied, EventID: env.ID}
+}
+
+// stripeNow is the time on Stripe's clock when it answered r, from the
+// answer's Date header, or this process's time if it has none.
+func stripeNow(r *stripe.APIResponse) time.Time {
+	if r != nil {
+		if t, err := http.ParseTime(r.Header.Get("Date")); err == nil {
+			return t
+		}
+	}
+	return time.Now()
+}
+
+// meterName returns the event name of the meter with id: from the
+// Biller's meters, or read from Stripe.
+func (b *Biller) meterName(ctx context.Context, id string) (string, error) {
+	b.usageClients.meters.mu.Lock()
+	for name, m := range b.usageClients.meters.by {
+		if m.id == id {
+			b.usageClients.meters.mu.Unlock()
+			return name, nil
+		}
+	}
+	b.usageClients.meters.mu.Unlock()
+	if err := b.limiter.Wait(ctx); err != nil {
+		return "", err
+	}
+	m, err := b.meterList.Get(id, &stripe.BillingMeterParams{Params: stripe.Params{Context: ctx}})
+	if err != nil {
+		return "", err
+	}
+	if m.ID != id || m.EventName == "" {
+		return "", notAPayment(m.LastResponse)
+	}
+	return m.EventName, nil
 }
 
 // readReport reads a v2 event whole from Stripe.

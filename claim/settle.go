@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/billonce/billonce/internal/claimengine"
@@ -15,7 +16,8 @@ import (
 // [ErrInvalid].
 func validateUpdate(u update) error {
 	errs := []error{validateID("key", u.Key), validateID("stripe id", u.StripeID),
-		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute), validateText("endpoint", u.Endpoint)}
+		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute), validateText("endpoint", u.Endpoint),
+		validateText("period prefix", u.PeriodPrefix)}
 	if u.EventID != "" {
 		errs = append(errs, validateID("event id", u.EventID))
 	}
@@ -29,6 +31,10 @@ func validateUpdate(u update) error {
 	}
 	if u.Created.IsZero() {
 		errs = append(errs, fmt.Errorf("%w: update has no creation time", ErrInvalid))
+	}
+	if !u.SentFrom.IsZero() && (u.SentTo.Before(u.SentFrom) || u.ReadAt.IsZero()) {
+		errs = append(errs, fmt.Errorf("%w: update's window from %s to %s, read at %s: it must end after it starts, and have the time it was read", ErrInvalid,
+			u.SentFrom.UTC().Format(time.RFC3339), u.SentTo.UTC().Format(time.RFC3339), u.ReadAt.UTC().Format(time.RFC3339)))
 	}
 	return errors.Join(errs...)
 }
@@ -65,6 +71,76 @@ func rank(s State) int {
 	return 0
 }
 
+// keyWindow is how long after its window opens (Claim.FirstSentAt) a
+// claim's key can still reach Stripe: no send check lets a key leave once
+// the caller's deadline has passed, and billing's deadline, with an
+// attempt's timeout and a margin for clocks, ends before Stripe's 24 hours.
+const keyWindow = 24 * time.Hour
+
+// clockSlack is how far Stripe's clock and the database's may differ.
+const clockSlack = 5 * time.Minute
+
+// ownSend tells whether u is shown to be about c's own send: the one rule
+// by which anything from outside a send (a webhook event, a meter error
+// report, a read of the payment) may move a claim, whatever its kind. It
+// returns 0 if u is, and otherwise the outcome of an update that changes
+// nothing, and why.
+//
+//   - An update about another kind of object than the claim's is about
+//     another write: the key in an object's metadata is whatever its
+//     writer chose.
+//   - A usage report's key is its meter event's identifier, which any
+//     writer may send again once Stripe has forgotten it (or on another
+//     meter), so an update about a meter event shows its claim's send by
+//     its meter and its time only: the claim's meter (u.PeriodPrefix), and
+//     a window (u.SentFrom to u.SentTo) that reaches into the time the
+//     claim's key can be sent, from its window's opening to keyWindow
+//     after, and, once the key's window was reopened after a search, does
+//     not begin before that: the send before the reopening, which is not
+//     the one that counts, may be what it is about. Times are compared as
+//     ages, each on its own clock: Stripe's window against Stripe's
+//     reading u.ReadAt, the claim's against the store's (Claim.SentAge).
+//   - Any other claim's own send is shown by the Stripe object it
+//     recorded from the answer to its key: an update about another object
+//     is about another write.
+func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
+	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
+		return claimengine.OtherPayment, fmt.Sprintf("the claim is of %s, the update is about %s", have, want)
+	}
+	if c.Endpoint == endpointMeterEvents {
+		if u.PeriodPrefix == "" || u.SentFrom.IsZero() {
+			return claimengine.Unchanged, "the update names no meter or no time, so nothing shows it is about the claim's usage event"
+		}
+		// Ages: how long before now the update's window began and ended,
+		// on Stripe's clock, and the claim's window opened and its last
+		// reopening was, on the store's.
+		fromAge, toAge := u.ReadAt.Sub(u.SentFrom), u.ReadAt.Sub(u.SentTo)
+		opened, reopened := c.SentAge, c.SentAge+c.FirstSentAt.Sub(c.ReconciledAt)
+		switch {
+		case !strings.HasPrefix(c.Period, u.PeriodPrefix):
+			return claimengine.OtherPayment, fmt.Sprintf("the update is about the events of meter %s, the claim's period is %q", strings.TrimSpace(strings.TrimPrefix(u.PeriodPrefix, "usage ")), c.Period)
+		case !c.ReconciledAt.IsZero() && fromAge > reopened:
+			return claimengine.Unchanged, "the update may be about the usage event sent before the key's window was reopened, not about the resend that counts"
+		case fromAge < opened-keyWindow:
+			return claimengine.OtherPayment, fmt.Sprintf("the update is about events received from %v ago, and the claim's key can be sent only until %v after its window opened, %v ago",
+				fromAge.Round(time.Second), keyWindow, opened.Round(time.Second))
+		case toAge > opened+clockSlack:
+			return claimengine.OtherPayment, fmt.Sprintf("the update is about events received until %v ago, before the claim's key was first sent, %v ago",
+				toAge.Round(time.Second), opened.Round(time.Second))
+		}
+		return 0, ""
+	}
+	if u.Endpoint == endpointInvoices && c.StripeID == "" {
+		// No event of the claim's own invoice can be its payment before
+		// its draft is recorded; the claim's steps find the draft.
+		return claimengine.Unchanged, "the claim has recorded no invoice yet"
+	}
+	if c.StripeID != "" && c.StripeID != u.StripeID {
+		return claimengine.OtherPayment, fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)
+	}
+	return 0, ""
+}
+
 // change is what an update does to a claim: decide's answer.
 type change struct {
 	outcome    claimengine.ApplyOutcome
@@ -79,26 +155,8 @@ type change struct {
 // the order in which events arrive does not matter; refunds only grow, and
 // the dispute of the latest event (by Stripe's creation time) wins.
 func decide(c Claim, u update) change {
-	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
-		return change{outcome: claimengine.OtherPayment, next: c,
-			reason: fmt.Sprintf("the claim is of %s, the update is about %s", have, want)}
-	}
-	if u.Endpoint == endpointInvoices && c.StripeID == "" {
-		// No event of the claim's own invoice can be its payment before
-		// its draft is recorded; the claim's steps find the draft.
-		return change{outcome: claimengine.Unchanged, next: c, reason: "the claim has recorded no invoice yet"}
-	}
-	if c.StripeID != "" && c.StripeID != u.StripeID {
-		return change{outcome: claimengine.OtherPayment, next: c,
-			reason: fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)}
-	}
-	if c.Endpoint == endpointMeterEvents && State(u.State) == StateFailed && !c.ReconciledAt.IsZero() && u.Created.Before(c.ReconciledAt) {
-		// A meter error report names the events Stripe had received when
-		// it was made. The key's window was reopened after that, once
-		// Stripe had forgotten the identifier, and the event sent again:
-		// the report is about an earlier event, not the one that counts.
-		return change{outcome: claimengine.Unchanged, next: c,
-			reason: "the rejection predates the usage event's resend after its window was reopened"}
+	if outcome, why := ownSend(c, u); outcome != 0 {
+		return change{outcome: outcome, next: c, reason: why}
 	}
 	n := c
 	var ch change
@@ -321,7 +379,7 @@ func (m *memEngine) Apply(ctx context.Context, u update) (applied, error) {
 	if !ok {
 		return applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
 	}
-	ch := decide(*c, u)
+	ch := decide(m.snapshot(c, now), u)
 	out := applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
 	if ch.outcome == claimengine.Changed {
 		n := ch.next

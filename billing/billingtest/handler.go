@@ -563,6 +563,7 @@ func (s *Server) finish(w http.ResponseWriter, e *Entry, res result, fault Fault
 	}
 	s.mu.Lock()
 	e.Time = s.now()
+	h.Set("Date", e.Time.UTC().Format(http.TimeFormat)) // Stripe's clock, as Stripe's answers show it
 	s.log = append(s.log, *e)
 	if fault.Kind != faultNone {
 		s.stats.Faults[fault.Kind]++

@@ -278,6 +278,19 @@ type Update struct {
 	// object than the claim's changes nothing (OtherPayment); nor does an
 	// invoice's update for a claim that has recorded no invoice yet.
 	Endpoint string
+	// PeriodPrefix, SentFrom, SentTo and ReadAt say what an update about
+	// a usage report's meter event (a meter error report) is about, since
+	// the event's identifier, the claim's key, is whatever its sender
+	// chose: the events of one meter, which begins the period of every
+	// usage claim it can be about ("usage api_calls "), that Stripe
+	// received from SentFrom to SentTo (the report's validation window),
+	// on Stripe's clock, which read ReadAt when the update was read. The
+	// store measures SentFrom and SentTo as ages against ReadAt, and the
+	// claim's times as ages on its own clock, so that the two clocks need
+	// not agree. Such an update moves only a claim whose key could be sent
+	// within that window, on that meter.
+	PeriodPrefix             string
+	SentFrom, SentTo, ReadAt time.Time
 }
 
 // ApplyOutcome says what Apply did.
