@@ -211,7 +211,12 @@
 //
 // [Biller.Webhook] is the handler for Stripe's events: it verifies their
 // signature (400 if it is wrong) and applies each to the claim of its
-// payment in the claim store, once: a redelivery is a duplicate.
+// payment in the claim store, once: a redelivery is a duplicate. The
+// metadata that names a claim is anyone's to write, so an event moves a
+// claim only when it is shown to be about the claim's own send: its
+// object is the one the claim recorded from Stripe's answer to its key.
+// Before a claim has recorded its payment, no event moves it; the claim's
+// own resume settles it with its key.
 // An event that can never be applied is answered 200 and reported
 // (EventNotApplied), so that Stripe does not retry it for days; a failure
 // that may pass (the claim store, a read from Stripe) is answered 5xx, so

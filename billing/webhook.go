@@ -107,9 +107,22 @@ var webhookTypes = map[string]bool{
 // leave the claim where the newest left it. Events of other types, and
 // events about payments without billonce's metadata or without a claim
 // (another product's, another environment's), are answered 200 and
-// ignored; so is an event whose metadata names the key of a claim of
-// another kind (an invoice's event and a charge's claim, say: anyone with
-// the account's API key can write any metadata). A failure to reach the claim store is answered 500, and a
+// ignored.
+//
+// The metadata that names a claim is anyone's to write who has the
+// account's API key (a support script copying it onto a payment of its
+// own, say), so an event moves a claim only when it is shown to be about
+// the claim's own send: its object is of the claim's kind and is the one
+// the claim recorded from Stripe's answer to its key (a meter error
+// report: see [Biller.ReportUsage]). An event about another payment is
+// answered "other_payment" and logged as a warning. An event for a claim
+// that has recorded no payment yet (its answer was lost, its runner
+// crashed) is answered "unproven" and changes nothing: the next Charge,
+// Run or Reconcile resumes the claim with its key and Stripe answers it
+// again, or, past the key's window, a search that finds exactly one
+// payment for the key settles it.
+//
+// A failure to reach the claim store is answered 500, and a
 // failure to read a dispute's or refund's payment from Stripe 503, so
 // that Stripe delivers the event again. An event that can never be
 // applied (its payment does not exist on this account, or it names a key
@@ -119,7 +132,7 @@ var webhookTypes = map[string]bool{
 //
 // Every delivery, whatever its answer, is then reported to Config.Observe
 // as one EventWebhook whose Result says what came of it: "applied",
-// "duplicate", "unchanged", "other_payment", "ignored", "not_applied",
+// "duplicate", "unchanged", "other_payment", "unproven", "ignored", "not_applied",
 // "rejected" (a 4xx answer: not a POST, a body too large or unreadable, a
 // bad signature) or "retry" (a 5xx answer, for Stripe to deliver again).
 //
@@ -273,6 +286,9 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	case claimengine.OtherPayment:
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names another payment than the claim's; nothing changed", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultOtherPayment
+	case claimengine.Unproven:
+		h.b.log.LogAttrs(ctx, slogInfo, "billonce: webhook event is not shown to be about the claim's own send; nothing changed, and the claim's own resume settles it with its key", append(log, slog.String("reason", a.Reason))...)
+		e.Result = resultUnproven
 	case claimengine.Duplicate:
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultDuplicate
@@ -280,7 +296,7 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultUnchanged
 	}
-	if ev.Type == "invoice.payment_failed" && a.Outcome != claimengine.Duplicate && a.Outcome != claimengine.OtherPayment &&
+	if ev.Type == "invoice.payment_failed" && (a.Outcome == claimengine.Changed || a.Outcome == claimengine.Unchanged) &&
 		a.Claim.State == claim.StateProcessing {
 		// Each failed attempt to collect an open invoice is reported once,
 		// as a failed payment is; the claim stays processing.
@@ -315,6 +331,7 @@ const (
 	resultDuplicate    = "duplicate"
 	resultUnchanged    = "unchanged"
 	resultOtherPayment = "other_payment"
+	resultUnproven     = "unproven"
 	resultIgnored      = "ignored"
 	resultNotApplied   = "not_applied"
 	resultRejected     = "rejected"

@@ -67,7 +67,9 @@ func TestWebhookForeignDeclineWithTheClaimsMetadataLeavesThePendingClaim(t *test
 			// The decline's event reaches the webhook first, then ours.
 			evs := h.srv.Events()
 			for i := len(evs) - 1; i >= 0; i-- {
-				h.deliver(evs[i])
+				if got := h.deliver(evs[i]); got != "unproven" {
+					t.Errorf("%s answered %q, want unproven", evs[i].Type, got)
+				}
 			}
 			if c := h.claimOf("cus_1"); c.State != claim.StatePending {
 				t.Errorf("claim after another payment's events = %s (%s), want pending: nothing shows they are about its send", c.State, c.LastError)

@@ -165,8 +165,15 @@
 // grows) and disputes (the latest by Stripe's creation time of its event,
 // Claim.DisputeAt; of two created in the same second, the greater id) are
 // recorded on the claim without changing its state: they are not a reason
-// to bill again. An event for a payment other than the one the claim
-// records changes nothing.
+// to bill again. An event moves a claim only when it is shown to be about
+// the claim's own send: an event for a payment other than the one the
+// claim records, or of another kind of object, changes nothing, and so
+// does any event for a claim that has recorded no Stripe object of its
+// own yet (its send's answer, which a resume with the same key gets from
+// Stripe again, settles it). An event about a usage report's meter event,
+// whose identifier any writer may send, is shown to be about the claim's
+// own by its meter and its time: a window within the day after the
+// claim's key window opened, and after its last reopening.
 //
 // # Pruning the events table
 //

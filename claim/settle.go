@@ -101,15 +101,20 @@ const clockSlack = 5 * time.Minute
 //     ages, each on its own clock: Stripe's window against Stripe's
 //     reading u.ReadAt, the claim's against the store's (Claim.SentAge).
 //   - Any other claim's own send is shown by the Stripe object it
-//     recorded from the answer to its key: an update about another object
-//     is about another write.
+//     recorded from the answer to its key (or from a search that found
+//     exactly one payment for the key, once Stripe had forgotten it): an
+//     update about another object is about another write, and one for a
+//     claim that has recorded no object yet (a lost answer, a crashed
+//     runner) may be about another write with the claim's metadata. Such
+//     a claim is settled by its own send's answer, which a resume with its
+//     key gets from Stripe again.
 func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
 		return claimengine.OtherPayment, fmt.Sprintf("the claim is of %s, the update is about %s", have, want)
 	}
 	if c.Endpoint == endpointMeterEvents {
 		if u.PeriodPrefix == "" || u.SentFrom.IsZero() {
-			return claimengine.Unchanged, "the update names no meter or no time, so nothing shows it is about the claim's usage event"
+			return claimengine.Unproven, "the update names no meter or no time, so nothing shows it is about the claim's usage event"
 		}
 		// Ages: how long before now the update's window began and ended,
 		// on Stripe's clock, and the claim's window opened and its last
@@ -120,7 +125,7 @@ func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 		case !strings.HasPrefix(c.Period, u.PeriodPrefix):
 			return claimengine.OtherPayment, fmt.Sprintf("the update is about the events of meter %s, the claim's period is %q", strings.TrimSpace(strings.TrimPrefix(u.PeriodPrefix, "usage ")), c.Period)
 		case !c.ReconciledAt.IsZero() && fromAge > reopened:
-			return claimengine.Unchanged, "the update may be about the usage event sent before the key's window was reopened, not about the resend that counts"
+			return claimengine.Unproven, "the update may be about the usage event sent before the key's window was reopened, not about the resend that counts"
 		case fromAge < opened-keyWindow:
 			return claimengine.OtherPayment, fmt.Sprintf("the update is about events received from %v ago, and the claim's key can be sent only until %v after its window opened, %v ago",
 				fromAge.Round(time.Second), keyWindow, opened.Round(time.Second))
@@ -130,12 +135,11 @@ func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 		}
 		return 0, ""
 	}
-	if u.Endpoint == endpointInvoices && c.StripeID == "" {
-		// No event of the claim's own invoice can be its payment before
-		// its draft is recorded; the claim's steps find the draft.
-		return claimengine.Unchanged, "the claim has recorded no invoice yet"
+	if c.StripeID == "" {
+		return claimengine.Unproven, "the claim has recorded no " + strings.TrimPrefix(strings.TrimPrefix(objectKind(c.Endpoint), "a "), "an ") +
+			" of its own yet: it is settled by its own send's answer, which a resume with its key gets again"
 	}
-	if c.StripeID != "" && c.StripeID != u.StripeID {
+	if c.StripeID != u.StripeID {
 		return claimengine.OtherPayment, fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)
 	}
 	return 0, ""

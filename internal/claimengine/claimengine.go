@@ -276,7 +276,8 @@ type Update struct {
 	// payment (a charge or a PaymentIntent). A key in an object's metadata
 	// is whatever its maker wrote, so an update about another kind of
 	// object than the claim's changes nothing (OtherPayment); nor does an
-	// invoice's update for a claim that has recorded no invoice yet.
+	// update for a claim that has recorded no object of its own yet
+	// (Unproven).
 	Endpoint string
 	// PeriodPrefix, SentFrom, SentTo and ReadAt say what an update about
 	// a usage report's meter event (a meter error report) is about, since
@@ -309,9 +310,16 @@ const (
 	// OtherPayment: the claim records another payment than the update's;
 	// nothing changed. It deserves a look: one key, two payments.
 	OtherPayment
+	// Unproven: nothing shows that the update is about the claim's own
+	// send, which alone may move it: the claim has recorded no Stripe
+	// object of its own yet (its payment, its invoice's draft), or an
+	// update about a meter event names no meter or no time, or may be
+	// about an earlier send of the key. Nothing changed; the claim's own
+	// send settles it (a resume gets Stripe's answer to its key again).
+	Unproven
 )
 
-var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment"}
+var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment", "Unproven"}
 
 func (o ApplyOutcome) String() string {
 	if o >= 0 && int(o) < len(applyNames) {
