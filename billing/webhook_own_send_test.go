@@ -3,7 +3,10 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +87,152 @@ func TestWebhookForeignDeclineWithTheClaimsMetadataLeavesThePendingClaim(t *test
 				t.Errorf("%d payments for the period, want 1", n)
 			}
 		})
+	}
+}
+
+// completeOnSession confirms PaymentIntent id again on session, as its
+// customer does to authenticate a payment declined off session.
+func (h *hookEnv) completeOnSession(id string) {
+	h.tb.Helper()
+	p := &stripe.PaymentIntentConfirmParams{}
+	p.SetIdempotencyKey("on-session-" + id)
+	pi, err := (&paymentintent.Client{B: h.otherBackend(), Key: secretKey}).Confirm(id, p)
+	if err != nil || pi.Status != stripe.PaymentIntentStatusSucceeded {
+		h.tb.Fatalf("confirming %s on session = %+v, %v; want succeeded", id, pi, err)
+	}
+}
+
+// declinedForAuthentication charges customer off session and wants the
+// decline Stripe gives a card whose bank asks its holder to authenticate;
+// it returns the declined PaymentIntent.
+func (h *hookEnv) declinedForAuthentication(customer string) string {
+	h.tb.Helper()
+	h.srv.Decline(customer, "authentication_required")
+	_, err := h.b.Charge(context.Background(), customer, period, nil)
+	var ce *billing.ChargeError
+	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrDeclined) || ce.Code != "authentication_required" {
+		h.tb.Fatalf("Charge = %v, want declined with authentication_required", err)
+	}
+	ps := h.srv.Payments()
+	return ps[len(ps)-1].ID
+}
+
+// An off-session PaymentIntent declined with authentication_required is
+// completed by its customer on session, Stripe's documented recovery: the
+// claim that the decline failed is succeeded by its own PaymentIntent's
+// success, so the period is billed, and the Rebill a declined period
+// invites is refused without a second payment.
+func TestWebhookOwnPaymentIntentCompletedAfterItsDeclineBillsThePeriod(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.completeOnSession(pi)
+	h.srv.Honor("cus_1") // authenticated, the card goes through off session too
+	var answers []string
+	for _, ev := range h.srv.Events() {
+		answers = append(answers, ev.Type+" "+h.deliver(ev))
+	}
+	if want := "[payment_intent.payment_failed unchanged payment_intent.succeeded changed]"; fmt.Sprint(answers) != want {
+		t.Errorf("answers = %v, want %s", answers, want)
+	}
+	if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
+		t.Errorf("claim after its PaymentIntent succeeded = %s %s (%s), want succeeded %s", c.State, c.StripeID, c.LastError, pi)
+	}
+	if _, err := h.b.Charge(ctx, "cus_1", period, nil); errors.Is(err, billing.ErrDeclined) {
+		_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil) // as the decline advises
+	}
+	if r, err := h.b.Rebill(ctx, "cus_1", period, 2, nil); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+		t.Errorf("Rebill of the paid period = %+v, %v; want already billed by %s", r, err, pi)
+	}
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("%d payments for the period, want 1", n)
+	}
+}
+
+// beforeSend is a claim store that runs hook once, before the send check of
+// key: what happens between a claim and its first send.
+type beforeSend struct {
+	testStore
+	key  string
+	once sync.Once
+	hook func()
+}
+
+func (s *beforeSend) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
+	if key == s.key {
+		s.once.Do(s.hook)
+	}
+	return s.testStore.CheckSend(ctx, key, owner, window)
+}
+
+// The PaymentIntent's success arrives while a re-bill of the period is
+// claimed and not sent yet: the re-bill is refused before it sends, and
+// the period is billed once, by the PaymentIntent.
+func TestWebhookOwnPaymentIntentCompletedDuringAReBillRefusesItUnsent(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.completeOnSession(pi)
+	h.srv.Honor("cus_1")
+	k2, err := h.b.Key("cus_1", period, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &beforeSend{testStore: wrapStore(h.store), key: k2.String(), hook: h.deliverAll}
+	b := h.biller(func(c *billing.Config) { c.API, c.Claims = billing.PaymentIntents, store })
+	r, err := b.Rebill(ctx, "cus_1", period, 2, nil)
+	if n := h.count("cus_1"); n != 1 {
+		t.Fatalf("%d payments for the period after a re-bill during its PaymentIntent's success (Rebill = %+v, %v), want 1", n, r, err)
+	}
+	if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
+		t.Errorf("attempt 1 = %s %s, want succeeded %s", c.State, c.StripeID, pi)
+	}
+	for _, call := range []func() (billing.Receipt, error){
+		func() (billing.Receipt, error) { return h.b.Charge(ctx, "cus_1", period, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 2, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 3, nil) },
+	} {
+		if r, err := call(); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+			t.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
+		}
+	}
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("%d payments for the period, want 1", n)
+	}
+}
+
+// The PaymentIntent's success arrives after a re-bill paid the period:
+// two payments exist, and nothing undoes that but a person. The event is
+// reported for one (EventNotApplied, an error in the log) and bills
+// nobody again.
+func TestWebhookOwnPaymentIntentCompletedAfterAReBillIsReportedForAPerson(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.srv.Honor("cus_1")
+	r2, err := h.b.Rebill(ctx, "cus_1", period, 2, nil)
+	if err != nil || r2.Outcome != billing.Created {
+		t.Fatalf("Rebill = %+v, %v; want created", r2, err)
+	}
+	h.completeOnSession(pi)
+	h.deliverAll()
+	var reported bool
+	for _, e := range h.observed() {
+		if e.Kind == billing.EventNotApplied && e.StripeID == pi && strings.Contains(e.Err.Error(), r2.StripeID) {
+			reported = true
+		}
+	}
+	if !reported || !strings.Contains(h.logs.String(), "level=ERROR") {
+		t.Errorf("the second payment of the period was not reported: events %+v", h.observed())
+	}
+	if _, err := h.b.Run(ctx, period, billing.Customers("cus_1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = h.b.Rebill(ctx, "cus_1", period, 3, nil)
+	if n := h.count("cus_1"); n != 2 {
+		t.Errorf("%d payments for the period, want the 2 made before the PaymentIntent's success arrived", n)
 	}
 }
