@@ -236,3 +236,54 @@ func TestWebhookOwnPaymentIntentCompletedAfterAReBillIsReportedForAPerson(t *tes
 		t.Errorf("%d payments for the period, want the 2 made before the PaymentIntent's success arrived", n)
 	}
 }
+
+// The PaymentIntent's success arrives while a re-bill's request is on its
+// way to Stripe, past its send check: the re-bill is charged, and the
+// period is paid twice. Its caller and the log say so, for a person, and
+// nobody is billed again.
+func TestWebhookOwnPaymentIntentCompletedWhileAReBillIsOnItsWayIsReportedForAPerson(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.completeOnSession(pi)
+	h.srv.Honor("cus_1")
+	k2, err := h.b.Key("cus_1", period, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delivered sync.Once
+	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.IdempotencyKey == k2.String() {
+			delivered.Do(func() {
+				for _, ev := range h.srv.Events() {
+					if status, body := h.post(ev.Body, billingtest.Sign(ev.Body, whsec, time.Now())); status != http.StatusOK {
+						t.Errorf("delivering %s: %d %s", ev.Type, status, body)
+					}
+				}
+			})
+		}
+		return billingtest.Fault{}
+	})
+	_, err = h.b.Rebill(ctx, "cus_1", period, 2, nil)
+	h.srv.SetScript(nil)
+	var ce *billing.ChargeError
+	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrNotRecorded) || ce.StripeID == "" || ce.StripeID == pi {
+		t.Fatalf("Rebill charged while its period was paid = %v; want ErrNotRecorded naming its payment", err)
+	}
+	if !strings.Contains(h.logs.String(), "refund one of them") {
+		t.Errorf("the second payment is not in the log:\n%s", h.logs)
+	}
+	for _, call := range []func() (billing.Receipt, error){
+		func() (billing.Receipt, error) { return h.b.Charge(ctx, "cus_1", period, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 2, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 3, nil) },
+	} {
+		if r, err := call(); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+			t.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
+		}
+	}
+	if n := h.count("cus_1"); n != 2 {
+		t.Errorf("%d payments for the period, want the 2 made", n)
+	}
+}
