@@ -58,7 +58,11 @@
 // event_name with no meter, are accepted, then rejected at processing into
 // a v1.billing.meter.error_report_triggered event: a v2 thin event in
 // [Server.Events], served whole, with the rejected identifiers, by GET
-// /v2/core/events/{id}. The ledger's oracle is [Server.MeterTotal] (what
+// /v2/core/events/{id}: one per meter and per run of events received
+// within Config.MeterDelay of each other, whose validation window runs
+// from the first one's receipt to the last one's processing, as Stripe
+// reports the events it validated in a short window. Every answer's Date
+// header is the server's clock. The ledger's oracle is [Server.MeterTotal] (what
 // the meter counts over every accepted, not rejected event, processed or
 // not) and [Server.MeterEvents].
 //
