@@ -217,6 +217,16 @@
 // object is the one the claim recorded from Stripe's answer to its key.
 // Before a claim has recorded its payment, no event moves it; the claim's
 // own resume settles it with its key.
+//
+// A failed claim records the payment Stripe declined, when its answer
+// named one. That payment's success after all moves the claim on to
+// succeeded, the one way out of failed: a PaymentIntent declined off
+// session with authentication_required, which its customer completes on
+// session (Stripe's recovery), pays the period, and a Rebill of it then
+// returns that payment's receipt, AlreadyBilled. A re-bill under way is
+// stopped at its next send check; one that paid the period first keeps
+// it, and the event is reported (EventNotApplied) for a person to refund
+// one of the two payments.
 // An event that can never be applied is answered 200 and reported
 // (EventNotApplied), so that Stripe does not retry it for days; a failure
 // that may pass (the claim store, a read from Stripe) is answered 5xx, so

@@ -80,7 +80,16 @@ var webhookTypes = map[string]bool{
 // every billonce payment carries:
 //
 //   - charge.pending, payment_intent.processing: the payment is processing;
-//   - charge.succeeded, payment_intent.succeeded: it settled;
+//   - charge.succeeded, payment_intent.succeeded: it settled; a claim
+//     failed by its own payment (a PaymentIntent declined off session with
+//     authentication_required, which its customer then completes on
+//     session, as Stripe advises) is succeeded by its success: the period
+//     is paid. A re-bill of the period still pending is stopped (its
+//     claim failed, with claim.FailureSuperseded, and the error logged:
+//     a payment of it that reached Stripe before is not recorded); one
+//     that paid the period, or is processing, keeps it, and the event is
+//     answered 200 and reported as EventNotApplied, the period perhaps
+//     paid twice, for a person;
 //   - charge.failed, payment_intent.payment_failed: it failed, with
 //     Stripe's failure code; the claim is failed for its key and nobody is
 //     billed again without a Rebill;
@@ -286,6 +295,8 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	case claimengine.OtherPayment:
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names another payment than the claim's; nothing changed", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultOtherPayment
+	case claimengine.PaidTwice:
+		return h.notApplied(ctx, w, ev, u.StripeID, log, a.Reason+"; a person decides what to refund (billonce bills nobody again for it)", errPaidTwice)
 	case claimengine.Unproven:
 		h.b.log.LogAttrs(ctx, slogInfo, "billonce: webhook event is not shown to be about the claim's own send; nothing changed, and the claim's own resume settles it with its key", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultUnproven
@@ -340,6 +351,10 @@ const (
 
 // errNoEventData is the cause reported for a signed event without data.
 var errNoEventData = errors.New("billing: webhook event without data")
+
+// errPaidTwice is the cause reported for a claim's own payment that
+// succeeded after the claim failed, once another payment holds its period.
+var errPaidTwice = errors.New("billing: the period may be paid twice")
 
 // missingPayment tells whether reading an event's payment failed because
 // Stripe has no such payment on this account: a redelivery finds none

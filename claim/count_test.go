@@ -31,7 +31,7 @@ func TestCountByPeriod(t *testing.T) {
 	if err := engineOf(store).Succeed(ctx, "key_cus_1", "ch_1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := engineOf(store).Fail(ctx, "key_cus_2", "card_declined"); err != nil {
+	if err := engineOf(store).Fail(ctx, "key_cus_2", "", "card_declined"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := store.Count(ctx, "2025-01") // req's period

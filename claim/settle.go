@@ -59,8 +59,8 @@ func objectKind(endpoint string) string {
 }
 
 // rank orders the states a payment moves through: an update never moves a
-// claim to a lower rank, and the two terminal states never replace each
-// other.
+// claim to a lower rank, and the two terminal states do not replace each
+// other, but for a failed claim's own payment succeeding (see decide).
 func rank(s State) int {
 	switch s {
 	case StateProcessing:
@@ -152,6 +152,12 @@ type change struct {
 	next       Claim // the claim's fields after the update (times set by the store)
 	processing bool  // the claim starts processing now
 	settled    bool  // a processing claim's outcome arrives now
+	// revived is set when a failed claim succeeds: it takes its period
+	// back from the claim that holds it, if any (see supersede).
+	revived bool
+	// stopped is that claim, as supersede left it, to be written with
+	// the update; its Key is "" if there is none.
+	stopped Claim
 }
 
 // decide applies u to c: the one state machine of every store. The state
@@ -191,6 +197,18 @@ func decide(c Claim, u update) change {
 		n.State, n.FailureCode = StateFailed, code
 		n.LastError = "usage event " + u.StripeID + " rejected by Stripe after it was accepted: " + code
 		did = append(did, "succeeded → failed (rejected after acceptance)")
+	case State(u.State) == StateSucceeded && c.State == StateFailed && objectKind(c.Endpoint) == objectKind("") && !u.Created.Before(c.EventAt):
+		// The claim's own payment (ownSend has shown the update is about
+		// the object the claim recorded) succeeded after it failed: Stripe's
+		// recovery of a decline, such as a PaymentIntent declined off
+		// session that its customer completes on session. The period is
+		// paid: billing it again would charge twice. A success older than
+		// the latest event applied is not after the failure: it leaves the
+		// claim failed, as events only move a claim forward.
+		n.State, n.FailureCode = StateSucceeded, ""
+		n.LastError = "payment " + u.StripeID + " succeeded after it failed (" + c.LastError + ")"
+		ch.revived = true
+		did = append(did, "failed → succeeded (its own payment succeeded after the failure)")
 	case State(u.State) == c.State:
 		ch.reason = "the claim is already " + string(c.State)
 	case rank(State(u.State)) == rank(c.State):
@@ -219,6 +237,30 @@ func decide(c Claim, u update) change {
 	ch.outcome, ch.next = claimengine.Changed, n
 	ch.reason = fmt.Sprint(did)
 	return ch
+}
+
+// supersede decides what a claim revived by its own payment, c, does to
+// other, the live claim that holds c's period now. A re-bill of c that is
+// still pending (of c's scope, a later attempt, with no step done at
+// Stripe) is stopped: it is returned failed, to be written in the
+// transaction that revives c, so that no send check passes for its key
+// again, and c takes its period back. Whether the re-bill's key reached
+// Stripe before cannot be known here: the runner sending it learns it has
+// lost its claim at its next send check, and a payment of it that exists
+// is not recorded, which the caller reports. Anything else holding the
+// period (a re-bill that paid it or is processing, a claim of another
+// scope or kind) keeps it, and c stays failed: the answer is PaidTwice, for
+// a person.
+func supersede(c, other Claim) (stopped Claim, ok bool, reason string) {
+	if other.State != StatePending || other.Scope != c.Scope || other.Attempt <= c.Attempt || other.Step != "" ||
+		objectKind(other.Endpoint) != objectKind(c.Endpoint) {
+		return Claim{}, false, fmt.Sprintf("the claim's own payment %s succeeded after it failed, and claim %q (attempt %d, %s %s) holds the period: it may be paid twice",
+			c.StripeID, other.Key, other.Attempt, other.State, other.StripeID)
+	}
+	s := other
+	s.State, s.FailureCode, s.Owner = StateFailed, FailureSuperseded, ""
+	s.LastError = fmt.Sprintf("stopped: attempt %d's own payment %s succeeded after it failed, and pays the period; if this key reached Stripe before, its payment is not recorded: look it up by the key", c.Attempt, c.StripeID)
+	return s, true, ""
 }
 
 // newerDispute tells whether u's dispute replaces c's: the one Stripe
@@ -310,12 +352,38 @@ func (p *pgEngine) Apply(ctx context.Context, u update) (applied, error) {
 		return applied{}, fmt.Errorf("claim: reading %q: %w", u.Key, err)
 	}
 	ch := decide(c, u)
+	if ch.revived {
+		// The claim takes its period back: lock the claim that holds it.
+		// One made meanwhile (after this statement's snapshot) makes the
+		// update below break the unique index of live claims, and the
+		// store's caller (a webhook) tries again.
+		other, err := scanClaim(tx.QueryRow(ctx, p.selectSQL+" WHERE customer = $1 AND period = $2 AND key <> $3 AND state <> 'failed' FOR UPDATE",
+			c.Customer, c.Period, c.Key))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return applied{}, fmt.Errorf("claim: reading the claim that holds the period of %q: %w", u.Key, err)
+		default:
+			var ok bool
+			if ch.stopped, ok, ch.reason = supersede(ch.next, other); !ok {
+				ch = change{outcome: claimengine.PaidTwice, next: c, reason: ch.reason}
+			}
+		}
+	}
 	return p.finishApply(ctx, tx, u, c, ch)
 }
 
 // finishApply writes ch to the claim and the event's result, and commits.
 func (p *pgEngine) finishApply(ctx context.Context, tx pgx.Tx, u update, c Claim, ch change) (applied, error) {
 	out := applied{Outcome: ch.outcome, Claim: c, Before: c, Reason: ch.reason}
+	if s := ch.stopped; s.Key != "" {
+		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, failure_code = $3, last_error = $4, owner = '', lease_until = now(), updated_at = now()
+			WHERE key = $1 RETURNING `+colsOf("t"), s.Key, string(s.State), s.FailureCode, s.LastError)
+		var err error
+		if out.Superseded, err = scanClaim(row); err != nil {
+			return applied{}, fmt.Errorf("claim: stopping %q, whose period %q takes back: %w", s.Key, u.Key, err)
+		}
+	}
 	if ch.outcome == claimengine.Changed {
 		n := ch.next
 		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, stripe_id = $3, failure_code = $4, last_error = $5,
@@ -384,7 +452,24 @@ func (m *memEngine) Apply(ctx context.Context, u update) (applied, error) {
 		return applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
 	}
 	ch := decide(m.snapshot(c, now), u)
+	period := [2]string{c.Customer, c.Period}
+	var other *Claim
+	if k, held := m.live[period]; ch.revived && held && k != c.Key {
+		other = m.byKey[k]
+		var ok bool
+		if ch.stopped, ok, ch.reason = supersede(ch.next, m.snapshot(other, now)); !ok {
+			ch = change{outcome: claimengine.PaidTwice, next: *c, reason: ch.reason}
+		}
+	}
 	out := applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
+	if s := ch.stopped; s.Key != "" {
+		other.State, other.FailureCode, other.LastError, other.Owner = s.State, s.FailureCode, s.LastError, ""
+		other.LeaseUntil, other.UpdatedAt = now, now
+		out.Superseded = m.snapshot(other, now)
+	}
+	if ch.revived && ch.outcome == claimengine.Changed {
+		m.live[period] = c.Key
+	}
 	if ch.outcome == claimengine.Changed {
 		n := ch.next
 		if ch.processing && n.ProcessingAt.IsZero() {

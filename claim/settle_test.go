@@ -99,7 +99,7 @@ func TestProcessingFailsWithCode(t *testing.T) {
 			t.Fatalf("failed claim = %+v", c)
 		}
 		mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Failed)
-		mustApply(t, s, upd("evt_s", claim.StateSucceeded, 6), claimengine.Unchanged) // terminal stays terminal
+		mustApply(t, s, upd("evt_s", claim.StateSucceeded, 4), claimengine.Unchanged) // an older success is not after the failure
 		mustClaim(t, s, req("cus_1", "k2", "b"), claimengine.Won)                     // a re-bill, decided by a caller
 	})
 }
@@ -329,4 +329,79 @@ func TestApplyOnlyToAClaimOfTheUpdatesKind(t *testing.T) {
 		u.EventID = "evt_paid"
 		mustApply(t, h.store, u, claimengine.Changed)
 	})
+}
+
+// A claim failed by its own payment succeeds when that payment does (a
+// PaymentIntent declined off session, completed by its customer): it takes
+// its period back, stopping a re-bill still pending, which then passes no
+// send check. A re-bill that paid the period keeps it: the answer is
+// PaidTwice, and the claim stays failed. Another object's success changes
+// nothing (a success older than a failure event: see
+// TestPruneConcurrentWithApply).
+func TestApplyOwnPaymentSucceedingAfterItsFailure(t *testing.T) {
+	t.Parallel()
+	attempt := func(n int, owner string) claimengine.Request {
+		r := req("cus_1", fmt.Sprintf("k%d", n), owner)
+		r.Scope, r.Attempt = "s", n
+		return r
+	}
+	success := func(id, pi string, at int) claimengine.Update {
+		return claimengine.Update{EventID: id, EventType: "payment_intent.succeeded", Key: "k1", StripeID: pi,
+			State: string(claim.StateSucceeded), Created: t0.Add(time.Duration(at) * time.Second)}
+	}
+	for _, tc := range []struct {
+		name   string
+		rebill func(t *testing.T, s engine) // what attempt 2 is when attempt 1's payment succeeds
+		want   claimengine.ApplyOutcome
+		k1, k2 claim.State // the claims after it; "" for no claim
+	}{
+		{"no re-bill", func(*testing.T, engine) {}, claimengine.Changed, claim.StateSucceeded, ""},
+		{"a re-bill claimed", func(t *testing.T, s engine) { mustClaim(t, s, attempt(2, "b"), claimengine.Won) }, claimengine.Changed, claim.StateSucceeded, claim.StateFailed},
+		{"a re-bill that paid", func(t *testing.T, s engine) {
+			mustClaim(t, s, attempt(2, "b"), claimengine.Won)
+			if err := s.Succeed(context.Background(), "k2", "pi_2"); err != nil {
+				t.Fatal(err)
+			}
+		}, claimengine.PaidTwice, claim.StateFailed, claim.StateSucceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bothStores(t, time.Minute, func(t *testing.T, h harness) {
+				ctx := context.Background()
+				s := h.store
+				mustClaim(t, s, attempt(1, "a"), claimengine.Won)
+				if err := s.Fail(ctx, "k1", "pi_1", "authentication_required"); err != nil {
+					t.Fatal(err)
+				}
+				mustApply(t, s, claimengine.Update{EventID: "evt_f", EventType: "payment_intent.payment_failed", Key: "k1", StripeID: "pi_1",
+					State: string(claim.StateFailed), Created: t0.Add(2 * time.Second)}, claimengine.Unchanged)
+				tc.rebill(t, s)
+				mustApply(t, s, success("evt_other", "pi_other", 3), claimengine.OtherPayment)
+				a := mustApply(t, s, success("evt_s", "pi_1", 3), tc.want)
+				mustApply(t, s, success("evt_s", "pi_1", 3), claimengine.Duplicate)
+				for key, want := range map[string]claim.State{"k1": tc.k1, "k2": tc.k2} {
+					c, err := s.Get(ctx, key)
+					if want == "" && errors.Is(err, claim.ErrNotFound) {
+						continue
+					}
+					if err != nil || c.State != want {
+						t.Errorf("%s = %s (%s), %v; want %s", key, c.State, c.LastError, err, want)
+					}
+				}
+				switch tc.name {
+				case "no re-bill":
+					if _, err := s.Claim(ctx, attempt(2, "b")); err == nil {
+						t.Error("a re-bill of the period was claimed after attempt 1's payment succeeded")
+					}
+				case "a re-bill claimed":
+					if a.Superseded.Key != "k2" || a.Superseded.FailureCode != claim.FailureSuperseded {
+						t.Errorf("superseded = %+v, want k2 stopped", a.Superseded)
+					}
+					if err := s.CheckSend(ctx, "k2", "b", time.Hour); !errors.Is(err, claimengine.ErrLeaseLost) {
+						t.Errorf("send check of the stopped re-bill = %v, want ErrLeaseLost", err)
+					}
+				}
+			})
+		})
+	}
 }

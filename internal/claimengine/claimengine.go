@@ -78,9 +78,13 @@ type Engine[C any] interface {
 	// ErrConflict.
 	Succeed(ctx context.Context, key, stripeID string) error
 	// Fail records a definitive failure: the key will never be charged.
-	// Calling it again is fine; a succeeded claim returns
+	// stripeID is the Stripe object that failed, when Stripe's answer
+	// named one (the declined PaymentIntent or charge), or "": the claim
+	// records it as its own, so that the object's later events are shown
+	// to be about its send (a PaymentIntent its customer completes after
+	// the decline). Calling it again is fine; a succeeded claim returns
 	// ErrConflict.
-	Fail(ctx context.Context, key, reason string) error
+	Fail(ctx context.Context, key, stripeID, reason string) error
 	// Release gives up owner's lease when the outcome is unknown: the
 	// claim stays pending, lastErr is recorded and the lease expires at
 	// once, so the next Claim resumes it with the same key.
@@ -317,9 +321,15 @@ const (
 	// about an earlier send of the key. Nothing changed; the claim's own
 	// send settles it (a resume gets Stripe's answer to its key again).
 	Unproven
+	// PaidTwice: the update is the claim's own payment succeeding after
+	// the claim failed, while another claim holds the claim's period (a
+	// re-bill that paid it, or is processing, or has recorded steps at
+	// Stripe; or a claim of another scope or kind): nothing changed, and
+	// the period may be paid twice. A person decides what to refund.
+	PaidTwice
 )
 
-var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment", "Unproven"}
+var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment", "Unproven", "PaidTwice"}
 
 func (o ApplyOutcome) String() string {
 	if o >= 0 && int(o) < len(applyNames) {
@@ -337,4 +347,12 @@ type Applied[C any] struct {
 	Before C
 	// Reason says why an update changed nothing, or what it changed.
 	Reason string
+	// Superseded is the re-bill of the claim's period that the update
+	// stopped, as it is now (failed), when the update was the claim's own
+	// payment succeeding after the claim failed and the re-bill was still
+	// pending: the zero C otherwise. The re-bill is failed in the same
+	// transaction, so that no send check passes for its key any more; if
+	// an earlier attempt of its key reached Stripe, its payment is not
+	// recorded.
+	Superseded C
 }
