@@ -122,31 +122,51 @@ func (h *hookEnv) declinedForAuthentication(customer string) string {
 // claim that the decline failed is succeeded by its own PaymentIntent's
 // success, so the period is billed, and the Rebill a declined period
 // invites is refused without a second payment.
+// Its two events, in either order and each delivered twice, are applied
+// once each and leave the claim succeeded.
 func TestWebhookOwnPaymentIntentCompletedAfterItsDeclineBillsThePeriod(t *testing.T) {
 	t.Parallel()
-	h := newHookEnv(t, billing.PaymentIntents, nil)
-	ctx := context.Background()
-	pi := h.declinedForAuthentication("cus_1")
-	h.completeOnSession(pi)
-	h.srv.Honor("cus_1") // authenticated, the card goes through off session too
-	var answers []string
-	for _, ev := range h.srv.Events() {
-		answers = append(answers, ev.Type+" "+h.deliver(ev))
-	}
-	if want := "[payment_intent.payment_failed unchanged payment_intent.succeeded changed]"; fmt.Sprint(answers) != want {
-		t.Errorf("answers = %v, want %s", answers, want)
-	}
-	if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
-		t.Errorf("claim after its PaymentIntent succeeded = %s %s (%s), want succeeded %s", c.State, c.StripeID, c.LastError, pi)
-	}
-	if _, err := h.b.Charge(ctx, "cus_1", period, nil); errors.Is(err, billing.ErrDeclined) {
-		_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil) // as the decline advises
-	}
-	if r, err := h.b.Rebill(ctx, "cus_1", period, 2, nil); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
-		t.Errorf("Rebill of the paid period = %+v, %v; want already billed by %s", r, err, pi)
-	}
-	if n := h.count("cus_1"); n != 1 {
-		t.Errorf("%d payments for the period, want 1", n)
+	for _, tc := range []struct {
+		name    string
+		reverse bool
+		want    string
+	}{
+		{"in order", false, "[payment_intent.payment_failed unchanged payment_intent.payment_failed duplicate payment_intent.succeeded changed payment_intent.succeeded duplicate]"},
+		{"success first", true, "[payment_intent.succeeded changed payment_intent.succeeded duplicate payment_intent.payment_failed unchanged payment_intent.payment_failed duplicate]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHookEnv(t, billing.PaymentIntents, nil)
+			ctx := context.Background()
+			pi := h.declinedForAuthentication("cus_1")
+			h.completeOnSession(pi)
+			h.srv.Honor("cus_1") // authenticated, the card goes through off session too
+			evs := h.srv.Events()
+			if tc.reverse {
+				evs[0], evs[1] = evs[1], evs[0]
+			}
+			var answers []string
+			for _, ev := range evs {
+				for range 2 {
+					answers = append(answers, ev.Type+" "+h.deliver(ev))
+				}
+			}
+			if fmt.Sprint(answers) != tc.want {
+				t.Errorf("answers = %v, want %s", answers, tc.want)
+			}
+			if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
+				t.Errorf("claim after its PaymentIntent succeeded = %s %s (%s), want succeeded %s", c.State, c.StripeID, c.LastError, pi)
+			}
+			if _, err := h.b.Charge(ctx, "cus_1", period, nil); errors.Is(err, billing.ErrDeclined) {
+				_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil) // as the decline advises
+			}
+			if r, err := h.b.Rebill(ctx, "cus_1", period, 2, nil); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+				t.Errorf("Rebill of the paid period = %+v, %v; want already billed by %s", r, err, pi)
+			}
+			if n := h.count("cus_1"); n != 1 {
+				t.Errorf("%d payments for the period, want 1", n)
+			}
+		})
 	}
 }
 
@@ -285,5 +305,77 @@ func TestWebhookOwnPaymentIntentCompletedWhileAReBillIsOnItsWayIsReportedForAPer
 	}
 	if n := h.count("cus_1"); n != 2 {
 		t.Errorf("%d payments for the period, want the 2 made", n)
+	}
+}
+
+// A failed claim succeeds only by its own payment. Another payment's
+// success that carries its key (a support script's charge copying the
+// metadata), or a success of another kind of object (a payment naming a
+// usage report's key, an invoice naming a charge's), leaves it failed,
+// however often and in whatever order the events arrive.
+func TestWebhookSuccessOfAnotherObjectLeavesAFailedClaimFailed(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	h.srv.Decline("cus_1", "insufficient_funds")
+	if _, err := h.b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("Charge = %v, want declined", err)
+	}
+	h.srv.Honor("cus_1")
+	h.srv.RejectUsage("cus_2", "meter_event_customer_not_found")
+	u := usage("cus_2", 3)
+	r, err := h.b.ReportUsage(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv.AggregateNow()
+	h.deliverAll()
+	h.srv.RejectUsage("cus_2", "")
+	before := len(h.srv.Events())
+	cc := &charge.Client{B: h.otherBackend(), Key: secretKey}
+	for customer, key := range map[string]string{"cus_1": h.key("cus_1"), "cus_2": r.Key.String()} {
+		p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
+		p.Metadata = map[string]string{billing.MetaKey: key, billing.MetaCustomer: customer, billing.MetaPeriod: period}
+		//idemvet:ignore a support script's own charge, which sends no key
+		if _, err := cc.New(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ip := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), AutoAdvance: stripe.Bool(false)}
+	ip.IdempotencyKey = stripe.String("other-invoice")
+	ip.AddMetadata(billing.MetaKey, h.key("cus_1"))
+	in, err := h.invoices().New(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &stripe.InvoiceFinalizeInvoiceParams{}
+	fp.IdempotencyKey = stripe.String("other-invoice-finalize")
+	if _, err := h.invoices().FinalizeInvoice(in.ID, fp); err != nil { // empty: paid at once
+		t.Fatal(err)
+	}
+	evs := h.srv.Events()[before:]
+	for round := range 3 {
+		for i := range evs {
+			ev := evs[i]
+			if round == 1 {
+				ev = evs[len(evs)-1-i]
+			}
+			got := h.deliver(ev)
+			if got == "ignored: event type not handled" {
+				continue
+			}
+			if round == 0 && got != "otherpayment" || round > 0 && got != "duplicate" {
+				t.Errorf("round %d: %s answered %q", round, ev.Type, got)
+			}
+		}
+	}
+	for key, who := range map[string]string{h.key("cus_1"): "the declined charge", r.Key.String(): "the rejected usage report"} {
+		if c, err := h.store.Get(ctx, key); err != nil || c.State != claim.StateFailed {
+			t.Errorf("%s after another object's success = %s (%s), %v; want failed", who, c.State, c.LastError, err)
+		}
+	}
+	if _, err := h.b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Errorf("Charge after another object's success = %v, want still declined", err)
 	}
 }
