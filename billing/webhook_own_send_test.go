@@ -206,6 +206,15 @@ func TestWebhookOwnPaymentIntentCompletedDuringAReBillRefusesItUnsent(t *testing
 	if n := h.count("cus_1"); n != 1 {
 		t.Fatalf("%d payments for the period after a re-bill during its PaymentIntent's success (Rebill = %+v, %v), want 1", n, r, err)
 	}
+	if err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi || r.Attempt != 1 {
+		t.Errorf("the stopped Rebill = %+v, %v; want attempt 1's receipt, already billed by %s", r, err, pi)
+	}
+	if c2 := h.claimOf2("cus_1", 2); c2.State != claim.StateFailed || c2.FailureCode != claim.FailureSuperseded {
+		t.Errorf("the stopped re-bill's claim = %s %q, want failed %q", c2.State, c2.FailureCode, claim.FailureSuperseded)
+	}
+	if !strings.Contains(h.logs.String(), "a re-bill of the period was stopped") {
+		t.Errorf("the stopped re-bill is not in the log:\n%s", h.logs)
+	}
 	if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
 		t.Errorf("attempt 1 = %s %s, want succeeded %s", c.State, c.StripeID, pi)
 	}
