@@ -77,7 +77,11 @@ func rank(s State) int {
 // attempt's timeout and a margin for clocks, ends before Stripe's 24 hours.
 const keyWindow = 24 * time.Hour
 
-// clockSlack is how far Stripe's clock and the database's may differ.
+// clockSlack is how far apart two readings of one moment may be, on
+// Stripe's clock and the database's: the clocks' difference, and the whole
+// seconds Stripe gives its times in. A send before the reopening of a
+// key's window is further from it: a send that reached Stripe shortly
+// before the resend makes Stripe refuse the resend's identifier.
 const clockSlack = 5 * time.Minute
 
 // ownSend tells whether u is shown to be about c's own send: the one rule
@@ -124,7 +128,7 @@ func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 		switch {
 		case !strings.HasPrefix(c.Period, u.PeriodPrefix):
 			return claimengine.OtherPayment, fmt.Sprintf("the update is about the events of meter %s, the claim's period is %q", strings.TrimSpace(strings.TrimPrefix(u.PeriodPrefix, "usage ")), c.Period)
-		case !c.ReconciledAt.IsZero() && fromAge > reopened:
+		case !c.ReconciledAt.IsZero() && fromAge > reopened+clockSlack:
 			return claimengine.Unproven, "the update may be about the usage event sent before the key's window was reopened, not about the resend that counts"
 		case fromAge < opened-keyWindow:
 			return claimengine.OtherPayment, fmt.Sprintf("the update is about events received from %v ago, and the claim's key can be sent only until %v after its window opened, %v ago",
