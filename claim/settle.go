@@ -243,8 +243,8 @@ func decide(c Claim, u update) change {
 	return ch
 }
 
-// supersede decides what a claim revived by its own payment, c, does to
-// other, the live claim that holds c's period now. A re-bill of c that is
+// supersede decides what ch, the revival of claim c by its own payment,
+// does to other, the live claim that holds c's period now. A re-bill of c that is
 // still pending (of c's scope, a later attempt, with no step done at
 // Stripe) is stopped: it is returned failed, to be written in the
 // transaction that revives c, so that no send check passes for its key
@@ -255,16 +255,19 @@ func decide(c Claim, u update) change {
 // period (a re-bill that paid it or is processing, a claim of another
 // scope or kind) keeps it, and c stays failed: the answer is PaidTwice, for
 // a person.
-func supersede(c, other Claim) (stopped Claim, ok bool, reason string) {
+func supersede(ch change, c, other Claim) change {
 	if other.State != StatePending || other.Scope != c.Scope || other.Attempt <= c.Attempt || other.Step != "" ||
 		objectKind(other.Endpoint) != objectKind(c.Endpoint) {
-		return Claim{}, false, fmt.Sprintf("the claim's own payment %s succeeded after it failed, and claim %q (attempt %d, %s %s) holds the period: it may be paid twice",
-			c.StripeID, other.Key, other.Attempt, other.State, other.StripeID)
+		return change{outcome: claimengine.PaidTwice, next: c,
+			reason: fmt.Sprintf("the claim's own payment %s succeeded after it failed, and claim %q (attempt %d, %s %s) holds the period: it may be paid twice",
+				c.StripeID, other.Key, other.Attempt, other.State, other.StripeID)}
 	}
 	s := other
 	s.State, s.FailureCode, s.Owner = StateFailed, FailureSuperseded, ""
 	s.LastError = fmt.Sprintf("stopped: attempt %d's own payment %s succeeded after it failed, and pays the period; if this key reached Stripe before, its payment is not recorded: look it up by the key", c.Attempt, c.StripeID)
-	return s, true, ""
+	ch.stopped = s
+	ch.reason += "; stopped the re-bill " + other.Key
+	return ch
 }
 
 // newerDispute tells whether u's dispute replaces c's: the one Stripe
@@ -368,10 +371,7 @@ func (p *pgEngine) Apply(ctx context.Context, u update) (applied, error) {
 		case err != nil:
 			return applied{}, fmt.Errorf("claim: reading the claim that holds the period of %q: %w", u.Key, err)
 		default:
-			var ok bool
-			if ch.stopped, ok, ch.reason = supersede(ch.next, other); !ok {
-				ch = change{outcome: claimengine.PaidTwice, next: c, reason: ch.reason}
-			}
+			ch = supersede(ch, c, other)
 		}
 	}
 	return p.finishApply(ctx, tx, u, c, ch)
@@ -460,10 +460,7 @@ func (m *memEngine) Apply(ctx context.Context, u update) (applied, error) {
 	var other *Claim
 	if k, held := m.live[period]; ch.revived && held && k != c.Key {
 		other = m.byKey[k]
-		var ok bool
-		if ch.stopped, ok, ch.reason = supersede(ch.next, m.snapshot(other, now)); !ok {
-			ch = change{outcome: claimengine.PaidTwice, next: *c, reason: ch.reason}
-		}
+		ch = supersede(ch, *c, m.snapshot(other, now))
 	}
 	out := applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
 	if s := ch.stopped; s.Key != "" {
