@@ -163,7 +163,8 @@
 //     count (see Clocks below for the one exception).
 //  6. Outcomes are final: a decline is recorded and ends its key; billing
 //     again is an explicit re-bill under a new key, never an automatic
-//     retry.
+//     retry. (The declined payment itself may still succeed, when its
+//     customer completes it: its claim is then succeeded; see Webhooks.)
 //  7. Honest locks: a [lock.Locker] holds its lock on one connection,
 //     releases it there or destroys the connection, and cancels the guarded
 //     job's context when the lock is lost.
