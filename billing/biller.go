@@ -299,7 +299,9 @@ type Event struct {
 	// Result is what came of a webhook delivery (EventWebhook): "applied"
 	// (the claim changed), "duplicate" (applied before), "unchanged" (the
 	// claim knew as much already), "other_payment" (the claim records
-	// another payment), "ignored" (an event type not handled, or a payment
+	// another payment), "unproven" (nothing shows the event is about the
+	// claim's own send: the claim has recorded no payment yet, and its own
+	// resume settles it), "ignored" (an event type not handled, or a payment
 	// that is not billonce's or has no claim), "not_applied" (as
 	// EventNotApplied), "rejected" (answered 4xx: not a POST, a body too
 	// large or unreadable, a bad signature) or "retry" (answered 5xx, for

@@ -505,6 +505,20 @@ func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Rece
 // ends at the first attempt without a claim: one lookup per re-bill made.
 func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
 	last := j
+	for a := 1; a < j.attempt; a++ {
+		// An earlier attempt whose own payment succeeded after it failed
+		// (a PaymentIntent completed on session) paid the period, and
+		// stopped this re-bill.
+		key, err := b.keyFor(j.customer, j.period, a)
+		if err != nil {
+			break
+		}
+		if c, err := b.claims.Get(ctx, key.String()); err == nil && c.State == claim.StateSucceeded {
+			paid := j
+			paid.key, paid.attempt, paid.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
+			return b.receipt(paid, c.StripeID, AlreadyBilled), nil
+		}
+	}
 	if j.attempt > 0 {
 		for a := j.attempt + 1; a <= maxAttempt; a++ {
 			key, err := b.keyFor(j.customer, j.period, a)
@@ -637,6 +651,15 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
 		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, err)
 	case errors.Is(err, claimengine.ErrLeaseLost):
+		if c, gerr := b.claims.Get(ctx, j.key.String()); gerr == nil && c.State == claim.StateFailed && c.FailureCode == claim.FailureSuperseded {
+			// Stopped by an earlier attempt's own payment, which paid
+			// the period (see Biller.Webhook).
+			if mayHaveRun {
+				b.log.LogAttrs(ctx, slogError, "billonce: a re-bill was stopped after an attempt that may have reached Stripe; look its key up, and refund a payment of it", attrs(j)...)
+				return Receipt{}, chargeErr(j, ErrNeedsReconciliation, "stopped after an attempt that may have reached Stripe, since an earlier attempt's payment paid the period: look its key up in Stripe, and refund a payment of it", err)
+			}
+			return b.afterFailure(ctx, j, c)
+		}
 		// Another runner took the claim over; it sends from now on.
 		return Receipt{}, chargeErr(j, ErrInProgress, "stopped sending", err)
 	}
@@ -918,7 +941,7 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 	defer cancel()
 	if !succeeded(out) {
 		reason := "Stripe object " + out.id + " has status " + out.status
-		if err := recordErr(ctx, b.claims.Fail(ctx, j.key.String(), reason)); err != nil {
+		if err := recordErr(ctx, b.claims.Fail(ctx, j.key.String(), out.id, reason)); err != nil {
 			e := chargeErr(j, ErrNotRecorded, reason, err)
 			e.StripeID, e.RequestID = out.id, out.requestID
 			return Receipt{}, e
@@ -988,7 +1011,7 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		if fix := itemCodes[se.Code]; fix != "" {
 			reason += "; " + fix
 		}
-		if ferr := recordErr(bg, b.claims.Fail(bg, key, reason)); ferr != nil {
+		if ferr := recordErr(bg, b.claims.Fail(bg, key, declinedObject(se), reason)); ferr != nil {
 			return declined(j, ErrNotRecorded, "declined ("+reason+")", ferr, se)
 		}
 		e := declined(j, ErrDeclined, reason, nil, se)
@@ -1014,6 +1037,15 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 	// exist.
 	b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
 	return chargeErr(j, ErrOutcomeUnknown, "", err)
+}
+
+// declinedObject is the Stripe object a decline names, which the failed
+// claim records as its own: the PaymentIntent, or else the charge.
+func declinedObject(se *stripe.Error) string {
+	if se.PaymentIntent != nil && se.PaymentIntent.ID != "" {
+		return se.PaymentIntent.ID
+	}
+	return se.ChargeID
 }
 
 // giveUp hands the claim on after a send that did not settle it: a claim

@@ -138,7 +138,9 @@
 // summary for the customer and window decides, instead of a search. A
 // delivered report's claim is succeeded; Stripe may still reject the
 // event as it aggregates it, and the meter error report that says so
-// (a v2 event, delivered to [Biller.Webhook]) fails the claims it names.
+// (a v2 event, delivered to [Biller.Webhook]) fails the claims it names,
+// when it can be about their own event: on their meter, and validated
+// within the day in which their key can be sent.
 // ReportUsage has the details, and what each step can and cannot prove.
 //
 // # Invariants
@@ -167,7 +169,8 @@
 //     count (see Clocks below for the one exception).
 //  6. Outcomes are final: a decline is recorded and ends its key; billing
 //     again is an explicit re-bill under a new key, never an automatic
-//     retry.
+//     retry. (The declined payment itself may still succeed, when its
+//     customer completes it: its claim is then succeeded; see Webhooks.)
 //  7. Honest locks: a [lock.Locker] holds its lock on one connection,
 //     releases it there or destroys the connection, and cancels the guarded
 //     job's context when the lock is lost.
@@ -215,7 +218,22 @@
 //
 // [Biller.Webhook] is the handler for Stripe's events: it verifies their
 // signature (400 if it is wrong) and applies each to the claim of its
-// payment in the claim store, once: a redelivery is a duplicate.
+// payment in the claim store, once: a redelivery is a duplicate. The
+// metadata that names a claim is anyone's to write, so an event moves a
+// claim only when it is shown to be about the claim's own send: its
+// object is the one the claim recorded from Stripe's answer to its key.
+// Before a claim has recorded its payment, no event moves it; the claim's
+// own resume settles it with its key.
+//
+// A failed claim records the payment Stripe declined, when its answer
+// named one. That payment's success after all moves the claim on to
+// succeeded, the one way out of failed: a PaymentIntent declined off
+// session with authentication_required, which its customer completes on
+// session (Stripe's recovery), pays the period, and a Rebill of it then
+// returns that payment's receipt, AlreadyBilled. A re-bill under way is
+// stopped at its next send check; one that paid the period first keeps
+// it, and the event is reported (EventNotApplied) for a person to refund
+// one of the two payments.
 // An event that can never be applied is answered 200 and reported
 // (EventNotApplied), so that Stripe does not retry it for days; a failure
 // that may pass (the claim store, a read from Stripe) is answered 5xx, so

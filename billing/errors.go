@@ -122,7 +122,11 @@ var (
 	// Run Reconcile again later, or look the key up in the Stripe dashboard
 	// (metadata billonce_key = ChargeError.Key) and record what you found
 	// with the billonce command: billonce resolve -key KEY -payment ID (or
-	// -payment none once the key's 24-hour window has passed).
+	// -payment none once the key's 24-hour window has passed). A re-bill
+	// stopped after an attempt that may have reached Stripe, because an
+	// earlier attempt's own payment paid the period (its claim is failed
+	// with claim.FailureSuperseded), is this error too: look its key up,
+	// and refund a payment of it.
 	ErrNeedsReconciliation = errors.New("billing: needs reconciliation")
 	// ErrNotRecorded is returned when Stripe gave a definitive answer (a
 	// charge, StripeID, or a decline) but it could not be written to the

@@ -695,8 +695,8 @@ func (s *failAfter) Reopen(ctx context.Context, key, owner, endpoint, credential
 	return errAfterDelegating
 }
 
-func (s *failAfter) Fail(ctx context.Context, key, reason string) error {
-	if err := s.claimEngine.Fail(ctx, key, reason); err != nil || !s.should("Fail") {
+func (s *failAfter) Fail(ctx context.Context, key, stripeID, reason string) error {
+	if err := s.claimEngine.Fail(ctx, key, stripeID, reason); err != nil || !s.should("Fail") {
 		return err
 	}
 	return errAfterDelegating

@@ -475,7 +475,7 @@ func (v *invoicing) settle(ctx context.Context, status string) (Receipt, error) 
 		err = b.claims.Process(rctx, j.key.String(), v.id)
 	default:
 		reason := "invoice " + v.id + " is " + status
-		if ferr := b.claims.Fail(rctx, j.key.String(), reason); ferr != nil {
+		if ferr := b.claims.Fail(rctx, j.key.String(), v.id, reason); ferr != nil {
 			err = ferr
 			break
 		}

@@ -111,6 +111,10 @@ func (b *Biller) applied(ctx context.Context, source string, a claimApplied) {
 			append(log, slog.Int64("refunded", c.Refunded), slog.Int64("amount", c.Amount))...)
 		b.observe(e)
 	}
+	if s := a.Superseded; s.Key != "" {
+		b.log.LogAttrs(ctx, slogError, "billonce: a re-bill of the period was stopped, since an earlier attempt's own payment paid it; if the re-bill's key reached Stripe before, its payment is not recorded: look it up by its key",
+			append(log, slog.String("stopped_key", s.Key), slog.Int("stopped_attempt", s.Attempt), slog.String("stopped_last_error", s.LastError))...)
+	}
 	if c.Dispute != a.Before.Dispute {
 		e := base
 		e.Kind, e.Dispute = EventDisputed, c.Dispute
@@ -228,6 +232,11 @@ func (b *Biller) settledByEvent(ctx context.Context, j job, out created, serr er
 		return serr
 	}
 	c, err := b.claims.Get(ctx, j.key.String())
+	if err == nil && c.State == claim.StateFailed && c.FailureCode == claim.FailureSuperseded {
+		b.log.LogAttrs(ctx, slogError, "billonce: a re-bill stopped while its request was on its way was charged: an earlier attempt's own payment paid the period too; refund one of them",
+			attrs(j, "stripe_id", out.id)...)
+		return serr
+	}
 	if err != nil || c.State != claim.StateProcessing || c.StripeID != out.id {
 		return serr
 	}

@@ -634,11 +634,11 @@ func (s *simStore) Succeed(ctx context.Context, key, stripeID string) error {
 	return s.inner.Succeed(ctx, key, stripeID)
 }
 
-func (s *simStore) Fail(ctx context.Context, key, reason string) error {
+func (s *simStore) Fail(ctx context.Context, key, stripeID, reason string) error {
 	if err := s.alive(); err != nil {
 		return err
 	}
-	return s.inner.Fail(ctx, key, reason)
+	return s.inner.Fail(ctx, key, stripeID, reason)
 }
 
 func (s *simStore) Release(ctx context.Context, key, owner, lastErr string) error {

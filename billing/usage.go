@@ -225,12 +225,15 @@ func checkMeter(u Usage, m meterInfo) error {
 // meterTotal); the period keeps reports made before the table recorded
 // windows from starting at the same minute.
 func usagePeriod(u Usage) string {
-	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339)
+	p := meterPeriods(u.Meter) + u.Start.Format(time.RFC3339)
 	if u.Kind == WindowTotals {
 		return p + " total " + strconv.Itoa(u.Attempt)
 	}
 	return p + " increment"
 }
+
+// meterPeriods begins the period of every report on meter.
+func meterPeriods(meter string) string { return "usage " + meter + " " }
 
 // usageJobFromClaim rebuilds the usage report a pending claim stands for,
 // with the claim's own key: its meter and window are the claim's, its
@@ -401,12 +404,17 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // ones it rejects later, in a meter error report (a
 // v1.billing.meter.error_report_triggered event); [Biller.Webhook] fails
 // the usage claims it names, and a report of the same window is then sent
-// again only with the next Attempt. It leaves alone a claim that is not a
-// usage report (an identifier is whatever the event's sender chose), and
-// one whose window was reopened, and its event sent again, after the
-// report's validation began: the report may be about the earlier send. Error reports name a sample of the rejected events, not all:
-// those not named stay delivered; compare the meter's summaries to find
-// them.
+// again only with the next Attempt. An identifier is whatever the event's
+// sender chose, and Stripe takes it again once it has forgotten it, so a
+// report fails only a usage report's claim that it can be about: on the
+// claim's meter, with a validation window that reaches into the time the
+// claim's key can be sent (from its claim to a day after; Stripe's clock
+// and the database's are each read as ages, so they need not agree), and,
+// for a claim whose window was reopened and its event sent again, that
+// begins after the reopening (the report may be about the earlier send).
+// Any other report naming the identifier is logged and changes nothing.
+// Error reports name a sample of the rejected events, not all: those not
+// named stay delivered; compare the meter's summaries to find them.
 //
 // Every error is a [*ChargeError], as for charges.
 func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {

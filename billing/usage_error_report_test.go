@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +139,79 @@ func TestMeterErrorReportNamingAChargeLeavesIt(t *testing.T) {
 	}
 	if n := h.count("cus_1"); n != 1 {
 		t.Errorf("%d charges for the period, want 1", n)
+	}
+}
+
+// A meter error report about an event another writer sent with a counted
+// report's identifier must not fail the report's claim: the next attempt,
+// sent because of a failed claim, would count the window twice. Stripe
+// takes the identifier again once it has forgotten it (a day after the
+// counted event), and on another meter if it keeps identifiers per meter;
+// a report can be about the claim's event only if its validation window
+// covers the time the claim could send it, on the claim's meter.
+func TestMeterErrorReportAboutAnotherWritersEventLeavesTheCountedReport(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		after time.Duration // how long after the counted event the other one is sent
+		meter string        // the other event's meter
+		table bool          // sent by a second claim table of the same scope, not by other code
+	}{
+		{"a second claim table, a day later", 25 * time.Hour, "api_calls", true},
+		{"other code with the account's key, a day later", 25 * time.Hour, "api_calls", false},
+		{"other code, on another meter, within the day", 2 * time.Minute, "other_calls", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// Identifiers are kept a minute only, so that the same
+			// identifier can be taken on another meter within the day.
+			h := newHookEnvWith(t, billing.Charges, billingtest.Config{IdentifierWindow: time.Minute})
+			h.srv.CreateMeter("api_calls", "sum", "")
+			h.srv.CreateMeter("other_calls", "sum", "")
+			ctx := context.Background()
+			u := usage("cus_1", 9)
+			r, err := h.b.ReportUsage(ctx, u)
+			if err != nil || r.Outcome != billing.Created {
+				t.Fatalf("report = %+v, %v; want created", r, err)
+			}
+			h.srv.AggregateNow()
+			requireCounted(t, h.srv, u)
+			h.advance(tc.after)
+			h.srv.RejectUsage("cus_1", "meter_event_customer_not_found") // the other event is rejected as Stripe aggregates it
+			if tc.table {
+				if r, err := h.otherTable().ReportUsage(ctx, u); err != nil || r.Outcome != billing.Created {
+					t.Fatalf("the second table's report = %+v, %v; want created (Stripe has forgotten the identifier)", r, err)
+				}
+			} else {
+				events := meterevent.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+					URL:               stripe.String(h.srv.URL),
+					HTTPClient:        &http.Client{Transport: testTransport, Timeout: 10 * time.Second},
+					MaxNetworkRetries: stripe.Int64(0),
+					LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+				}), Key: secretKey}
+				//idemvet:ignore an event sent by other code, which sends no key
+				if _, err := events.New(&stripe.BillingMeterEventParams{EventName: stripe.String(tc.meter), Identifier: stripe.String(r.Key.String()),
+					Payload: map[string]string{"stripe_customer_id": "cus_1", "value": "9"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.srv.AggregateNow()
+			h.deliverAll()
+			c, err := h.store.Get(ctx, r.Key.String())
+			if err != nil || c.State != claim.StateSucceeded {
+				t.Errorf("claim after a report about another writer's event = %s (%s), %v; want succeeded", c.State, c.LastError, err)
+			}
+			if !strings.Contains(h.logs.String(), "cannot be about this claim's usage event") {
+				t.Errorf("no warning about the report in the log:\n%s", h.logs)
+			}
+			// Whoever reads a failed claim reports the window again.
+			h.srv.RejectUsage("cus_1", "")
+			if _, err := h.b.ReportUsage(ctx, u); errors.Is(err, billing.ErrDeclined) {
+				u2 := u
+				u2.Attempt = 2
+				_, _ = h.b.ReportUsage(ctx, u2)
+			}
+			requireCounted(t, h.srv, u)
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,7 +80,16 @@ var webhookTypes = map[string]bool{
 // every billonce payment carries:
 //
 //   - charge.pending, payment_intent.processing: the payment is processing;
-//   - charge.succeeded, payment_intent.succeeded: it settled;
+//   - charge.succeeded, payment_intent.succeeded: it settled; a claim
+//     failed by its own payment (a PaymentIntent declined off session with
+//     authentication_required, which its customer then completes on
+//     session, as Stripe advises) is succeeded by its success: the period
+//     is paid. A re-bill of the period still pending is stopped (its
+//     claim failed, with claim.FailureSuperseded, and the error logged:
+//     a payment of it that reached Stripe before is not recorded); one
+//     that paid the period, or is processing, keeps it, and the event is
+//     answered 200 and reported as EventNotApplied, the period perhaps
+//     paid twice, for a person;
 //   - charge.failed, payment_intent.payment_failed: it failed, with
 //     Stripe's failure code; the claim is failed for its key and nobody is
 //     billed again without a Rebill;
@@ -106,9 +116,22 @@ var webhookTypes = map[string]bool{
 // leave the claim where the newest left it. Events of other types, and
 // events about payments without billonce's metadata or without a claim
 // (another product's, another environment's), are answered 200 and
-// ignored; so is an event whose metadata names the key of a claim of
-// another kind (an invoice's event and a charge's claim, say: anyone with
-// the account's API key can write any metadata). A failure to reach the claim store is answered 500, and a
+// ignored.
+//
+// The metadata that names a claim is anyone's to write who has the
+// account's API key (a support script copying it onto a payment of its
+// own, say), so an event moves a claim only when it is shown to be about
+// the claim's own send: its object is of the claim's kind and is the one
+// the claim recorded from Stripe's answer to its key (a meter error
+// report: see [Biller.ReportUsage]). An event about another payment is
+// answered "other_payment" and logged as a warning. An event for a claim
+// that has recorded no payment yet (its answer was lost, its runner
+// crashed) is answered "unproven" and changes nothing: the next Charge,
+// Run or Reconcile resumes the claim with its key and Stripe answers it
+// again, or, past the key's window, a search that finds exactly one
+// payment for the key settles it.
+//
+// A failure to reach the claim store is answered 500, and a
 // failure to read a dispute's or refund's payment from Stripe 503, so
 // that Stripe delivers the event again. An event that can never be
 // applied (its payment does not exist on this account, or it names a key
@@ -118,7 +141,7 @@ var webhookTypes = map[string]bool{
 //
 // Every delivery, whatever its answer, is then reported to Config.Observe
 // as one EventWebhook whose Result says what came of it: "applied",
-// "duplicate", "unchanged", "other_payment", "ignored", "not_applied",
+// "duplicate", "unchanged", "other_payment", "unproven", "ignored", "not_applied",
 // "rejected" (a 4xx answer: not a POST, a body too large or unreadable, a
 // bad signature) or "retry" (a 5xx answer, for Stripe to deliver again).
 //
@@ -272,6 +295,11 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	case claimengine.OtherPayment:
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names another payment than the claim's; nothing changed", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultOtherPayment
+	case claimengine.PaidTwice:
+		return h.notApplied(ctx, w, ev, u.StripeID, log, a.Reason+"; a person decides what to refund (billonce bills nobody again for it)", errPaidTwice)
+	case claimengine.Unproven:
+		h.b.log.LogAttrs(ctx, slogInfo, "billonce: webhook event is not shown to be about the claim's own send; nothing changed, and the claim's own resume settles it with its key", append(log, slog.String("reason", a.Reason))...)
+		e.Result = resultUnproven
 	case claimengine.Duplicate:
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultDuplicate
@@ -279,7 +307,7 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 		h.b.log.LogAttrs(ctx, slogDebug, "billonce: webhook event changed nothing", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultUnchanged
 	}
-	if ev.Type == "invoice.payment_failed" && a.Outcome != claimengine.Duplicate && a.Outcome != claimengine.OtherPayment &&
+	if ev.Type == "invoice.payment_failed" && (a.Outcome == claimengine.Changed || a.Outcome == claimengine.Unchanged) &&
 		a.Claim.State == claim.StateProcessing {
 		// Each failed attempt to collect an open invoice is reported once,
 		// as a failed payment is; the claim stays processing.
@@ -314,6 +342,7 @@ const (
 	resultDuplicate    = "duplicate"
 	resultUnchanged    = "unchanged"
 	resultOtherPayment = "other_payment"
+	resultUnproven     = "unproven"
 	resultIgnored      = "ignored"
 	resultNotApplied   = "not_applied"
 	resultRejected     = "rejected"
@@ -322,6 +351,10 @@ const (
 
 // errNoEventData is the cause reported for a signed event without data.
 var errNoEventData = errors.New("billing: webhook event without data")
+
+// errPaidTwice is the cause reported for a claim's own payment that
+// succeeded after the claim failed, once another payment holds its period.
+var errPaidTwice = errors.New("billing: the period may be paid twice")
 
 // missingPayment tells whether reading an event's payment failed because
 // Stripe has no such payment on this account: a redelivery finds none
@@ -448,7 +481,12 @@ type errorReport struct {
 	stripe.APIResource
 	ID     string `json:"id"`
 	Object string `json:"object"`
-	Data   struct {
+	// RelatedObject is the meter whose events the report is about.
+	RelatedObject *struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	} `json:"related_object"`
+	Data struct {
 		Reason struct {
 			ErrorCount int64 `json:"error_count"`
 			ErrorTypes []struct {
@@ -462,15 +500,18 @@ type errorReport struct {
 				} `json:"sample_errors"`
 			} `json:"error_types"`
 		} `json:"reason"`
-		// ValidationStart begins the window in which Stripe validated
-		// the events the report is about.
+		// ValidationStart and ValidationEnd bound the window in which
+		// Stripe validated the events the report is about.
 		ValidationStart time.Time `json:"validation_start"`
+		ValidationEnd   time.Time `json:"validation_end"`
 	} `json:"data"`
 }
 
 // thin applies a v2 event. A meter error report fails the claims of the
-// usage events it names (their identifiers are the claims' keys); every
-// other v2 event is acknowledged and ignored.
+// usage events it names (their identifiers are the claims' keys) that it
+// can be about: its meter and validation window go with each update, for
+// the claim store's rule; every other v2 event is acknowledged and
+// ignored.
 func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env thinEvent) Event {
 	log := []slog.Attr{slog.String("event", env.ID), slog.String("type", env.Type)}
 	if env.Type != meterErrorReport || env.ID == "" {
@@ -491,6 +532,22 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the event from Stripe; deliver again")
 		return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: reading it from Stripe: %w", env.ID, err)}
 	}
+	// An identifier is whatever the event's sender chose: the report
+	// fails a claim only if it can be about the claim's own event, on its
+	// meter and within the time its key can be sent (the claim store's
+	// rule for every update).
+	var periods string
+	if m := rep.RelatedObject; m != nil && m.ID != "" {
+		name, err := h.b.meterName(ctx, m.ID)
+		if err != nil && !missingPayment(err) {
+			h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the meter of a meter error report; Stripe will deliver it again", append(log, slog.Any("error", err))...)
+			answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the report's meter from Stripe; deliver again")
+			return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: reading meter %s from Stripe: %w", env.ID, m.ID, err)}
+		}
+		if name != "" {
+			periods = meterPeriods(name)
+		}
+	}
 	named, failed := 0, 0
 	for _, t := range rep.Data.Reason.ErrorTypes {
 		for _, s := range t.SampleErrors {
@@ -499,21 +556,9 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 				continue // not an identifier billonce made
 			}
 			named++
-			// The report is dated by the start of its validation window
-			// when it has one: the claim store leaves a claim whose window
-			// was reopened after that, since the report may be about the
-			// event sent before the reopening, not the counted resend.
-			created := env.Created
-			if vs := rep.Data.ValidationStart; !vs.IsZero() && (created.IsZero() || vs.Before(created)) {
-				created = vs
-			}
-			// An identifier is whatever the event's sender chose: the
-			// claim store applies it to a usage report's claim only.
 			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
-				Created: created, State: string(claim.StateFailed), FailureCode: t.Code, Endpoint: endpointMeterEvents}
-			if u.Created.IsZero() {
-				u.Created = time.Now()
-			}
+				Created: cmp.Or(env.Created, time.Now()), State: string(claim.StateFailed), FailureCode: t.Code, Endpoint: endpointMeterEvents,
+				PeriodPrefix: periods, SentFrom: rep.Data.ValidationStart, SentTo: cmp.Or(rep.Data.ValidationEnd, rep.Data.ValidationStart), ReadAt: stripeNow(rep.LastResponse)}
 			a, err := h.b.claims.Apply(ctx, u)
 			switch {
 			case errors.Is(err, claim.ErrNotFound), errors.Is(err, claim.ErrInvalid):
@@ -525,6 +570,9 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 			case a.Outcome == claimengine.Changed:
 				failed++
 				h.b.applied(ctx, env.ID, a)
+			case a.Outcome == claimengine.OtherPayment && a.Claim.Endpoint == endpointMeterEvents:
+				h.b.log.LogAttrs(ctx, slogWarn, "billonce: meter error report names a usage report's identifier but cannot be about this claim's usage event; the claim is left as it is (another writer sends events with billonce's identifiers)",
+					append(log, slog.String("key", id), slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("reason", a.Reason))...)
 			}
 		}
 	}
@@ -538,6 +586,41 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 	}
 	answer(w, http.StatusOK, fmt.Sprintf("applied: %d usage reports failed", failed))
 	return Event{Result: resultApplied, EventID: env.ID}
+}
+
+// stripeNow is the time on Stripe's clock when it answered r, from the
+// answer's Date header, or this process's time if it has none.
+func stripeNow(r *stripe.APIResponse) time.Time {
+	if r != nil {
+		if t, err := http.ParseTime(r.Header.Get("Date")); err == nil {
+			return t
+		}
+	}
+	return time.Now()
+}
+
+// meterName returns the event name of the meter with id: from the
+// Biller's meters, or read from Stripe.
+func (b *Biller) meterName(ctx context.Context, id string) (string, error) {
+	b.usageClients.meters.mu.Lock()
+	for name, m := range b.usageClients.meters.by {
+		if m.id == id {
+			b.usageClients.meters.mu.Unlock()
+			return name, nil
+		}
+	}
+	b.usageClients.meters.mu.Unlock()
+	if err := b.limiter.Wait(ctx); err != nil {
+		return "", err
+	}
+	m, err := b.meterList.Get(id, &stripe.BillingMeterParams{Params: stripe.Params{Context: ctx}})
+	if err != nil {
+		return "", err
+	}
+	if m.ID != id || m.EventName == "" {
+		return "", notAPayment(m.LastResponse)
+	}
+	return m.EventName, nil
 }
 
 // readReport reads a v2 event whole from Stripe.

@@ -39,8 +39,14 @@ type hookEnv struct {
 
 func newHookEnv(t *testing.T, api billing.API, async map[string]billingtest.Async) *hookEnv {
 	t.Helper()
+	return newHookEnvWith(t, api, billingtest.Config{Async: async})
+}
+
+// newHookEnvWith is newHookEnv on a fake configured with srvCfg.
+func newHookEnvWith(t *testing.T, api billing.API, srvCfg billingtest.Config) *hookEnv {
+	t.Helper()
 	h := &hookEnv{logs: &syncBuffer{}}
-	h.env = newEnvWith(t, billingtest.Config{Async: async}, func(c *billing.Config) {
+	h.env = newEnvWith(t, srvCfg, func(c *billing.Config) {
 		c.API = api
 		c.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.Observe = func(e billing.Event) {
@@ -742,8 +748,10 @@ func TestWebhookLateEventsForEarlierAttemptKeepPeriodBilledOnce(t *testing.T) {
 
 // A Run dies between Stripe's answer (a bank debit, pending) and its
 // write; the payment settles, its webhook events arrive while the claim is
-// still pending, 25 hours pass on both clocks, and runs come back.
-func TestWebhookSettlesCrashedRunsPendingClaim(t *testing.T) {
+// still pending (nothing shows they are about the claim's own send, so they
+// change nothing), 25 hours pass on both clocks, and runs come back: the
+// claim's own search settles it, and nobody is charged again.
+func TestWebhookEventsOfACrashedRunsPaymentChargeNobodyAgain(t *testing.T) {
 	t.Parallel()
 	for _, fail := range []string{"", "insufficient_funds"} {
 		t.Run("failure="+fail, func(t *testing.T) {
@@ -766,6 +774,9 @@ func TestWebhookSettlesCrashedRunsPendingClaim(t *testing.T) {
 			}
 			for i := 0; i < 2*len(evs); i++ {
 				<-done
+			}
+			if c := h.claimOf("cus_c"); c.State != claim.StatePending {
+				t.Fatalf("claim after events it has not recorded the payment of = %s, want pending", c.State)
 			}
 			h.ageClaim(key, 25*time.Hour)
 			sum, err := h.b.Run(ctx, period, billing.Customers("cus_c"), nil)

@@ -31,7 +31,7 @@ func TestCheckSendSucceed(t *testing.T) {
 	if err := p.Succeed(ctx, "k2", "ch_2"); err != nil { // settled before
 		t.Fatal(err)
 	}
-	if err := p.Fail(ctx, "k6", "card_declined"); err != nil {
+	if err := p.Fail(ctx, "k6", "", "card_declined"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -113,6 +113,14 @@ func validateID(name, v string) error {
 	return nil
 }
 
+// validateOptionalID checks a Stripe id argument that may be empty.
+func validateOptionalID(name, v string) error {
+	if v == "" {
+		return nil
+	}
+	return validateID(name, v)
+}
+
 // validateText checks a free-text argument (a reason or an error message).
 func validateText(name, v string) error {
 	if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
@@ -150,7 +158,9 @@ func validateBatch(reqs []request) error {
 // claim: the State of a Claim that was not found.
 type State string
 
-// The states of a claim. Succeeded and Failed are terminal.
+// The states of a claim. Succeeded is terminal. Failed is terminal for its
+// key: only the claim's own recorded payment succeeding after all moves it
+// on, to Succeeded (see the package documentation's States).
 const (
 	StatePending State = "pending"
 	// StateProcessing: the payment exists at Stripe but has not settled (a
@@ -163,6 +173,11 @@ const (
 	StateFailed     State = "failed"
 )
 
+// FailureSuperseded is the FailureCode of a re-bill stopped before it was
+// sent again, because an earlier attempt of its period was paid after all:
+// that attempt's own payment succeeded after it had failed.
+const FailureSuperseded = "superseded"
+
 // A Claim is a row of the claim table.
 type Claim struct {
 	Customer   string
@@ -171,7 +186,7 @@ type Claim struct {
 	Amount     int64
 	Currency   string
 	State      State
-	StripeID   string    // set when State is StateSucceeded (see also Step)
+	StripeID   string    // set when State is StateSucceeded, and on a failed claim whose failure named its object (see also Step)
 	Leases     int       // how many times the claim was won or resumed
 	Owner      string    // the runner holding the lease; "" after Release
 	LeaseUntil time.Time // the lease ends at this time on the store's clock

@@ -31,7 +31,7 @@ func TestCountByPeriod(t *testing.T) {
 	if err := engineOf(store).Succeed(ctx, "key_cus_1", "ch_1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := engineOf(store).Fail(ctx, "key_cus_2", "card_declined"); err != nil {
+	if err := engineOf(store).Fail(ctx, "key_cus_2", "", "card_declined"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := store.Count(ctx, "2025-01") // req's period
@@ -63,7 +63,7 @@ func TestListByPeriodAndCustomer(t *testing.T) {
 	for _, c := range []string{"cus_2", "cus_1"} {
 		mustClaim(t, eng, req(c, "key_"+c, "run-1"), claimengine.Won)
 	}
-	if err := eng.Fail(ctx, "key_cus_1", "card_declined"); err != nil {
+	if err := eng.Fail(ctx, "key_cus_1", "", "card_declined"); err != nil {
 		t.Fatal(err)
 	}
 	again := req("cus_1", "key_cus_1_2", "run-1")

@@ -98,8 +98,9 @@
 //
 //	          Claim                  Succeed(stripeID)
 //	(none) ──────────► pending ─────────────────────► succeeded   (terminal)
-//	                      │  Fail(reason)
-//	                      ├─────────────────────────► failed      (terminal for this key)
+//	                      │  Fail(stripeID, reason)                  ▲ Apply: its own payment
+//	                      ├─────────────────────────► failed ────────┘ succeeded after all
+//	                      │                          (terminal for this key)
 //	                      │  Process(stripeID): Stripe answered "pending" or
 //	                      │  "processing" (a bank debit that settles days later)
 //	                      ├──► processing ──Apply (webhook or read)──► succeeded
@@ -116,6 +117,22 @@
 // code (Claim.FailureCode, and Claim.ProcessingAt tells it from a card
 // decline); like any failed claim it is never billed again automatically:
 // a re-bill is a new attempt with a new key, decided by a person.
+//
+// A failed claim records the Stripe object that failed when Stripe's
+// answer named one (the declined PaymentIntent or charge). One edge leaves
+// the failed state: when that same object succeeds after all, as a
+// PaymentIntent declined off session (authentication_required) does once
+// its customer completes it on session, Stripe's documented recovery, the
+// claim becomes succeeded: the period is paid, and billing it again would
+// charge twice. Only the claim's own recorded payment does this, and only
+// by an event no older than the latest one the claim applied. The claim
+// takes its period back: a re-bill of it still pending (of the same scope,
+// a later attempt) is failed in the same transaction, with FailureCode
+// [FailureSuperseded], so that no send check passes for its key again (if
+// an earlier send of that key reached Stripe, its payment is not recorded:
+// billing reports it for a person). A re-bill that paid the period, or is
+// processing, keeps it; the claim stays failed, and the update is reported
+// as the period perhaps paid twice.
 //
 // # What you call, and what billing calls
 //
@@ -190,13 +207,20 @@
 // event, or the same event delivered to several replicas at once, is
 // applied once (a duplicate for the others). States only move forward
 // (pending, processing, then succeeded or failed), so an older event
-// arriving after a newer one changes nothing; the two terminal states
-// never replace each other. Refunds (the amount refunded so far only
+// arriving after a newer one changes nothing; a succeeded claim never
+// fails, and a failed one succeeds only by its own payment (see States). Refunds (the amount refunded so far only
 // grows) and disputes (the latest by Stripe's creation time of its event,
 // Claim.DisputeAt; of two created in the same second, the greater id) are
 // recorded on the claim without changing its state: they are not a reason
-// to bill again. An event for a payment other than the one the claim
-// records changes nothing.
+// to bill again. An event moves a claim only when it is shown to be about
+// the claim's own send: an event for a payment other than the one the
+// claim records, or of another kind of object, changes nothing, and so
+// does any event for a claim that has recorded no Stripe object of its
+// own yet (its send's answer, which a resume with the same key gets from
+// Stripe again, settles it). An event about a usage report's meter event,
+// whose identifier any writer may send, is shown to be about the claim's
+// own by its meter and its time: a window within the day after the
+// claim's key window opened, and after its last reopening.
 //
 // # Pruning the events table
 //

@@ -268,15 +268,15 @@ func (m *memEngine) Succeed(ctx context.Context, key, stripeID string) error {
 }
 
 // Fail records that key failed definitively. See claimengine.Engine.
-func (m *memEngine) Fail(ctx context.Context, key, reason string) error {
-	if err := errors.Join(validateID("key", key), validateText("reason", reason)); err != nil {
+func (m *memEngine) Fail(ctx context.Context, key, stripeID, reason string) error {
+	if err := errors.Join(validateID("key", key), validateOptionalID("stripe id", stripeID), validateText("reason", reason)); err != nil {
 		return err
 	}
 	return m.update(key, func(c *Claim, now time.Time) error {
 		if c.State != StatePending {
 			return failConflict(*c)
 		}
-		c.State, c.LastError = StateFailed, reason
+		c.State, c.LastError, c.StripeID = StateFailed, reason, cmp.Or(stripeID, c.StripeID)
 		delete(m.live, [2]string{c.Customer, c.Period})
 		return nil
 	})

@@ -626,12 +626,12 @@ func succeedConflict(c Claim, stripeID string) error {
 
 // Fail records that key failed definitively. It does not check the lease.
 // See [Store].
-func (p *pgEngine) Fail(ctx context.Context, key, reason string) error {
-	if err := errors.Join(validateID("key", key), validateText("reason", reason)); err != nil {
+func (p *pgEngine) Fail(ctx context.Context, key, stripeID, reason string) error {
+	if err := errors.Join(validateID("key", key), validateOptionalID("stripe id", stripeID), validateText("reason", reason)); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET state = 'failed', last_error = $2, updated_at = now()
-		WHERE key = $1 AND state = 'pending'`, key, reason)
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET state = 'failed', last_error = $2, stripe_id = coalesce(nullif($3, ''), stripe_id), updated_at = now()
+		WHERE key = $1 AND state = 'pending'`, key, reason, stripeID)
 	if err != nil {
 		return fmt.Errorf("claim: recording failure of %q: %w", key, err)
 	}

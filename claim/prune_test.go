@@ -37,7 +37,7 @@ func TestPruneEventsThenRedeliver(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
+		mustSend(t, s, req("cus_1", "k1", "a"))
 		events := paymentEvents("k1")
 		for _, u := range events {
 			if _, err := s.Apply(ctx, u); err != nil {
@@ -104,7 +104,7 @@ func TestPruneSameSecondDisputes(t *testing.T) {
 			return claimengine.Update{EventID: id, EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: dispute, Created: t0}
 		}
 		a, b := d("evt_da", "dp_a (fraudulent)"), d("evt_db", "dp_b (general)")
-		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
+		mustSend(t, s, req("cus_1", "k1", "a"))
 		mustApply(t, s, a, claimengine.Changed)
 		first, _ := s.Apply(ctx, b)
 		kept := first.Claim.Dispute
@@ -137,7 +137,7 @@ func TestPruneConcurrentWithApply(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
-		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
+		mustSend(t, s, req("cus_1", "k1", "a"))
 		events := paymentEvents("k1")
 		stop := make(chan struct{})
 		var pruned sync.WaitGroup
@@ -217,7 +217,7 @@ func TestLateDisputeAfterLaterEvent(t *testing.T) {
 	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
+		mustSend(t, h.store, req("cus_1", "k1", "a"))
 		mustApply(t, h.store, claimengine.Update{EventID: "evt_d1", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_1 (fraudulent)", Created: at(4)}, claimengine.Changed)
 		mustApply(t, h.store, claimengine.Update{EventID: "evt_r", EventType: "charge.refunded", Key: "k1", StripeID: "py_1", Refunded: 100, Created: at(10)}, claimengine.Changed)
 		a := mustApply(t, h.store, claimengine.Update{EventID: "evt_d2", EventType: "charge.dispute.created", Key: "k1", StripeID: "py_1", Dispute: "dp_2 (duplicate)", Created: at(6)}, claimengine.Changed)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/billonce/billonce/internal/claimengine"
@@ -15,7 +16,8 @@ import (
 // [ErrInvalid].
 func validateUpdate(u update) error {
 	errs := []error{validateID("key", u.Key), validateID("stripe id", u.StripeID),
-		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute), validateText("endpoint", u.Endpoint)}
+		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute), validateText("endpoint", u.Endpoint),
+		validateText("period prefix", u.PeriodPrefix)}
 	if u.EventID != "" {
 		errs = append(errs, validateID("event id", u.EventID))
 	}
@@ -29,6 +31,10 @@ func validateUpdate(u update) error {
 	}
 	if u.Created.IsZero() {
 		errs = append(errs, fmt.Errorf("%w: update has no creation time", ErrInvalid))
+	}
+	if !u.SentFrom.IsZero() && (u.SentTo.Before(u.SentFrom) || u.ReadAt.IsZero()) {
+		errs = append(errs, fmt.Errorf("%w: update's window from %s to %s, read at %s: it must end after it starts, and have the time it was read", ErrInvalid,
+			u.SentFrom.UTC().Format(time.RFC3339), u.SentTo.UTC().Format(time.RFC3339), u.ReadAt.UTC().Format(time.RFC3339)))
 	}
 	return errors.Join(errs...)
 }
@@ -53,8 +59,8 @@ func objectKind(endpoint string) string {
 }
 
 // rank orders the states a payment moves through: an update never moves a
-// claim to a lower rank, and the two terminal states never replace each
-// other.
+// claim to a lower rank, and the two terminal states do not replace each
+// other, but for a failed claim's own payment succeeding (see decide).
 func rank(s State) int {
 	switch s {
 	case StateProcessing:
@@ -65,6 +71,84 @@ func rank(s State) int {
 	return 0
 }
 
+// keyWindow is how long after its window opens (Claim.FirstSentAt) a
+// claim's key can still reach Stripe: no send check lets a key leave once
+// the caller's deadline has passed, and billing's deadline, with an
+// attempt's timeout and a margin for clocks, ends before Stripe's 24 hours.
+const keyWindow = 24 * time.Hour
+
+// clockSlack is how far apart two readings of one moment may be, on
+// Stripe's clock and the database's: the clocks' difference, and the whole
+// seconds Stripe gives its times in. A send before the reopening of a
+// key's window is further from it: a send that reached Stripe shortly
+// before the resend makes Stripe refuse the resend's identifier.
+const clockSlack = 5 * time.Minute
+
+// ownSend tells whether u is shown to be about c's own send: the one rule
+// by which anything from outside a send (a webhook event, a meter error
+// report, a read of the payment) may move a claim, whatever its kind. It
+// returns 0 if u is, and otherwise the outcome of an update that changes
+// nothing, and why.
+//
+//   - An update about another kind of object than the claim's is about
+//     another write: the key in an object's metadata is whatever its
+//     writer chose.
+//   - A usage report's key is its meter event's identifier, which any
+//     writer may send again once Stripe has forgotten it (or on another
+//     meter), so an update about a meter event shows its claim's send by
+//     its meter and its time only: the claim's meter (u.PeriodPrefix), and
+//     a window (u.SentFrom to u.SentTo) that reaches into the time the
+//     claim's key can be sent, from its window's opening to keyWindow
+//     after, and, once the key's window was reopened after a search, does
+//     not begin before that: the send before the reopening, which is not
+//     the one that counts, may be what it is about. Times are compared as
+//     ages, each on its own clock: Stripe's window against Stripe's
+//     reading u.ReadAt, the claim's against the store's (Claim.SentAge).
+//   - Any other claim's own send is shown by the Stripe object it
+//     recorded from the answer to its key (or from a search that found
+//     exactly one payment for the key, once Stripe had forgotten it): an
+//     update about another object is about another write, and one for a
+//     claim that has recorded no object yet (a lost answer, a crashed
+//     runner) may be about another write with the claim's metadata. Such
+//     a claim is settled by its own send's answer, which a resume with its
+//     key gets from Stripe again.
+func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
+	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
+		return claimengine.OtherPayment, fmt.Sprintf("the claim is of %s, the update is about %s", have, want)
+	}
+	if c.Endpoint == endpointMeterEvents {
+		if u.PeriodPrefix == "" || u.SentFrom.IsZero() {
+			return claimengine.Unproven, "the update names no meter or no time, so nothing shows it is about the claim's usage event"
+		}
+		// Ages: how long before now the update's window began and ended,
+		// on Stripe's clock, and the claim's window opened and its last
+		// reopening was, on the store's.
+		fromAge, toAge := u.ReadAt.Sub(u.SentFrom), u.ReadAt.Sub(u.SentTo)
+		opened, reopened := c.SentAge, c.SentAge+c.FirstSentAt.Sub(c.ReconciledAt)
+		switch {
+		case !strings.HasPrefix(c.Period, u.PeriodPrefix):
+			return claimengine.OtherPayment, fmt.Sprintf("the update is about the events of meter %s, the claim's period is %q", strings.TrimSpace(strings.TrimPrefix(u.PeriodPrefix, "usage ")), c.Period)
+		case !c.ReconciledAt.IsZero() && fromAge > reopened+clockSlack:
+			return claimengine.Unproven, "the update may be about the usage event sent before the key's window was reopened, not about the resend that counts"
+		case fromAge < opened-keyWindow:
+			return claimengine.OtherPayment, fmt.Sprintf("the update is about events received from %v ago, and the claim's key can be sent only until %v after its window opened, %v ago",
+				fromAge.Round(time.Second), keyWindow, opened.Round(time.Second))
+		case toAge > opened+clockSlack:
+			return claimengine.OtherPayment, fmt.Sprintf("the update is about events received until %v ago, before the claim's key was first sent, %v ago",
+				toAge.Round(time.Second), opened.Round(time.Second))
+		}
+		return 0, ""
+	}
+	if c.StripeID == "" {
+		return claimengine.Unproven, "the claim has recorded no " + strings.TrimPrefix(strings.TrimPrefix(objectKind(c.Endpoint), "a "), "an ") +
+			" of its own yet: it is settled by its own send's answer, which a resume with its key gets again"
+	}
+	if c.StripeID != u.StripeID {
+		return claimengine.OtherPayment, fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)
+	}
+	return 0, ""
+}
+
 // change is what an update does to a claim: decide's answer.
 type change struct {
 	outcome    claimengine.ApplyOutcome
@@ -72,6 +156,12 @@ type change struct {
 	next       Claim // the claim's fields after the update (times set by the store)
 	processing bool  // the claim starts processing now
 	settled    bool  // a processing claim's outcome arrives now
+	// revived is set when a failed claim succeeds: it takes its period
+	// back from the claim that holds it, if any (see supersede).
+	revived bool
+	// stopped is that claim, as supersede left it, to be written with
+	// the update; its Key is "" if there is none.
+	stopped Claim
 }
 
 // decide applies u to c: the one state machine of every store. The state
@@ -79,26 +169,8 @@ type change struct {
 // the order in which events arrive does not matter; refunds only grow, and
 // the dispute of the latest event (by Stripe's creation time) wins.
 func decide(c Claim, u update) change {
-	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
-		return change{outcome: claimengine.OtherPayment, next: c,
-			reason: fmt.Sprintf("the claim is of %s, the update is about %s", have, want)}
-	}
-	if u.Endpoint == endpointInvoices && c.StripeID == "" {
-		// No event of the claim's own invoice can be its payment before
-		// its draft is recorded; the claim's steps find the draft.
-		return change{outcome: claimengine.Unchanged, next: c, reason: "the claim has recorded no invoice yet"}
-	}
-	if c.StripeID != "" && c.StripeID != u.StripeID {
-		return change{outcome: claimengine.OtherPayment, next: c,
-			reason: fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)}
-	}
-	if c.Endpoint == endpointMeterEvents && State(u.State) == StateFailed && !c.ReconciledAt.IsZero() && u.Created.Before(c.ReconciledAt) {
-		// A meter error report names the events Stripe had received when
-		// it was made. The key's window was reopened after that, once
-		// Stripe had forgotten the identifier, and the event sent again:
-		// the report is about an earlier event, not the one that counts.
-		return change{outcome: claimengine.Unchanged, next: c,
-			reason: "the rejection predates the usage event's resend after its window was reopened"}
+	if outcome, why := ownSend(c, u); outcome != 0 {
+		return change{outcome: outcome, next: c, reason: why}
 	}
 	n := c
 	var ch change
@@ -129,6 +201,18 @@ func decide(c Claim, u update) change {
 		n.State, n.FailureCode = StateFailed, code
 		n.LastError = "usage event " + u.StripeID + " rejected by Stripe after it was accepted: " + code
 		did = append(did, "succeeded → failed (rejected after acceptance)")
+	case State(u.State) == StateSucceeded && c.State == StateFailed && objectKind(c.Endpoint) == objectKind("") && !u.Created.Before(c.EventAt):
+		// The claim's own payment (ownSend has shown the update is about
+		// the object the claim recorded) succeeded after it failed: Stripe's
+		// recovery of a decline, such as a PaymentIntent declined off
+		// session that its customer completes on session. The period is
+		// paid: billing it again would charge twice. A success older than
+		// the latest event applied is not after the failure: it leaves the
+		// claim failed, as events only move a claim forward.
+		n.State, n.FailureCode = StateSucceeded, ""
+		n.LastError = "payment " + u.StripeID + " succeeded after it failed (" + c.LastError + ")"
+		ch.revived = true
+		did = append(did, "failed → succeeded (its own payment succeeded after the failure)")
 	case State(u.State) == c.State:
 		ch.reason = "the claim is already " + string(c.State)
 	case rank(State(u.State)) == rank(c.State):
@@ -156,6 +240,33 @@ func decide(c Claim, u update) change {
 	}
 	ch.outcome, ch.next = claimengine.Changed, n
 	ch.reason = fmt.Sprint(did)
+	return ch
+}
+
+// supersede decides what ch, the revival of claim c by its own payment,
+// does to other, the live claim that holds c's period now. A re-bill of c that is
+// still pending (of c's scope, a later attempt, with no step done at
+// Stripe) is stopped: it is returned failed, to be written in the
+// transaction that revives c, so that no send check passes for its key
+// again, and c takes its period back. Whether the re-bill's key reached
+// Stripe before cannot be known here: the runner sending it learns it has
+// lost its claim at its next send check, and a payment of it that exists
+// is not recorded, which the caller reports. Anything else holding the
+// period (a re-bill that paid it or is processing, a claim of another
+// scope or kind) keeps it, and c stays failed: the answer is PaidTwice, for
+// a person.
+func supersede(ch change, c, other Claim) change {
+	if other.State != StatePending || other.Scope != c.Scope || other.Attempt <= c.Attempt || other.Step != "" ||
+		objectKind(other.Endpoint) != objectKind(c.Endpoint) {
+		return change{outcome: claimengine.PaidTwice, next: c,
+			reason: fmt.Sprintf("the claim's own payment %s succeeded after it failed, and claim %q (attempt %d, %s %s) holds the period: it may be paid twice",
+				c.StripeID, other.Key, other.Attempt, other.State, other.StripeID)}
+	}
+	s := other
+	s.State, s.FailureCode, s.Owner = StateFailed, FailureSuperseded, ""
+	s.LastError = fmt.Sprintf("stopped: attempt %d's own payment %s succeeded after it failed, and pays the period; if this key reached Stripe before, its payment is not recorded: look it up by the key", c.Attempt, c.StripeID)
+	ch.stopped = s
+	ch.reason += "; stopped the re-bill " + other.Key
 	return ch
 }
 
@@ -248,12 +359,35 @@ func (p *pgEngine) Apply(ctx context.Context, u update) (applied, error) {
 		return applied{}, fmt.Errorf("claim: reading %q: %w", u.Key, err)
 	}
 	ch := decide(c, u)
+	if ch.revived {
+		// The claim takes its period back: lock the claim that holds it.
+		// One made meanwhile (after this statement's snapshot) makes the
+		// update below break the unique index of live claims, and the
+		// store's caller (a webhook) tries again.
+		other, err := scanClaim(tx.QueryRow(ctx, p.selectSQL+" WHERE customer = $1 AND period = $2 AND key <> $3 AND state <> 'failed' FOR UPDATE",
+			c.Customer, c.Period, c.Key))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return applied{}, fmt.Errorf("claim: reading the claim that holds the period of %q: %w", u.Key, err)
+		default:
+			ch = supersede(ch, c, other)
+		}
+	}
 	return p.finishApply(ctx, tx, u, c, ch)
 }
 
 // finishApply writes ch to the claim and the event's result, and commits.
 func (p *pgEngine) finishApply(ctx context.Context, tx pgx.Tx, u update, c Claim, ch change) (applied, error) {
 	out := applied{Outcome: ch.outcome, Claim: c, Before: c, Reason: ch.reason}
+	if s := ch.stopped; s.Key != "" {
+		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, failure_code = $3, last_error = $4, owner = '', lease_until = now(), updated_at = now()
+			WHERE key = $1 RETURNING `+colsOf("t"), s.Key, string(s.State), s.FailureCode, s.LastError)
+		var err error
+		if out.Superseded, err = scanClaim(row); err != nil {
+			return applied{}, fmt.Errorf("claim: stopping %q, whose period %q takes back: %w", s.Key, u.Key, err)
+		}
+	}
 	if ch.outcome == claimengine.Changed {
 		n := ch.next
 		row := tx.QueryRow(ctx, "UPDATE "+p.names.table+` t SET state = $2, stripe_id = $3, failure_code = $4, last_error = $5,
@@ -321,8 +455,22 @@ func (m *memEngine) Apply(ctx context.Context, u update) (applied, error) {
 	if !ok {
 		return applied{}, fmt.Errorf("%w: %q", ErrNotFound, u.Key)
 	}
-	ch := decide(*c, u)
+	ch := decide(m.snapshot(c, now), u)
+	period := [2]string{c.Customer, c.Period}
+	var other *Claim
+	if k, held := m.live[period]; ch.revived && held && k != c.Key {
+		other = m.byKey[k]
+		ch = supersede(ch, *c, m.snapshot(other, now))
+	}
 	out := applied{Outcome: ch.outcome, Before: m.snapshot(c, now), Reason: ch.reason}
+	if s := ch.stopped; s.Key != "" {
+		other.State, other.FailureCode, other.LastError, other.Owner = s.State, s.FailureCode, s.LastError, ""
+		other.LeaseUntil, other.UpdatedAt = now, now
+		out.Superseded = m.snapshot(other, now)
+	}
+	if ch.revived && ch.outcome == claimengine.Changed {
+		m.live[period] = c.Key
+	}
 	if ch.outcome == claimengine.Changed {
 		n := ch.next
 		if ch.processing && n.ProcessingAt.IsZero() {

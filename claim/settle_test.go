@@ -18,6 +18,17 @@ func upd(id string, s claim.State, at int) claimengine.Update {
 	return claimengine.Update{EventID: id, EventType: "test." + string(s), Key: "k1", StripeID: "py_1", State: string(s), Created: t0.Add(time.Duration(at) * time.Second)}
 }
 
+// mustSend claims r and records the answer to its send: payment py_1,
+// processing. Only an update about py_1 can then be shown to be about the
+// claim's own send.
+func mustSend(t *testing.T, s engine, r claimengine.Request) {
+	t.Helper()
+	mustClaim(t, s, r, claimengine.Won)
+	if err := s.Process(context.Background(), r.Key, "py_1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustApply(t *testing.T, s engine, u claimengine.Update, want claimengine.ApplyOutcome) applied {
 	t.Helper()
 	a, err := s.Apply(context.Background(), u)
@@ -88,7 +99,7 @@ func TestProcessingFailsWithCode(t *testing.T) {
 			t.Fatalf("failed claim = %+v", c)
 		}
 		mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Failed)
-		mustApply(t, s, upd("evt_s", claim.StateSucceeded, 6), claimengine.Unchanged) // terminal stays terminal
+		mustApply(t, s, upd("evt_s", claim.StateSucceeded, 4), claimengine.Unchanged) // an older success is not after the failure
 		mustClaim(t, s, req("cus_1", "k2", "b"), claimengine.Won)                     // a re-bill, decided by a caller
 	})
 }
@@ -97,8 +108,8 @@ func TestProcessingFailsWithCode(t *testing.T) {
 func TestApplyDuplicateEvent(t *testing.T) {
 	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
-		u := upd("evt_1", claim.StateProcessing, 1)
+		mustSend(t, h.store, req("cus_1", "k1", "a"))
+		u := upd("evt_1", claim.StateSucceeded, 1)
 		mustApply(t, h.store, u, claimengine.Changed)
 		var before claim.Claim
 		for i := range 4 {
@@ -142,7 +153,7 @@ func TestApplyEveryOrder(t *testing.T) {
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		for i, order := range orders {
 			key := fmt.Sprintf("k%d", i)
-			mustClaim(t, h.store, req(fmt.Sprintf("cus_%d", i), key, "a"), claimengine.Won)
+			mustSend(t, h.store, req(fmt.Sprintf("cus_%d", i), key, "a"))
 			var last claim.Claim
 			for _, e := range order {
 				u := events[e]
@@ -242,7 +253,7 @@ func TestUnsettled(t *testing.T) {
 func TestApplyConcurrentDeliveries(t *testing.T) {
 	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
-		mustClaim(t, h.store, req("cus_1", "k1", "a"), claimengine.Won)
+		mustSend(t, h.store, req("cus_1", "k1", "a"))
 		const n = 16
 		var wg sync.WaitGroup
 		outcomes := make(chan claimengine.ApplyOutcome, 2*n)
@@ -268,9 +279,10 @@ func TestApplyConcurrentDeliveries(t *testing.T) {
 		for o := range outcomes {
 			count[o]++
 		}
-		// evt_s is applied once (Changed); evt_p once, Changed if it came
-		// first and Unchanged otherwise; every other delivery is a duplicate.
-		if count[claimengine.Duplicate] != 2*n-2 || count[claimengine.Changed]+count[claimengine.Unchanged] != 2 || count[claimengine.Changed] < 1 {
+		// evt_s is applied once (Changed); evt_p once, and Unchanged, the
+		// claim being processing already; every other delivery is a
+		// duplicate.
+		if count[claimengine.Duplicate] != 2*n-2 || count[claimengine.Changed] != 1 || count[claimengine.Unchanged] != 1 {
 			t.Fatalf("outcomes = %v", count)
 		}
 		if c, _ := h.store.Get(context.Background(), "k1"); c.State != claim.StateSucceeded {
@@ -281,8 +293,9 @@ func TestApplyConcurrentDeliveries(t *testing.T) {
 
 // An update moves only a claim of the kind of object it is about: a
 // payment's update no invoice's or usage report's claim, and the other way
-// round, whatever key the object's metadata names. An invoice's update
-// moves an invoice's claim only once the claim has recorded its invoice.
+// round, whatever key the object's metadata names. An update of the
+// claim's own kind moves it only once the claim has recorded its object
+// (its invoice, its payment).
 func TestApplyOnlyToAClaimOfTheUpdatesKind(t *testing.T) {
 	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
@@ -302,7 +315,8 @@ func TestApplyOnlyToAClaimOfTheUpdatesKind(t *testing.T) {
 		mustApply(t, h.store, at("k_pay", "meter_events", "k_pay"), claimengine.OtherPayment)
 		mustApply(t, h.store, at("k_inv", "", "ch_1"), claimengine.OtherPayment)
 		mustApply(t, h.store, at("k_use", "invoices", "in_2"), claimengine.OtherPayment)
-		mustApply(t, h.store, at("k_inv", "invoices", "in_3"), claimengine.Unchanged) // no invoice recorded yet
+		mustApply(t, h.store, at("k_inv", "invoices", "in_3"), claimengine.Unproven) // no invoice recorded yet
+		mustApply(t, h.store, at("k_pay", "", "ch_2"), claimengine.Unproven)         // no payment recorded yet
 		for _, key := range []string{"k_pay", "k_inv", "k_use"} {
 			if c, _ := h.store.Get(ctx, key); c.State != claim.StatePending {
 				t.Fatalf("claim %s after updates of another kind = %+v, want pending", key, c)
@@ -314,5 +328,138 @@ func TestApplyOnlyToAClaimOfTheUpdatesKind(t *testing.T) {
 		u := at("k_inv", "invoices", "in_3")
 		u.EventID = "evt_paid"
 		mustApply(t, h.store, u, claimengine.Changed)
+	})
+}
+
+// A claim failed by its own payment succeeds when that payment does (a
+// PaymentIntent declined off session, completed by its customer): it takes
+// its period back, stopping a re-bill still pending, which then passes no
+// send check. A re-bill that paid the period keeps it: the answer is
+// PaidTwice, and the claim stays failed. Another object's success changes
+// nothing (a success older than a failure event: see
+// TestPruneConcurrentWithApply).
+func TestApplyOwnPaymentSucceedingAfterItsFailure(t *testing.T) {
+	t.Parallel()
+	attempt := func(n int, owner string) claimengine.Request {
+		r := req("cus_1", fmt.Sprintf("k%d", n), owner)
+		r.Scope, r.Attempt = "s", n
+		return r
+	}
+	success := func(id, pi string, at int) claimengine.Update {
+		return claimengine.Update{EventID: id, EventType: "payment_intent.succeeded", Key: "k1", StripeID: pi,
+			State: string(claim.StateSucceeded), Created: t0.Add(time.Duration(at) * time.Second)}
+	}
+	for _, tc := range []struct {
+		name   string
+		rebill func(t *testing.T, s engine) // what attempt 2 is when attempt 1's payment succeeds
+		want   claimengine.ApplyOutcome
+		k1, k2 claim.State // the claims after it; "" for no claim
+	}{
+		{"no re-bill", func(*testing.T, engine) {}, claimengine.Changed, claim.StateSucceeded, ""},
+		{"a re-bill claimed", func(t *testing.T, s engine) { mustClaim(t, s, attempt(2, "b"), claimengine.Won) }, claimengine.Changed, claim.StateSucceeded, claim.StateFailed},
+		{"a re-bill that paid", func(t *testing.T, s engine) {
+			mustClaim(t, s, attempt(2, "b"), claimengine.Won)
+			if err := s.Succeed(context.Background(), "k2", "pi_2"); err != nil {
+				t.Fatal(err)
+			}
+		}, claimengine.PaidTwice, claim.StateFailed, claim.StateSucceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bothStores(t, time.Minute, func(t *testing.T, h harness) {
+				ctx := context.Background()
+				s := h.store
+				mustClaim(t, s, attempt(1, "a"), claimengine.Won)
+				if err := s.Fail(ctx, "k1", "pi_1", "authentication_required"); err != nil {
+					t.Fatal(err)
+				}
+				mustApply(t, s, claimengine.Update{EventID: "evt_f", EventType: "payment_intent.payment_failed", Key: "k1", StripeID: "pi_1",
+					State: string(claim.StateFailed), Created: t0.Add(2 * time.Second)}, claimengine.Unchanged)
+				tc.rebill(t, s)
+				mustApply(t, s, success("evt_other", "pi_other", 3), claimengine.OtherPayment)
+				a := mustApply(t, s, success("evt_s", "pi_1", 3), tc.want)
+				mustApply(t, s, success("evt_s", "pi_1", 3), claimengine.Duplicate)
+				for key, want := range map[string]claim.State{"k1": tc.k1, "k2": tc.k2} {
+					c, err := s.Get(ctx, key)
+					if want == "" && errors.Is(err, claim.ErrNotFound) {
+						continue
+					}
+					if err != nil || c.State != want {
+						t.Errorf("%s = %s (%s), %v; want %s", key, c.State, c.LastError, err, want)
+					}
+				}
+				switch tc.name {
+				case "no re-bill":
+					if _, err := s.Claim(ctx, attempt(2, "b")); err == nil {
+						t.Error("a re-bill of the period was claimed after attempt 1's payment succeeded")
+					}
+				case "a re-bill claimed":
+					if a.Superseded.Key != "k2" || a.Superseded.FailureCode != claim.FailureSuperseded {
+						t.Errorf("superseded = %+v, want k2 stopped", a.Superseded)
+					}
+					if err := s.CheckSend(ctx, "k2", "b", time.Hour); !errors.Is(err, claimengine.ErrLeaseLost) {
+						t.Errorf("send check of the stopped re-bill = %v, want ErrLeaseLost", err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// An update about a usage report's meter event (a meter error report)
+// moves the claim only if it can be about the claim's own event: on the
+// claim's meter, received within the time the claim's key can be sent,
+// and, once the key's window was reopened, after that. Stripe gives whole
+// seconds, so a report about the resend can seem to begin a moment before
+// the reopening; one about the send before it begins long before.
+func TestApplyMeterReportOnlyAboutTheClaimsOwnEvent(t *testing.T) {
+	t.Parallel()
+	bothStores(t, time.Minute, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		usageClaim := func(key string, reopen bool) claim.Claim {
+			t.Helper()
+			r := claimengine.Request{Customer: "cus_" + key, Period: "usage api_calls 2026-09-01T10:00:00Z increment", Key: key, Amount: 5, Owner: "a", Endpoint: "meter_events"}
+			mustClaim(t, s, r, claimengine.Won)
+			if reopen {
+				if err := s.Reopen(ctx, key, "a", "meter_events", "cred"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Succeed(ctx, key, key); err != nil {
+				t.Fatal(err)
+			}
+			c, err := s.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		n := 0
+		report := func(key, meter string, from, to time.Time) claimengine.Update {
+			n++
+			return claimengine.Update{EventID: fmt.Sprintf("evt_%d/%s", n, key), EventType: "v1.billing.meter.error_report_triggered", Key: key, StripeID: key,
+				State: string(claim.StateFailed), FailureCode: "meter_event_customer_not_found", Created: time.Now(), Endpoint: "meter_events",
+				PeriodPrefix: "usage " + meter + " ", SentFrom: from, SentTo: to, ReadAt: time.Now()}
+		}
+		now := time.Now()
+		usageClaim("k1", false)
+		mustApply(t, s, report("k1", "other_calls", now, now), claimengine.OtherPayment)
+		noWindow := report("k1", "api_calls", time.Time{}, time.Time{})
+		mustApply(t, s, noWindow, claimengine.Unproven)
+		mustApply(t, s, report("k1", "api_calls", now.Add(-time.Hour), now.Add(-10*time.Minute)), claimengine.OtherPayment) // before the claim
+		c2 := usageClaim("k2", true)
+		mustApply(t, s, report("k2", "api_calls", c2.ReconciledAt.Add(-2*time.Hour), c2.ReconciledAt.Add(-2*time.Hour)), claimengine.Unproven) // the send before the reopening
+		resend := c2.ReconciledAt.Add(-900 * time.Millisecond)                                                                                 // the resend's second, cut to whole seconds
+		mustApply(t, s, report("k2", "api_calls", resend, time.Now()), claimengine.Changed)
+		mustApply(t, s, report("k1", "api_calls", time.Now().Add(-time.Second), time.Now()), claimengine.Changed)
+		usageClaim("k3", false)
+		h.pass(t, 25*time.Hour)
+		mustApply(t, s, report("k3", "api_calls", time.Now(), time.Now()), claimengine.OtherPayment) // another writer's, a day later
+		for key, want := range map[string]claim.State{"k1": claim.StateFailed, "k2": claim.StateFailed, "k3": claim.StateSucceeded} {
+			if c, err := s.Get(ctx, key); err != nil || c.State != want {
+				t.Errorf("%s = %s, %v; want %s", key, c.State, err, want)
+			}
+		}
 	})
 }

@@ -60,7 +60,7 @@ func TestClaimLifecycle(t *testing.T) {
 		if err := s.Succeed(ctx, "k1", "ch_2"); !errors.Is(err, claimengine.ErrConflict) {
 			t.Errorf("Succeed with another id = %v, want ErrConflict", err)
 		}
-		if err := s.Fail(ctx, "k1", "declined"); !errors.Is(err, claimengine.ErrConflict) {
+		if err := s.Fail(ctx, "k1", "", "declined"); !errors.Is(err, claimengine.ErrConflict) {
 			t.Errorf("Fail after success = %v, want ErrConflict", err)
 		}
 		for _, owner := range []string{"a", "b"} {
@@ -84,10 +84,10 @@ func TestFailIsTerminalForTheKey(t *testing.T) {
 		ctx := context.Background()
 		s := h.store
 		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
-		if err := s.Fail(ctx, "k1", "card_declined"); err != nil {
+		if err := s.Fail(ctx, "k1", "", "card_declined"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Fail(ctx, "k1", "card_declined again"); err != nil {
+		if err := s.Fail(ctx, "k1", "", "card_declined again"); err != nil {
 			t.Errorf("second Fail: %v", err)
 		}
 		if err := s.Succeed(ctx, "k1", "ch_1"); !errors.Is(err, claimengine.ErrConflict) {
@@ -337,7 +337,7 @@ func TestClaimBatchOutcomes(t *testing.T) {
 		mustClaim(t, s, req("paid", "k-paid", "other"), claimengine.Won)
 		mustClaim(t, s, req("declined", "k-declined", "other"), claimengine.Won)
 		mustClaim(t, s, req("stale", "k-stale", "other"), claimengine.Won)
-		if err := errors.Join(s.Succeed(ctx, "k-paid", "ch_paid"), s.Fail(ctx, "k-declined", "card_declined")); err != nil {
+		if err := errors.Join(s.Succeed(ctx, "k-paid", "ch_paid"), s.Fail(ctx, "k-declined", "", "card_declined")); err != nil {
 			t.Fatal(err)
 		}
 		h.pass(t, lease+time.Second)
@@ -390,7 +390,7 @@ func TestClaimNotFound(t *testing.T) {
 			"Renew":   s.Renew(ctx, "nope", "a"),
 			"Release": s.Release(ctx, "nope", "a", "x"),
 			"Succeed": s.Succeed(ctx, "nope", "ch_1"),
-			"Fail":    s.Fail(ctx, "nope", "x"),
+			"Fail":    s.Fail(ctx, "nope", "", "x"),
 		} {
 			if !errors.Is(err, claim.ErrNotFound) {
 				t.Errorf("%s of an unknown key = %v, want ErrNotFound", name, err)
@@ -458,8 +458,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 			"Release with NUL":      s.Release(ctx, "k1", "a", "\x00"),
 			"Succeed without id":    s.Succeed(ctx, "k1", ""),
 			"Succeed with long id":  s.Succeed(ctx, "k1", long),
-			"Fail without key":      s.Fail(ctx, "", "x"),
-			"Fail with bad UTF-8":   s.Fail(ctx, "k1", "\xff"),
+			"Fail without key":      s.Fail(ctx, "", "", "x"),
+			"Fail with bad UTF-8":   s.Fail(ctx, "k1", "", "\xff"),
 			"Get without key":       func() error { _, err := s.Get(ctx, ""); return err }(),
 			"CheckSend, no window":  s.CheckSend(ctx, "k1", "a", 0),
 			"Reopen, no endpoint":   s.Reopen(ctx, "k1", "a", "", "fp"),

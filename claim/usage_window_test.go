@@ -71,7 +71,7 @@ func TestUsageWindowsOfOneMeterNeverOverlap(t *testing.T) {
 		mustClaim(t, s, charge, claimengine.Won)
 
 		for _, k := range []string{"k_hour", "k_hour_total_2"} {
-			if err := s.Fail(ctx, k, "rejected"); err != nil {
+			if err := s.Fail(ctx, k, "", "rejected"); err != nil {
 				t.Fatal(err)
 			}
 		}

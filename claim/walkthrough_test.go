@@ -59,7 +59,7 @@ func TestEngineWalkthrough(t *testing.T) {
 	decl := claimengine.Request{Customer: "cus_7", Period: "2025-01", Key: "bill-cus_7-2025-01-1",
 		Amount: 1500, Currency: "usd", Owner: "pod-a/run-1"}
 	_, _ = engineOf(store).Claim(ctx, decl)
-	_ = engineOf(store).Fail(ctx, decl.Key, "card_declined")
+	_ = engineOf(store).Fail(ctx, decl.Key, "", "card_declined")
 	res, _ = engineOf(store).Claim(ctx, decl)
 	fmt.Fprintln(&out, "cus_7:", res.Outcome, res.Claim.LastError)
 	decl.Key = "bill-cus_7-2025-01-2"

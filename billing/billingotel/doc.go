@@ -38,7 +38,7 @@
 //	                                                   Reconcile alike (an event does not say which)
 //	billonce.webhook.events        counter {event}     webhook deliveries, by billonce.result: "applied",
 //	                                                   "duplicate", "unchanged", "other_payment",
-//	                                                   "ignored", "not_applied", "rejected" (4xx: a bad
+//	                                                   "unproven", "ignored", "not_applied", "rejected" (4xx: a bad
 //	                                                   signature or body), "retry" (5xx)
 //	billonce.runs                  counter {run}       billonce.result: "complete", "incomplete" (customers
 //	                                                   not billed), "stopped" (Run returned an error)

@@ -30,7 +30,9 @@
 // POST /v1/charges (amount, currency, customer or source, description,
 // metadata) and POST /v1/payment_intents (amount, currency, customer,
 // payment_method, confirm, off_session, metadata; status "succeeded" when
-// confirm=true and a payment method is given); GET of each by id; GET
+// confirm=true and a payment method is given), POST
+// /v1/payment_intents/{id}/confirm (payment_method, off_session) of a
+// PaymentIntent that needs a payment method or a confirmation; GET of each by id; GET
 // /v1/charges and /v1/payment_intents listed by customer; GET
 // /v1/charges/search and /v1/payment_intents/search with clauses such as
 // metadata['billonce_period']:'2026-09', customer:'cus_1', status:'succeeded' joined by
@@ -56,7 +58,11 @@
 // event_name with no meter, are accepted, then rejected at processing into
 // a v1.billing.meter.error_report_triggered event: a v2 thin event in
 // [Server.Events], served whole, with the rejected identifiers, by GET
-// /v2/core/events/{id}. The ledger's oracle is [Server.MeterTotal] (what
+// /v2/core/events/{id}: one per meter and per run of events received
+// within Config.MeterDelay of each other, whose validation window runs
+// from the first one's receipt to the last one's processing, as Stripe
+// reports the events it validated in a short window. Every answer's Date
+// header is the server's clock. The ledger's oracle is [Server.MeterTotal] (what
 // the meter counts over every accepted, not rejected event, processed or
 // not) and [Server.MeterEvents].
 //
@@ -186,7 +192,10 @@
 //     though reported only once processed. An error report lists every
 //     rejected identifier (up to 100 per code), where Stripe sends samples.
 //   - Cards are not modelled: payments succeed unless a decline is set; there
-//     is no 3-D Secure, requires_action, authorisation hold, minimum amount
+//     is no 3-D Secure challenge (a decline set as authentication_required
+//     fails off session, with that code, and goes through when the
+//     PaymentIntent is confirmed again on session, as once its customer has
+//     authenticated), no requires_action, authorisation hold, minimum amount
 //     per currency, zero-decimal currency rules or currency conversion.
 //   - Search is exact-match only (metadata, customer, status, currency,
 //     amount, joined by AND; no OR, negation, ranges or prefix matches). An

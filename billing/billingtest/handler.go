@@ -57,6 +57,8 @@ const (
 	epCreateMeterEvent
 	epGetV2Event
 
+	epConfirmIntent
+
 	epCreateInvoice
 	epCreateInvoiceItem
 	epGetInvoice
@@ -77,7 +79,7 @@ func (ep endpoint) invoiceEndpoint() bool { return ep >= epGetInvoice && ep != e
 // idempotency layer.
 func (ep endpoint) writes() bool {
 	switch ep {
-	case epCreateCharge, epCreateIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
+	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
 		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice:
 		return true
 	}
@@ -115,6 +117,9 @@ func route(method, path string) (endpoint, string) {
 			return epCreateInvoice, ""
 		case "/v1/invoiceitems":
 			return epCreateInvoiceItem, ""
+		}
+		if id, ok := pathID(path, "/v1/payment_intents/", "/confirm"); ok {
+			return epConfirmIntent, id
 		}
 		for _, a := range []struct {
 			suffix string
@@ -365,21 +370,91 @@ func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, sco
 			s.count(&stored)
 		}
 		s.created(&stored)
-		var res result
-		if stored.DeclineCode != "" {
-			e := apiErr{Type: "card_error", Code: "card_declined", DeclineCode: stored.DeclineCode, Message: declineMessage(stored.DeclineCode)}
-			if intent {
-				e.PaymentIntent = renderIntent(&stored, &e)
-			} else {
-				e.Charge = stored.ID
-			}
-			res = errResult(http.StatusPaymentRequired, e)
-		} else {
-			res = ok(render(&stored))
-		}
+		res := paymentResult(&stored)
 		res.objectID = stored.ID
 		return res, true
 	})
+}
+
+// paymentResult is the answer to a request that made or confirmed p: p,
+// or the 402 of its decline.
+func paymentResult(p *Payment) result {
+	if p.DeclineCode == "" {
+		return ok(render(p))
+	}
+	e := declineErr(p)
+	if p.Object == "payment_intent" {
+		e.PaymentIntent = renderIntent(p, &e)
+	} else {
+		e.Charge = p.ID
+	}
+	return errResult(http.StatusPaymentRequired, e)
+}
+
+// declineErr is the card error of p's decline. A PaymentIntent that needs
+// its customer to authenticate fails with code authentication_required.
+func declineErr(p *Payment) apiErr {
+	code := "card_declined"
+	if p.Object == "payment_intent" && p.DeclineCode == authenticationRequired {
+		code = authenticationRequired
+	}
+	return apiErr{Type: "card_error", Code: code, DeclineCode: p.DeclineCode, Message: declineMessage(p.DeclineCode)}
+}
+
+// authenticationRequired is the decline of a card whose bank wants its
+// holder to authenticate the payment (3-D Secure): off-session it fails;
+// on session the customer authenticates and it goes through.
+const authenticationRequired = "authentication_required"
+
+var confirmParams = map[string]bool{
+	"payment_method": true, "off_session": true, "return_url": true, "use_stripe_sdk": true,
+	"error_on_requires_action": true, "receipt_email": true, "setup_future_usage": true,
+}
+
+// confirmIntent validates POST /v1/payment_intents/{id}/confirm and
+// returns how to run it. A PaymentIntent that needs a payment method or a
+// confirmation (one declined earlier) is attempted again: on session (no
+// off_session=true) its customer authenticates, so an
+// authentication_required decline goes through; any other decline of the
+// customer declines it again.
+func (s *Server) confirmIntent(id string, form url.Values, declined bool, declineCode string) (*apiErr, func(time.Time) (result, bool)) {
+	if bad := unknownParam(form, confirmParams); bad != nil {
+		return bad, nil
+	}
+	offSession, bad := parseBool(form, "off_session")
+	if bad != nil {
+		return bad, nil
+	}
+	return nil, func(now time.Time) (result, bool) {
+		p := s.byID[id]
+		if p == nil || p.Object != "payment_intent" {
+			return errResult(http.StatusNotFound, *invalid("intent", "resource_missing", fmt.Sprintf("No such payment_intent: '%s'", id))), false
+		}
+		switch p.Status {
+		case "requires_payment_method", "requires_confirmation", "requires_action":
+		default:
+			return errResult(http.StatusBadRequest, *invalid("", "payment_intent_unexpected_state",
+				fmt.Sprintf("You cannot confirm this PaymentIntent because it has a status of %s.", p.Status))), false
+		}
+		if pm := form.Get("payment_method"); pm != "" {
+			p.PaymentMethod = pm
+		}
+		if p.PaymentMethod == "" {
+			return errResult(http.StatusBadRequest, *invalid("payment_method", "payment_intent_unexpected_state",
+				"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method.")), false
+		}
+		if declined && (declineCode != authenticationRequired || offSession) {
+			p.Status, p.DeclineCode = "requires_payment_method", declineCode
+			s.emit("payment_intent.payment_failed", p, now)
+		} else {
+			p.Status, p.DeclineCode, p.FailureCode, p.Paid = "succeeded", "", "", true
+			s.count(p)
+			s.emit("payment_intent.succeeded", p, now)
+		}
+		res := paymentResult(p)
+		res.objectID = p.ID
+		return res, true
+	}
 }
 
 // idempotent runs a write under Stripe's idempotency rules, the same for
@@ -469,7 +544,7 @@ func (s *Server) idempotent(r *http.Request, rid string, idem bool, scoped, key 
 
 // pays reports whether ep takes a payment that a decline refuses.
 func (ep endpoint) pays() bool {
-	return ep == epCreateCharge || ep == epCreateIntent || ep == epPayInvoice
+	return ep == epCreateCharge || ep == epCreateIntent || ep == epConfirmIntent || ep == epPayInvoice
 }
 
 // write serves the endpoints that change state.
@@ -477,6 +552,9 @@ func (s *Server) write(ep endpoint, id string, r *http.Request, rid string, idem
 	switch ep {
 	case epCreateCharge, epCreateIntent:
 		return s.create(ep, r, rid, idem, scoped, key, declined, declineCode, fault)
+	case epConfirmIntent:
+		verr, run := s.confirmIntent(id, r.Form, declined, declineCode)
+		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
 	case epCreateMeter:
 		verr, run := s.createMeter(r.Form)
 		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
@@ -513,6 +591,10 @@ func (s *Server) get(ep endpoint, id string, r *http.Request) result {
 // that the log and [Match] see it. mu is held.
 func (s *Server) customerOf(ep endpoint, id string, form url.Values) string {
 	switch {
+	case ep == epConfirmIntent:
+		if p := s.byID[id]; p != nil {
+			return p.Customer
+		}
 	case ep.invoiceEndpoint():
 		if inv := s.inv.byID[id]; inv != nil {
 			return inv.Customer
@@ -567,6 +649,7 @@ func (s *Server) finish(w http.ResponseWriter, e *Entry, res result, fault Fault
 	}
 	s.mu.Lock()
 	e.Time = s.now()
+	h.Set("Date", e.Time.UTC().Format(http.TimeFormat)) // Stripe's clock, as Stripe's answers show it
 	s.log = append(s.log, *e)
 	if fault.Kind != faultNone {
 		s.stats.Faults[fault.Kind]++
@@ -666,6 +749,8 @@ func declineMessage(code string) string {
 		return "Your card has expired."
 	case "lost_card", "stolen_card", "fraudulent":
 		return "Your card was declined."
+	case authenticationRequired:
+		return "Your card was declined. This transaction requires authentication."
 	}
 	return "Your card was declined."
 }

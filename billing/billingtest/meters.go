@@ -317,7 +317,19 @@ func (s *Server) processMeterEvents(all bool) int {
 		byMeter[ev.meterID] = append(byMeter[ev.meterID], ev)
 	}
 	for _, id := range order {
-		s.errorReport(id, byMeter[id], now)
+		// Stripe validates events as they come, and each report is about
+		// the events of a short validation window: events received further
+		// apart than the delay (or before a jump of the clock) are in
+		// reports of their own.
+		evs := byMeter[id]
+		for len(evs) > 0 {
+			n := 1
+			for n < len(evs) && evs[n].received.Sub(evs[n-1].received) < ms.delay {
+				n++
+			}
+			s.errorReport(id, evs[:n], now)
+			evs = evs[n:]
+		}
 	}
 	return len(done)
 }
@@ -325,7 +337,9 @@ func (s *Server) processMeterEvents(all bool) int {
 // errorReport emits a v1.billing.meter.error_report_triggered event for
 // the rejected events of one meter ("" for events with no meter), in
 // Stripe's v2 thin-event shape, and keeps the full event for GET
-// /v2/core/events/{id}. mu is held.
+// /v2/core/events/{id}. Its validation window runs from the first event's
+// receipt to the time the last one was due for processing (Config.MeterDelay
+// after its receipt), or now if that is sooner. mu is held.
 func (s *Server) errorReport(meterID string, evs []*meterEvent, now time.Time) {
 	type sample struct {
 		Message string            `json:"error_message"`
@@ -363,10 +377,17 @@ func (s *Server) errorReport(meterID string, evs []*meterEvent, now time.Time) {
 		"developer_message_summary": fmt.Sprintf("%d meter events were rejected.", len(evs)),
 		"reason":                    map[string]any{"error_count": len(evs), "error_types": types},
 		"validation_start":          evs[0].received.UTC().Format(time.RFC3339),
-		"validation_end":            now.UTC().Format(time.RFC3339),
+		"validation_end":            minTime(now, evs[len(evs)-1].received.Add(s.meters.delay)).UTC().Format(time.RFC3339),
 	}
 	s.meters.reports[id] = mustJSON(thin)
 	s.events = append(s.events, Event{ID: id, Type: errorReportType, ObjectID: meterID, Created: now, Body: body})
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func rejectMessage(ev *meterEvent) string {

@@ -79,7 +79,8 @@ func render(p *Payment) any {
 	if p.Object == "payment_intent" {
 		var last *apiErr
 		if p.DeclineCode != "" {
-			last = &apiErr{Type: "card_error", Code: "card_declined", DeclineCode: p.DeclineCode, Message: declineMessage(p.DeclineCode)}
+			e := declineErr(p)
+			last = &e
 		}
 		if p.Status == "requires_payment_method" && p.FailureCode != "" {
 			last = &apiErr{Type: "card_error", Code: p.FailureCode, Message: "The payment failed when it settled: " + p.FailureCode + "."}

@@ -259,7 +259,9 @@ func (s *Server) FailNext(m Match, faults ...Fault) {
 
 // Decline makes every later payment for customer fail with 402 card_error
 // and the given decline_code (defaultDeclineCode if empty). Results already
-// stored under an idempotency key are unaffected.
+// stored under an idempotency key are unaffected. A PaymentIntent declined
+// with "authentication_required" (its code too) succeeds when confirmed
+// again on session, without off_session: its customer authenticates.
 func (s *Server) Decline(customer, declineCode string) {
 	s.mu.Lock()
 	s.declines[customer] = orDefault(declineCode, defaultDeclineCode)

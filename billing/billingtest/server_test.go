@@ -493,6 +493,75 @@ func TestDeclines(t *testing.T) {
 	}
 }
 
+// An off-session PaymentIntent declined with authentication_required is
+// completed on session, as Stripe's recovery goes: confirmed again without
+// off_session, the same PaymentIntent succeeds, is counted, and emits
+// payment_intent.succeeded. Confirmed off session again it declines again;
+// any other decline declines on session too; a succeeded one cannot be
+// confirmed.
+func TestDeclinedIntentCompletedOnSession(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	api := newAPI(t, srv, testKey, nil)
+	srv.Decline("cus_3ds", "authentication_required")
+	srv.Decline("cus_broke", "insufficient_funds")
+	failed := map[string]string{}
+	for _, c := range []string{"cus_3ds", "cus_broke"} {
+		p := &stripe.PaymentIntentParams{Amount: stripe.Int64(900), Currency: stripe.String("usd"), Customer: stripe.String(c),
+			PaymentMethod: stripe.String("pm_1"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true)}
+		p.SetIdempotencyKey("k-" + c)
+		_, err := api.PaymentIntents.New(p)
+		se := stripeErr(t, err)
+		if se.HTTPStatusCode != 402 || se.PaymentIntent == nil || se.PaymentIntent.Status != stripe.PaymentIntentStatusRequiresPaymentMethod {
+			t.Fatalf("%s off session: %+v; want 402 and requires_payment_method", c, se)
+		}
+		failed[c] = se.PaymentIntent.ID
+	}
+	if se := stripeErr(t, func() error {
+		_, err := api.PaymentIntents.New(&stripe.PaymentIntentParams{Amount: stripe.Int64(900), Currency: stripe.String("usd"),
+			Customer: stripe.String("cus_3ds"), PaymentMethod: stripe.String("pm_1"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true),
+			Params: stripe.Params{IdempotencyKey: stripe.String("k-3ds-again")}})
+		return err
+	}()); se.Code != stripe.ErrorCodeAuthenticationRequired || se.DeclineCode != "authentication_required" {
+		t.Fatalf("authentication decline = code %q, decline code %q; want authentication_required for both", se.Code, se.DeclineCode)
+	}
+	n := 0
+	confirm := func(id string, offSession bool) (*stripe.PaymentIntent, error) {
+		p := &stripe.PaymentIntentConfirmParams{}
+		if offSession {
+			p.OffSession = stripe.Bool(true)
+		}
+		n++
+		p.SetIdempotencyKey(fmt.Sprintf("confirm-%d", n))
+		return api.PaymentIntents.Confirm(id, p)
+	}
+	if _, err := confirm(failed["cus_3ds"], true); stripeErr(t, err).HTTPStatusCode != 402 {
+		t.Fatalf("confirmed off session again: %v; want declined", err)
+	}
+	if _, err := confirm(failed["cus_broke"], false); stripeErr(t, err).DeclineCode != "insufficient_funds" {
+		t.Fatalf("an insufficient_funds decline confirmed on session: %v; want declined again", err)
+	}
+	pi, err := confirm(failed["cus_3ds"], false)
+	if err != nil || pi.Status != stripe.PaymentIntentStatusSucceeded || pi.ID != failed["cus_3ds"] {
+		t.Fatalf("confirmed on session: %+v, %v; want the same PaymentIntent succeeded", pi, err)
+	}
+	if n := srv.Count("cus_3ds"); n != 1 {
+		t.Errorf("cus_3ds paid %d times, want 1", n)
+	}
+	var types []string
+	for _, ev := range srv.Events() {
+		if ev.ObjectID == pi.ID {
+			types = append(types, ev.Type)
+		}
+	}
+	if want := "[payment_intent.payment_failed payment_intent.payment_failed payment_intent.succeeded]"; fmt.Sprint(types) != want {
+		t.Errorf("events of %s = %v, want %s", pi.ID, types, want)
+	}
+	if _, err := confirm(pi.ID, true); stripeErr(t, err).Code != "payment_intent_unexpected_state" {
+		t.Errorf("a succeeded PaymentIntent confirmed again: %v; want payment_intent_unexpected_state", err)
+	}
+}
+
 func TestRateLimiterAnswers429AndStoresNothing(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, billingtest.Config{RateLimit: 0.001, RateBurst: 1})

@@ -83,9 +83,13 @@ type Engine[C any] interface {
 	// ErrConflict.
 	Succeed(ctx context.Context, key, stripeID string) error
 	// Fail records a definitive failure: the key will never be charged.
-	// Calling it again is fine; a succeeded claim returns
+	// stripeID is the Stripe object that failed, when Stripe's answer
+	// named one (the declined PaymentIntent or charge), or "": the claim
+	// records it as its own, so that the object's later events are shown
+	// to be about its send (a PaymentIntent its customer completes after
+	// the decline). Calling it again is fine; a succeeded claim returns
 	// ErrConflict.
-	Fail(ctx context.Context, key, reason string) error
+	Fail(ctx context.Context, key, stripeID, reason string) error
 	// Release gives up owner's lease when the outcome is unknown: the
 	// claim stays pending, lastErr is recorded and the lease expires at
 	// once, so the next Claim resumes it with the same key.
@@ -307,8 +311,22 @@ type Update struct {
 	// payment (a charge or a PaymentIntent). A key in an object's metadata
 	// is whatever its maker wrote, so an update about another kind of
 	// object than the claim's changes nothing (OtherPayment); nor does an
-	// invoice's update for a claim that has recorded no invoice yet.
+	// update for a claim that has recorded no object of its own yet
+	// (Unproven).
 	Endpoint string
+	// PeriodPrefix, SentFrom, SentTo and ReadAt say what an update about
+	// a usage report's meter event (a meter error report) is about, since
+	// the event's identifier, the claim's key, is whatever its sender
+	// chose: the events of one meter, which begins the period of every
+	// usage claim it can be about ("usage api_calls "), that Stripe
+	// received from SentFrom to SentTo (the report's validation window),
+	// on Stripe's clock, which read ReadAt when the update was read. The
+	// store measures SentFrom and SentTo as ages against ReadAt, and the
+	// claim's times as ages on its own clock, so that the two clocks need
+	// not agree. Such an update moves only a claim whose key could be sent
+	// within that window, on that meter.
+	PeriodPrefix             string
+	SentFrom, SentTo, ReadAt time.Time
 }
 
 // ApplyOutcome says what Apply did.
@@ -327,9 +345,22 @@ const (
 	// OtherPayment: the claim records another payment than the update's;
 	// nothing changed. It deserves a look: one key, two payments.
 	OtherPayment
+	// Unproven: nothing shows that the update is about the claim's own
+	// send, which alone may move it: the claim has recorded no Stripe
+	// object of its own yet (its payment, its invoice's draft), or an
+	// update about a meter event names no meter or no time, or may be
+	// about an earlier send of the key. Nothing changed; the claim's own
+	// send settles it (a resume gets Stripe's answer to its key again).
+	Unproven
+	// PaidTwice: the update is the claim's own payment succeeding after
+	// the claim failed, while another claim holds the claim's period (a
+	// re-bill that paid it, or is processing, or has recorded steps at
+	// Stripe; or a claim of another scope or kind): nothing changed, and
+	// the period may be paid twice. A person decides what to refund.
+	PaidTwice
 )
 
-var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment"}
+var applyNames = [...]string{"ApplyOutcome(0)", "Changed", "Unchanged", "Duplicate", "OtherPayment", "Unproven", "PaidTwice"}
 
 func (o ApplyOutcome) String() string {
 	if o >= 0 && int(o) < len(applyNames) {
@@ -347,4 +378,12 @@ type Applied[C any] struct {
 	Before C
 	// Reason says why an update changed nothing, or what it changed.
 	Reason string
+	// Superseded is the re-bill of the claim's period that the update
+	// stopped, as it is now (failed), when the update was the claim's own
+	// payment succeeding after the claim failed and the re-bill was still
+	// pending: the zero C otherwise. The re-bill is failed in the same
+	// transaction, so that no send check passes for its key any more; if
+	// an earlier attempt of its key reached Stripe, its payment is not
+	// recorded.
+	Superseded C
 }

@@ -163,7 +163,7 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 		record = func(ctx context.Context) error { return eng.Process(ctx, c.Key, p.ID) }
 	case "failed":
 		record = func(ctx context.Context) error {
-			return eng.Fail(ctx, c.Key, "failed: "+p.failure()+" (resolved by a person from Stripe "+p.ID+")")
+			return eng.Fail(ctx, c.Key, p.ID, "failed: "+p.failure()+" (resolved by a person from Stripe "+p.ID+")")
 		}
 	default:
 		return release(usageError("%s has status %q, which is no outcome yet: resolve it once it has succeeded or failed", p.ID, p.Status))

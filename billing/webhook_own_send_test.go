@@ -1,0 +1,390 @@
+package billing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/charge"
+	"github.com/stripe/stripe-go/v79/paymentintent"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
+)
+
+// Which events may move a claim: only those shown to be about the claim's
+// own send. A key in an object's metadata is whatever its writer chose.
+
+// otherBackend is a stripe-go backend on the fake for code other than
+// billonce's: a support script, a second integration.
+func (e *env) otherBackend() stripe.Backend {
+	return stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:               stripe.String(e.srv.URL),
+		HTTPClient:        &http.Client{Transport: testTransport, Timeout: 10 * time.Second},
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})
+}
+
+// A support script makes a payment of its own for a customer whose charge
+// succeeded but whose answer was lost, copying billonce's metadata, and
+// the card declines it. Its failure event must not fail the pending claim
+// (the Rebill a declined period invites would charge the customer twice):
+// until the claim records its payment, no event is shown to be about its
+// own send, and its resume with the same key gets Stripe's replay.
+func TestWebhookForeignDeclineWithTheClaimsMetadataLeavesThePendingClaim(t *testing.T) {
+	t.Parallel()
+	for _, api := range []billing.API{billing.Charges, billing.PaymentIntents} {
+		t.Run(string(api), func(t *testing.T) {
+			t.Parallel()
+			h := newHookEnv(t, api, nil)
+			ctx := context.Background()
+			h.lostAnswer(h.biller(oneAttempt, func(c *billing.Config) { c.API = api }), "cus_1")
+			key := h.key("cus_1")
+			ours := h.srv.Payments()[0].ID
+			meta := map[string]string{billing.MetaKey: key, billing.MetaCustomer: "cus_1", billing.MetaPeriod: period}
+			h.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultDecline, DeclineCode: "insufficient_funds"})
+			var err error
+			if api == billing.Charges {
+				p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String("cus_1")}
+				p.Metadata = meta
+				//idemvet:ignore a support script's own charge, which sends no key
+				_, err = (&charge.Client{B: h.otherBackend(), Key: secretKey}).New(p)
+			} else {
+				p := &stripe.PaymentIntentParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String("cus_1"),
+					PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true)}
+				p.Metadata = meta
+				//idemvet:ignore a support script's own payment, which sends no key
+				_, err = (&paymentintent.Client{B: h.otherBackend(), Key: secretKey}).New(p)
+			}
+			if se := (*stripe.Error)(nil); !errors.As(err, &se) || se.HTTPStatusCode != http.StatusPaymentRequired {
+				t.Fatalf("the support script's payment = %v, want declined", err)
+			}
+			// The decline's event reaches the webhook first, then ours.
+			evs := h.srv.Events()
+			for i := len(evs) - 1; i >= 0; i-- {
+				if got := h.deliver(evs[i]); got != "unproven" {
+					t.Errorf("%s answered %q, want unproven", evs[i].Type, got)
+				}
+			}
+			if c := h.claimOf("cus_1"); c.State != claim.StatePending {
+				t.Errorf("claim after another payment's events = %s (%s), want pending: nothing shows they are about its send", c.State, c.LastError)
+			}
+			r, err := h.b.Charge(ctx, "cus_1", period, nil)
+			if errors.Is(err, billing.ErrDeclined) {
+				_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil) // as the decline advises
+			} else if err != nil || r.Outcome != billing.Replayed || r.StripeID != ours {
+				t.Errorf("Charge = %+v, %v; want Stripe's replay of %s", r, err, ours)
+			}
+			if n := h.count("cus_1"); n != 1 {
+				t.Errorf("%d payments for the period, want 1", n)
+			}
+		})
+	}
+}
+
+// completeOnSession confirms PaymentIntent id again on session, as its
+// customer does to authenticate a payment declined off session.
+func (h *hookEnv) completeOnSession(id string) {
+	h.tb.Helper()
+	p := &stripe.PaymentIntentConfirmParams{}
+	p.SetIdempotencyKey("on-session-" + id)
+	pi, err := (&paymentintent.Client{B: h.otherBackend(), Key: secretKey}).Confirm(id, p)
+	if err != nil || pi.Status != stripe.PaymentIntentStatusSucceeded {
+		h.tb.Fatalf("confirming %s on session = %+v, %v; want succeeded", id, pi, err)
+	}
+}
+
+// declinedForAuthentication charges customer off session and wants the
+// decline Stripe gives a card whose bank asks its holder to authenticate;
+// it returns the declined PaymentIntent.
+func (h *hookEnv) declinedForAuthentication(customer string) string {
+	h.tb.Helper()
+	h.srv.Decline(customer, "authentication_required")
+	_, err := h.b.Charge(context.Background(), customer, period, nil)
+	var ce *billing.ChargeError
+	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrDeclined) || ce.Code != "authentication_required" {
+		h.tb.Fatalf("Charge = %v, want declined with authentication_required", err)
+	}
+	ps := h.srv.Payments()
+	return ps[len(ps)-1].ID
+}
+
+// An off-session PaymentIntent declined with authentication_required is
+// completed by its customer on session, Stripe's documented recovery: the
+// claim that the decline failed is succeeded by its own PaymentIntent's
+// success, so the period is billed, and the Rebill a declined period
+// invites is refused without a second payment.
+// Its two events, in either order and each delivered twice, are applied
+// once each and leave the claim succeeded.
+func TestWebhookOwnPaymentIntentCompletedAfterItsDeclineBillsThePeriod(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		reverse bool
+		want    string
+	}{
+		{"in order", false, "[payment_intent.payment_failed unchanged payment_intent.payment_failed duplicate payment_intent.succeeded changed payment_intent.succeeded duplicate]"},
+		{"success first", true, "[payment_intent.succeeded changed payment_intent.succeeded duplicate payment_intent.payment_failed unchanged payment_intent.payment_failed duplicate]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHookEnv(t, billing.PaymentIntents, nil)
+			ctx := context.Background()
+			pi := h.declinedForAuthentication("cus_1")
+			h.completeOnSession(pi)
+			h.srv.Honor("cus_1") // authenticated, the card goes through off session too
+			evs := h.srv.Events()
+			if tc.reverse {
+				evs[0], evs[1] = evs[1], evs[0]
+			}
+			var answers []string
+			for _, ev := range evs {
+				for range 2 {
+					answers = append(answers, ev.Type+" "+h.deliver(ev))
+				}
+			}
+			if fmt.Sprint(answers) != tc.want {
+				t.Errorf("answers = %v, want %s", answers, tc.want)
+			}
+			if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
+				t.Errorf("claim after its PaymentIntent succeeded = %s %s (%s), want succeeded %s", c.State, c.StripeID, c.LastError, pi)
+			}
+			if _, err := h.b.Charge(ctx, "cus_1", period, nil); errors.Is(err, billing.ErrDeclined) {
+				_, _ = h.b.Rebill(ctx, "cus_1", period, 2, nil) // as the decline advises
+			}
+			if r, err := h.b.Rebill(ctx, "cus_1", period, 2, nil); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+				t.Errorf("Rebill of the paid period = %+v, %v; want already billed by %s", r, err, pi)
+			}
+			if n := h.count("cus_1"); n != 1 {
+				t.Errorf("%d payments for the period, want 1", n)
+			}
+		})
+	}
+}
+
+// beforeSend is a claim store that runs hook once, before the send check of
+// key: what happens between a claim and its first send.
+type beforeSend struct {
+	testStore
+	key  string
+	once sync.Once
+	hook func()
+}
+
+func (s *beforeSend) CheckSend(ctx context.Context, key, owner string, window time.Duration) error {
+	if key == s.key {
+		s.once.Do(s.hook)
+	}
+	return s.testStore.CheckSend(ctx, key, owner, window)
+}
+
+// The PaymentIntent's success arrives while a re-bill of the period is
+// claimed and not sent yet: the re-bill is refused before it sends, and
+// the period is billed once, by the PaymentIntent.
+func TestWebhookOwnPaymentIntentCompletedDuringAReBillRefusesItUnsent(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.completeOnSession(pi)
+	h.srv.Honor("cus_1")
+	k2, err := h.b.Key("cus_1", period, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &beforeSend{testStore: wrapStore(h.store), key: k2.String(), hook: h.deliverAll}
+	b := h.biller(func(c *billing.Config) { c.API, c.Claims = billing.PaymentIntents, store })
+	r, err := b.Rebill(ctx, "cus_1", period, 2, nil)
+	if n := h.count("cus_1"); n != 1 {
+		t.Fatalf("%d payments for the period after a re-bill during its PaymentIntent's success (Rebill = %+v, %v), want 1", n, r, err)
+	}
+	if err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi || r.Attempt != 1 {
+		t.Errorf("the stopped Rebill = %+v, %v; want attempt 1's receipt, already billed by %s", r, err, pi)
+	}
+	if c2 := h.claimOf2("cus_1", 2); c2.State != claim.StateFailed || c2.FailureCode != claim.FailureSuperseded {
+		t.Errorf("the stopped re-bill's claim = %s %q, want failed %q", c2.State, c2.FailureCode, claim.FailureSuperseded)
+	}
+	if !strings.Contains(h.logs.String(), "a re-bill of the period was stopped") {
+		t.Errorf("the stopped re-bill is not in the log:\n%s", h.logs)
+	}
+	if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
+		t.Errorf("attempt 1 = %s %s, want succeeded %s", c.State, c.StripeID, pi)
+	}
+	for _, call := range []func() (billing.Receipt, error){
+		func() (billing.Receipt, error) { return h.b.Charge(ctx, "cus_1", period, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 2, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 3, nil) },
+	} {
+		if r, err := call(); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+			t.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
+		}
+	}
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("%d payments for the period, want 1", n)
+	}
+}
+
+// The PaymentIntent's success arrives after a re-bill paid the period:
+// two payments exist, and nothing undoes that but a person. The event is
+// reported for one (EventNotApplied, an error in the log) and bills
+// nobody again.
+func TestWebhookOwnPaymentIntentCompletedAfterAReBillIsReportedForAPerson(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.srv.Honor("cus_1")
+	r2, err := h.b.Rebill(ctx, "cus_1", period, 2, nil)
+	if err != nil || r2.Outcome != billing.Created {
+		t.Fatalf("Rebill = %+v, %v; want created", r2, err)
+	}
+	h.completeOnSession(pi)
+	h.deliverAll()
+	var reported bool
+	for _, e := range h.observed() {
+		if e.Kind == billing.EventNotApplied && e.StripeID == pi && strings.Contains(e.Err.Error(), r2.StripeID) {
+			reported = true
+		}
+	}
+	if !reported || !strings.Contains(h.logs.String(), "level=ERROR") {
+		t.Errorf("the second payment of the period was not reported: events %+v", h.observed())
+	}
+	if _, err := h.b.Run(ctx, period, billing.Customers("cus_1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = h.b.Rebill(ctx, "cus_1", period, 3, nil)
+	if n := h.count("cus_1"); n != 2 {
+		t.Errorf("%d payments for the period, want the 2 made before the PaymentIntent's success arrived", n)
+	}
+}
+
+// The PaymentIntent's success arrives while a re-bill's request is on its
+// way to Stripe, past its send check: the re-bill is charged, and the
+// period is paid twice. Its caller and the log say so, for a person, and
+// nobody is billed again.
+func TestWebhookOwnPaymentIntentCompletedWhileAReBillIsOnItsWayIsReportedForAPerson(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.completeOnSession(pi)
+	h.srv.Honor("cus_1")
+	k2, err := h.b.Key("cus_1", period, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delivered sync.Once
+	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.IdempotencyKey == k2.String() {
+			delivered.Do(func() {
+				for _, ev := range h.srv.Events() {
+					if status, body := h.post(ev.Body, billingtest.Sign(ev.Body, whsec, time.Now())); status != http.StatusOK {
+						t.Errorf("delivering %s: %d %s", ev.Type, status, body)
+					}
+				}
+			})
+		}
+		return billingtest.Fault{}
+	})
+	_, err = h.b.Rebill(ctx, "cus_1", period, 2, nil)
+	h.srv.SetScript(nil)
+	var ce *billing.ChargeError
+	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrNotRecorded) || ce.StripeID == "" || ce.StripeID == pi {
+		t.Fatalf("Rebill charged while its period was paid = %v; want ErrNotRecorded naming its payment", err)
+	}
+	if !strings.Contains(h.logs.String(), "refund one of them") {
+		t.Errorf("the second payment is not in the log:\n%s", h.logs)
+	}
+	for _, call := range []func() (billing.Receipt, error){
+		func() (billing.Receipt, error) { return h.b.Charge(ctx, "cus_1", period, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 2, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 3, nil) },
+	} {
+		if r, err := call(); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+			t.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
+		}
+	}
+	if n := h.count("cus_1"); n != 2 {
+		t.Errorf("%d payments for the period, want the 2 made", n)
+	}
+}
+
+// A failed claim succeeds only by its own payment. Another payment's
+// success that carries its key (a support script's charge copying the
+// metadata), or a success of another kind of object (a payment naming a
+// usage report's key, an invoice naming a charge's), leaves it failed,
+// however often and in whatever order the events arrive.
+func TestWebhookSuccessOfAnotherObjectLeavesAFailedClaimFailed(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	h.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	h.srv.Decline("cus_1", "insufficient_funds")
+	if _, err := h.b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("Charge = %v, want declined", err)
+	}
+	h.srv.Honor("cus_1")
+	h.srv.RejectUsage("cus_2", "meter_event_customer_not_found")
+	u := usage("cus_2", 3)
+	r, err := h.b.ReportUsage(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv.AggregateNow()
+	h.deliverAll()
+	h.srv.RejectUsage("cus_2", "")
+	before := len(h.srv.Events())
+	cc := &charge.Client{B: h.otherBackend(), Key: secretKey}
+	for customer, key := range map[string]string{"cus_1": h.key("cus_1"), "cus_2": r.Key.String()} {
+		p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String(customer)}
+		p.Metadata = map[string]string{billing.MetaKey: key, billing.MetaCustomer: customer, billing.MetaPeriod: period}
+		//idemvet:ignore a support script's own charge, which sends no key
+		if _, err := cc.New(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ip := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), AutoAdvance: stripe.Bool(false)}
+	ip.IdempotencyKey = stripe.String("other-invoice")
+	ip.AddMetadata(billing.MetaKey, h.key("cus_1"))
+	in, err := h.invoices().New(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &stripe.InvoiceFinalizeInvoiceParams{}
+	fp.IdempotencyKey = stripe.String("other-invoice-finalize")
+	if _, err := h.invoices().FinalizeInvoice(in.ID, fp); err != nil { // empty: paid at once
+		t.Fatal(err)
+	}
+	evs := h.srv.Events()[before:]
+	for round := range 3 {
+		for i := range evs {
+			ev := evs[i]
+			if round == 1 {
+				ev = evs[len(evs)-1-i]
+			}
+			got := h.deliver(ev)
+			if got == "ignored: event type not handled" {
+				continue
+			}
+			if round == 0 && got != "otherpayment" || round > 0 && got != "duplicate" {
+				t.Errorf("round %d: %s answered %q", round, ev.Type, got)
+			}
+		}
+	}
+	for key, who := range map[string]string{h.key("cus_1"): "the declined charge", r.Key.String(): "the rejected usage report"} {
+		if c, err := h.store.Get(ctx, key); err != nil || c.State != claim.StateFailed {
+			t.Errorf("%s after another object's success = %s (%s), %v; want failed", who, c.State, c.LastError, err)
+		}
+	}
+	if _, err := h.b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Errorf("Charge after another object's success = %v, want still declined", err)
+	}
+}
