@@ -70,8 +70,9 @@
 // customer, and is refused for any other. POST /v1/invoices/{id}/finalize
 // turns a draft open (or paid when nothing is due) and refuses anything
 // else; /pay turns an open invoice paid, answers a declined customer 402
-// card_error and leaves the invoice open, and refuses a paid, draft or void
-// one; /send marks an open or paid send_invoice invoice sent; /void voids
+// card_error and leaves the invoice open (unless paid_out_of_band=true: a
+// person marks it paid outside Stripe, and no card is charged), and
+// refuses a paid, draft or void one; /send marks an open or paid send_invoice invoice sent; /void voids
 // an open one; DELETE removes a draft. GET /v1/invoices/{id}, its /lines
 // (paged) and GET /v1/invoices/search (metadata['k']:'v', customer,
 // status, currency, amount) read them. Each change emits invoice.created,
@@ -150,6 +151,10 @@
 // charge.failed, payment_intent.processing, payment_intent.succeeded,
 // payment_intent.payment_failed, and charge.refunded and
 // charge.dispute.created after [Server.Refund] and [Server.Dispute].
+// [Server.ConfirmIntent] is a declined payment intent completed later
+// on-session by its customer (3-D Secure after an off-session
+// authentication_required, or another card): it succeeds, is counted and
+// emits payment_intent.succeeded.
 // [Server.Final] gives every payment's final status.
 //
 // A [Sender] delivers events to a webhook endpoint as Stripe does: signed
@@ -184,8 +189,9 @@
 //     though reported only once processed. An error report lists every
 //     rejected identifier (up to 100 per code), where Stripe sends samples.
 //   - Cards are not modelled: payments succeed unless a decline is set; there
-//     is no 3-D Secure, requires_action, authorisation hold, minimum amount
-//     per currency, zero-decimal currency rules or currency conversion.
+//     is no 3-D Secure (beyond [Server.ConfirmIntent]), requires_action,
+//     authorisation hold, minimum amount per currency, zero-decimal
+//     currency rules or currency conversion.
 //   - Search is exact-match only (metadata, customer, status, currency,
 //     amount, joined by AND; no OR, negation, ranges or prefix matches). An
 //     object becomes searchable Config.SearchDelay after its creation on the

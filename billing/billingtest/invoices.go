@@ -24,6 +24,10 @@ type Invoice struct {
 	Payments      int `json:"payments"`
 	// Sent reports whether POST /v1/invoices/{id}/send sent it.
 	Sent bool `json:"sent,omitempty"`
+	// PaidOutOfBand reports whether it was marked paid outside Stripe
+	// (POST /v1/invoices/{id}/pay with paid_out_of_band=true), as a person
+	// does in the dashboard: no card was charged.
+	PaidOutOfBand bool `json:"paid_out_of_band,omitempty"`
 }
 
 // InvoiceLine is one line of an [Invoice]: an invoice item.
@@ -344,6 +348,7 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 			}
 			inv.Status, inv.paidAt, inv.amountPaid = "paid", now, inv.amountDue
 			inv.Payments++
+			inv.PaidOutOfBand = form.Get("paid_out_of_band") == "true"
 			s.emitInvoice("invoice.paid", inv, now)
 		case epSendInvoice:
 			if inv.collection != "send_invoice" {
@@ -420,7 +425,7 @@ func (s *Server) renderInvoice(inv *invoice) map[string]any {
 		"created": inv.created.Unix(), "currency": orDefault(inv.currency, "usd"), "customer": inv.Customer,
 		"description": strOrNil(inv.descr), "due_date": dueDate, "effective_at": unixOrNil(inv.finalizedAt),
 		"lines": list, "livemode": false, "metadata": orEmpty(inv.Metadata), "number": strOrNil(inv.number),
-		"paid": inv.Status == "paid", "period_start": inv.created.Unix(), "period_end": inv.created.Unix(),
+		"paid": inv.Status == "paid", "paid_out_of_band": inv.PaidOutOfBand, "period_start": inv.created.Unix(), "period_end": inv.created.Unix(),
 		"status": inv.Status, "subtotal": inv.total(), "total": inv.total(),
 		"status_transitions": map[string]any{"finalized_at": unixOrNil(inv.finalizedAt), "paid_at": unixOrNil(inv.paidAt),
 			"voided_at": unixOrNil(inv.voidedAt), "marked_uncollectible_at": nil}}
