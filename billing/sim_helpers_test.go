@@ -433,6 +433,7 @@ func (w *simWorld) claimed(what string) {
 	by := w.faults.jumpBy
 	w.mu.Unlock()
 	if due && w.jumped.CompareAndSwap(false, true) {
+		w.count("clock jumps after a claim call", 1)
 		w.quiet(0)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -549,12 +550,16 @@ func (p *simProc) die(how string) {
 }
 
 // simStore is a runner's claim store: it fails once the runner is dead and
-// kills the runner at the claim crash points.
+// kills the runner at the claim crash points. It must be an engine itself,
+// every method of it: billing takes a store that is not for the claim.Store
+// it embeds, and drives that store's engine directly, past every crash.
 type simStore struct {
 	claim.Store // the store's own, for Config.Claims
 	p           *simProc
 	inner       claimEngine
 }
+
+var _ claimEngine = (*simStore)(nil)
 
 func (s *simStore) alive() error {
 	if s.p.dead.Load() {
@@ -570,12 +575,14 @@ func (s *simStore) claimed(what string, call func() error) error {
 	}
 	n := s.p.next(false)
 	if s.p.fires(simCrashBeforeClaim, n) {
+		s.p.w.count("crashes before a claim", 1)
 		s.p.die("before claiming " + what)
 		return errSimCrashed
 	}
 	err := call()
 	s.p.w.claimed(what)
 	if s.p.fires(simCrashAfterClaim, n) {
+		s.p.w.count("crashes after a claim", 1)
 		s.p.die("after claiming " + what + ", before sending")
 		return errSimCrashed
 	}
@@ -671,6 +678,13 @@ func (s *simStore) Reopen(ctx context.Context, key, owner, endpoint, credential 
 		return err
 	}
 	return s.inner.Reopen(ctx, key, owner, endpoint, credential)
+}
+
+func (s *simStore) Advance(ctx context.Context, key, owner, stripeID, step string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.inner.Advance(ctx, key, owner, stripeID, step)
 }
 
 func (s *simStore) Abandon(ctx context.Context, key, owner string) error {
