@@ -1067,7 +1067,7 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 					// Two attempts both paid: the first one's claim must have
 					// been failed by a later send of its key.
 					for k := len(pays) - 1; k > idx[0]; k-- {
-						if simPayKey(pays[k]) == simPayKey(a) {
+						if simPayKey(pays[k]) == simPayKey(a) && !w.is(w.ow.foreign, pays[k].ID) {
 							class = simDoubleClass(a, pays[k]) + ", recorded as failed, then re-billed"
 							break
 						}
@@ -1091,7 +1091,7 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 		// later send differed from the one that moved money.
 		class, later := "", ""
 		for j := len(pays) - 1; j > idx[0]; j-- {
-			if simPayKey(pays[j]) == simPayKey(p) {
+			if simPayKey(pays[j]) == simPayKey(p) && !w.is(w.ow.foreign, pays[j].ID) {
 				class, later = simDoubleClass(p, pays[j]), "; later "+w.describePayment(j, pays[j])
 				break
 			}
