@@ -941,7 +941,7 @@ func (w *simWorld) foreignInvoice(ctx context.Context, pick uint64) (string, err
 			return "", fmt.Errorf("duplicating %s: %s: HTTP %d, %v", src.ID, s.path, status, err)
 		}
 	}
-	w.count("faults: a duplicate of billonce's invoice, voided", 1)
+	w.count("faults: a duplicate of billonce's invoice made and voided", 1)
 	w.touch(src.Customer, src.Metadata[billing.MetaPeriod], "a duplicate of its invoice, with its metadata, finalized and voided")
 	return fmt.Sprintf("a person duplicates %s as %s, finalizes and voids it", src.ID, id), nil
 }
