@@ -425,7 +425,7 @@ func (s *Server) renderInvoice(inv *invoice) map[string]any {
 		"created": inv.created.Unix(), "currency": orDefault(inv.currency, "usd"), "customer": inv.Customer,
 		"description": strOrNil(inv.descr), "due_date": dueDate, "effective_at": unixOrNil(inv.finalizedAt),
 		"lines": list, "livemode": false, "metadata": orEmpty(inv.Metadata), "number": strOrNil(inv.number),
-		"paid": inv.Status == "paid", "paid_out_of_band": inv.PaidOutOfBand, "period_start": inv.created.Unix(), "period_end": inv.created.Unix(),
+		"paid": inv.Status == "paid", "period_start": inv.created.Unix(), "period_end": inv.created.Unix(),
 		"status": inv.Status, "subtotal": inv.total(), "total": inv.total(),
 		"status_transitions": map[string]any{"finalized_at": unixOrNil(inv.finalizedAt), "paid_at": unixOrNil(inv.paidAt),
 			"voided_at": unixOrNil(inv.voidedAt), "marked_uncollectible_at": nil}}
