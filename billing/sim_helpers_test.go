@@ -65,25 +65,33 @@ func simNewBiller(w *simWorld, cfg simConfig, store claim.Store, rt http.RoundTr
 	})
 }
 
-// simClaim is one row of the claim table, as the checker needs it.
+// simClaim is one row of the claim table, as the checker and the other
+// writers need it.
 type simClaim struct {
 	Key, Customer, Period string
 	Amount                int64
 	Currency              string
 	State                 string
 	StripeID              string
+	Endpoint              string
+	Scope                 string
+	Attempt               int
+	Age                   time.Duration // since the claim last changed, on the database clock
 }
 
 // simListClaims reads every claim of the table.
 func simListClaims(ctx context.Context, pool *pgxpool.Pool, table string) ([]simClaim, error) {
-	rows, err := pool.Query(ctx, "SELECT key, customer, period, amount, currency, state, stripe_id FROM "+
+	rows, err := pool.Query(ctx, `SELECT key, customer, period, amount, currency, state, stripe_id, endpoint, scope, attempt,
+		(extract(epoch FROM now() - updated_at) * 1000000)::bigint FROM `+
 		pgx.Identifier{table}.Sanitize()+" ORDER BY customer, period, created_at, key")
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (simClaim, error) {
 		var c simClaim
-		err := r.Scan(&c.Key, &c.Customer, &c.Period, &c.Amount, &c.Currency, &c.State, &c.StripeID)
+		var age int64
+		err := r.Scan(&c.Key, &c.Customer, &c.Period, &c.Amount, &c.Currency, &c.State, &c.StripeID, &c.Endpoint, &c.Scope, &c.Attempt, &age)
+		c.Age = time.Duration(age) * time.Microsecond
 		return c, err
 	})
 }
@@ -229,8 +237,11 @@ func (r simRetry) policy() retry.Policy {
 type simWorld struct {
 	plan      *simPlan
 	mode      simMode
-	hooks     simHooks  // modes simUsage and simInvoices
+	others    *simOthers
+	ow        simOtherState
+	hooks     simHooks  // when others.hooks
 	usageBase time.Time // mode simUsage: the start of the first window, on the wall clock
+	oldBase   time.Time // mode simUsage: the start of the window from 34 days ago, on the wall clock
 	pool      *pgxpool.Pool
 	table     string
 	srv       *billingtest.Server
@@ -242,14 +253,20 @@ type simWorld struct {
 	doubles   map[[2]string]bool // customers and periods already seen paid twice
 	cleanRuns int
 
-	clock    sync.Mutex   // serialises moves of time and guards shift
-	shift    []string     // the statements that move the claim table's time
-	jumped   atomic.Bool  // the round's clock jump has happened
-	inflight atomic.Int64 // exchanges with the fake under way
+	clock    sync.Mutex    // serialises moves of time and guards shift
+	shift    []string      // the statements that move the claim table's time
+	jumped   atomic.Bool   // the round's clock jump has happened
+	inflight atomic.Int64  // exchanges with the fake under way
+	dashDone atomic.Bool   // the round's dashboard item is added
+	closing  chan struct{} // closed when the world closes: nothing is held any more
+	closed   sync.Once
 
-	mu         sync.Mutex // guards the fields below
-	faults     simFaults  // the round's
-	claimCalls int        // claim calls in the round
+	mu         sync.Mutex    // guards the fields below
+	faults     simFaults     // the round's
+	orRound    simOtherRound // the round's other writers
+	hold       *simHold      // the round's held write
+	settleErrs []string      // reconciliations of the settle phase that stopped
+	claimCalls int           // claim calls in the round
 	virtual    time.Duration
 	trace      []string
 	harness    []string
@@ -269,15 +286,18 @@ func (w *simWorld) count(name string, n int) {
 	w.figures[name] += n
 }
 
-func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan, mode simMode) (*simWorld, error) {
+func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan, mode simMode, faults map[simFault]bool) (*simWorld, error) {
 	w := &simWorld{
 		plan:    plan,
 		mode:    mode,
+		others:  newSimOthers(plan, mode, faults),
 		pool:    pool,
 		table:   fmt.Sprintf("sim_%d", plan.seed),
 		labels:  make(map[string]string),
 		doubles: make(map[[2]string]bool),
+		closing: make(chan struct{}),
 	}
+	w.ow.init()
 	w.srv = billingtest.NewServer(billingtest.Config{})
 	w.base = http.DefaultTransport.(*http.Transport).Clone()
 	w.base.MaxIdleConnsPerHost = 16
@@ -305,6 +325,7 @@ func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan, mode si
 }
 
 func (w *simWorld) close() {
+	w.closed.Do(func() { close(w.closing) })
 	w.srv.Close()
 	w.base.CloseIdleConnections()
 }
@@ -436,6 +457,7 @@ func (w *simWorld) claimed(what string) {
 	by := w.faults.jumpBy
 	w.mu.Unlock()
 	if due && w.jumped.CompareAndSwap(false, true) {
+		w.count("clock jumps after a claim call", 1)
 		w.quiet(0)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -552,12 +574,16 @@ func (p *simProc) die(how string) {
 }
 
 // simStore is a runner's claim store: it fails once the runner is dead and
-// kills the runner at the claim crash points.
+// kills the runner at the claim crash points. It must be an engine itself,
+// every method of it: billing takes a store that is not for the claim.Store
+// it embeds, and drives that store's engine directly, past every crash.
 type simStore struct {
 	claim.Store // the store's own, for Config.Claims
 	p           *simProc
 	inner       claimEngine
 }
+
+var _ claimEngine = (*simStore)(nil)
 
 func (s *simStore) alive() error {
 	if s.p.dead.Load() {
@@ -573,12 +599,14 @@ func (s *simStore) claimed(what string, call func() error) error {
 	}
 	n := s.p.next(false)
 	if s.p.fires(simCrashBeforeClaim, n) {
+		s.p.w.count("crashes before a claim", 1)
 		s.p.die("before claiming " + what)
 		return errSimCrashed
 	}
 	err := call()
 	s.p.w.claimed(what)
 	if s.p.fires(simCrashAfterClaim, n) {
+		s.p.w.count("crashes after a claim", 1)
 		s.p.die("after claiming " + what + ", before sending")
 		return errSimCrashed
 	}
@@ -590,6 +618,9 @@ func (s *simStore) Claim(ctx context.Context, req claimengine.Request) (claimRes
 	err := s.claimed(s.p.w.keyLabel(req.Key), func() (err error) {
 		res, err = s.inner.Claim(ctx, req)
 		s.noteResumed(res)
+		if err == nil {
+			s.p.w.snapshotIfDue(ctx, req, res)
+		}
 		return err
 	})
 	if errors.Is(err, errSimCrashed) {
@@ -676,6 +707,13 @@ func (s *simStore) Reopen(ctx context.Context, key, owner, endpoint, credential 
 	return s.inner.Reopen(ctx, key, owner, endpoint, credential)
 }
 
+func (s *simStore) Advance(ctx context.Context, key, owner, stripeID, step string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.inner.Advance(ctx, key, owner, stripeID, step)
+}
+
 func (s *simStore) Abandon(ctx context.Context, key, owner string) error {
 	if err := s.alive(); err != nil {
 		return err
@@ -742,6 +780,10 @@ func (t *simTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if req.Method != http.MethodPost || !simCreate(req.URL.Path) {
 		return t.send(req)
+	}
+	t.p.w.landBefore(t.p)
+	if h := t.p.w.holdFor(t.p, simStep(req.URL.Path)); h != nil {
+		return t.hold(req, h)
 	}
 	key := req.Header.Get("Idempotency-Key")
 	if !t.p.counts(simStep(req.URL.Path)) {
@@ -835,22 +877,62 @@ func (w *simWorld) settle(ctx context.Context) {
 	}
 	w.quiet(0)
 	w.move(ctx, plan.settleJump, "before settling")
+	w.settleHooks(ctx)
 	w.settleWith(ctx, w.clean(plan.final), "final config")
 	w.notePayments("settle (final config)")
 	w.quiet(0)
 	w.move(ctx, 25*time.Hour, "past every key window")
+	w.settleHooks(ctx)
 	w.mu.Lock()
 	configs := slices.Clone(w.configs)
 	w.mu.Unlock()
 	for _, cfg := range configs {
 		if b := w.clean(cfg); b != nil {
 			sum, err := b.Reconcile(ctx, nil)
-			w.logf("  reconcile with %s: %s", cfg.where(), simSummary(sum, err))
+			w.settleReconciled("reconcile with "+cfg.where(), sum, err)
 		}
 	}
 	w.notePayments("settle (each config reconciles)")
+	w.settleHooks(ctx)
 	w.settleWith(ctx, w.clean(plan.final), "final config, a day later")
+	w.settleHooks(ctx)
 	w.notePayments("settle (final config, a day later)")
+}
+
+// settleHooks delivers the events of a charge scenario that has a webhook
+// endpoint.
+func (w *simWorld) settleHooks(ctx context.Context) {
+	if w.others.hooks {
+		w.deliverWebhooks(ctx)
+	}
+}
+
+// settleReconciled traces a Reconcile of the settle phase. With faults off
+// and clean Billers nothing stops it: one that stopped is noted for the
+// checker, since no claim after the one that stopped it was settled.
+func (w *simWorld) settleReconciled(what string, sum billing.Summary, err error) {
+	w.logf("  %s: %s", what, simSummary(sum, err))
+	w.noteHeld(sum.Failures...)
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > 400 {
+			msg = msg[:400] + "…"
+		}
+		w.mu.Lock()
+		w.settleErrs = append(w.settleErrs, what+": "+msg)
+		w.mu.Unlock()
+	}
+}
+
+// settleViolations are the settle phase's stopped reconciliations.
+func (w *simWorld) settleViolations() []simViolation {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []simViolation
+	for _, e := range w.settleErrs {
+		out = append(out, simViolation{Kind: "reconcile stopped", Detail: e})
+	}
+	return out
 }
 
 func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what string) {
@@ -858,10 +940,11 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 		return
 	}
 	sum, err := b.Reconcile(ctx, nil)
-	w.logf("  %s: reconcile: %s", what, simSummary(sum, err))
+	w.settleReconciled(what+": reconcile", sum, err)
 	for _, p := range w.plan.periods {
 		sum, err := b.Run(ctx, p, billing.Customers(w.plan.active...), &billing.RunOptions{Concurrency: 4})
 		w.logf("  %s: run %s: %s", what, p, simSummary(sum, err))
+		w.noteHeld(sum.Failures...)
 	}
 	for _, c := range w.plan.rebill {
 		if !slices.Contains(w.plan.active, c) {
@@ -870,12 +953,14 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 		for _, p := range w.plan.periods {
 			for range 3 {
 				_, err := b.Charge(ctx, c, p, nil)
+				w.noteHeld(err)
 				var fe *billing.ChargeError
 				if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) {
 					break
 				}
 				r, err := b.Rebill(ctx, c, p, fe.Attempt+1, nil)
 				w.logf("  %s: rebill %s/%s attempt %d: %s", what, c, p, fe.Attempt+1, simReceipt(r, err))
+				w.noteHeld(err)
 				if err == nil {
 					break
 				}
@@ -888,15 +973,23 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 type simViolation struct {
 	Kind   string // "double charge", "missing", "unrecorded payment", "payment without claim", "false success"
 	Class  string // for a double charge: what kind of resend made it
+	Cause  string // what other writers did to the customer's period, if anything
 	Detail string
 }
 
-func (v simViolation) String() string {
+// group is how simReport counts the violation's seeds.
+func (v simViolation) group() string {
+	k := v.Kind
 	if v.Class != "" {
-		return fmt.Sprintf("%s [%s]: %s", v.Kind, v.Class, v.Detail)
+		k += " [" + v.Class + "]"
 	}
-	return v.Kind + ": " + v.Detail
+	if v.Cause != "" {
+		k += " {after: " + v.Cause + "}"
+	}
+	return k
 }
+
+func (v simViolation) String() string { return v.group() + ": " + v.Detail }
 
 // claimsByPeriod lists the claim table, and its claims by customer and
 // period; ok is false when the listing failed (a harness error, logged).
@@ -921,9 +1014,9 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 		return nil
 	}
 	pays := w.srv.Payments()
-	var out []simViolation
-	add := func(kind, class, format string, args ...any) {
-		out = append(out, simViolation{Kind: kind, Class: class, Detail: fmt.Sprintf(format, args...)})
+	out := w.settleViolations()
+	add := func(cust, per, kind, class, format string, args ...any) {
+		out = append(out, simViolation{Kind: kind, Class: class, Cause: w.cause(cust, per), Detail: fmt.Sprintf(format, args...)})
 	}
 	byKey := make(map[string]simClaim, len(claims))
 	for _, c := range claims {
@@ -932,7 +1025,9 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 	payByID := make(map[string]billingtest.Payment, len(pays))
 	lp := make([]ledger.Payment, len(pays))
 	for i, p := range pays {
-		lp[i] = ledger.Payment{Customer: p.Customer, Period: p.Period, Paid: p.Paid}
+		// Another writer's payments are not billonce's, whatever their
+		// metadata says.
+		lp[i] = ledger.Payment{Customer: p.Customer, Period: p.Period, Paid: p.Paid && !w.is(w.ow.foreign, p.ID)}
 	}
 	want := map[ledger.Slot]bool{}
 	for _, cust := range w.plan.customers {
@@ -949,8 +1044,17 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 	}
 	for i, p := range pays {
 		payByID[p.ID] = p
-		if _, ok := byKey[simPayKey(p)]; !ok {
-			add("payment without claim", "", "%s", w.describePayment(i, p))
+		switch _, ok := byKey[simPayKey(p)]; {
+		case ok, w.is(w.ow.foreign, p.ID):
+		case !p.Paid && w.is(w.ow.deleted, simPayKey(p)):
+			// A person deleted the claim of this declined payment.
+		default:
+			add(p.Customer, p.Period, "payment without claim", "", "%s", w.describePayment(i, p))
+		}
+	}
+	for _, c := range claims {
+		if c.StripeID != "" && w.is(w.ow.foreign, c.StripeID) {
+			add(c.Customer, c.Period, "another writer's payment recorded", "", "claim %s is %s as %s, a payment billonce did not make", w.keyLabel(c.Key), c.State, c.StripeID)
 		}
 	}
 
@@ -966,13 +1070,13 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 					// Two attempts both paid: the first one's claim must have
 					// been failed by a later send of its key.
 					for k := len(pays) - 1; k > idx[0]; k-- {
-						if simPayKey(pays[k]) == simPayKey(a) {
+						if simPayKey(pays[k]) == simPayKey(a) && !w.is(w.ow.foreign, pays[k].ID) {
 							class = simDoubleClass(a, pays[k]) + ", recorded as failed, then re-billed"
 							break
 						}
 					}
 				}
-				add("double charge", class, "%s/%s: %s and %s", cp[0], cp[1],
+				add(cp[0], cp[1], "double charge", class, "%s/%s: %s and %s", cp[0], cp[1],
 					w.describePayment(idx[0], a), w.describePayment(j, b))
 			}
 			continue
@@ -982,16 +1086,20 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 		if !ok || (c.State == string(claim.StateSucceeded) && c.StripeID == p.ID) {
 			continue
 		}
+		if c.State == string(claim.StatePending) && w.heldFor(cp[0], cp[1]) {
+			w.count("periods left for a person after another writer acted", 1)
+			continue
+		}
 		// The claim holds another outcome of the same key: say how that
 		// later send differed from the one that moved money.
 		class, later := "", ""
 		for j := len(pays) - 1; j > idx[0]; j-- {
-			if simPayKey(pays[j]) == simPayKey(p) {
+			if simPayKey(pays[j]) == simPayKey(p) && !w.is(w.ow.foreign, pays[j].ID) {
 				class, later = simDoubleClass(p, pays[j]), "; later "+w.describePayment(j, pays[j])
 				break
 			}
 		}
-		add("unrecorded payment", class, "%s; its claim is %s%s%s", w.describePayment(idx[0], p), c.State,
+		add(cp[0], cp[1], "unrecorded payment", class, "%s; its claim is %s%s%s", w.describePayment(idx[0], p), c.State,
 			simIf(c.StripeID != "", " as "+c.StripeID), later)
 	}
 
@@ -1003,9 +1111,9 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 		p, ok := payByID[c.StripeID]
 		switch {
 		case !ok:
-			add("false success", "", "claim %s records %s, which Stripe never made", w.keyLabel(c.Key), c.StripeID)
+			add(c.Customer, c.Period, "false success", "", "claim %s records %s, which Stripe never made", w.keyLabel(c.Key), c.StripeID)
 		case !p.Paid || p.Amount != c.Amount || p.Currency != c.Currency || p.Customer != c.Customer || p.Period != c.Period:
-			add("false success", "", "claim %s (%d %s) records %s: %s %s/%s %d %s", w.keyLabel(c.Key), c.Amount, c.Currency,
+			add(c.Customer, c.Period, "false success", "", "claim %s (%d %s) records %s: %s %s/%s %d %s", w.keyLabel(c.Key), c.Amount, c.Currency,
 				p.ID, p.Status, p.Customer, p.Period, p.Amount, p.Currency)
 		}
 	}
@@ -1019,11 +1127,15 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 		if failedOnly && slices.Contains(w.plan.declined, cust) && !slices.Contains(w.plan.rebill, cust) {
 			continue
 		}
+		if slices.ContainsFunc(cs, func(c simClaim) bool { return c.State == string(claim.StatePending) }) && w.heldFor(cust, per) {
+			w.count("periods left for a person after another writer acted", 1)
+			continue
+		}
 		var states []string
 		for _, c := range cs {
 			states = append(states, w.keyLabel(c.Key)+" "+c.State)
 		}
-		add("missing", "", "%s/%s has no live payment; claims %v", cust, per, states)
+		add(cust, per, "missing", "", "%s/%s has no live payment; claims %v", cust, per, states)
 	}
 	return out
 }
@@ -1106,6 +1218,8 @@ func simErr(err error) string {
 		return "key reuse refused"
 	case errors.As(err, &needs) && errors.Is(err, billing.ErrNeedsReconciliation):
 		return "needs reconciliation"
+	case errors.Is(err, billing.ErrSentElsewhere):
+		return "sent elsewhere"
 	case errors.As(err, &record) && errors.Is(err, billing.ErrNotRecorded):
 		return "record failed"
 	case errors.As(err, &mismatch):
@@ -1152,6 +1266,9 @@ func simSummary(s billing.Summary, err error) string {
 func simAt(d time.Duration) string { return "T+" + simDur(d) }
 
 func simDur(d time.Duration) string {
+	if d > 0 && d < time.Minute {
+		return d.Round(time.Second).String()
+	}
 	d = d.Round(time.Minute)
 	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
 	switch {

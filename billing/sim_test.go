@@ -28,18 +28,27 @@ import (
 // TestSimulation plays seeded scenarios of several days of virtual time in
 // which three runners bill a few customers through crashes, lost answers,
 // 5xx storms, 409s, slow answers, clock jumps (between steps and in the
-// middle of them), API switches, key rotations and re-bills after declines.
+// middle of them), API switches, key rotations and re-bills after declines,
+// while other writers act on billonce's objects and claims (see
+// sim_others_test.go): a key rotated while a request is held at Stripe, a
+// support script's declined charge that copies a claim's metadata, a
+// customer completing a declined PaymentIntent on-session, refunds, failed
+// claims deleted by hand; Stripe's events then reach a webhook endpoint.
 // After each scenario a settle phase finishes the work with clean Billers,
 // and the fake Stripe's ledger is checked against the claim table: no
 // customer and period paid twice, none left unpaid but for a standing
-// decline or a deliberate stop, and every payment and every succeeded claim
-// accounted for.
+// decline or a deliberate stop, every payment and every succeeded claim
+// accounted for, no claim recording another writer's payment, and no
+// reconciliation of the settle phase stopped.
 //
 // BILLONCE_SIM_SEEDS=N runs seeds 1 to N (20 by default, 200 with
 // BILLONCE_LONG=1);
 // BILLONCE_SIM_SEED=K runs seed K alone and prints its whole trace. A seed
 // makes the same choices on every run; goroutines that act at once may
 // interleave differently, so a replay that passes may need -count=10.
+// BILLONCE_SIM_FAULTS chooses the other writers' fault types (all by
+// default; "none" for the infrastructure faults alone, or a list of names:
+// see sim_others_test.go).
 func TestSimulation(t *testing.T) {
 	t.Parallel()
 	simTest(t, simCharges)
@@ -59,6 +68,7 @@ const (
 // mode and reports what they found.
 func simTest(t *testing.T, mode simMode) {
 	seeds, single := simSeeds(t)
+	faults := simFaultSet(t)
 	pool := simPool(t)
 	start := time.Now()
 	results := make([]simResult, len(seeds))
@@ -68,7 +78,7 @@ func simTest(t *testing.T, mode simMode) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i] = simulate(pool, seed, mode)
+			results[i] = simulate(pool, seed, mode, faults)
 		})
 	}
 	wg.Wait()
@@ -126,13 +136,13 @@ type simResult struct {
 }
 
 // simulate plays one seed's scenario, settles it and checks the ledger.
-func simulate(pool *pgxpool.Pool, seed uint64, mode simMode) (res simResult) {
+func simulate(pool *pgxpool.Pool, seed uint64, mode simMode, faults map[simFault]bool) (res simResult) {
 	res.seed = seed
 	start := time.Now()
 	plan := newSimPlan(seed)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w, err := newSimWorld(ctx, pool, plan, mode)
+	w, err := newSimWorld(ctx, pool, plan, mode, faults)
 	if err != nil {
 		res.harness = append(res.harness, "setting up: "+err.Error())
 		return res
@@ -188,10 +198,7 @@ func simReport(t *testing.T, results []simResult, elapsed time.Duration, single 
 		}
 		seen := make(map[string]bool)
 		for _, v := range r.violations {
-			k := v.Kind
-			if v.Class != "" {
-				k += " [" + v.Class + "]"
-			}
+			k := v.group()
 			if !seen[k] {
 				seen[k] = true
 				byKind[k] = append(byKind[k], r.seed)
@@ -230,16 +237,25 @@ func simReport(t *testing.T, results []simResult, elapsed time.Duration, single 
 		if single || i < 3 {
 			fmt.Fprintf(&b, "  trace:\n    %s\n", strings.Join(r.trace, "\n    "))
 		}
-		fmt.Fprintf(&b, "  replay: BILLONCE_SIM_SEED=%d go test ./billing -run '%s$' -v", r.seed, t.Name())
+		fmt.Fprintf(&b, "  replay: %s", simReplay(r.seed, t.Name()))
 		t.Error(b.String())
 	}
 	for _, r := range broken {
-		t.Errorf("seed %d: HARNESS ERROR (the simulation itself failed, not the ledger):\n    %s\n  replay: BILLONCE_SIM_SEED=%d go test ./billing -run '%s$' -v",
-			r.seed, strings.Join(r.harness, "\n    "), r.seed, t.Name())
+		t.Errorf("seed %d: HARNESS ERROR (the simulation itself failed, not the ledger):\n    %s\n  replay: %s",
+			r.seed, strings.Join(r.harness, "\n    "), simReplay(r.seed, t.Name()))
 	}
 	if single && len(violated) == 0 && len(results) == 1 {
 		t.Logf("trace of seed %d:\n    %s", results[0].seed, strings.Join(results[0].trace, "\n    "))
 	}
+}
+
+// simReplay is the command that plays seed again alone, with its trace.
+func simReplay(seed uint64, test string) string {
+	faults := ""
+	if v := os.Getenv(simFaultsVar); v != "" {
+		faults = fmt.Sprintf("%s=%q ", simFaultsVar, v)
+	}
+	return fmt.Sprintf("%sBILLONCE_SIM_SEED=%d go test ./billing -run '%s$' -v", faults, seed, test)
 }
 
 // The scenario: a plan drawn from the seed alone, so that a seed makes the
@@ -802,6 +818,20 @@ func (w *simWorld) play(ctx context.Context) {
 		if s := rd.faults.String(); s != "" {
 			w.logf("  faults: %s", s)
 		}
+		or := w.others.rounds[i]
+		if s := or.String(); s != "" {
+			w.logf("  other writers: %s", s)
+		}
+		w.mu.Lock()
+		w.orRound = or
+		w.mu.Unlock()
+		w.ow.mu.Lock()
+		w.ow.snapArmed = w.others.snapshotAt >= 0 && i >= w.others.snapshotAt
+		w.ow.mu.Unlock()
+		w.dashDone.Store(false)
+		if or.hold != "" {
+			w.armHold(w.runners[rd.ops[0].runner].proc, or.hold)
+		}
 		w.arm(rd.faults)
 		for j, op := range rd.ops {
 			if w.mode == simInvoices && (op.crash == simCrashBeforeAnswer || op.crash == simCrashBeforeRecord) {
@@ -820,6 +850,14 @@ func (w *simWorld) play(ctx context.Context) {
 			wg.Go(func() { results[j] = w.runOp(ctx, op) })
 		}
 		wg.Wait()
+		if h := w.currentHold(); h != nil {
+			if h.sent() {
+				results[0] += "; after the key rotation: " + w.rotateAfterHold(ctx, rd.ops[0], h)
+			}
+			w.mu.Lock()
+			w.hold = nil
+			w.mu.Unlock()
+		}
 		w.quiet(0)
 		w.disarm()
 		if w.mode == simUsage {
@@ -828,7 +866,11 @@ func (w *simWorld) play(ctx context.Context) {
 			// pass, not after.
 			w.srv.AggregateNow()
 		}
-		if w.mode != simCharges {
+		w.actOthers(ctx, or)
+		if w.mode == simUsage {
+			w.srv.AggregateNow()
+		}
+		if w.others.hooks {
 			w.deliverWebhooks(ctx)
 		}
 		if rd.faults.jumps() && !w.jumped.Load() {
@@ -899,6 +941,11 @@ func (w *simWorld) arm(f simFaults) {
 	w.faults, w.claimCalls = f, 0
 	w.mu.Unlock()
 	w.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if simOtherRequest(r.IdempotencyKey) || w.otherInStep(r) {
+			// Another writer's request, or the held one landing: as
+			// Stripe serves it.
+			return billingtest.Fault{}
+		}
 		create := r.Method == http.MethodPost
 		mu.Lock()
 		requests++
@@ -992,7 +1039,7 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 			w.harnessf("%s: %s took longer than %v", p.name, op, simStepBudget)
 		}
 		for _, err := range errs {
-			if errors.Is(err, billing.ErrInvalid) {
+			if errors.Is(err, billing.ErrInvalid) && !w.rowsEdited(err) {
 				w.harnessf("%s: %s: %v", p.name, op, err)
 			}
 		}

@@ -23,7 +23,14 @@ import (
 // second scope) with usage reports instead of charges: each customer has
 // three hourly windows of usage per period, reported by ReportUsage one by
 // one, by RunUsage over many customers, or again with the next attempt
-// after Stripe rejected them. A customer whose card the scenario makes
+// after Stripe rejected them. Some customers also report a window's
+// running totals to a meter that keeps the newest event of each hour, one
+// total after the other, and some a window from 34 days ago while Stripe
+// still takes it. Other writers act meanwhile (see sim_others_test.go): a
+// key rotated while a meter event is held at Stripe, another program's
+// rejected event with the identifier of a report delivered a day before,
+// a reporter on a moved grid, the totals' claim rows restored from an
+// older copy. A customer whose card the scenario makes
 // decline has its meter events rejected instead (Server.RejectUsage), and
 // the error reports reach a webhook handler at the end of every round. The
 // fake's identifier window and key window move with the claim table's
@@ -34,7 +41,11 @@ import (
 // a further day), the meter is checked at the fake: every window of every
 // customer still reported counted exactly once, as one event, with one
 // succeeded claim; a window whose event was rejected counted zero times,
-// with its claims failed; no other event.
+// with its claims failed; no other event. A window's totals end at the
+// newest total the application holds a receipt for (or a later one sent
+// without a receipt), never an older one; a window from 34 days ago counts
+// once with a succeeded claim, or not at all without one; no
+// reconciliation of the settle phase stops.
 //
 // BILLONCE_SIM_SEEDS and BILLONCE_SIM_SEED choose the seeds as for
 // TestSimulation.
@@ -65,7 +76,19 @@ type simHooks struct {
 func (w *simWorld) usageWorld() {
 	w.srv.CreateMeter(simMeter, "sum", "")
 	n := len(w.plan.periods) * simUsageWindows
-	w.usageBase = time.Now().UTC().Truncate(time.Hour).Add(-time.Duration(n+1) * time.Hour)
+	now := time.Now().UTC().Truncate(time.Hour)
+	w.usageBase = now.Add(-time.Duration(n+1) * time.Hour)
+	// Billonce takes a window up to 34 days old on its own clock, which
+	// stays near the wall clock; Stripe, up to 35 days on the fake's,
+	// which moves with the scenario: a day and two hours in, it refuses
+	// this window.
+	w.oldBase = now.Add(-34*24*time.Hour + 2*time.Hour)
+	if len(w.others.totals) > 0 {
+		w.srv.CreateMeter(simTotalsMeter, "sum", "hour")
+	}
+	if w.others.on[simForeignMeterEvent] {
+		w.srv.RejectUsage(simGoneCustomer, "meter_event_customer_not_found")
+	}
 }
 
 // reports returns the usage reports of customer for period, attempt 0.
@@ -80,11 +103,26 @@ func (w *simWorld) reports(customer, period string) []billing.Usage {
 	return out
 }
 
-// reportsOf yields the reports of customers for period.
-func (w *simWorld) reportsOf(customers []string, period string) iter.Seq2[billing.Usage, error] {
+// opReports are the reports a runner's step makes of customer for period:
+// its windows, and the window from 34 days ago while Stripe takes it.
+func (w *simWorld) opReports(customer, period string) []billing.Usage {
+	out := w.reports(customer, period)
+	if u, ok := w.oldReport(customer); ok && period == w.plan.periods[0] && w.now() < simOldUntil {
+		out = append(out, u)
+	}
+	return out
+}
+
+// reportsOf yields the reports of customers for period: those of a
+// runner's step (ops), or the windows alone.
+func (w *simWorld) reportsOf(customers []string, period string, ops bool) iter.Seq2[billing.Usage, error] {
 	return func(yield func(billing.Usage, error) bool) {
 		for _, c := range customers {
-			for _, u := range w.reports(c, period) {
+			us := w.reports(c, period)
+			if ops {
+				us = w.opReports(c, period)
+			}
+			for _, u := range us {
 				if !yield(u, nil) {
 					return
 				}
@@ -94,8 +132,12 @@ func (w *simWorld) reportsOf(customers []string, period string) iter.Seq2[billin
 }
 
 // simUsagePeriod is the claim period of a report (see ReportUsage): its
-// meter and the minute its window starts.
+// meter, the minute its window starts, and its kind (for a window total,
+// with its attempt).
 func simUsagePeriod(u billing.Usage) string {
+	if u.Kind == billing.WindowTotals {
+		return fmt.Sprintf("usage %s %s total %d", u.Meter, u.Start.Format(time.RFC3339), max(u.Attempt, 1))
+	}
 	return fmt.Sprintf("usage %s %s increment", u.Meter, u.Start.Format(time.RFC3339))
 }
 
@@ -106,15 +148,25 @@ func simUsagePeriod(u billing.Usage) string {
 func (w *simWorld) usageStep(ctx context.Context, b *billing.Biller, op simOp) (string, []error) {
 	switch op.kind {
 	case simRun:
-		sum, err := b.RunUsage(ctx, w.reportsOf(op.run, op.period), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
-		return simSummary(sum, err), append(sum.Failures, err)
+		sum, err := b.RunUsage(ctx, w.reportsOf(op.run, op.period, true), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
+		out, errs := simSummary(sum, err), append(sum.Failures, err)
+		// Window totals go one at a time, each after the one before.
+		for _, c := range op.run {
+			if ctx.Err() != nil {
+				break
+			}
+			if t, err, ok := w.reportTotal(ctx, b, w.runners[op.runner].cfg.Scope, c, op.period); ok {
+				out, errs = out+"; "+c+" "+t, append(errs, err)
+			}
+		}
+		return out, errs
 	case simReconcile:
 		sum, err := b.Reconcile(ctx, nil)
 		return simSummary(sum, err), append(sum.Failures, err)
 	}
 	var outs []string
 	var errs []error
-	for _, u := range w.reports(op.customer, op.period) {
+	for _, u := range w.opReports(op.customer, op.period) {
 		var out string
 		var err error
 		for try := 0; try < 2 && ctx.Err() == nil; try++ {
@@ -130,6 +182,11 @@ func (w *simWorld) usageStep(ctx context.Context, b *billing.Biller, op simOp) (
 		outs, errs = append(outs, out), append(errs, err)
 		if ctx.Err() != nil {
 			break
+		}
+	}
+	if ctx.Err() == nil {
+		if out, err, ok := w.reportTotal(ctx, b, w.runners[op.runner].cfg.Scope, op.customer, op.period); ok {
+			outs, errs = append(outs, out), append(errs, err)
 		}
 	}
 	return "report " + strings.Join(outs, "; "), errs
@@ -191,6 +248,7 @@ func (w *simWorld) settleUsage(ctx context.Context) {
 	w.srv.AggregateNow()
 	w.deliverWebhooks(ctx)
 	w.settleUsageWith(ctx, w.clean(plan.final), "final config")
+	w.restoreRows(ctx, "once every total is reported")
 	w.quiet(0)
 	w.move(ctx, 25*time.Hour, "past every key and identifier window")
 	w.mu.Lock()
@@ -199,9 +257,12 @@ func (w *simWorld) settleUsage(ctx context.Context) {
 	for _, cfg := range configs {
 		if b := w.clean(cfg); b != nil {
 			sum, err := b.Reconcile(ctx, nil)
-			w.logf("  reconcile with %s: %s", cfg.where(), simSummary(sum, err))
+			w.settleReconciled("reconcile with "+cfg.where(), sum, err)
 		}
 	}
+	w.retryFirstTotals(ctx, w.clean(plan.final))
+	w.srv.AggregateNow()
+	w.deliverWebhooks(ctx)
 	w.settleUsageWith(ctx, w.clean(plan.final), "final config, a day later")
 }
 
@@ -210,10 +271,29 @@ func (w *simWorld) settleUsageWith(ctx context.Context, b *billing.Biller, what 
 		return
 	}
 	sum, err := b.Reconcile(ctx, nil)
-	w.logf("  %s: reconcile: %s", what, simSummary(sum, err))
+	w.settleReconciled(what+": reconcile", sum, err)
 	for _, p := range w.plan.periods {
-		sum, err := b.RunUsage(ctx, w.reportsOf(w.plan.active, p), &billing.RunOptions{Concurrency: 4})
+		sum, err := b.RunUsage(ctx, w.reportsOf(w.plan.active, p, false), &billing.RunOptions{Concurrency: 4})
 		w.logf("  %s: run %s: %s", what, p, simSummary(sum, err))
+		w.noteHeld(sum.Failures...)
+	}
+	for _, c := range w.others.totals {
+		if !slices.Contains(w.plan.active, c) {
+			continue
+		}
+		for _, p := range w.plan.periods {
+			for range simTotalRevisions {
+				out, err, ok := w.reportTotal(ctx, b, w.plan.final.Scope, c, p)
+				if !ok {
+					break
+				}
+				w.noteHeld(err)
+				w.logf("  %s: report %s %s %s", what, c, p, out)
+				if err != nil {
+					break
+				}
+			}
+		}
 	}
 	w.srv.AggregateNow()
 	w.deliverWebhooks(ctx)
@@ -225,6 +305,7 @@ func (w *simWorld) settleUsageWith(ctx context.Context, b *billing.Biller, what 
 			for _, u := range w.reports(c, p) {
 				for range simMaxUsageTries {
 					_, err := b.ReportUsage(ctx, u)
+					w.noteHeld(err)
 					var fe *billing.ChargeError
 					if !errors.As(err, &fe) || !errors.Is(err, billing.ErrDeclined) {
 						break
@@ -232,6 +313,7 @@ func (w *simWorld) settleUsageWith(ctx context.Context, b *billing.Biller, what 
 					u.Attempt = fe.Attempt + 1
 					r, err := b.ReportUsage(ctx, u)
 					w.logf("  %s: report %s %s again, attempt %d: %s", what, c, u.Start.Format("15:04"), u.Attempt, simUsageReceipt(r, err))
+					w.noteHeld(err)
 					if err == nil {
 						break
 					}
@@ -250,19 +332,22 @@ func (w *simWorld) checkUsage(ctx context.Context) []simViolation {
 	if !ok {
 		return nil
 	}
-	var out []simViolation
-	add := func(kind, format string, args ...any) {
-		out = append(out, simViolation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	out := w.settleViolations()
+	add := func(cust, period, kind, format string, args ...any) {
+		out = append(out, simViolation{Kind: kind, Cause: w.cause(cust, period), Detail: fmt.Sprintf(format, args...)})
 	}
+	oldCounted := w.checkOthers(byWindow, add)
 	for _, cust := range w.plan.customers {
-		counted := 0
+		counted := oldCounted[cust]
 		leftRejected := slices.Contains(w.plan.declined, cust) && !slices.Contains(w.plan.rebill, cust)
 		billed := slices.Contains(w.plan.active, cust)
 		for _, p := range w.plan.periods {
 			for _, u := range w.reports(cust, p) {
 				at := cust + " " + u.Start.Format("15:04")
-				cs := byWindow[[2]string{cust, simUsagePeriod(u)}]
-				delete(byWindow, [2]string{cust, simUsagePeriod(u)})
+				per := simUsagePeriod(u)
+				add := func(kind, format string, args ...any) { add(cust, per, kind, format, args...) }
+				cs := byWindow[[2]string{cust, per}]
+				delete(byWindow, [2]string{cust, per})
 				var states []string
 				succeeded, unsettled := 0, 0
 				for _, c := range cs {
@@ -284,6 +369,9 @@ func (w *simWorld) checkUsage(ctx context.Context) []simViolation {
 					}
 				case total == 0 && succeeded > 0:
 					add("false success", "%s: %d succeeded claims %v, but Stripe counts nothing", at, succeeded, states)
+				case total == 0 && unsettled > 0 && w.heldFor(cust, per):
+					w.count("windows left for a person after another writer acted", 1)
+					unsettled = 0
 				case total == 0 && billed && !leftRejected:
 					add("missing", "%s: Stripe counts nothing; claims %v", at, states)
 				case total == 0:
@@ -304,11 +392,12 @@ func (w *simWorld) checkUsage(ctx context.Context) []simViolation {
 			}
 		}
 		if n := w.srv.MeterEvents(simMeter, cust); n != counted {
-			add("extra events", "%s: %d events counted at Stripe, %d windows counted once", cust, n, counted)
+			// The windows' own violations say what other writers did.
+			out = append(out, simViolation{Kind: "extra events", Detail: fmt.Sprintf("%s: %d events counted at Stripe, %d windows counted once", cust, n, counted)})
 		}
 	}
 	for cp, cs := range byWindow {
-		add("unknown claim", "%s %q: %d claims", cp[0], cp[1], len(cs))
+		add(cp[0], cp[1], "unknown claim", "%s %q: %d claims", cp[0], cp[1], len(cs))
 	}
 	w.countFake()
 	return out
@@ -318,7 +407,7 @@ func (w *simWorld) checkUsage(ctx context.Context) []simViolation {
 // duplicate-identifier answers among them, and the faults injected.
 func (w *simWorld) countFake() {
 	for _, e := range w.srv.Log() {
-		if e.Method == http.MethodPost && e.Path == meterEvents {
+		if e.Method == http.MethodPost && e.Path == meterEvents && !simOtherRequest(e.IdempotencyKey) {
 			w.count("meter event requests", 1)
 			if e.Status == http.StatusBadRequest {
 				w.count("meter events answered 400 (identifier taken)", 1)

@@ -128,6 +128,29 @@ func (s *Server) Refund(id string, amount int64) error {
 	return nil
 }
 
+// ConfirmIntent confirms a payment intent again, on-session, as its
+// customer does on Stripe's hosted page after an off-session confirmation
+// was declined (authentication_required: the customer completes 3-D
+// Secure; or a new card): a payment intent that requires a payment method
+// or a confirmation succeeds, is counted in the ledger, and emits
+// payment_intent.succeeded. Its idempotency key's stored answer (the
+// decline) is unchanged, as at Stripe. Any other payment is an error.
+func (s *Server) ConfirmIntent(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[id]
+	switch {
+	case p == nil || p.Object != "payment_intent":
+		return fmt.Errorf("billingtest: ConfirmIntent(%q): no payment intent with this id", id)
+	case p.Status != "requires_payment_method" && p.Status != "requires_confirmation":
+		return fmt.Errorf("billingtest: ConfirmIntent(%q): the payment intent is %s; only one that requires a payment method or a confirmation can be confirmed", id, p.Status)
+	}
+	p.Status, p.Paid, p.DeclineCode, p.FailureCode, p.settleAt = "succeeded", true, "", "", time.Time{}
+	s.count(p)
+	s.emit("payment_intent.succeeded", p, s.now())
+	return nil
+}
+
 // Dispute opens a dispute on a succeeded payment and emits
 // charge.dispute.created. It returns the dispute's id.
 func (s *Server) Dispute(id, reason string) (string, error) {

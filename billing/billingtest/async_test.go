@@ -120,3 +120,50 @@ func TestSenderSignsDuplicatesAndRetries(t *testing.T) {
 		t.Error("a sender without a secret was accepted")
 	}
 }
+
+// A payment intent declined off-session and completed later on-session by
+// its customer succeeds, counts once in the ledger and is an event; its
+// key still replays the decline, and a paid one cannot be confirmed again.
+func TestConfirmIntentAfterDecline(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{Declines: map[string]string{"cus_3ds": "authentication_required"}})
+	api := newAPI(t, srv, testKey, nil)
+	params := func() *stripe.PaymentIntentParams {
+		p := &stripe.PaymentIntentParams{Amount: stripe.Int64(900), Currency: stripe.String("eur"), Customer: stripe.String("cus_3ds"),
+			PaymentMethod: stripe.String("pm_1"), Confirm: stripe.Bool(true), OffSession: stripe.Bool(true)}
+		p.AddMetadata("billonce_period", "2026-09")
+		p.SetIdempotencyKey("pi-key-1")
+		return p
+	}
+	_, err := api.PaymentIntents.New(params())
+	se := stripeErr(t, err)
+	if se.HTTPStatusCode != 402 || se.PaymentIntent == nil || se.PaymentIntent.Status != stripe.PaymentIntentStatusRequiresPaymentMethod {
+		t.Fatalf("off-session confirmation: %+v; want a 402 with the payment intent requiring a payment method", se)
+	}
+	id := se.PaymentIntent.ID
+	if err := srv.ConfirmIntent(id); err != nil {
+		t.Fatal(err)
+	}
+	if srv.CountPeriod("cus_3ds", "2026-09") != 1 {
+		t.Fatalf("ledger counts %d payments after the confirmation; want 1", srv.CountPeriod("cus_3ds", "2026-09"))
+	}
+	if got, err := api.PaymentIntents.Get(id, nil); err != nil || got.Status != stripe.PaymentIntentStatusSucceeded || got.LastPaymentError != nil {
+		t.Fatalf("after the confirmation: %+v, %v; want succeeded without an error", got, err)
+	}
+	if _, err := api.PaymentIntents.New(params()); stripeErr(t, err).HTTPStatusCode != 402 {
+		t.Fatal("the key no longer replays its stored decline")
+	}
+	if err := srv.ConfirmIntent(id); err == nil {
+		t.Error("a succeeded payment intent was confirmed again")
+	}
+	if err := srv.ConfirmIntent("ch_none"); err == nil {
+		t.Error("an unknown id was confirmed")
+	}
+	var types []string
+	for _, e := range srv.Events() {
+		types = append(types, e.Type)
+	}
+	if got, want := stringsOf(types), "[payment_intent.payment_failed payment_intent.succeeded]"; got != want {
+		t.Fatalf("events = %s, want %s", got, want)
+	}
+}

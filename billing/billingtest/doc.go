@@ -76,11 +76,13 @@
 // customer, and is refused for any other. POST /v1/invoices/{id}/finalize
 // turns a draft open (or paid when nothing is due) and refuses anything
 // else; /pay turns an open invoice paid, answers a declined customer 402
-// card_error and leaves the invoice open, and refuses a paid, draft or void
-// one; /send marks an open or paid send_invoice invoice sent; /void voids
-// an open one; DELETE removes a draft; POST /v1/invoices/{id} changes the
-// auto_advance of a draft or open invoice. GET /v1/invoices/{id}, its
-// /lines (paged) and GET /v1/invoices/search (metadata['k']:'v', customer,
+// card_error and leaves the invoice open (unless paid_out_of_band=true: a
+// person marks it paid outside Stripe, and no card is charged), and
+// refuses a paid, draft or void one; /send marks an open or paid
+// send_invoice invoice sent; /void voids an open one; DELETE removes a
+// draft; POST /v1/invoices/{id} changes the auto_advance of a draft or open
+// invoice. GET /v1/invoices/{id}, its /lines (paged) and GET
+// /v1/invoices/search (metadata['k']:'v', customer,
 // status, currency, amount) read them. Each change emits invoice.created,
 // invoice.finalized, invoice.paid, invoice.payment_failed, invoice.sent,
 // invoice.voided, invoice.deleted or invoice.updated with the invoice as
@@ -158,6 +160,10 @@
 // charge.failed, payment_intent.processing, payment_intent.succeeded,
 // payment_intent.payment_failed, and charge.refunded and
 // charge.dispute.created after [Server.Refund] and [Server.Dispute].
+// [Server.ConfirmIntent] is a declined payment intent completed later
+// on-session by its customer (3-D Secure after an off-session
+// authentication_required, or another card): it succeeds, is counted and
+// emits payment_intent.succeeded.
 // [Server.Final] gives every payment's final status.
 //
 // A [Sender] delivers events to a webhook endpoint as Stripe does: signed

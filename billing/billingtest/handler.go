@@ -257,6 +257,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if declined && fault.Kind == faultNone && ep.pays() {
 		fault.Kind = FaultDecline
 	}
+	if ep == epPayInvoice && r.Form.Get("paid_out_of_band") == "true" {
+		// Paid outside Stripe: no card is charged, so none declines.
+		declined = false
+		if fault.Kind == FaultDecline {
+			fault = Fault{}
+		}
+	}
 
 	switch fault.Kind {
 	case FaultRateLimit:

@@ -24,6 +24,10 @@ type Invoice struct {
 	Payments      int `json:"payments"`
 	// Sent reports whether POST /v1/invoices/{id}/send sent it.
 	Sent bool `json:"sent,omitempty"`
+	// PaidOutOfBand reports whether it was marked paid outside Stripe
+	// (POST /v1/invoices/{id}/pay with paid_out_of_band=true), as a person
+	// does in the dashboard: no card was charged.
+	PaidOutOfBand bool `json:"paid_out_of_band,omitempty"`
 }
 
 // InvoiceLine is one line of an [Invoice]: an invoice item.
@@ -349,6 +353,7 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 			}
 			inv.Status, inv.paidAt, inv.amountPaid = "paid", now, inv.amountDue
 			inv.Payments++
+			inv.PaidOutOfBand = form.Get("paid_out_of_band") == "true"
 			s.emitInvoice("invoice.paid", inv, now)
 		case epSendInvoice:
 			if inv.collection != "send_invoice" {

@@ -518,3 +518,26 @@ func TestEveryInvoiceWriteReplaysUnderItsKey(t *testing.T) {
 		t.Fatalf("ledger = %+v; want each write done once", got)
 	}
 }
+
+// An invoice a person marks paid outside Stripe is paid once, whatever the
+// customer's card, and says so.
+func TestInvoicePaidOutOfBand(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{Declines: map[string]string{"cus_d": "insufficient_funds"}})
+	api := newAPI(t, srv, testKey, nil)
+	inv := newDraft(t, api, "cus_d", 500)
+	//idemvet:ignore a state rule of the fake is tested, not a retry
+	if _, err := api.Invoices.FinalizeInvoice(inv.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Invoices.Pay(inv.ID, withKey(&stripe.InvoicePayParams{}, "pay-1")); stripeErr(t, err).HTTPStatusCode != 402 {
+		t.Fatal("the declined card paid")
+	}
+	paid, err := api.Invoices.Pay(inv.ID, withKey(&stripe.InvoicePayParams{PaidOutOfBand: stripe.Bool(true)}, "pay-2"))
+	if err != nil || paid.Status != "paid" {
+		t.Fatalf("paid out of band = %+v, %v; want paid", paid, err)
+	}
+	if got := srv.Invoices("cus_d"); got[0].Payments != 1 || !got[0].PaidOutOfBand {
+		t.Fatalf("ledger: %+v; want one payment, out of band", got[0])
+	}
+}
