@@ -561,6 +561,11 @@ type created struct {
 	id       string
 	status   string
 	replayed bool
+	// customer, amount and currency are what a search found the payment
+	// made for (see Biller.ownHits); empty in an answer to a write.
+	customer string
+	amount   int64
+	currency string
 	// requestID is Stripe's id of the request that answered.
 	requestID string
 }
@@ -667,8 +672,16 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		// Retries could not tell whether Stripe made the charge (or Stripe
 		// said not to retry a 5xx it had stored). One search may: a charge
 		// it finds is the truth; finding none proves nothing (the index
-		// lags), and the claim stays pending.
-		if found, serr := b.search(ctx, j.key); serr == nil && len(found) == 1 {
+		// lags), and the claim stays pending. Only the claim's own
+		// payment counts (see ownHits), and only a success: a declined
+		// payment with the claim's metadata may be another writer's copy,
+		// and within the key's window the next resume gets Stripe's own
+		// answer to the key instead.
+		found, serr := b.search(ctx, j.key)
+		if serr == nil {
+			found, _ = b.ownHits(j, found)
+		}
+		if serr == nil && len(found) == 1 && succeeded(found[0]) {
 			r, rerr := b.record(ctx, j, found[0])
 			if rerr == nil {
 				r.Outcome = Reconciled

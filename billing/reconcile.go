@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -68,9 +69,24 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 		b.release(context.WithoutCancel(ctx), j, err)
 		return Receipt{}, err
 	}
+	var foreign []created
+	if err == nil {
+		found, foreign = b.ownHits(j, found)
+	}
 	switch {
 	case err == nil && len(found) > 1:
 		return needs(fmt.Sprintf("Stripe search found %d payments for one key", len(found)))
+	case err == nil && len(found) == 0 && len(foreign) > 0:
+		// Another writer's payment carries the key: whether the claim's
+		// own request made one too cannot be told, so nothing is sent.
+		return needs(foreignReason(foreign))
+	case err == nil && len(found) == 1 && !succeeded(found[0]) && b.missUntrusted(ctx, j, c) != nil:
+		// A decline proves the claim's own request failed only when
+		// nothing else can still land for its key: another writer's copy
+		// of it may be what search shows first.
+		wait := b.missUntrusted(ctx, j, c)
+		b.release(context.WithoutCancel(ctx), j, wait)
+		return Receipt{}, wait
 	case err == nil && len(found) == 1:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: reconciled a pending claim from Stripe search", attrs(j, "stripe_id", found[0].id)...)
 		r, err := b.record(ctx, j, found[0])
@@ -134,6 +150,11 @@ func (b *Biller) missUntrusted(ctx context.Context, j job, c claim.Claim) *Charg
 // search finds the payments whose metadata carries key, among charges and
 // payment intents alike: a claim's key may have gone to either API. A
 // charge that belongs to a payment intent found too is the same payment.
+//
+// Metadata is anyone's to write: other code holding the account's key can
+// copy a claim's metadata onto a payment of its own. A payment counts as
+// the key's only when it is what the claim's request would have made: see
+// [Biller.ownHits], which every caller applies.
 func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error) {
 	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, key.String())
 	var out []created
@@ -148,7 +169,11 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 			return nil, notAPayment(pis.PaymentIntentSearchResult().LastResponse)
 		}
 		intents[pi.ID] = true
-		out = append(out, created{id: pi.ID, status: string(pi.Status)})
+		h := created{id: pi.ID, status: string(pi.Status), amount: pi.Amount, currency: string(pi.Currency)}
+		if pi.Customer != nil {
+			h.customer = pi.Customer.ID
+		}
+		out = append(out, h)
 	}
 	if err := pis.Err(); err != nil {
 		return nil, err
@@ -172,7 +197,11 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 		if ch.PaymentIntent != nil && intents[ch.PaymentIntent.ID] {
 			continue
 		}
-		out = append(out, created{id: ch.ID, status: string(ch.Status)})
+		h := created{id: ch.ID, status: string(ch.Status), amount: ch.Amount, currency: string(ch.Currency)}
+		if ch.Customer != nil {
+			h.customer = ch.Customer.ID
+		}
+		out = append(out, h)
 	}
 	if err := chs.Err(); err != nil {
 		return nil, err
@@ -185,6 +214,33 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 		return nil, notASearchResult(last)
 	}
 	return out, nil
+}
+
+// ownHits splits what a search for j's key found into the payments j's
+// own request would have made (its customer, amount and currency) and the
+// others: another writer's payment that copied the claim's metadata. Only
+// an own payment may settle the claim; a foreign one never settles it,
+// and never counts as a miss either.
+func (b *Biller) ownHits(j job, found []created) (own, foreign []created) {
+	for _, h := range found {
+		if h.customer == j.customer && h.amount == j.price.Amount && strings.EqualFold(h.currency, j.price.Currency) {
+			own = append(own, h)
+		} else {
+			foreign = append(foreign, h)
+		}
+	}
+	return own, foreign
+}
+
+// foreignReason names the payments a search found with a claim's key that
+// its own request cannot have made.
+func foreignReason(foreign []created) string {
+	ids := make([]string, len(foreign))
+	for i, h := range foreign {
+		ids[i] = fmt.Sprintf("%s (%s, %d %s)", h.id, h.customer, h.amount, h.currency)
+	}
+	return "Stripe search found only payments that carry the key's metadata but not its request's customer, amount and currency, made by other code holding the key: " +
+		strings.Join(ids, ", ") + "; check in Stripe whether the key's own payment exists, then record it with billonce resolve"
 }
 
 // isSearchResult reports whether r is Stripe's answer to a search: an
