@@ -707,9 +707,13 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 // less an attempt's longest duration, bounds it too, so a check reused
 // here is always one that a fresh CheckSend would pass, with an attempt's
 // whole duration to spare. Retries ask the store, as every send of a
-// resumed claim does.
+// resumed claim does, and so does every send of a usage report: what a
+// meter error report may be about is judged by the key's window on the
+// store's clock (see claim's own-send rule), so no usage event may leave
+// on the local clock's word alone, even if that clock stopped while the
+// database's went on.
 func (b *Biller) firstSendSafe(j job, c claim.Claim) time.Time {
-	if !j.won || j.rec == nil || j.claimedAt.IsZero() {
+	if !j.won || j.rec == nil || j.claimedAt.IsZero() || j.usage != nil {
 		return time.Time{}
 	}
 	attempt := b.policy.AttemptTimeout
