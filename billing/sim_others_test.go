@@ -293,8 +293,8 @@ type simOtherState struct {
 	shifted  map[string]bool // usage claim periods of reports on a moved grid
 	restored map[[2]string]bool
 	// inCopy: the (customer, period) of each row the restore brought back.
-	inCopy map[[2]string]bool
-	touched  map[[2]string][]string // (customer, claim period) → what was done to it
+	inCopy  map[[2]string]bool
+	touched map[[2]string][]string // (customer, claim period) → what was done to it
 	// usage: the window totals the application holds a receipt for, by
 	// (customer, period): its own record, which no restore of the claim
 	// table reaches.
