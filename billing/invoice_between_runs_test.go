@@ -380,3 +380,64 @@ func TestInvoiceWithAnItemBillonceDidNotAddIsNotPaid(t *testing.T) {
 		})
 	}
 }
+
+// An invoice whose finalized total is not its claim's (an item added by
+// hand as it was finalized) is left for a person, and Stripe must not
+// collect it meanwhile: not when the call that found the mismatch could
+// not turn collection off (Stripe unreachable just then), nor when the
+// runner stopped right after finalizing, before it read the total. Hours
+// pass before the next call: Stripe's automatic collection charges an
+// open invoice with auto_advance on an hour after it is finalized.
+func TestInvoiceWithAWrongTotalIsNotCollectedByStripeBeforeTheNextCall(t *testing.T) {
+	t.Parallel()
+	const extra = 999
+	for name, stopAt := range map[string]func(r billingtest.Request) bool{
+		"turning collection off fails": func(r billingtest.Request) bool {
+			id, update := strings.CutPrefix(r.Path, "/v1/invoices/in_")
+			return r.Method == http.MethodPost && update && !strings.Contains(id, "/")
+		},
+		"the runner stops after finalizing": func(r billingtest.Request) bool { return r.Method == http.MethodGet },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			inv := threeLines()
+			var item string
+			var once sync.Once
+			var finalized atomic.Bool
+			e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+					id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+					once.Do(func() { item = e.addedByHand("cus_1", id, extra) })
+					finalized.Store(true)
+					if name == "the runner stops after finalizing" {
+						return billingtest.Fault{Kind: billingtest.FaultCut}
+					}
+					return billingtest.Fault{}
+				}
+				if finalized.Load() && stopAt(r) {
+					return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
+				}
+				return billingtest.Fault{}
+			})
+			_, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
+			e.srv.SetScript(nil)
+			if err == nil || item == "" {
+				t.Fatalf("the call = %v with item %q, want an error", err, item)
+			}
+			e.advance(2 * time.Hour)
+			_, err = e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+			all := e.srv.Invoices("cus_1")
+			if len(all) != 1 {
+				t.Fatalf("%d invoices", len(all))
+			}
+			if got := all[0]; got.Payments != 0 || got.Status != "open" {
+				t.Fatalf("invoice %s is %s, paid %d times, with the item %s of %d added by hand; the claim records %d; the next call = %v",
+					got.ID, got.Status, got.Payments, item, extra, e.invoiceClaim("cus_1").Amount, err)
+			}
+			if !errors.Is(err, billing.ErrNeedsReconciliation) {
+				t.Errorf("the next call = %v, want ErrNeedsReconciliation", err)
+			}
+		})
+	}
+}
