@@ -286,6 +286,18 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 	if err != nil {
 		return Receipt{}, err
 	}
+	if status == string(stripe.InvoiceStatusOpen) && j.inv.DaysUntilDue == 0 && v.final != nil && !v.final.AutoAdvance {
+		// The total is the claim's: Stripe may collect the invoice now,
+		// and goes on collecting it if the payment below is declined.
+		// Like turning it off, this is sent without looking first.
+		verify := v.verify
+		v.verify = false
+		_, err := v.step(ctx, "collect", v.autoAdvance(true), v.findAdvancing(true))
+		v.verify = verify
+		if err != nil {
+			return Receipt{}, err
+		}
+	}
 	if status != string(stripe.InvoiceStatusPaid) {
 		if j.inv.DaysUntilDue > 0 {
 			status, err = v.step(ctx, "send", v.send, v.findSent)
@@ -571,11 +583,14 @@ func (v *invoicing) line(i int) func(context.Context, idemkey.Key) (string, erro
 }
 
 func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, error) {
-	// An invoice charged automatically is finalized with auto_advance on:
-	// billonce pays it at once, and if that payment is declined, Stripe's
-	// retries (and its dunning settings) go on collecting the open
-	// invoice. One sent to the customer keeps it off: billonce sends it.
-	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(v.j.inv.DaysUntilDue == 0)}
+	// An invoice is finalized with auto_advance off: Stripe collects an
+	// open invoice with it on by itself an hour after, whatever its
+	// total, and the total is checked first (see checkTotal). An invoice
+	// charged automatically whose total is the claim's has it turned on
+	// before billonce pays it, so that if that payment is declined,
+	// Stripe's retries (and its dunning settings) go on collecting it.
+	// One sent to the customer keeps it off: billonce sends it.
+	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(false)}
 	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
 	in, err := v.b.invoices.FinalizeInvoice(v.id, p)
 	if err != nil {
@@ -606,15 +621,18 @@ func (v *invoicing) send(ctx context.Context, key idemkey.Key) (string, error) {
 	return v.status(in)
 }
 
-// hold turns Stripe's automatic collection of the invoice off.
-func (v *invoicing) hold(ctx context.Context, key idemkey.Key) (string, error) {
-	p := &stripe.InvoiceParams{AutoAdvance: stripe.Bool(false)}
-	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
-	in, err := v.b.invoices.Update(v.id, p)
-	if err != nil {
-		return "", err
+// autoAdvance turns Stripe's automatic collection of the invoice on or
+// off.
+func (v *invoicing) autoAdvance(on bool) func(context.Context, idemkey.Key) (string, error) {
+	return func(ctx context.Context, key idemkey.Key) (string, error) {
+		p := &stripe.InvoiceParams{AutoAdvance: stripe.Bool(on)}
+		p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
+		in, err := v.b.invoices.Update(v.id, p)
+		if err != nil {
+			return "", err
+		}
+		return v.status(in)
 	}
-	return v.status(in)
 }
 
 // confirm reads the invoice after Stripe refused a step with a 400 that
@@ -848,7 +866,7 @@ func (v *invoicing) checkTotal(ctx context.Context) (string, error) {
 		// have sent it, so that Stripe is not left collecting meanwhile.
 		verify := v.verify
 		v.verify = false
-		_, err := v.step(ctx, "hold", v.hold, v.findHeld)
+		_, err := v.step(ctx, "hold", v.autoAdvance(false), v.findAdvancing(false))
 		v.verify = verify
 		if err != nil {
 			return "", err
@@ -870,13 +888,18 @@ func (v *invoicing) findStatus(done func(stripe.InvoiceStatus) bool) func(contex
 	}
 }
 
-// findHeld: Stripe does not collect an invoice with auto_advance off.
-func (v *invoicing) findHeld(ctx context.Context) (string, bool, error) {
-	in, err := v.get(ctx)
-	if err != nil {
-		return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+// findAdvancing: whether Stripe's automatic collection of the invoice is
+// as on says (off: Stripe does not collect it).
+func (v *invoicing) findAdvancing(on bool) func(context.Context) (string, bool, error) {
+	return func(ctx context.Context) (string, bool, error) {
+		in, err := v.get(ctx)
+		if err != nil {
+			return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+		}
+		// Stripe turns it off for an invoice no longer open, which it
+		// collects no more.
+		return string(in.Status), in.AutoAdvance == on || on && in.Status != stripe.InvoiceStatusOpen, nil
 	}
-	return string(in.Status), !in.AutoAdvance, nil
 }
 
 func (v *invoicing) findFinalized(ctx context.Context) (string, bool, error) {
