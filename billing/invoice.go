@@ -74,8 +74,11 @@ const (
 // derived from the claim's key and the step, and each recorded on the
 // claim once Stripe answered: the draft (auto_advance false, and
 // pending_invoice_items_behavior exclude, so that no pending item of the
-// customer is swept in), each line, the finalization, then the payment
-// (DaysUntilDue 0) or the sending. A call that finds the claim part way
+// customer is swept in), each line, the finalization (auto_advance still
+// false: Stripe collects an open invoice with it on by itself, an hour
+// later, whatever its total), then, once its total is the claim's, the
+// payment (DaysUntilDue 0, after turning Stripe's automatic collection on)
+// or the sending. A call that finds the claim part way
 // (another runner crashed) resumes at the step after the last one
 // recorded, with the same keys. Past a step's deadline (see the package
 // documentation), what exists is found before anything is written: the
@@ -98,7 +101,8 @@ const (
 // finalized invoice's total is checked too, before it is paid or sent:
 // one that is not the claim's (an item added as it was finalized, a
 // discount or tax Stripe applied) is left open and unpaid, with Stripe's
-// automatic collection of it turned off, and the claim pending with
+// automatic collection of it off (as it is from its finalization until
+// its total is checked, however long a runner stopped in between), and the claim pending with
 // ErrNeedsReconciliation. A person then voids it, and the invoice.voided
 // event fails the claim (billonce invoices that period no more), or, if
 // its total is what the customer owes, pays it by hand, and invoice.paid
