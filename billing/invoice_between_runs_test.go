@@ -441,3 +441,36 @@ func TestInvoiceWithAWrongTotalIsNotCollectedByStripeBeforeTheNextCall(t *testin
 		})
 	}
 }
+
+// A credit item someone else adds to billonce's draft as it is finalized
+// (after its lines were checked) brings its total to zero, and Stripe marks
+// it paid at once: the customer paid nothing. The call must not report the
+// period billed for the claim's total with a nil error; the total that
+// differs is reported for a person, as for an open invoice.
+func TestInvoicePaidAtFinalizationWithAnotherTotalIsReported(t *testing.T) {
+	t.Skip("known: checkTotal checks only an open invoice; one Stripe paid at finalization with another total is reported as billed for the claim's total")
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	var once sync.Once
+	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+			once.Do(func() { e.addedByHand("cus_1", id, -1290) })
+		}
+		return billingtest.Fault{}
+	})
+	r, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
+	e.srv.SetScript(nil)
+	got := e.srv.Invoices("cus_1")[0]
+	var total int64
+	for _, l := range got.Lines {
+		total += l.Amount
+	}
+	if total != 0 || got.Status != "paid" || got.Payments != 0 {
+		t.Fatalf("invoice %s is %s with a total of %d and %d payments, want paid at finalization for 0 by nobody", got.ID, got.Status, total, got.Payments)
+	}
+	if err == nil {
+		t.Errorf("Invoice = %+v, nil: the period is reported billed for %d %s, while invoice %s's total is %d and nobody paid it", r, r.Amount, r.Currency, got.ID, total)
+	}
+}
