@@ -293,7 +293,9 @@
 // The finalized invoice's total is checked against the claim before it is
 // paid or sent: one that differs (an item added as it was finalized, a
 // discount or tax of Stripe's) is left open and unpaid, with Stripe's
-// automatic collection of it off, and ErrNeedsReconciliation. A person
+// automatic collection of it off, and ErrNeedsReconciliation: an
+// invoice is finalized with it off, and it is turned on, for Stripe to
+// go on collecting a declined payment, only once the total is checked. A person
 // voids it, and invoice.voided fails the claim: billonce invoices that
 // period no more. Or, if its total is what the customer owes, the person
 // pays it by hand, and invoice.paid settles the claim.

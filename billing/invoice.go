@@ -74,8 +74,11 @@ const (
 // derived from the claim's key and the step, and each recorded on the
 // claim once Stripe answered: the draft (auto_advance false, and
 // pending_invoice_items_behavior exclude, so that no pending item of the
-// customer is swept in), each line, the finalization, then the payment
-// (DaysUntilDue 0) or the sending. A call that finds the claim part way
+// customer is swept in), each line, the finalization (auto_advance still
+// false: Stripe collects an open invoice with it on by itself, an hour
+// later, whatever its total), then, once its total is the claim's, the
+// payment (DaysUntilDue 0, after turning Stripe's automatic collection on)
+// or the sending. A call that finds the claim part way
 // (another runner crashed) resumes at the step after the last one
 // recorded, with the same keys. Past a step's deadline (see the package
 // documentation), what exists is found before anything is written: the
@@ -98,7 +101,8 @@ const (
 // finalized invoice's total is checked too, before it is paid or sent:
 // one that is not the claim's (an item added as it was finalized, a
 // discount or tax Stripe applied) is left open and unpaid, with Stripe's
-// automatic collection of it turned off, and the claim pending with
+// automatic collection of it off (as it is from its finalization until
+// its total is checked, however long a runner stopped in between), and the claim pending with
 // ErrNeedsReconciliation. A person then voids it, and the invoice.voided
 // event fails the claim (billonce invoices that period no more), or, if
 // its total is what the customer owes, pays it by hand, and invoice.paid
@@ -285,6 +289,18 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 	status, err := v.checkTotal(ctx)
 	if err != nil {
 		return Receipt{}, err
+	}
+	if status == string(stripe.InvoiceStatusOpen) && j.inv.DaysUntilDue == 0 && v.final != nil && !v.final.AutoAdvance {
+		// The total is the claim's: Stripe may collect the invoice now,
+		// and goes on collecting it if the payment below is declined.
+		// Like turning it off, this is sent without looking first.
+		verify := v.verify
+		v.verify = false
+		_, err := v.step(ctx, "collect", v.autoAdvance(true), v.findAdvancing(true))
+		v.verify = verify
+		if err != nil {
+			return Receipt{}, err
+		}
 	}
 	if status != string(stripe.InvoiceStatusPaid) {
 		if j.inv.DaysUntilDue > 0 {
@@ -571,11 +587,14 @@ func (v *invoicing) line(i int) func(context.Context, idemkey.Key) (string, erro
 }
 
 func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, error) {
-	// An invoice charged automatically is finalized with auto_advance on:
-	// billonce pays it at once, and if that payment is declined, Stripe's
-	// retries (and its dunning settings) go on collecting the open
-	// invoice. One sent to the customer keeps it off: billonce sends it.
-	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(v.j.inv.DaysUntilDue == 0)}
+	// An invoice is finalized with auto_advance off: Stripe collects an
+	// open invoice with it on by itself an hour after, whatever its
+	// total, and the total is checked first (see checkTotal). An invoice
+	// charged automatically whose total is the claim's has it turned on
+	// before billonce pays it, so that if that payment is declined,
+	// Stripe's retries (and its dunning settings) go on collecting it.
+	// One sent to the customer keeps it off: billonce sends it.
+	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(false)}
 	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
 	in, err := v.b.invoices.FinalizeInvoice(v.id, p)
 	if err != nil {
@@ -606,15 +625,18 @@ func (v *invoicing) send(ctx context.Context, key idemkey.Key) (string, error) {
 	return v.status(in)
 }
 
-// hold turns Stripe's automatic collection of the invoice off.
-func (v *invoicing) hold(ctx context.Context, key idemkey.Key) (string, error) {
-	p := &stripe.InvoiceParams{AutoAdvance: stripe.Bool(false)}
-	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
-	in, err := v.b.invoices.Update(v.id, p)
-	if err != nil {
-		return "", err
+// autoAdvance turns Stripe's automatic collection of the invoice on or
+// off.
+func (v *invoicing) autoAdvance(on bool) func(context.Context, idemkey.Key) (string, error) {
+	return func(ctx context.Context, key idemkey.Key) (string, error) {
+		p := &stripe.InvoiceParams{AutoAdvance: stripe.Bool(on)}
+		p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
+		in, err := v.b.invoices.Update(v.id, p)
+		if err != nil {
+			return "", err
+		}
+		return v.status(in)
 	}
-	return v.status(in)
 }
 
 // confirm reads the invoice after Stripe refused a step with a 400 that
@@ -848,7 +870,7 @@ func (v *invoicing) checkTotal(ctx context.Context) (string, error) {
 		// have sent it, so that Stripe is not left collecting meanwhile.
 		verify := v.verify
 		v.verify = false
-		_, err := v.step(ctx, "hold", v.hold, v.findHeld)
+		_, err := v.step(ctx, "hold", v.autoAdvance(false), v.findAdvancing(false))
 		v.verify = verify
 		if err != nil {
 			return "", err
@@ -870,13 +892,18 @@ func (v *invoicing) findStatus(done func(stripe.InvoiceStatus) bool) func(contex
 	}
 }
 
-// findHeld: Stripe does not collect an invoice with auto_advance off.
-func (v *invoicing) findHeld(ctx context.Context) (string, bool, error) {
-	in, err := v.get(ctx)
-	if err != nil {
-		return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+// findAdvancing: whether Stripe's automatic collection of the invoice is
+// as on says (off: Stripe does not collect it).
+func (v *invoicing) findAdvancing(on bool) func(context.Context) (string, bool, error) {
+	return func(ctx context.Context) (string, bool, error) {
+		in, err := v.get(ctx)
+		if err != nil {
+			return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+		}
+		// Stripe turns it off for an invoice no longer open, which it
+		// collects no more.
+		return string(in.Status), in.AutoAdvance == on || on && in.Status != stripe.InvoiceStatusOpen, nil
 	}
-	return string(in.Status), !in.AutoAdvance, nil
 }
 
 func (v *invoicing) findFinalized(ctx context.Context) (string, bool, error) {

@@ -380,3 +380,97 @@ func TestInvoiceWithAnItemBillonceDidNotAddIsNotPaid(t *testing.T) {
 		})
 	}
 }
+
+// An invoice whose finalized total is not its claim's (an item added by
+// hand as it was finalized) is left for a person, and Stripe must not
+// collect it meanwhile: not when the call that found the mismatch could
+// not turn collection off (Stripe unreachable just then), nor when the
+// runner stopped right after finalizing, before it read the total. Hours
+// pass before the next call: Stripe's automatic collection charges an
+// open invoice with auto_advance on an hour after it is finalized.
+func TestInvoiceWithAWrongTotalIsNotCollectedByStripeBeforeTheNextCall(t *testing.T) {
+	t.Parallel()
+	const extra = 999
+	for name, stopAt := range map[string]func(r billingtest.Request) bool{
+		"turning collection off fails": func(r billingtest.Request) bool {
+			id, update := strings.CutPrefix(r.Path, "/v1/invoices/in_")
+			return r.Method == http.MethodPost && update && !strings.Contains(id, "/")
+		},
+		"the runner stops after finalizing": func(r billingtest.Request) bool { return r.Method == http.MethodGet },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			inv := threeLines()
+			var item string
+			var once sync.Once
+			var finalized atomic.Bool
+			e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+					id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+					once.Do(func() { item = e.addedByHand("cus_1", id, extra) })
+					finalized.Store(true)
+					if name == "the runner stops after finalizing" {
+						return billingtest.Fault{Kind: billingtest.FaultCut}
+					}
+					return billingtest.Fault{}
+				}
+				if finalized.Load() && stopAt(r) {
+					return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
+				}
+				return billingtest.Fault{}
+			})
+			_, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
+			e.srv.SetScript(nil)
+			if err == nil || item == "" {
+				t.Fatalf("the call = %v with item %q, want an error", err, item)
+			}
+			e.advance(2 * time.Hour)
+			_, err = e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+			all := e.srv.Invoices("cus_1")
+			if len(all) != 1 {
+				t.Fatalf("%d invoices", len(all))
+			}
+			if got := all[0]; got.Payments != 0 || got.Status != "open" {
+				t.Fatalf("invoice %s is %s, paid %d times, with the item %s of %d added by hand; the claim records %d; the next call = %v",
+					got.ID, got.Status, got.Payments, item, extra, e.invoiceClaim("cus_1").Amount, err)
+			}
+			if !errors.Is(err, billing.ErrNeedsReconciliation) {
+				t.Errorf("the next call = %v, want ErrNeedsReconciliation", err)
+			}
+		})
+	}
+}
+
+// A credit item someone else adds to billonce's draft as it is finalized
+// (after its lines were checked) brings its total to zero, and Stripe marks
+// it paid at once: the customer paid nothing. The call must not report the
+// period billed for the claim's total with a nil error; the total that
+// differs is reported for a person, as for an open invoice.
+func TestInvoicePaidAtFinalizationWithAnotherTotalIsReported(t *testing.T) {
+	t.Skip("known: checkTotal checks only an open invoice; one Stripe paid at finalization with another total is reported as billed for the claim's total")
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	var once sync.Once
+	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+			once.Do(func() { e.addedByHand("cus_1", id, -1290) })
+		}
+		return billingtest.Fault{}
+	})
+	r, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
+	e.srv.SetScript(nil)
+	got := e.srv.Invoices("cus_1")[0]
+	var total int64
+	for _, l := range got.Lines {
+		total += l.Amount
+	}
+	if total != 0 || got.Status != "paid" || got.Payments != 0 {
+		t.Fatalf("invoice %s is %s with a total of %d and %d payments, want paid at finalization for 0 by nobody", got.ID, got.Status, total, got.Payments)
+	}
+	if err == nil {
+		t.Errorf("Invoice = %+v, nil: the period is reported billed for %d %s, while invoice %s's total is %d and nobody paid it", r, r.Amount, r.Currency, got.ID, total)
+	}
+}

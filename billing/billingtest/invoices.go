@@ -504,3 +504,30 @@ func (s *Server) readInvoices(ep endpoint, id string, form url.Values) result {
 	}
 	return listResult("/v1/invoices/"+inv.ID+"/lines", lines, limit, form.Get("starting_after"))
 }
+
+// collectAfter is how long after an invoice is finalized Stripe's
+// automatic collection makes its first payment attempt, when the invoice
+// is charged automatically and its auto_advance is on.
+const collectAfter = time.Hour
+
+// collectDue attempts the payment of each open invoice that Stripe's
+// automatic collection is due to charge: charged automatically, with
+// auto_advance on, finalized at least collectAfter ago, and never
+// attempted. A declined attempt leaves it open; mu is held.
+func (s *Server) collectDue() {
+	now := s.now()
+	for _, inv := range s.inv.list {
+		if inv.deleted || inv.Status != "open" || !inv.autoAdvance || inv.collection == "send_invoice" ||
+			inv.attempts > 0 || now.Before(inv.finalizedAt.Add(collectAfter)) {
+			continue
+		}
+		inv.attempts++
+		if _, declined := s.declines[inv.Customer]; declined {
+			s.emitInvoice("invoice.payment_failed", inv, now)
+			continue
+		}
+		inv.Status, inv.paidAt, inv.amountPaid = "paid", now, inv.amountDue
+		inv.Payments++
+		s.emitInvoice("invoice.paid", inv, now)
+	}
+}

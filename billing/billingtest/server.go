@@ -224,8 +224,10 @@ func (s *Server) now() time.Time { return time.Now().Add(s.offset) }
 
 // Advance moves the server's clock forward by d. Idempotency keys older
 // than Config.KeyTTL on that clock are forgotten, asynchronous payments
-// whose time has come settle, and meter events older than
-// Config.MeterDelay are processed. d must not be negative.
+// whose time has come settle, open invoices with auto_advance on that are
+// charged automatically get the payment attempt Stripe's automatic
+// collection makes an hour after they were finalized, and meter events
+// older than Config.MeterDelay are processed. d must not be negative.
 func (s *Server) Advance(d time.Duration) {
 	if d < 0 {
 		panic(fmt.Sprintf("billingtest: Advance(%v): the clock only moves forward", d))
@@ -233,6 +235,7 @@ func (s *Server) Advance(d time.Duration) {
 	s.mu.Lock()
 	s.offset += d
 	s.settleDue()
+	s.collectDue()
 	s.processMeterEvents(false)
 	s.mu.Unlock()
 }
