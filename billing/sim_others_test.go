@@ -729,10 +729,17 @@ func (w *simWorld) completeIntent(pick uint64) (string, error) {
 	var can []billingtest.Payment
 	ps := w.srv.Payments()
 	rebilled := func(p billingtest.Payment) bool {
-		return slices.ContainsFunc(ps, func(q billingtest.Payment) bool {
+		if slices.ContainsFunc(ps, func(q billingtest.Payment) bool {
 			return q.ID != p.ID && q.Customer == p.Customer && q.Period == p.Period &&
 				q.Metadata[billing.MetaKey] != "" && !w.is(w.ow.foreign, q.ID)
-		})
+		}) {
+			return true
+		}
+		// A re-bill claimed, whose request may still land.
+		var n int
+		err := w.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{w.table}.Sanitize()+
+			" WHERE customer = $1 AND period = $2 AND attempt > 1", p.Customer, p.Period).Scan(&n)
+		return err != nil || n > 0
 	}
 	for _, p := range ps {
 		if p.Object == "payment_intent" && p.Status == "requires_payment_method" && p.DeclineCode != "" &&

@@ -464,3 +464,31 @@ func TestWebhookOwnPaymentIntentCompletedAfterAReBillsAnswerWasLostReportsBothPa
 			c1.State, c1.StripeID, c2.State, c2.StripeID, c2.FailureCode, c2.LastError, reported, h.observed())
 	}
 }
+
+// A PaymentIntent declined off session, whose answer was lost, is
+// completed by its customer on session before billonce resumes it. Stripe
+// replays the key's stored answer, the decline, whatever became of the
+// PaymentIntent since: billonce must not record the period declined (and
+// advise a re-bill) while its PaymentIntent is paid. Counted at the fake.
+func TestReplayedDeclineOfAPaymentIntentCompletedSinceBillsThePeriod(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	b := h.biller(oneAttempt, func(c *billing.Config) { c.API = billing.PaymentIntents })
+	h.srv.Decline("cus_1", "authentication_required")
+	h.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("Charge with the decline's answer lost = %v; want ErrOutcomeUnknown", err)
+	}
+	ps := h.srv.Payments()
+	h.completeOnSession(ps[len(ps)-1].ID)
+	r, err := b.Charge(ctx, "cus_1", period, nil)
+	if errors.Is(err, billing.ErrDeclined) {
+		_, _ = b.Rebill(ctx, "cus_1", period, 2, nil) // as the decline advises
+	} else if err != nil || r.StripeID != ps[len(ps)-1].ID {
+		t.Errorf("Charge after the customer completed the PaymentIntent = %+v, %v; want its receipt", r, err)
+	}
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("cus_1 paid %d times for %s; want once", n, period)
+	}
+}
