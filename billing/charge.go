@@ -690,7 +690,41 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 			return r, rerr
 		}
 	}
+	if r, done, rerr := b.completedSinceDecline(ctx, j, err); done {
+		return r, rerr
+	}
 	return Receipt{}, b.failure(ctx, j, err)
+}
+
+// completedSinceDecline handles a decline Stripe replayed for j's key: Stripe
+// replays a key's stored answer whatever became of the PaymentIntent it
+// names since, and a customer may have completed that PaymentIntent on
+// session meanwhile (Stripe's recovery of an off-session decline). So a
+// replayed decline of a PaymentIntent is read again before it fails the
+// claim: one that succeeded or is processing is the claim's payment and is
+// recorded (done is set); a read that fails leaves the claim pending.
+func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_ Receipt, done bool, _ error) {
+	var se *stripe.Error
+	if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusPaymentRequired || se.PaymentIntent == nil ||
+		se.PaymentIntent.ID == "" || !replayed(se.LastResponse) {
+		return Receipt{}, false, nil
+	}
+	var pi *stripe.PaymentIntent
+	gerr := b.limiter.Wait(ctx)
+	if gerr == nil {
+		pi, gerr = b.intents.Get(se.PaymentIntent.ID, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
+	}
+	if gerr != nil {
+		b.giveUp(context.WithoutCancel(ctx), j, gerr)
+		return Receipt{}, true, chargeErr(j, ErrOutcomeUnknown, "Stripe replayed a decline of "+se.PaymentIntent.ID+", which could not be read again", gerr)
+	}
+	switch pi.Status {
+	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusProcessing:
+		b.log.LogAttrs(ctx, slogInfo, "billonce: a replayed decline's PaymentIntent was completed since", attrs(j, "stripe_id", pi.ID)...)
+		r, rerr := b.record(ctx, j, created{id: pi.ID, status: string(pi.Status)})
+		return r, true, rerr
+	}
+	return Receipt{}, false, nil
 }
 
 // firstSendSafe returns the local time before which the first attempt of
