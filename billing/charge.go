@@ -673,15 +673,13 @@ func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error
 		// said not to retry a 5xx it had stored). One search may: a charge
 		// it finds is the truth; finding none proves nothing (the index
 		// lags), and the claim stays pending. Only the claim's own
-		// payment counts (see ownHits), and only a success: a declined
-		// payment with the claim's metadata may be another writer's copy,
-		// and within the key's window the next resume gets Stripe's own
-		// answer to the key instead.
+		// payment counts (see ownHits): another writer's copy of the
+		// claim's metadata on a payment of its own is not the claim's.
 		found, serr := b.search(ctx, j.key)
 		if serr == nil {
 			found, _ = b.ownHits(j, found)
 		}
-		if serr == nil && len(found) == 1 && succeeded(found[0]) {
+		if serr == nil && len(found) == 1 {
 			r, rerr := b.record(ctx, j, found[0])
 			if rerr == nil {
 				r.Outcome = Reconciled

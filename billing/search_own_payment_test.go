@@ -14,8 +14,8 @@ import (
 	"github.com/billonce/billonce/claim"
 )
 
-// A support script's declined charge that copies a claim's metadata is
-// what Stripe's search shows first, while the claim's own charge, made but
+// A support script's declined charge of its own amount that copies a
+// claim's metadata is what Stripe's search shows first, while the claim's own charge, made but
 // its answer lost, is not indexed yet. The decline is not the claim's: the
 // claim stays pending, and its next resume gets Stripe's own answer to its
 // key, so the period is charged once, counted at the fake.
@@ -25,7 +25,7 @@ func TestSearchHitOfAnotherWritersDeclineLeavesAPendingClaim(t *testing.T) {
 	ctx := context.Background()
 	key := e.key("cus_1")
 	e.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultDecline, DeclineCode: "insufficient_funds"})
-	p := &stripe.ChargeParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Customer: stripe.String("cus_1")}
+	p := &stripe.ChargeParams{Amount: stripe.Int64(4242), Currency: stripe.String("usd"), Customer: stripe.String("cus_1")}
 	p.Metadata = map[string]string{billing.MetaKey: key, billing.MetaCustomer: "cus_1", billing.MetaPeriod: period}
 	//idemvet:ignore a support script's own charge, which sends no key
 	if _, err := (&charge.Client{B: e.otherBackend(), Key: secretKey}).New(p); err == nil {

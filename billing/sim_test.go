@@ -42,7 +42,7 @@ import (
 // reconciliation of the settle phase stopped.
 //
 // BILLONCE_SIM_SEEDS=N runs seeds 1 to N (20 by default, 200 with
-// BILLONCE_LONG=1);
+// BILLONCE_LONG=1, 60 of them under -race);
 // BILLONCE_SIM_SEED=K runs seed K alone and prints its whole trace. A seed
 // makes the same choices on every run; goroutines that act at once may
 // interleave differently, so a replay that passes may need -count=10.
@@ -95,6 +95,9 @@ func simSeeds(t *testing.T) (seeds []uint64, single bool) {
 		return []uint64{k}, true
 	}
 	n := testenv.Size(20, 200)
+	if raceOn {
+		n = testenv.Size(20, 60) // the race detector makes each seed several times slower
+	}
 	if v := os.Getenv("BILLONCE_SIM_SEEDS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {

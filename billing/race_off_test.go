@@ -1,0 +1,5 @@
+//go:build !race
+
+package billing_test
+
+const raceOn = false
