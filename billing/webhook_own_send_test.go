@@ -477,9 +477,16 @@ func TestReplayedDeclineOfAPaymentIntentCompletedSinceBillsThePeriod(t *testing.
 	b := h.biller(oneAttempt, func(c *billing.Config) { c.API = billing.PaymentIntents })
 	h.srv.Decline("cus_1", "authentication_required")
 	h.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if strings.HasSuffix(r.Path, "/search") {
+			return billingtest.Fault{Kind: billingtest.FaultErrorBefore} // search cannot settle it either
+		}
+		return billingtest.Fault{}
+	})
 	if _, err := b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrOutcomeUnknown) {
 		t.Fatalf("Charge with the decline's answer lost = %v; want ErrOutcomeUnknown", err)
 	}
+	h.srv.SetScript(nil)
 	ps := h.srv.Payments()
 	h.completeOnSession(ps[len(ps)-1].ID)
 	r, err := b.Charge(ctx, "cus_1", period, nil)
