@@ -218,15 +218,7 @@ func TestWebhookOwnPaymentIntentCompletedDuringAReBillRefusesItUnsent(t *testing
 	if c := h.claimOf("cus_1"); c.State != claim.StateSucceeded || c.StripeID != pi {
 		t.Errorf("attempt 1 = %s %s, want succeeded %s", c.State, c.StripeID, pi)
 	}
-	for _, call := range []func() (billing.Receipt, error){
-		func() (billing.Receipt, error) { return h.b.Charge(ctx, "cus_1", period, nil) },
-		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 2, nil) },
-		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 3, nil) },
-	} {
-		if r, err := call(); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
-			t.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
-		}
-	}
+	h.wantBilledBy("cus_1", pi)
 	if n := h.count("cus_1"); n != 1 {
 		t.Errorf("%d payments for the period, want 1", n)
 	}
@@ -303,15 +295,7 @@ func TestWebhookOwnPaymentIntentCompletedWhileAReBillIsOnItsWayIsReportedForAPer
 	if !strings.Contains(h.logs.String(), "refund one of them") {
 		t.Errorf("the second payment is not in the log:\n%s", h.logs)
 	}
-	for _, call := range []func() (billing.Receipt, error){
-		func() (billing.Receipt, error) { return h.b.Charge(ctx, "cus_1", period, nil) },
-		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 2, nil) },
-		func() (billing.Receipt, error) { return h.b.Rebill(ctx, "cus_1", period, 3, nil) },
-	} {
-		if r, err := call(); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
-			t.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
-		}
-	}
+	h.wantBilledBy("cus_1", pi)
 	if n := h.count("cus_1"); n != 2 {
 		t.Errorf("%d payments for the period, want the 2 made", n)
 	}
@@ -497,5 +481,21 @@ func TestReplayedDeclineOfAPaymentIntentCompletedSinceBillsThePeriod(t *testing.
 	}
 	if n := h.count("cus_1"); n != 1 {
 		t.Errorf("cus_1 paid %d times for %s; want once", n, period)
+	}
+}
+
+// wantBilledBy wants every later call for customer's period, a Charge and
+// re-bills of attempts 2 and 3, to answer that payment pi billed it.
+func (h *hookEnv) wantBilledBy(customer, pi string) {
+	h.tb.Helper()
+	ctx := context.Background()
+	for _, call := range []func() (billing.Receipt, error){
+		func() (billing.Receipt, error) { return h.b.Charge(ctx, customer, period, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, customer, period, 2, nil) },
+		func() (billing.Receipt, error) { return h.b.Rebill(ctx, customer, period, 3, nil) },
+	} {
+		if r, err := call(); err != nil || r.Outcome != billing.AlreadyBilled || r.StripeID != pi {
+			h.tb.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
+		}
 	}
 }
