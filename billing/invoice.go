@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/stripe/stripe-go/v79"
 
@@ -203,16 +202,6 @@ func checkInvoice(inv Invoice) (Invoice, int64, error) {
 	}
 	inv.Lines = append([]InvoiceLine(nil), inv.Lines...)
 	return inv, total, nil
-}
-
-func checkText(what, s string) error {
-	switch {
-	case len(s) > maxInvoiceText:
-		return invalid("%s is %d bytes long; the limit is %d", what, len(s), maxInvoiceText)
-	case !utf8.ValidString(s):
-		return invalid("%s is not valid UTF-8", what)
-	}
-	return nil
 }
 
 // invoicing is one call's work on an invoice claim.

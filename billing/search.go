@@ -1,0 +1,269 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/billonce/billonce/claim"
+	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/retry"
+	"github.com/stripe/stripe-go/v79"
+)
+
+// reconcile settles a pending claim whose key's deadline has passed, or
+// whose key went with another endpoint or credential: Stripe may have
+// forgotten the key, or keep it where this Biller's requests do not meet
+// it, so sending it again could make a second charge if the first one
+// exists. Stripe's search by metadata, over every object type a key can
+// have gone to, decides:
+//
+//   - one payment found: its outcome is recorded; nothing is sent;
+//   - none found, and [Biller.missUntrusted] trusts that: no payment
+//     exists for the key, so the claim's window is reopened, for this
+//     Biller's endpoint and credential, and the key is sent again;
+//   - none found too early to trust it: ErrSentElsewhere; nothing is sent;
+//   - search failed or found several payments: ErrNeedsReconciliation (or
+//     ErrSentElsewhere, when a miss could not be trusted either); nothing
+//     is sent.
+func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+	return b.searchThen(ctx, j, c, nil)
+}
+
+// searchThen searches Stripe for the payment of c's key and records it if
+// there is exactly one. When there is none, or the search failed, miss (if
+// not nil) hands the claim on with the search's error, and nothing is
+// sent; without miss, a miss that [Biller.missUntrusted] trusts reopens
+// the key's window and sends.
+func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func(error) error) (Receipt, error) {
+	b.log.LogAttrs(ctx, slogWarn, "billonce: searching Stripe for the key's payment before sending",
+		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute), "endpoint", c.Endpoint)...)
+	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]created, error) {
+		return b.search(ctx, key)
+	})
+	var se *stripe.Error
+	needs := func(reason string) (Receipt, error) {
+		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
+		b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation: Stripe's search could not settle it, so nothing was sent; look its key up in Stripe",
+			attrs(j, "reason", reason, "age", c.Age.Round(time.Minute))...)
+		e := chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago: %s", c.Age.Round(time.Minute), reason), nil)
+		if se != nil {
+			// Stripe's answer to the search, in the chain but not a cause
+			// of another kind: a refusal by a proxy stays what it was.
+			e.Err.(*kindError).answer, e.RequestID = se, se.RequestID
+		}
+		return Receipt{}, e
+	}
+	if err != nil && errors.As(err, &se) && !outcomeUnknown(err) && se.HTTPStatusCode != 402 {
+		// Stripe refused the search itself (a wrong URL or key, a
+		// restricted key without search): no claim can be settled this
+		// way, so the run stops.
+		err = refused(se)
+		b.release(context.WithoutCancel(ctx), j, err)
+		return Receipt{}, err
+	}
+	var foreign []created
+	if err == nil {
+		found, foreign = b.ownHits(j, found)
+	}
+	switch {
+	case err == nil && len(found) > 1:
+		return needs(fmt.Sprintf("Stripe search found %d payments for one key", len(found)))
+	case err == nil && len(found) == 0 && len(foreign) > 0:
+		// Another writer's payment carries the key: whether the claim's
+		// own request made one too cannot be told, so nothing is sent.
+		return needs(foreignReason(foreign))
+	case err == nil && len(found) == 1 && !succeeded(found[0]) && b.missUntrusted(ctx, j, c) != nil:
+		// A decline proves the claim's own request failed only when
+		// nothing else can still land for its key: another writer's copy
+		// of it may be what search shows first.
+		wait := b.missUntrusted(ctx, j, c)
+		b.release(context.WithoutCancel(ctx), j, wait)
+		return Receipt{}, wait
+	case err == nil && len(found) == 1:
+		b.log.LogAttrs(ctx, slogInfo, "billonce: reconciled a pending claim from Stripe search", attrs(j, "stripe_id", found[0].id)...)
+		r, err := b.record(ctx, j, found[0])
+		if err == nil {
+			r.Outcome = Reconciled
+		}
+		return r, err
+	case miss != nil:
+		return Receipt{}, miss(err)
+	}
+	if wait := b.missUntrusted(ctx, j, c); wait != nil {
+		b.release(context.WithoutCancel(ctx), j, wait)
+		return Receipt{}, wait
+	}
+	if err != nil {
+		return needs("Stripe search failed: " + err.Error())
+	}
+	if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
+		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: reopening the key's window: %w", j.customer, j.period, err)
+	}
+	b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe has no payment for the pending claim; sending its key again", attrs(j)...)
+	j.reopened = true
+	return b.send(ctx, j, c)
+}
+
+// missUntrusted is the past-window policy, one rule for every kind: it
+// tells whether a lookup at Stripe that found nothing for c's key (a
+// search, a listing, a read of the object) proves that the key made
+// nothing. It does not while the key went with another endpoint or
+// credential (a claim knows where its key went) and its whole window has
+// not passed, with the time search takes to index the last request the
+// key can have carried (elsewhereAfter): Stripe may keep keys per
+// endpoint and per API key, so this Biller's request with the same key
+// would not meet one of the other configuration's that is still on its
+// way, and search may not show what that one made yet. The Biller that
+// sent the key may have started an attempt just before its own deadline,
+// and that attempt may reach Stripe up to an attempt timeout later; New
+// keeps every Biller's deadline plus attempt timeout at least
+// clockAllowance short of the key window, so a lookup made after the
+// window sees every send of the key. A key this Biller's configuration
+// sent is remembered where this Biller's requests go: past its deadline a
+// miss is trusted, since any later send of it would still be replayed.
+//
+// It returns nil when the miss may be trusted, and otherwise the
+// ErrSentElsewhere error, with Until, that says where the key went and
+// when a lookup settles the claim; nothing may be sent until then.
+func (b *Biller) missUntrusted(ctx context.Context, j job, c claim.Claim) *ChargeError {
+	endpoint := b.endpointOf(j)
+	if c.Endpoint == endpoint && c.Credential == b.credential || c.SentAge >= b.cfg.elsewhereAfter() {
+		return nil
+	}
+	searchIn := b.cfg.elsewhereAfter() - c.SentAge
+	e := chargeErr(j, ErrSentElsewhere, fmt.Sprintf("it was sent to %s with credential %s, this Biller sends to %s with credential %s; nothing was sent: finish it with the Biller that made it, or in %s any Biller of this scope settles it by looking at Stripe first",
+		orUnknown(c.Endpoint), orUnknown(c.Credential), endpoint, b.credential, searchIn.Round(time.Minute)), nil)
+	e.Until = time.Now().Add(searchIn)
+	b.log.LogAttrs(ctx, slogWarn, "billonce: key was sent with another endpoint or credential; nothing was sent",
+		attrs(j, "endpoint", orUnknown(c.Endpoint), "credential", orUnknown(c.Credential), "searchable_in", searchIn.Round(time.Minute))...)
+	return e
+}
+
+// search finds the payments whose metadata carries key, among charges and
+// payment intents alike: a claim's key may have gone to either API. A
+// charge that belongs to a payment intent found too is the same payment.
+//
+// Metadata is anyone's to write: other code holding the account's key can
+// copy a claim's metadata onto a payment of its own. A payment counts as
+// the key's only when it is what the claim's request would have made: see
+// [Biller.ownHits], which every caller applies.
+func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error) {
+	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, key.String())
+	var out []created
+	if err := b.waitSearch(ctx); err != nil {
+		return nil, err
+	}
+	intents := map[string]bool{}
+	pis := b.intents.Search(&stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
+	for pis.Next() {
+		pi := pis.PaymentIntent()
+		if pi.ID == "" || pi.Status == "" {
+			return nil, notAPayment(pis.PaymentIntentSearchResult().LastResponse)
+		}
+		intents[pi.ID] = true
+		h := created{id: pi.ID, status: string(pi.Status), amount: pi.Amount, currency: string(pi.Currency)}
+		if pi.Customer != nil {
+			h.customer = pi.Customer.ID
+		}
+		out = append(out, h)
+	}
+	if err := pis.Err(); err != nil {
+		return nil, err
+	}
+	var last *stripe.APIResponse
+	if r := pis.PaymentIntentSearchResult(); r != nil {
+		last = r.LastResponse
+	}
+	if !isSearchResult(last) {
+		return nil, notASearchResult(last)
+	}
+	if err := b.waitSearch(ctx); err != nil {
+		return nil, err
+	}
+	chs := b.charges.Search(&stripe.ChargeSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
+	for chs.Next() {
+		ch := chs.Charge()
+		if ch.ID == "" || ch.Status == "" {
+			return nil, notAPayment(chs.ChargeSearchResult().LastResponse)
+		}
+		if ch.PaymentIntent != nil && intents[ch.PaymentIntent.ID] {
+			continue
+		}
+		h := created{id: ch.ID, status: string(ch.Status), amount: ch.Amount, currency: string(ch.Currency)}
+		if ch.Customer != nil {
+			h.customer = ch.Customer.ID
+		}
+		out = append(out, h)
+	}
+	if err := chs.Err(); err != nil {
+		return nil, err
+	}
+	last = nil
+	if r := chs.ChargeSearchResult(); r != nil {
+		last = r.LastResponse
+	}
+	if !isSearchResult(last) {
+		return nil, notASearchResult(last)
+	}
+	return out, nil
+}
+
+// ownHits splits what a search for j's key found into the payments j's
+// own request would have made (its customer, amount and currency) and the
+// others: another writer's payment that copied the claim's metadata. Only
+// an own payment may settle the claim; a foreign one never settles it,
+// and never counts as a miss either.
+func (b *Biller) ownHits(j job, found []created) (own, foreign []created) {
+	for _, h := range found {
+		if h.customer == j.customer && h.amount == j.price.Amount && strings.EqualFold(h.currency, j.price.Currency) {
+			own = append(own, h)
+		} else {
+			foreign = append(foreign, h)
+		}
+	}
+	return own, foreign
+}
+
+// foreignReason names the payments a search found with a claim's key that
+// its own request cannot have made.
+func foreignReason(foreign []created) string {
+	ids := make([]string, len(foreign))
+	for i, h := range foreign {
+		ids[i] = fmt.Sprintf("%s (%s, %d %s)", h.id, h.customer, h.amount, h.currency)
+	}
+	return "Stripe search found only payments that carry the key's metadata but not its request's customer, amount and currency, made by other code holding the key: " +
+		strings.Join(ids, ", ") + "; check in Stripe whether the key's own payment exists, then record it with billonce resolve"
+}
+
+// isSearchResult reports whether r is Stripe's answer to a search: an
+// object "search_result". Anything else decoded without error (an empty
+// object, a list, a web server's JSON) says nothing about what Stripe
+// holds, and must never be taken for "no payment", which reopens a key.
+func isSearchResult(r *stripe.APIResponse) bool {
+	if r == nil {
+		return false
+	}
+	var v struct {
+		Object string `json:"object"`
+	}
+	return json.Unmarshal(r.RawJSON, &v) == nil && v.Object == "search_result"
+}
+
+// searchRateLimit is how many search requests per second a Biller makes
+// at most, Stripe's limit for its search API being lower than for the
+// rest: a large reconciliation then neither draws 429s nor takes more of
+// the Biller's RateLimit than this from the charges of a concurrent run.
+// A negative Config.RateLimit turns it off too.
+const searchRateLimit = 20
+
+// waitSearch waits for a search request's turn.
+func (b *Biller) waitSearch(ctx context.Context) error {
+	if err := b.searches.Wait(ctx); err != nil {
+		return err
+	}
+	return b.limiter.Wait(ctx)
+}
