@@ -51,7 +51,7 @@ type biller struct {
 	instance string
 	seq      *atomic.Uint64
 	// reach tells whether Stripe answers at all (see ErrStripeUnreachable).
-	reach *reach
+	reachability *reachability
 	// traced is set when every request is sent by a *http.Transport, whose
 	// trace hooks tell a request never written (see create). A caller's
 	// other transport may send a request where no hook of its context sees
@@ -83,7 +83,7 @@ func New(cfg Config) (*Biller, error) {
 	if b.log == nil {
 		b.log = slog.New(defaultHandler{})
 	}
-	b.reach = newReach(&cfg)
+	b.reachability = newReachability(&cfg)
 	b.endpoint, b.credential = string(cfg.API), fingerprint(cmp.Or(cfg.Credential, cfg.SecretKey))
 	var nonce [4]byte
 	rand.Read(nonce[:])

@@ -12,6 +12,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
 )
 
 // ChargeOptions are the options of one [Biller.Charge] or [Biller.Rebill].
@@ -193,7 +194,7 @@ func (b *Biller) afterGap(ctx context.Context, j job, c claim.Claim, a int, gap 
 // prepare checks one charge and derives its key. Its errors are
 // *ChargeError.
 func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
-	j := job{customer: customer, period: period, attempt: attempt}
+	j := job{kind: charges{}, customer: customer, period: period, attempt: attempt}
 	if err := checkID("customer ID", customer); err != nil {
 		return j, chargeErr(j, nil, "", err)
 	}
@@ -335,7 +336,7 @@ func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_
 	switch pi.Status {
 	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusProcessing:
 		b.log.LogAttrs(ctx, slogInfo, "billonce: a replayed decline's PaymentIntent was completed since", attrs(j, "stripe_id", pi.ID)...)
-		r, rerr := b.record(ctx, j, created{id: pi.ID, status: string(pi.Status)})
+		r, rerr := b.record(ctx, j, object{id: pi.ID, status: string(pi.Status)})
 		return r, true, rerr
 	}
 	return Receipt{}, false, nil
@@ -348,4 +349,100 @@ func declinedObject(se *stripe.Error) string {
 		return se.PaymentIntent.ID
 	}
 	return se.ChargeID
+}
+
+// charges is the kind of a payment made by one write: a charge, or a
+// PaymentIntent confirmed off-session (Config.API). Its key is
+// (scope, customer, period, attempt); past the key's window its payment
+// is found by Stripe's search on its metadata.
+type charges struct{}
+
+func (charges) endpoint(b *Biller) string     { return b.endpoint }
+func (charges) describe(*claimengine.Request) {}
+func (charges) alreadyThere(error) bool       { return false }
+func (charges) localFirstSend() bool          { return true }
+func (k charges) send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
+	return b.sendOnce(ctx, k, j, c)
+}
+
+func (charges) failed(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
+	return b.afterFailure(ctx, j, c)
+}
+
+// ready checks a re-bill's earlier attempts (see checkChain), and looks a
+// resumed claim up first when its key went with another endpoint or
+// credential.
+func (charges) ready(ctx context.Context, b *Biller, j *job, c claim.Claim) (Receipt, bool, error) {
+	if r, stop, err := b.checkChain(ctx, *j, c); stop {
+		return r, true, err
+	}
+	if !j.won && b.moved(*j, c) {
+		r, err := b.reconcile(ctx, *j, c)
+		return r, true, err
+	}
+	return Receipt{}, false, nil
+}
+
+func (charges) lookup(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
+	return b.reconcile(ctx, j, c)
+}
+
+// findOwn searches once for the claim's payment: only one that is the
+// claim's own (see ownHits) counts, since another writer may copy the
+// claim's metadata onto a payment of its own.
+func (charges) findOwn(ctx context.Context, b *Biller, j job) (object, bool) {
+	found, err := b.search(ctx, j.key)
+	if err != nil {
+		return object{}, false
+	}
+	found, _ = b.ownHits(j, found)
+	if len(found) != 1 {
+		return object{}, false
+	}
+	return found[0], true
+}
+
+func (charges) refused(ctx context.Context, b *Biller, j job, err error) (Receipt, bool, error) {
+	return b.completedSinceDecline(ctx, j, err)
+}
+
+// write makes the payment: a charge, or a PaymentIntent confirmed
+// off-session, carrying the key in its metadata too.
+func (charges) write(ctx context.Context, b *Biller, j job, key idemkey.Key) (object, error) {
+	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
+	if b.cfg.API == PaymentIntents {
+		params := &stripe.PaymentIntentParams{
+			Amount:        stripe.Int64(j.price.Amount),
+			Currency:      stripe.String(j.price.Currency),
+			Customer:      stripe.String(j.customer),
+			PaymentMethod: stripe.String(j.price.PaymentMethod),
+			Confirm:       stripe.Bool(true),
+			OffSession:    stripe.Bool(true),
+		}
+		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
+		pi, err := b.intents.New(params)
+		if err != nil {
+			return object{}, err
+		}
+		out := object{id: pi.ID, status: string(pi.Status), replayed: replayed(pi.LastResponse), requestID: requestID(pi.LastResponse)}
+		if out.id == "" || out.status == "" {
+			return out, notAPayment(pi.LastResponse)
+		}
+		return out, nil
+	}
+	params := &stripe.ChargeParams{
+		Amount:   stripe.Int64(j.price.Amount),
+		Currency: stripe.String(j.price.Currency),
+		Customer: stripe.String(j.customer),
+	}
+	params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
+	ch, err := b.charges.New(params)
+	if err != nil {
+		return object{}, err
+	}
+	out := object{id: ch.ID, status: string(ch.Status), replayed: replayed(ch.LastResponse), requestID: requestID(ch.LastResponse)}
+	if out.id == "" || out.status == "" {
+		return out, notAPayment(ch.LastResponse)
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -47,56 +48,6 @@ func (b *Biller) underWay(j job, c claim.Claim) *ChargeError {
 	e := chargeErr(j, ErrInProgress, fmt.Sprintf("attempt %d of this period is pending with an unknown outcome; %s settles it with its key", c.Attempt, how), nil)
 	e.Until = time.Now().Add(time.Minute)
 	return e
-}
-
-// job is one customer's charge, prepared and checked.
-type job struct {
-	customer, period string
-	price            Price
-	key              idemkey.Key
-	attempt          int
-	owner            string // this attempt's name on the claim
-	reopened         bool   // a search found no payment and reopened the key's window
-	// neverSent is set for a resumed usage claim released because its
-	// identifier was taken although it never executed it (see
-	// identifierTaken).
-	neverSent   bool
-	won         bool      // this call made the claim: no earlier send of its key exists
-	rec         *recorder // in a Run over a batching store: checks and records in shared round trips
-	start       time.Time // when settling began, for Config.Observe
-	claimedAt   time.Time // local time just before the claim statement left, in a Run
-	firstSendBy time.Time // see firstSendSafe
-	inv         *Invoice  // billed as this invoice, checked; nil for a payment
-	// usage is set for a usage report (see ReportUsage).
-	usage *usageJob
-	// caller is the context a Run or Reconcile was given. Their own stop
-	// cancels the context they hand on, which refuses every later send;
-	// a request already on its way is bounded by caller and its attempt
-	// timeout only, so that it gets Stripe's answer instead of leaving
-	// an outcome unknown.
-	caller context.Context
-}
-
-// request is the claim of j, recording where its key goes.
-func (b *Biller) request(j job) claimengine.Request {
-	r := claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
-		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
-		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: b.endpointOf(j), Credential: b.credential}
-	if j.usage != nil {
-		r.Meter, r.WindowStart, r.WindowEnd = j.usage.Meter, j.usage.Start, j.usage.End
-	}
-	return r
-}
-
-// endpointOf is where this Biller sends j's key: its claim's Endpoint.
-func (b *Biller) endpointOf(j job) string {
-	switch {
-	case j.inv != nil:
-		return endpointInvoices
-	case j.usage != nil:
-		return endpointMeterEvents
-	}
-	return b.endpoint
 }
 
 // claimLoop claims j and settles the claim, waiting up to
@@ -160,95 +111,13 @@ func (b *Biller) outcome(j job, start time.Time, r Receipt, err error) {
 	b.observe(e)
 }
 
-// settleClaim acts on a claim result: send, resume, reconcile, or report.
-// Its errors are *ChargeError.
-func (b *Biller) settleClaim(ctx context.Context, j job, res claimResult) (Receipt, error) {
-	r, err := b.settleClaim1(ctx, j, res)
-	if err == errRecording {
-		return r, err // the recorder settles it, with its own error
-	}
-	return r, asChargeError(j, err)
-}
-
-func (b *Biller) settleClaim1(ctx context.Context, j job, res claimResult) (Receipt, error) {
-	c := res.Claim
-	switch res.Outcome {
-	case claimengine.Succeeded:
-		return b.receipt(j, c.StripeID, AlreadyBilled), nil
-	case claimengine.Processing:
-		r := b.receipt(j, c.StripeID, AlreadyBilled)
-		r.Processing = true
-		return r, nil
-	case claimengine.Failed:
-		if j.usage != nil || j.inv != nil {
-			e := chargeErr(j, ErrDeclined, c.LastError, nil)
-			e.Code = c.FailureCode
-			return Receipt{}, e
-		}
-		return b.afterFailure(ctx, j, c)
-	case claimengine.InProgress:
-		e := chargeErr(j, ErrInProgress, fmt.Sprintf("claimed by %s until %s", c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
-		e.Until = c.LeaseUntil
-		return Receipt{}, e
-	case claimengine.Resumed:
-		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
-			attrs(j, "leases", c.Leases, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
-		if j.usage != nil {
-			// A usage report is identified at Stripe by its identifier,
-			// whatever the credential: past the deadline, send checks
-			// the meter's summary first.
-			if err := b.checkRevision(ctx, j); err != nil {
-				b.giveUp(context.WithoutCancel(ctx), j, err)
-				return Receipt{}, err
-			}
-			if b.identifierMayBeForgotten(j, c) {
-				return b.reconcileUsage(ctx, j, c)
-			}
-			j.neverSent = strings.HasPrefix(c.LastError, identifierTaken)
-			break
-		}
-		if r, stop, err := b.checkChain(ctx, j, c); stop {
-			return r, err
-		}
-		if j.inv == nil && (c.Endpoint != b.endpoint || c.Credential != b.credential) {
-			return b.reconcile(ctx, j, c)
-		}
-	case claimengine.Mismatch:
-		if e := b.underWay(j, c); e != nil {
-			return Receipt{}, e
-		}
-		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
-	case claimengine.Won:
-		j.won = true
-		if j.usage != nil {
-			if err := b.checkRevision(ctx, j); err != nil {
-				b.giveUp(context.WithoutCancel(ctx), j, err)
-				return Receipt{}, err
-			}
-			if b.identifierMayBeForgotten(j, c) {
-				return b.reconcileUsage(ctx, j, c)
-			}
-			break
-		}
-		if r, stop, err := b.checkChain(ctx, j, c); stop {
-			return r, err
-		}
-	default:
-		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
-	}
-	if j.inv != nil {
-		return b.sendInvoice(ctx, j, c)
-	}
-	return b.send(ctx, j, c)
-}
-
 func (b *Biller) receipt(j job, id string, o Outcome) Receipt {
 	return Receipt{Customer: j.customer, Period: j.period, StripeID: id, Amount: j.price.Amount,
 		Currency: j.price.Currency, Key: j.key, Attempt: j.attempt, Outcome: o}
 }
 
 // created is what Stripe answered to a create call.
-type created struct {
+type object struct {
 	id       string
 	status   string
 	replayed bool
@@ -259,130 +128,6 @@ type created struct {
 	currency string
 	// requestID is Stripe's id of the request that answered.
 	requestID string
-}
-
-// send calls Stripe under retry with the claim's key and records the
-// outcome. Before every attempt the claim store confirms that the key's
-// deadline has not passed, but for a fresh claim's first attempt in a Run
-// (see firstSendSafe); once it has, the claim is reconciled by search
-// instead.
-func (b *Biller) send(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
-	j.firstSendBy = b.firstSendSafe(j, c)
-	stop := b.renewWhileSending(ctx, j, c)
-	attempt := 0        // retry.Do runs attempts one after the other
-	mayHaveRun := false // whether any attempt may have executed at Stripe
-	// Stripe is unreachable, by the time rule, if the next attempt starts
-	// at unreachableBy or later: a retry that cannot start before then
-	// stops with unreachable, not after its wait.
-	var unreachableBy time.Time
-	var unreachable error
-	policy := b.policyFor(ctx, j)
-	classify := policy.Classify
-	policy.Classify = func(err error) retry.Decision {
-		d := classify(err)
-		if unreachable != nil {
-			d = d.Until(unreachableBy, unreachable)
-		}
-		return d
-	}
-	out, err := retry.Do(ctx, j.key, policy, func(actx context.Context, key idemkey.Key) (created, error) {
-		attempt++
-		unreachableBy, unreachable = time.Time{}, nil
-		start := time.Now()
-		sentBefore := mayHaveRun || !j.won && !j.reopened && !j.neverSent
-		out, w, err := b.create(actx, j, key, attempt)
-		if j.usage != nil && duplicateIdentifier(err) && sentBefore {
-			// Stripe has an event with this identifier, and this
-			// claim's key may have carried it: the event is there.
-			b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe already has the usage event; recorded as delivered", attrs(j)...)
-			out, err = created{id: key.String(), status: "succeeded", replayed: true, requestID: out.requestID}, nil
-		}
-		// One write refused before execution ran nothing. Several writes
-		// in one attempt (net/http resends a request with an
-		// Idempotency-Key by itself when a reused connection closes, and
-		// a caller's transport may retry) leave the earlier ones unknown;
-		// so does a transport whose writes cannot be seen (-1).
-		mayHaveRun = mayHaveRun || w.writes != 0 && (w.writes != 1 || !refusedBeforeExecution(err))
-		// Whether Stripe answers at all, counted across the Biller's
-		// calls; a stopped call's attempt says nothing about Stripe.
-		switch {
-		case !w.called || ctx.Err() != nil:
-		case w.answered:
-			b.reach.answered()
-		case err != nil:
-			if by, uerr := b.reach.missed(start, err); uerr != nil && by.IsZero() {
-				err = uerr
-			} else {
-				unreachableBy, unreachable = by, uerr
-			}
-		}
-		return out, err
-	})
-	j.won = j.won && !mayHaveRun
-	stop()
-	switch {
-	case err == nil && j.rec != nil && succeeded(out) && !processing(out):
-		j.rec.succeeded(j, out)
-		return Receipt{}, errRecording
-	case err == nil:
-		return b.record(ctx, j, out)
-	case errors.Is(err, claimengine.ErrWindowClosed):
-		if j.reopened {
-			// A window just reopened closed again: retries outlasted it.
-			b.release(context.WithoutCancel(ctx), j, err)
-			b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation: the key's window closed twice in one call; the next run searches again", attrs(j)...)
-			return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run searches again", c.Age.Round(time.Minute)), nil)
-		}
-		if j.usage != nil {
-			return b.reconcileUsage(ctx, j, c)
-		}
-		return b.reconcile(ctx, j, c)
-	case j.usage != nil && duplicateIdentifier(err):
-		// The identifier was used by an event this claim never sent:
-		// another claim table, or one restored from an old backup.
-		// The claim records that reason, so that a resume knows the claim
-		// still never sent its key, and answers the same.
-		reason := identifierTakenReason
-		b.release(context.WithoutCancel(ctx), j, errors.New(reason))
-		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
-		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, err)
-	case errors.Is(err, claimengine.ErrLeaseLost):
-		if c, gerr := b.claims.Get(ctx, j.key.String()); gerr == nil && c.State == claim.StateFailed && c.FailureCode == claim.FailureSuperseded {
-			// Stopped by an earlier attempt's own payment, which paid
-			// the period (see Biller.Webhook).
-			if mayHaveRun {
-				b.log.LogAttrs(ctx, slogError, "billonce: a re-bill was stopped after an attempt that may have reached Stripe; look its key up, and refund a payment of it", attrs(j)...)
-				return Receipt{}, chargeErr(j, ErrNeedsReconciliation, "stopped after an attempt that may have reached Stripe, since an earlier attempt's payment paid the period: look its key up in Stripe, and refund a payment of it", err)
-			}
-			return b.afterFailure(ctx, j, c)
-		}
-		// Another runner took the claim over; it sends from now on.
-		return Receipt{}, chargeErr(j, ErrInProgress, "stopped sending", err)
-	}
-	if ctx.Err() == nil && outcomeUnknown(err) && j.usage == nil {
-		// Retries could not tell whether Stripe made the charge (or Stripe
-		// said not to retry a 5xx it had stored). One search may: a charge
-		// it finds is the truth; finding none proves nothing (the index
-		// lags), and the claim stays pending. Only the claim's own
-		// payment counts (see ownHits): another writer's copy of the
-		// claim's metadata on a payment of its own is not the claim's.
-		found, serr := b.search(ctx, j.key)
-		if serr == nil {
-			found, _ = b.ownHits(j, found)
-		}
-		if serr == nil && len(found) == 1 {
-			r, rerr := b.record(ctx, j, found[0])
-			if rerr == nil {
-				r.Outcome = Reconciled
-				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an unknown outcome from Stripe search", attrs(j, "stripe_id", r.StripeID)...)
-			}
-			return r, rerr
-		}
-	}
-	if r, done, rerr := b.completedSinceDecline(ctx, j, err); done {
-		return r, rerr
-	}
-	return Receipt{}, b.failure(ctx, j, err)
 }
 
 // outcomeUnknown reports whether err leaves open whether Stripe charged:
@@ -402,7 +147,7 @@ func outcomeUnknown(err error) bool {
 // succeeded reports whether Stripe's answer is a money movement:
 // Charges: succeeded or pending (funds on the way); PaymentIntents:
 // succeeded or processing. Either way it must never be created again.
-func succeeded(out created) bool {
+func succeeded(out object) bool {
 	switch out.status {
 	case "succeeded", "pending", "processing", "":
 		return true
@@ -468,7 +213,7 @@ func callerOf(ctx context.Context, j job) context.Context {
 
 // record writes a definitive Stripe answer to the claim. The writes
 // outlast ctx by recordGrace at most (see recordCtx).
-func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error) {
+func (b *Biller) record(ctx context.Context, j job, out object) (Receipt, error) {
 	ctx, cancel := recordCtx(callerOf(ctx, j))
 	defer cancel()
 	if !succeeded(out) {
@@ -494,13 +239,13 @@ func (b *Biller) record(ctx context.Context, j job, out created) (Receipt, error
 
 // processing reports whether Stripe's answer is a payment that has not
 // settled yet: a pending charge or a processing PaymentIntent.
-func processing(out created) bool {
+func processing(out object) bool {
 	return out.status == "pending" || out.status == "processing"
 }
 
 // recorded is the receipt of a success whose recording returned err; ctx
 // is the recordCtx it was written with.
-func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (Receipt, error) {
+func (b *Biller) recorded(ctx context.Context, j job, out object, err error) (Receipt, error) {
 	if err != nil {
 		if err := recordErr(ctx, b.settledByEvent(ctx, j, out, err)); err != nil {
 			e := chargeErr(j, ErrNotRecorded, "charged "+out.id, err)
@@ -516,59 +261,6 @@ func (b *Biller) recorded(ctx context.Context, j job, out created, err error) (R
 	r := b.receipt(j, out.id, how)
 	r.Processing = processing(out)
 	return r, nil
-}
-
-// failure records what a failed send means for the claim, and returns the
-// error for the caller.
-func (b *Biller) failure(ctx context.Context, j job, err error) error {
-	bg, cancel := recordCtx(callerOf(ctx, j))
-	defer cancel()
-	key := j.key.String()
-	var se *stripe.Error
-	isStripe := errors.As(err, &se)
-	refusal := isStripe && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency
-	if refusal && refusedForItem(se) {
-		// A definitive refusal about this item alone: a decline, no such
-		// customer or payment method, a value of its own its key is
-		// always sent with. Terminal for this key.
-		// Any other refusal stops the run below (see Classify).
-		reason := string(se.Code)
-		if se.DeclineCode != "" {
-			reason += " (" + string(se.DeclineCode) + ")"
-		}
-		if reason == "" {
-			reason = string(se.Type)
-		}
-		reason += ": " + se.Msg
-		if fix := itemCodes[se.Code]; fix != "" {
-			reason += "; " + fix
-		}
-		if ferr := recordErr(bg, b.claims.Fail(bg, key, declinedObject(se), reason)); ferr != nil {
-			return declined(j, ErrNotRecorded, "declined ("+reason+")", ferr, se)
-		}
-		e := declined(j, ErrDeclined, reason, nil, se)
-		e.Code, e.DeclineCode = string(se.Code), string(se.DeclineCode)
-		return e
-	}
-
-	// Anything else leaves the claim pending with its key, for a person or
-	// the next run.
-	b.giveUp(bg, j, err)
-	switch {
-	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
-		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
-		return chargeErr(j, ErrKeyReused, "", err)
-	case StopsRun(err):
-		return chargeErr(j, nil, "", err)
-	case refusal:
-		return chargeErr(j, nil, "", refused(se))
-	case ctx.Err() != nil:
-		return chargeErr(j, ErrOutcomeUnknown, "stopped; the claim stays pending and the next run resumes it with the same key", err)
-	}
-	// Retries ran out (or a non-retryable transport failure): the charge may
-	// exist.
-	b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
-	return chargeErr(j, ErrOutcomeUnknown, "", err)
 }
 
 // giveUp hands the claim on after a send that did not settle it: a claim
@@ -652,4 +344,290 @@ func (b *Biller) policyFor(ctx context.Context, j job) retry.Policy {
 		}
 	}
 	return p
+}
+
+// A kind is what billonce bills: a charge, an invoice or a usage report.
+// The engine runs the claims of every kind the same way (claim, check,
+// send through the one guard, record, and find past the key's window);
+// a kind holds only what differs between them, each a method here.
+type kind interface {
+	// endpoint is where the kind's writes go, recorded on its claims.
+	endpoint(b *Biller) string
+	// describe adds the kind's own columns to the request of its claim.
+	describe(r *claimengine.Request)
+	// ready runs before anything is sent for c, won or resumed: the
+	// checks of other claims a send depends on, and, where the key may
+	// have gone where this Biller's requests would not meet it, the
+	// lookup that settles c instead. When stop is set nothing more is
+	// sent, and r, err are the call's answer.
+	ready(ctx context.Context, b *Biller, j *job, c claim.Claim) (r Receipt, stop bool, err error)
+	// send takes c, which may be sent, to its end.
+	send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error)
+	// failed answers for a claim found failed.
+	failed(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error)
+}
+
+// A writer is a kind made by one write to Stripe (a charge, a usage
+// report), whose claims the engine sends with [Biller.sendOnce].
+type writer interface {
+	kind
+	// write makes one attempt of the write, with key in its header and
+	// its body. It never makes a key.
+	write(ctx context.Context, b *Biller, j job, key idemkey.Key) (object, error)
+	// alreadyThere reports whether err is Stripe's word that a write
+	// with the key exists already (a meter event's identifier seen):
+	// the claim's own, if its key may have been sent before.
+	alreadyThere(err error) bool
+	// lookup settles a claim whose key Stripe may have forgotten, or
+	// keeps where this Biller's requests do not meet it, by finding what
+	// the key made; a miss it may trust reopens the key's window and
+	// sends again.
+	lookup(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error)
+	// findOwn looks once, after retries left the outcome unknown, for
+	// what the claim's own write made; found is set only for a hit that
+	// is the claim's own.
+	findOwn(ctx context.Context, b *Biller, j job) (out object, found bool)
+	// refused answers for a write Stripe refused, where the refusal means
+	// more for the kind than the engine's refusal table says (done set);
+	// otherwise the table decides (see Biller.failure).
+	refused(ctx context.Context, b *Biller, j job, err error) (r Receipt, done bool, rerr error)
+	// localFirstSend reports whether the first send of a claim a Run
+	// just won may leave on the local clock's word (see firstSendSafe).
+	localFirstSend() bool
+}
+
+// job is one claim's work: a charge, an invoice or a usage report,
+// prepared and checked.
+type job struct {
+	kind             kind // what is billed
+	customer, period string
+	price            Price
+	key              idemkey.Key
+	attempt          int
+	owner            string // this attempt's name on the claim
+	reopened         bool   // a lookup found nothing and reopened the key's window
+	// neverSent is set for a resumed usage claim released because its
+	// identifier was taken although it never executed it (see
+	// identifierTaken).
+	neverSent bool
+	won       bool // this call made the claim, and no write of it has run yet
+	ran       bool // a write of this call may have run at Stripe
+	// holds is the Stripe object the claim holds once it exists, before
+	// the claim is settled (an invoice's draft): a later refusal never
+	// fails such a claim (see Biller.failure).
+	holds       string
+	rec         *recorder // in a Run over a batching store: checks and records in shared round trips
+	start       time.Time // when settling began, for Config.Observe
+	claimedAt   time.Time // local time just before the claim statement left, in a Run
+	firstSendBy time.Time // see firstSendSafe
+	// caller is the context a Run or Reconcile was given. Their own stop
+	// cancels the context they hand on, which refuses every later send;
+	// a request already on its way is bounded by caller and its attempt
+	// timeout only, so that it gets Stripe's answer instead of leaving
+	// an outcome unknown.
+	caller context.Context
+}
+
+// request is the claim of j, recording where its key goes.
+func (b *Biller) request(j job) claimengine.Request {
+	r := claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
+		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
+		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: j.kind.endpoint(b), Credential: b.credential}
+	j.kind.describe(&r)
+	return r
+}
+
+// settleClaim acts on a claim result: report it, or have the kind get it
+// ready and send it. Its errors are *ChargeError, but errRecording: the
+// recorder settles that claim.
+func (b *Biller) settleClaim(ctx context.Context, j job, res claimResult) (Receipt, error) {
+	r, err := b.act(ctx, j, res)
+	if err == errRecording {
+		return r, err
+	}
+	return r, asChargeError(j, err)
+}
+
+func (b *Biller) act(ctx context.Context, j job, res claimResult) (Receipt, error) {
+	c := res.Claim
+	switch res.Outcome {
+	case claimengine.Succeeded:
+		return b.receipt(j, c.StripeID, AlreadyBilled), nil
+	case claimengine.Processing:
+		r := b.receipt(j, c.StripeID, AlreadyBilled)
+		r.Processing = true
+		return r, nil
+	case claimengine.Failed:
+		return j.kind.failed(ctx, b, j, c)
+	case claimengine.InProgress:
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("claimed by %s until %s", c.Owner, c.LeaseUntil.UTC().Format(time.RFC3339)), nil)
+		e.Until = c.LeaseUntil
+		return Receipt{}, e
+	case claimengine.Mismatch:
+		if e := b.underWay(j, c); e != nil {
+			return Receipt{}, e
+		}
+		return Receipt{}, chargeErr(j, nil, "nothing sent", &claim.MismatchError{Existing: c})
+	case claimengine.Resumed:
+		b.log.LogAttrs(ctx, slogInfo, "billonce: resuming a pending claim with its key",
+			attrs(j, "leases", c.Leases, "age", c.Age.Round(time.Second), "last_error", c.LastError)...)
+	case claimengine.Won:
+		j.won = true
+	default:
+		return Receipt{}, fmt.Errorf("billing: unexpected claim outcome %v", res.Outcome)
+	}
+	if r, stop, err := j.kind.ready(ctx, b, &j, c); stop {
+		return r, err
+	}
+	return j.kind.send(ctx, b, j, c)
+}
+
+// moved reports whether c's key may have gone where this Biller's
+// requests do not meet it: with another endpoint or credential.
+func (b *Biller) moved(j job, c claim.Claim) bool {
+	return c.Endpoint != j.kind.endpoint(b) || c.Credential != b.credential
+}
+
+// sendOnce sends the claim of a writer under retry with its key, through
+// the guard, and records the outcome. Past the key's deadline the
+// writer's lookup settles the claim instead.
+func (b *Biller) sendOnce(ctx context.Context, w writer, j job, c claim.Claim) (Receipt, error) {
+	if w.localFirstSend() {
+		j.firstSendBy = b.firstSendSafe(j, c)
+	}
+	stop := b.renewWhileSending(ctx, j, c)
+	out, err := b.guarded(ctx, &j, j.key, w.alreadyThere, func(ctx context.Context, key idemkey.Key) (object, error) {
+		return w.write(ctx, b, j, key)
+	})
+	stop()
+	switch {
+	case err == nil && j.rec != nil && succeeded(out) && !processing(out):
+		j.rec.succeeded(j, out)
+		return Receipt{}, errRecording
+	case err == nil:
+		return b.record(ctx, j, out)
+	case errors.Is(err, claimengine.ErrWindowClosed) && j.reopened:
+		// A window just reopened closed again: retries outlasted it.
+		return Receipt{}, b.needs(ctx, j, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run looks again", c.Age.Round(time.Minute)), nil)
+	case errors.Is(err, claimengine.ErrWindowClosed):
+		return w.lookup(ctx, b, j, c)
+	case errors.Is(err, claimengine.ErrLeaseLost):
+		return b.leaseLost(ctx, j, err)
+	}
+	if ctx.Err() == nil && outcomeUnknown(err) {
+		// Retries could not tell whether Stripe made it (or Stripe said
+		// not to retry a 5xx it had stored). One lookup may: what is the
+		// claim's own is the truth; finding nothing proves nothing (an
+		// index lags), and the claim stays pending.
+		if found, ok := w.findOwn(ctx, b, j); ok {
+			r, rerr := b.record(ctx, j, found)
+			if rerr == nil {
+				r.Outcome = Reconciled
+				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an unknown outcome by looking at Stripe", attrs(j, "stripe_id", r.StripeID)...)
+			}
+			return r, rerr
+		}
+	}
+	if r, done, rerr := w.refused(ctx, b, j, err); done {
+		return r, rerr
+	}
+	return Receipt{}, b.failure(ctx, j, err)
+}
+
+// leaseLost answers for a send stopped because the claim is no longer
+// this call's: an earlier attempt's own payment paid the period and
+// superseded it (see Biller.Webhook), or another runner took it over and
+// sends from now on.
+func (b *Biller) leaseLost(ctx context.Context, j job, err error) (Receipt, error) {
+	c, gerr := b.claims.Get(ctx, j.key.String())
+	if gerr != nil || c.State != claim.StateFailed || c.FailureCode != claim.FailureSuperseded {
+		return Receipt{}, chargeErr(j, ErrInProgress, "stopped sending", err)
+	}
+	if j.ran {
+		b.log.LogAttrs(ctx, slogError, "billonce: a re-bill was stopped after an attempt that may have reached Stripe; look its key up, and refund a payment of it", attrs(j)...)
+		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, "stopped after an attempt that may have reached Stripe, since an earlier attempt's payment paid the period: look its key up in Stripe, and refund a payment of it", err)
+	}
+	return j.kind.failed(ctx, b, j, c)
+}
+
+// needs leaves j's claim pending with its key, for a person or a later
+// lookup, when what exists at Stripe could not be told: nothing more is
+// sent. reason says why, in the claim's LastError and in the
+// ErrNeedsReconciliation it returns, which names what the claim holds;
+// answer, if not nil, is Stripe's answer that left it so.
+func (b *Biller) needs(ctx context.Context, j job, reason string, answer *stripe.Error) *ChargeError {
+	b.release(context.WithoutCancel(ctx), j, errors.New("reconciliation: "+reason))
+	b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation; nothing more was sent", attrs(j, "reason", reason, "stripe_id", j.holds)...)
+	e := chargeErr(j, ErrNeedsReconciliation, reason, nil)
+	e.StripeID = j.holds
+	if answer != nil {
+		// Stripe's answer, in the chain but not a cause of another kind:
+		// a refusal by a proxy stays what it was.
+		e.Err.(*kindError).answer, e.RequestID = answer, answer.RequestID
+	}
+	return e
+}
+
+// failure is the refusal table of every kind: what a write Stripe did not
+// make means for its claim, and the error for the caller.
+//
+//   - A refusal about this item alone (a decline, no such customer, a
+//     value of its own) fails the claim: its key is done.
+//   - Once the claim holds an object at Stripe (an invoice's draft), such
+//     a refusal of a later write needs a person instead, who fixes the
+//     cause and calls again, or voids the object.
+//   - Anything else leaves the claim pending with its key (or abandons
+//     one whose key never ran): a refusal no request could get past stops
+//     a Run; a key reused with other parameters, a stop or retries run out
+//     leave the outcome to the next call.
+func (b *Biller) failure(ctx context.Context, j job, err error) error {
+	bg, cancel := recordCtx(callerOf(ctx, j))
+	defer cancel()
+	var se *stripe.Error
+	isStripe := errors.As(err, &se)
+	refusal := isStripe && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency
+	switch {
+	case refusal && j.holds != "" && se.HTTPStatusCode != http.StatusUnauthorized && se.HTTPStatusCode != http.StatusForbidden && !proxyRefused(err):
+		return b.needs(ctx, j, fmt.Sprintf("Stripe refused a write to %s (%s: %s); the claim stays pending: fix the cause and call again, or void %s", j.holds, se.Code, se.Msg, j.holds), se)
+	case refusal && refusedForItem(se):
+		reason := string(se.Code)
+		if se.DeclineCode != "" {
+			reason += " (" + string(se.DeclineCode) + ")"
+		}
+		if reason == "" {
+			reason = string(se.Type)
+		}
+		reason += ": " + se.Msg
+		if fix := itemCodes[se.Code]; fix != "" {
+			reason += "; " + fix
+		}
+		if ferr := recordErr(bg, b.claims.Fail(bg, j.key.String(), declinedObject(se), reason)); ferr != nil {
+			return declined(j, ErrNotRecorded, "declined ("+reason+")", ferr, se)
+		}
+		e := declined(j, ErrDeclined, reason, nil, se)
+		e.Code, e.DeclineCode = string(se.Code), string(se.DeclineCode)
+		return e
+	}
+	b.giveUp(bg, j, err)
+	var e *ChargeError
+	switch {
+	case isStripe && se.Type == stripe.ErrorTypeIdempotency:
+		b.log.LogAttrs(ctx, slogError, "billonce: Stripe refused a key reused with other parameters", attrs(j, "error", err)...)
+		e = chargeErr(j, ErrKeyReused, "", err)
+	case StopsRun(err):
+		e = chargeErr(j, nil, "", err)
+	case refusal:
+		e = chargeErr(j, nil, "", refused(se))
+	case ctx.Err() != nil:
+		e = chargeErr(j, ErrOutcomeUnknown, "stopped; the claim stays pending and the next run resumes it with the same key", err)
+	default:
+		// Retries ran out (or a non-retryable transport failure): the
+		// write may exist.
+		b.log.LogAttrs(ctx, slogWarn, "billonce: outcome unknown; claim left pending for a safe resume", attrs(j, "error", err)...)
+		e = chargeErr(j, ErrOutcomeUnknown, "", err)
+	}
+	if e.StripeID == "" {
+		e.StripeID = j.holds
+	}
+	return e
 }

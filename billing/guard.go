@@ -28,13 +28,10 @@ import (
 // less an attempt's longest duration, bounds it too, so a check reused
 // here is always one that a fresh CheckSend would pass, with an attempt's
 // whole duration to spare. Retries ask the store, as every send of a
-// resumed claim does, and so does every send of a usage report: what a
-// meter error report may be about is judged by the key's window on the
-// store's clock (see claim's own-send rule), so no usage event may leave
-// on the local clock's word alone, even if that clock stopped while the
-// database's went on.
+// resumed claim does, and so does every send of a kind whose writer says
+// so (see writer.localFirstSend).
 func (b *Biller) firstSendSafe(j job, c claim.Claim) time.Time {
-	if !j.won || j.rec == nil || j.claimedAt.IsZero() || j.usage != nil {
+	if !j.won || j.rec == nil || j.claimedAt.IsZero() {
 		return time.Time{}
 	}
 	attempt := b.policy.AttemptTimeout
@@ -59,8 +56,8 @@ func beforeOnBothClocks(t time.Time) bool {
 	return now.Before(t) && now.Round(0).Before(t.Round(0))
 }
 
-// wire is what one attempt did on the network.
-type wire struct {
+// attemptTrace is what one attempt did on the network.
+type attemptTrace struct {
 	// writes counts the requests written: 0 when nothing was sent (the
 	// attempt never left, or net/http never got a connection for it), -1
 	// when it cannot be told (a transport other than a *http.Transport, or
@@ -72,29 +69,94 @@ type wire struct {
 	answered bool
 }
 
-// create makes one HTTP attempt. It never makes a key: it sends the one it
-// is given, in the header and in the metadata.
-func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int) (_ created, _ wire, _ error) {
-	if err := b.limiter.Wait(ctx); err != nil {
-		return created{}, wire{}, err
+// guarded makes a write under retry with key, the one way any kind's
+// write reaches Stripe. Each attempt passes the guard (see attempt);
+// retries stop once Stripe is unreachable by Config.UnreachableAfter's
+// rule, checked before each wait. already, if not nil, tells an answer
+// that means the key's write exists already (see writer.alreadyThere):
+// when the key may have been sent before, that is the write's success,
+// replayed. guarded notes on j whether a write may have run at Stripe
+// (j.ran), and so whether the claim is still one whose key never ran
+// (j.won).
+func (b *Biller) guarded(ctx context.Context, j *job, key idemkey.Key, already func(error) bool,
+	call func(context.Context, idemkey.Key) (object, error)) (object, error) {
+	n := 0 // retry.Do runs attempts one after the other
+	// Stripe is unreachable, by the time rule, if the next attempt starts
+	// at unreachableBy or later: a retry that cannot start before then
+	// stops with unreachable, not after its wait.
+	var unreachableBy time.Time
+	var unreachable error
+	policy := b.policyFor(ctx, *j)
+	classify := policy.Classify
+	policy.Classify = func(err error) retry.Decision {
+		d := classify(err)
+		if unreachable != nil {
+			d = d.Until(unreachableBy, unreachable)
+		}
+		return d
 	}
-	// The last check before the key leaves: the deadline, on the database
-	// clock, after any wait.
+	out, err := retry.Do(ctx, key, policy, func(actx context.Context, key idemkey.Key) (object, error) {
+		n++
+		unreachableBy, unreachable = time.Time{}, nil
+		start := time.Now()
+		sentBefore := j.ran || !j.won && !j.reopened && !j.neverSent
+		out, tr, err := b.attempt(actx, j, key, n, call)
+		if already != nil && err != nil && already(err) && sentBefore {
+			b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe already has the key's write; recorded as delivered", attrs(*j)...)
+			out, err = object{id: key.String(), status: "succeeded", replayed: true, requestID: out.requestID}, nil
+		}
+		// One write refused before execution ran nothing. Several writes
+		// in one attempt (net/http resends a request with an
+		// Idempotency-Key by itself when a reused connection closes, and
+		// a caller's transport may retry) leave the earlier ones unknown;
+		// so does a transport whose writes cannot be seen (-1).
+		j.ran = j.ran || tr.writes != 0 && (tr.writes != 1 || !refusedBeforeExecution(err))
+		// Whether Stripe answers at all, counted across the Biller's
+		// calls; a stopped call's attempt says nothing about Stripe.
+		switch {
+		case !tr.called || ctx.Err() != nil:
+		case tr.answered:
+			b.reachability.answered()
+		case err != nil:
+			if by, uerr := b.reachability.missed(start, err); uerr != nil && by.IsZero() {
+				err = uerr
+			} else {
+				unreachableBy, unreachable = by, uerr
+			}
+		}
+		return out, err
+	})
+	j.won = j.won && !j.ran
+	return out, err
+}
+
+// attempt is the guard of one HTTP attempt of any write, in order: the
+// rate limit; the last check before the key leaves, that the claim's
+// deadline has not passed on the database clock (or, for the first send
+// of a claim a Run just won, the claim's own statement: see
+// firstSendSafe); a request context that a Run's own stop does not cancel
+// in flight; the trace that tells whether the request was written; the
+// call; and its report to Config.Observe. It never makes a key: call
+// sends the one it is given.
+func (b *Biller) attempt(ctx context.Context, j *job, key idemkey.Key, n int,
+	call func(context.Context, idemkey.Key) (object, error)) (object, attemptTrace, error) {
+	if err := b.limiter.Wait(ctx); err != nil {
+		return object{}, attemptTrace{}, err
+	}
 	var err error
 	switch {
-	case attempt == 1 && beforeOnBothClocks(j.firstSendBy):
-		// The claim's own statement made this check (see firstSendSafe).
+	case n == 1 && beforeOnBothClocks(j.firstSendBy):
 		// A stopped run sends nothing more, as the store would have
 		// refused: a request cancelled before it is written may look
 		// sent to the count below.
 		err = ctx.Err()
 	case j.rec != nil:
-		err = j.rec.check(ctx, key.String(), j.owner)
+		err = j.rec.check(ctx, j.key.String(), j.owner)
 	default:
-		err = b.claims.CheckSend(ctx, key.String(), j.owner, b.cfg.WindowMargin)
+		err = b.claims.CheckSend(ctx, j.key.String(), j.owner, b.cfg.WindowMargin)
 	}
 	if err != nil {
-		return created{}, wire{}, err
+		return object{}, attemptTrace{}, err
 	}
 	if j.caller != nil {
 		var cancel context.CancelFunc
@@ -120,57 +182,20 @@ func (b *Biller) create(ctx context.Context, j job, key idemkey.Key, attempt int
 		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Add(1) },
 		GotFirstResponseByte: func() { answered.Store(true) },
 	})
-	ctx = idemkey.WithKey(ctx, key)
-	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: j.period}
 	start := time.Now()
-	var out created
-	switch {
-	case j.usage != nil:
-		out, err = b.sendUsage(ctx, j, key)
-	case b.cfg.API == PaymentIntents:
-		params := &stripe.PaymentIntentParams{
-			Amount:        stripe.Int64(j.price.Amount),
-			Currency:      stripe.String(j.price.Currency),
-			Customer:      stripe.String(j.customer),
-			PaymentMethod: stripe.String(j.price.PaymentMethod),
-			Confirm:       stripe.Bool(true),
-			OffSession:    stripe.Bool(true),
-		}
-		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
-		var pi *stripe.PaymentIntent
-		if pi, err = b.intents.New(params); err == nil {
-			out = created{id: pi.ID, status: string(pi.Status), replayed: replayed(pi.LastResponse), requestID: requestID(pi.LastResponse)}
-			if out.id == "" || out.status == "" {
-				err = notAPayment(pi.LastResponse)
-			}
-		}
-	default:
-		params := &stripe.ChargeParams{
-			Amount:   stripe.Int64(j.price.Amount),
-			Currency: stripe.String(j.price.Currency),
-			Customer: stripe.String(j.customer),
-		}
-		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
-		var ch *stripe.Charge
-		if ch, err = b.charges.New(params); err == nil {
-			out = created{id: ch.ID, status: string(ch.Status), replayed: replayed(ch.LastResponse), requestID: requestID(ch.LastResponse)}
-			if out.id == "" || out.status == "" {
-				err = notAPayment(ch.LastResponse)
-			}
-		}
-	}
+	out, err := call(idemkey.WithKey(ctx, key), key)
 	rid := out.requestID
 	var se *stripe.Error
 	if errors.As(err, &se) {
 		rid = se.RequestID
 	}
 	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Key: key.String(), RequestID: rid,
-		Attempt: attempt, Duration: time.Since(start), Err: err})
-	w := wire{writes: int(wrote.Load()), called: true, answered: err == nil || answered.Load() || httpAnswer(err)}
-	if w.writes == 0 && (!b.traced || !asked.Load() || connected.Load()) {
-		w.writes = -1
+		StripeID: j.holds, Attempt: n, Duration: time.Since(start), Err: err})
+	tr := attemptTrace{writes: int(wrote.Load()), called: true, answered: err == nil || answered.Load() || httpAnswer(err)}
+	if tr.writes == 0 && (!b.traced || !asked.Load() || connected.Load()) {
+		tr.writes = -1
 	}
-	return out, w, err
+	return out, tr, err
 }
 
 // httpAnswer reports whether err comes from an HTTP answer: Stripe's error,

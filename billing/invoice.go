@@ -163,7 +163,7 @@ func (b *Biller) prepareInvoice(ctx context.Context, customer, period string, in
 	if err != nil {
 		return j, chargeErr(j, nil, "", invalid("%v", err))
 	}
-	j.inv, j.price, j.key, j.owner = &v, Price{Amount: total, Currency: v.Currency}, key, b.newOwner()
+	j.kind, j.price, j.key, j.owner = invoices{inv: &v}, Price{Amount: total, Currency: v.Currency}, key, b.newOwner()
 	return j, nil
 }
 
@@ -204,11 +204,38 @@ func checkInvoice(inv Invoice) (Invoice, int64, error) {
 	return inv, total, nil
 }
 
-// invoicing is one call's work on an invoice claim.
-type invoicing struct {
-	b  *Biller
-	j  job
-	id string // the draft, once it exists
+// invoices is the kind of an invoice: a Stripe invoice made in steps,
+// each one write with its own key derived from the claim's (see
+// Biller.Invoice). Past a step's window, what the step made is found by
+// a search (the draft), by listing the draft's lines, or by reading the
+// invoice.
+type invoices struct{ inv *Invoice }
+
+func (invoices) endpoint(*Biller) string       { return endpointInvoices }
+func (invoices) describe(*claimengine.Request) {}
+
+// ready has nothing to check: each step looks at Stripe first where its
+// key may have gone with another credential (see invoiceSteps.step).
+func (invoices) ready(context.Context, *Biller, *job, claim.Claim) (Receipt, bool, error) {
+	return Receipt{}, false, nil
+}
+
+func (k invoices) send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
+	return b.sendInvoice(ctx, j, c, k.inv)
+}
+
+// failed: an invoice is voided, or its draft refused, for good; billonce
+// invoices that period no more.
+func (invoices) failed(_ context.Context, _ *Biller, j job, c claim.Claim) (Receipt, error) {
+	return Receipt{}, failedFrom(c)
+}
+
+// invoiceSteps is one call's work on an invoice claim; its job holds the
+// draft once it exists.
+type invoiceSteps struct {
+	b   *Biller
+	j   job
+	inv *Invoice
 	// c is the claim as this call found it.
 	c claim.Claim
 	// verify: the next step's key may have gone with another credential,
@@ -223,10 +250,11 @@ type invoicing struct {
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
 // Its errors are *ChargeError.
-func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
+func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Invoice) (Receipt, error) {
 	stop := b.renewWhileSending(ctx, j, c)
 	defer stop()
-	v := &invoicing{b: b, j: j, c: c, id: c.StripeID, verify: c.Credential != b.credential}
+	j.holds = c.StripeID
+	v := &invoiceSteps{b: b, j: j, inv: inv, c: c, verify: c.Credential != b.credential}
 	if c.Step != "" && c.StripeID == "" {
 		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
 	}
@@ -237,7 +265,8 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 		if err != nil {
 			return Receipt{}, err
 		}
-		v.id = id
+		v.j.holds = id // a claim that holds a draft is never abandoned
+		v.j.won = false
 		if err := v.advance(ctx, stepDraft); err != nil {
 			return Receipt{}, err
 		}
@@ -249,14 +278,14 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 		}
 		next = i + 1
 	case c.Step == stepFinalized:
-		next = len(j.inv.Lines)
+		next = len(v.inv.Lines)
 	default:
 		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
 	}
-	if next > len(j.inv.Lines) {
-		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("invoice %s has %d lines done, but Config.Invoice gives %d lines now; nothing was sent", v.id, next, len(j.inv.Lines)), nil)
+	if next > len(v.inv.Lines) {
+		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("invoice %s has %d lines done, but Config.Invoice gives %d lines now; nothing was sent", v.j.holds, next, len(v.inv.Lines)), nil)
 	}
-	for i := next; i < len(j.inv.Lines); i++ {
+	for i := next; i < len(v.inv.Lines); i++ {
 		if _, err := v.step(ctx, stepLine+strconv.Itoa(i), v.line(i), v.findLine(i)); err != nil {
 			return Receipt{}, err
 		}
@@ -279,7 +308,7 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 	if err != nil {
 		return Receipt{}, err
 	}
-	if status == string(stripe.InvoiceStatusOpen) && j.inv.DaysUntilDue == 0 && v.final != nil && !v.final.AutoAdvance {
+	if status == string(stripe.InvoiceStatusOpen) && v.inv.DaysUntilDue == 0 && v.final != nil && !v.final.AutoAdvance {
 		// The total is the claim's: Stripe may collect the invoice now,
 		// and goes on collecting it if the payment below is declined.
 		// Like turning it off, this is sent without looking first.
@@ -292,7 +321,7 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 		}
 	}
 	if status != string(stripe.InvoiceStatusPaid) {
-		if j.inv.DaysUntilDue > 0 {
+		if v.inv.DaysUntilDue > 0 {
 			status, err = v.step(ctx, "send", v.send, v.findSent)
 		} else {
 			status, err = v.step(ctx, "pay", v.pay, v.findPaid)
@@ -309,78 +338,70 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim) (Receipt
 }
 
 // keyOf is the key of one step: derived from the claim's key and the step.
-func (v *invoicing) keyOf(step string) (idemkey.Key, error) {
+func (v *invoiceSteps) keyOf(step string) (idemkey.Key, error) {
 	return idemkey.For(v.b.cfg.Scope, v.j.key.String(), step)
 }
 
 // meta is the metadata of the invoice and of each of its items.
-func (v *invoicing) meta() map[string]string {
+func (v *invoiceSteps) meta() map[string]string {
 	return map[string]string{MetaKey: v.j.key.String(), MetaCustomer: v.j.customer, MetaPeriod: v.j.period}
 }
 
-// step runs one step's request under retry with the step's key, checking
-// the claim's deadline before every attempt. Past the deadline (or when
-// the step's key may have gone with another credential), find looks for
-// what the step would make: found, it is the step's result; not found,
-// and missUntrusted trusts that as it does for a charge's search, the
-// deadline starts again and the step is sent. It returns the step's
-// result (an id or the invoice's status); its errors are *ChargeError.
-func (v *invoicing) step(ctx context.Context, step string, call func(context.Context, idemkey.Key) (string, error),
+// step runs one step's request under retry with the step's key, through
+// the engine's guard (see Biller.guarded), as every write of every kind.
+// Past the claim's deadline (or when the step's key may have gone with
+// another credential), find looks for what the step would make: found,
+// it is the step's result; not found, and missUntrusted trusts that as
+// it does for a charge's search, the deadline starts again and the step
+// is sent. It returns the step's result (an id or the invoice's status);
+// its errors are *ChargeError.
+func (v *invoiceSteps) step(ctx context.Context, step string, call func(context.Context, idemkey.Key) (string, error),
 	find func(context.Context) (string, bool, error)) (string, error) {
-	b, j := v.b, v.j
+	b := v.b
 	key, err := v.keyOf(step)
 	if err != nil {
-		return "", chargeErr(j, nil, "", invalid("%v", err))
+		return "", chargeErr(v.j, nil, "", invalid("%v", err))
 	}
 	check := v.verify
 	for reopened := false; ; reopened = true {
 		if check {
 			res, found, err := find(ctx)
 			if err == nil && found {
-				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(j, "step", step, "invoice", v.id)...)
+				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(v.j, "step", step, "invoice", v.j.holds)...)
 				return res, nil
 			}
 			if v.verify {
 				// The other credential's request may still land, and a
 				// search may not show it yet.
-				if wait := b.missUntrusted(ctx, j, v.c); wait != nil {
-					b.release(context.WithoutCancel(ctx), j, wait)
-					wait.StripeID = v.id
+				if wait := b.missUntrusted(ctx, v.j, v.c); wait != nil {
+					b.release(context.WithoutCancel(ctx), v.j, wait)
+					wait.StripeID = v.j.holds
 					return "", wait
 				}
 			}
 			if err != nil {
 				return "", v.needs(ctx, step, err.Error())
 			}
-			if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, endpointInvoices, b.credential); err != nil {
+			if err := b.claims.Reopen(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, endpointInvoices, b.credential); err != nil {
 				return "", v.lost(ctx, step, err)
 			}
 			v.verify = false
 		}
-		res, err := retry.Do(ctx, key, b.policyFor(ctx, j), func(actx context.Context, key idemkey.Key) (string, error) {
-			if err := b.limiter.Wait(actx); err != nil {
-				return "", err
-			}
-			if err := b.claims.CheckSend(actx, j.key.String(), j.owner, b.cfg.WindowMargin); err != nil {
-				return "", err
-			}
-			start := time.Now()
-			res, err := call(idemkey.WithKey(actx, key), key)
-			b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Key: key.String(),
-				StripeID: v.id, Duration: time.Since(start), Err: err})
-			return res, err
+		out, err := b.guarded(ctx, &v.j, key, nil, func(ctx context.Context, key idemkey.Key) (object, error) {
+			res, err := call(ctx, key)
+			return object{id: res}, err
 		})
 		switch {
 		case err == nil:
-			return res, nil
+			return out.id, nil
 		case errors.Is(err, claimengine.ErrWindowClosed) && !reopened:
-			b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice step's deadline has passed; looking for what exists before writing", attrs(j, "step", step, "invoice", v.id)...)
+			b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice step's deadline has passed; looking for what exists before writing", attrs(v.j, "step", step, "invoice", v.j.holds)...)
 			check = true
 			continue
 		case errors.Is(err, claimengine.ErrWindowClosed):
 			return "", v.needs(ctx, step, "the step's window closed twice in one call")
 		case errors.Is(err, claimengine.ErrLeaseLost):
-			return "", chargeErr(j, ErrInProgress, "stopped at step "+step, err)
+			return "", chargeErr(v.j, ErrInProgress, "stopped at step "+step, err)
 		case ctx.Err() == nil && outcomeUnknown(err):
 			// Retries could not tell whether Stripe did the step (or
 			// Stripe stored a 5xx for its key, which every replay
@@ -388,11 +409,11 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 			// nothing proves nothing (a request may still be on its way,
 			// search lags), and the claim stays pending.
 			if res, found, ferr := find(ctx); ferr == nil && found {
-				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an invoice step's unknown outcome by looking at Stripe", attrs(j, "step", step, "invoice", v.id)...)
+				b.log.LogAttrs(ctx, slogInfo, "billonce: settled an invoice step's unknown outcome by looking at Stripe", attrs(v.j, "step", step, "invoice", v.j.holds)...)
 				return res, nil
 			}
 		}
-		return "", v.failure(ctx, step, err)
+		return "", asChargeError(v.j, b.failure(ctx, v.j, err))
 	}
 }
 
@@ -401,8 +422,8 @@ func (v *invoicing) step(ctx context.Context, step string, call func(context.Con
 // step is sent once the one before it is recorded, and this call holds
 // the claim now. The claim then records this Biller's credential, for the
 // steps it sends from here on.
-func (v *invoicing) advance(ctx context.Context, step string) error {
-	err := v.b.claims.Advance(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, v.id, step)
+func (v *invoiceSteps) advance(ctx context.Context, step string) error {
+	err := v.b.claims.Advance(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, v.j.holds, step)
 	if err == nil && v.verify {
 		if err = v.b.claims.Reopen(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, endpointInvoices, v.b.credential); err == nil {
 			v.verify = false
@@ -416,79 +437,50 @@ func (v *invoicing) advance(ctx context.Context, step string) error {
 
 // lost is the error of a record of step that failed: the claim stays at
 // its previous step, and a resume repeats this one with the same key.
-func (v *invoicing) lost(ctx context.Context, step string, err error) error {
+func (v *invoiceSteps) lost(ctx context.Context, step string, err error) error {
 	if errors.Is(err, claimengine.ErrLeaseLost) {
 		return chargeErr(v.j, ErrInProgress, "stopped at step "+step, err)
 	}
 	v.b.release(context.WithoutCancel(ctx), v.j, err)
-	e := chargeErr(v.j, ErrNotRecorded, fmt.Sprintf("step %s of invoice %s; the next call repeats it with the same key", step, v.id), err)
-	e.StripeID = v.id
+	e := chargeErr(v.j, ErrNotRecorded, fmt.Sprintf("step %s of invoice %s; the next call repeats it with the same key", step, v.j.holds), err)
+	e.StripeID = v.j.holds
 	return e
 }
 
-// needs leaves the claim pending for a person: what exists at Stripe
-// could not be told.
-func (v *invoicing) needs(ctx context.Context, step, reason string) error {
-	v.b.release(context.WithoutCancel(ctx), v.j, fmt.Errorf("reconciliation at step %s: %s", step, reason))
-	v.b.log.LogAttrs(ctx, slogWarn, "billonce: invoice claim needs reconciliation; nothing was sent", attrs(v.j, "step", step, "invoice", v.id, "reason", reason)...)
-	e := chargeErr(v.j, ErrNeedsReconciliation, fmt.Sprintf("step %s: %s", step, reason), nil)
-	e.StripeID = v.id
-	return e
-}
-
-// failure is the error of a step Stripe did not do. Before the draft
-// exists it is a charge's failure (a refusal about the customer fails the
-// claim). After, the claim always stays pending, since a draft exists: a
-// refusal of the step (a 4xx about this invoice) needs a person, who fixes
-// the cause and calls again, or voids the invoice; a refusal no request
-// could get past (a revoked key, a spend cap) stops a Run, as for charges.
-func (v *invoicing) failure(ctx context.Context, step string, err error) error {
-	j := v.j
-	j.won = false // a claim whose key may have run is released, never abandoned
-	var se *stripe.Error
-	if step != stepDraft && errors.As(err, &se) && !outcomeUnknown(err) && se.Type != stripe.ErrorTypeIdempotency &&
-		se.HTTPStatusCode != http.StatusUnauthorized && se.HTTPStatusCode != http.StatusForbidden && !proxyRefused(err) {
-		v.b.release(context.WithoutCancel(ctx), j, err)
-		v.b.log.LogAttrs(ctx, slogWarn, "billonce: Stripe refused an invoice step; the claim stays pending for a person", attrs(j, "step", step, "invoice", v.id, "error", err)...)
-		e := declined(j, ErrNeedsReconciliation, fmt.Sprintf("Stripe refused step %s of invoice %s (%s: %s); the claim stays pending: fix the cause and call again, or void the invoice", step, v.id, se.Code, se.Msg), nil, se)
-		e.StripeID = v.id
-		return e
-	}
-	e := asChargeError(j, v.b.failure(ctx, j, err)).(*ChargeError)
-	if e.StripeID == "" {
-		e.StripeID = v.id
-	}
-	return e
+// needs leaves the claim pending for a person (see Biller.needs): what
+// exists at Stripe for step could not be told.
+func (v *invoiceSteps) needs(ctx context.Context, step, reason string) error {
+	return v.b.needs(ctx, v.j, fmt.Sprintf("step %s: %s", step, reason), nil)
 }
 
 // settle records the invoice's status once it is final.
-func (v *invoicing) settle(ctx context.Context, status string) (Receipt, error) {
+func (v *invoiceSteps) settle(ctx context.Context, status string) (Receipt, error) {
 	b, j := v.b, v.j
 	rctx, cancel := recordCtx(callerOf(ctx, j))
 	defer cancel()
-	r := b.receipt(j, v.id, Created)
+	r := b.receipt(j, v.j.holds, Created)
 	var err error
 	switch stripe.InvoiceStatus(status) {
 	case stripe.InvoiceStatusPaid:
-		if err = b.claims.Succeed(rctx, j.key.String(), v.id); err != nil {
-			err = b.settledByEvent(rctx, j, created{id: v.id}, err)
+		if err = b.claims.Succeed(rctx, j.key.String(), v.j.holds); err != nil {
+			err = b.settledByEvent(rctx, j, object{id: v.j.holds}, err)
 		}
 	case stripe.InvoiceStatusOpen, stripe.InvoiceStatusUncollectible:
 		// Either can still be paid: the claim holds the period until
 		// the invoice is paid or voided.
 		r.Processing = true
-		err = b.claims.Process(rctx, j.key.String(), v.id)
+		err = b.claims.Process(rctx, j.key.String(), v.j.holds)
 	default:
-		reason := "invoice " + v.id + " is " + status
-		if ferr := b.claims.Fail(rctx, j.key.String(), v.id, reason); ferr != nil {
+		reason := "invoice " + v.j.holds + " is " + status
+		if ferr := b.claims.Fail(rctx, j.key.String(), v.j.holds, reason); ferr != nil {
 			err = ferr
 			break
 		}
 		return Receipt{}, chargeErr(j, ErrDeclined, reason, nil)
 	}
 	if err = recordErr(rctx, err); err != nil {
-		e := chargeErr(j, ErrNotRecorded, "invoice "+v.id+" is "+status, err)
-		e.StripeID = v.id
+		e := chargeErr(j, ErrNotRecorded, "invoice "+v.j.holds+" is "+status, err)
+		e.StripeID = v.j.holds
 		return Receipt{}, e
 	}
 	return r, nil
@@ -496,7 +488,7 @@ func (v *invoicing) settle(ctx context.Context, status string) (Receipt, error) 
 
 // declined records a payment the customer's card declined: the invoice
 // stays open and Stripe keeps collecting it, so the claim is processing.
-func (v *invoicing) declined(ctx context.Context, se *stripe.Error) (Receipt, error) {
+func (v *invoiceSteps) declined(ctx context.Context, se *stripe.Error) (Receipt, error) {
 	r, err := v.settle(ctx, string(stripe.InvoiceStatusOpen))
 	if err != nil {
 		return r, err
@@ -505,8 +497,8 @@ func (v *invoicing) declined(ctx context.Context, se *stripe.Error) (Receipt, er
 	if se.DeclineCode != "" {
 		reason += " (" + string(se.DeclineCode) + ")"
 	}
-	e := declined(v.j, ErrDeclined, "invoice "+v.id+" stays open: "+reason+": "+se.Msg, nil, se)
-	e.Code, e.DeclineCode, e.StripeID = string(se.Code), string(se.DeclineCode), v.id
+	e := declined(v.j, ErrDeclined, "invoice "+v.j.holds+" stays open: "+reason+": "+se.Msg, nil, se)
+	e.Code, e.DeclineCode, e.StripeID = string(se.Code), string(se.DeclineCode), v.j.holds
 	v.b.invoiceDeclined(ctx, v.j.key.String(), e)
 	return r, nil
 }
@@ -522,8 +514,8 @@ func (b *Biller) invoiceDeclined(ctx context.Context, key string, e *ChargeError
 // The steps' requests. Each receives a context carrying its key, and
 // sends the key in its params as well.
 
-func (v *invoicing) draft(ctx context.Context, key idemkey.Key) (string, error) {
-	inv := v.j.inv
+func (v *invoiceSteps) draft(ctx context.Context, key idemkey.Key) (string, error) {
+	inv := v.inv
 	p := &stripe.InvoiceParams{
 		Customer:                    stripe.String(v.j.customer),
 		AutoAdvance:                 stripe.Bool(false),
@@ -549,16 +541,16 @@ func (v *invoicing) draft(ctx context.Context, key idemkey.Key) (string, error) 
 	return in.ID, nil
 }
 
-func (v *invoicing) line(i int) func(context.Context, idemkey.Key) (string, error) {
+func (v *invoiceSteps) line(i int) func(context.Context, idemkey.Key) (string, error) {
 	return func(ctx context.Context, key idemkey.Key) (string, error) {
-		l := v.j.inv.Lines[i]
+		l := v.inv.Lines[i]
 		meta := v.meta()
 		meta[metaLine] = strconv.Itoa(i)
 		p := &stripe.InvoiceItemParams{
 			Customer: stripe.String(v.j.customer),
-			Invoice:  stripe.String(v.id),
+			Invoice:  stripe.String(v.j.holds),
 			Amount:   stripe.Int64(l.Amount),
-			Currency: stripe.String(v.j.inv.Currency),
+			Currency: stripe.String(v.inv.Currency),
 		}
 		if l.Description != "" {
 			p.Description = stripe.String(l.Description)
@@ -575,7 +567,7 @@ func (v *invoicing) line(i int) func(context.Context, idemkey.Key) (string, erro
 	}
 }
 
-func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, error) {
+func (v *invoiceSteps) finalize(ctx context.Context, key idemkey.Key) (string, error) {
 	// An invoice is finalized with auto_advance off: Stripe collects an
 	// open invoice with it on by itself an hour after, whatever its
 	// total, and the total is checked first (see checkTotal). An invoice
@@ -585,7 +577,7 @@ func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, erro
 	// One sent to the customer keeps it off: billonce sends it.
 	p := &stripe.InvoiceFinalizeInvoiceParams{AutoAdvance: stripe.Bool(false)}
 	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
-	in, err := v.b.invoices.FinalizeInvoice(v.id, p)
+	in, err := v.b.invoices.FinalizeInvoice(v.j.holds, p)
 	if err != nil {
 		// "already finalized": read the invoice to be sure.
 		return v.confirm(ctx, err, func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusDraft })
@@ -593,10 +585,10 @@ func (v *invoicing) finalize(ctx context.Context, key idemkey.Key) (string, erro
 	return v.status(in)
 }
 
-func (v *invoicing) pay(ctx context.Context, key idemkey.Key) (string, error) {
+func (v *invoiceSteps) pay(ctx context.Context, key idemkey.Key) (string, error) {
 	p := &stripe.InvoicePayParams{}
 	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
-	in, err := v.b.invoices.Pay(v.id, p)
+	in, err := v.b.invoices.Pay(v.j.holds, p)
 	if err != nil {
 		// "already paid": read the invoice to be sure.
 		return v.confirm(ctx, err, func(s stripe.InvoiceStatus) bool { return s == stripe.InvoiceStatusPaid })
@@ -604,10 +596,10 @@ func (v *invoicing) pay(ctx context.Context, key idemkey.Key) (string, error) {
 	return v.status(in)
 }
 
-func (v *invoicing) send(ctx context.Context, key idemkey.Key) (string, error) {
+func (v *invoiceSteps) send(ctx context.Context, key idemkey.Key) (string, error) {
 	p := &stripe.InvoiceSendInvoiceParams{}
 	p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
-	in, err := v.b.invoices.SendInvoice(v.id, p)
+	in, err := v.b.invoices.SendInvoice(v.j.holds, p)
 	if err != nil {
 		return v.confirm(ctx, err, func(s stripe.InvoiceStatus) bool { return s == stripe.InvoiceStatusPaid })
 	}
@@ -616,11 +608,11 @@ func (v *invoicing) send(ctx context.Context, key idemkey.Key) (string, error) {
 
 // autoAdvance turns Stripe's automatic collection of the invoice on or
 // off.
-func (v *invoicing) autoAdvance(on bool) func(context.Context, idemkey.Key) (string, error) {
+func (v *invoiceSteps) autoAdvance(on bool) func(context.Context, idemkey.Key) (string, error) {
 	return func(ctx context.Context, key idemkey.Key) (string, error) {
 		p := &stripe.InvoiceParams{AutoAdvance: stripe.Bool(on)}
 		p.Context, p.IdempotencyKey = ctx, stripe.String(key.String())
-		in, err := v.b.invoices.Update(v.id, p)
+		in, err := v.b.invoices.Update(v.j.holds, p)
 		if err != nil {
 			return "", err
 		}
@@ -631,7 +623,7 @@ func (v *invoicing) autoAdvance(on bool) func(context.Context, idemkey.Key) (str
 // confirm reads the invoice after Stripe refused a step with a 400 that
 // may mean "already done", and returns its status if done says so; any
 // other answer is err.
-func (v *invoicing) confirm(ctx context.Context, err error, done func(stripe.InvoiceStatus) bool) (string, error) {
+func (v *invoiceSteps) confirm(ctx context.Context, err error, done func(stripe.InvoiceStatus) bool) (string, error) {
 	var se *stripe.Error
 	if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusBadRequest || se.Type != stripe.ErrorTypeInvalidRequest {
 		return "", err
@@ -643,35 +635,35 @@ func (v *invoicing) confirm(ctx context.Context, err error, done func(stripe.Inv
 	return string(in.Status), nil
 }
 
-func (v *invoicing) status(in *stripe.Invoice) (string, error) {
-	if in.ID != v.id || in.Status == "" {
-		return "", notStripes(in.LastResponse, "is not the invoice "+v.id)
+func (v *invoiceSteps) status(in *stripe.Invoice) (string, error) {
+	if in.ID != v.j.holds || in.Status == "" {
+		return "", notStripes(in.LastResponse, "is not the invoice "+v.j.holds)
 	}
 	v.seen(in)
 	return string(in.Status), nil
 }
 
 // seen keeps in, the invoice as Stripe showed it, once it is final.
-func (v *invoicing) seen(in *stripe.Invoice) {
+func (v *invoiceSteps) seen(in *stripe.Invoice) {
 	if in.Status != stripe.InvoiceStatusDraft {
 		v.final = in
 	}
 }
 
 // get reads the invoice.
-func (v *invoicing) get(ctx context.Context) (*stripe.Invoice, error) {
+func (v *invoiceSteps) get(ctx context.Context) (*stripe.Invoice, error) {
 	if err := v.b.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	in, err := v.b.invoices.Get(v.id, &stripe.InvoiceParams{Params: stripe.Params{Context: ctx}})
+	in, err := v.b.invoices.Get(v.j.holds, &stripe.InvoiceParams{Params: stripe.Params{Context: ctx}})
 	if err != nil {
 		return nil, err
 	}
-	if in.ID != v.id || in.Status == "" {
-		return nil, notStripes(in.LastResponse, "is not the invoice "+v.id)
+	if in.ID != v.j.holds || in.Status == "" {
+		return nil, notStripes(in.LastResponse, "is not the invoice "+v.j.holds)
 	}
 	if in.Metadata[MetaKey] != v.j.key.String() {
-		return nil, fmt.Errorf("invoice %s carries key %q in its metadata, not the claim's", v.id, in.Metadata[MetaKey])
+		return nil, fmt.Errorf("invoice %s carries key %q in its metadata, not the claim's", v.j.holds, in.Metadata[MetaKey])
 	}
 	v.seen(in)
 	return in, nil
@@ -681,7 +673,7 @@ func (v *invoicing) get(ctx context.Context) (*stripe.Invoice, error) {
 
 // findDraft searches the invoice by its billonce_key metadata. Several
 // found, or a failed search, cannot be settled here.
-func (v *invoicing) findDraft(ctx context.Context) (string, bool, error) {
+func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	b := v.b
 	if err := b.waitSearch(ctx); err != nil {
 		return "", false, err
@@ -712,14 +704,14 @@ func (v *invoicing) findDraft(ctx context.Context) (string, bool, error) {
 	case 0:
 		return "", false, nil
 	case 1:
-		v.id = ids[0]
+		v.j.holds = ids[0]
 		return ids[0], true, nil
 	}
 	return "", false, fmt.Errorf("invoice search found %d invoices for one key: %s", len(ids), strings.Join(ids, ", "))
 }
 
 // findLine lists the invoice's lines for line i's item.
-func (v *invoicing) findLine(i int) func(context.Context) (string, bool, error) {
+func (v *invoiceSteps) findLine(i int) func(context.Context) (string, bool, error) {
 	return func(ctx context.Context) (string, bool, error) {
 		lines, err := v.lines(ctx)
 		if err != nil {
@@ -736,11 +728,11 @@ func (v *invoicing) findLine(i int) func(context.Context) (string, bool, error) 
 }
 
 // lines lists the invoice's lines, a hundred a page.
-func (v *invoicing) lines(ctx context.Context) ([]*stripe.InvoiceLineItem, error) {
+func (v *invoiceSteps) lines(ctx context.Context) ([]*stripe.InvoiceLineItem, error) {
 	if err := v.b.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(v.id)}
+	p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(v.j.holds)}
 	p.Context, p.Limit = ctx, stripe.Int64(100)
 	it := v.b.invoices.ListLines(p)
 	var out []*stripe.InvoiceLineItem
@@ -748,7 +740,7 @@ func (v *invoicing) lines(ctx context.Context) ([]*stripe.InvoiceLineItem, error
 		out = append(out, it.InvoiceLineItem())
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("listing the lines of invoice %s failed: %w", v.id, err)
+		return nil, fmt.Errorf("listing the lines of invoice %s failed: %w", v.j.holds, err)
 	}
 	return out, nil
 }
@@ -770,18 +762,18 @@ func itemOf(l *stripe.InvoiceLineItem) string {
 // there once with this call's amount, and nothing else; otherwise nothing
 // is finalized, and the draft and its claim wait for a person, with an
 // ErrNeedsReconciliation that names what differs.
-func (v *invoicing) checkLines(ctx context.Context) error {
+func (v *invoiceSteps) checkLines(ctx context.Context) error {
 	j := v.j
 	lines, err := retry.Do(ctx, j.key, v.b.policyFor(ctx, j), func(ctx context.Context, _ idemkey.Key) ([]*stripe.InvoiceLineItem, error) {
 		return v.lines(ctx)
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return v.failure(ctx, stepFinalized, err)
+			return asChargeError(v.j, v.b.failure(ctx, v.j, err))
 		}
 		return v.needs(ctx, stepFinalized, err.Error())
 	}
-	seen := make([]bool, len(j.inv.Lines))
+	seen := make([]bool, len(v.inv.Lines))
 	var foreign, wrong []string
 	for _, l := range lines {
 		if l.Metadata[MetaKey] != j.key.String() {
@@ -794,9 +786,9 @@ func (v *invoicing) checkLines(ctx context.Context) error {
 			wrong = append(wrong, fmt.Sprintf("a line with index %q", l.Metadata[metaLine]))
 		case seen[i]:
 			wrong = append(wrong, fmt.Sprintf("line %d twice", i))
-		case l.Amount != j.inv.Lines[i].Amount:
+		case l.Amount != v.inv.Lines[i].Amount:
 			seen[i] = true
-			wrong = append(wrong, fmt.Sprintf("line %d of %d, not %d", i, l.Amount, j.inv.Lines[i].Amount))
+			wrong = append(wrong, fmt.Sprintf("line %d of %d, not %d", i, l.Amount, v.inv.Lines[i].Amount))
 		default:
 			seen[i] = true
 		}
@@ -814,7 +806,7 @@ func (v *invoicing) checkLines(ctx context.Context) error {
 		why = append(why, fmt.Sprintf("%s, which are not this call's lines (did Config.Invoice change?): call again with the lines the invoice was begun with", strings.Join(wrong, ", ")))
 	}
 	if len(why) > 0 {
-		return v.needs(ctx, stepFinalized, fmt.Sprintf("invoice %s was left a draft, not finalized: it has %s", v.id, strings.Join(why, "; and it has ")))
+		return v.needs(ctx, stepFinalized, fmt.Sprintf("invoice %s was left a draft, not finalized: it has %s", v.j.holds, strings.Join(why, "; and it has ")))
 	}
 	return nil
 }
@@ -826,10 +818,10 @@ func (v *invoicing) checkLines(ctx context.Context) error {
 // invoice whose total differs is left unpaid and unsent, with automatic
 // collection off so that Stripe does not collect it either, and the
 // claim waits for a person. It returns the invoice's status.
-func (v *invoicing) checkTotal(ctx context.Context) (string, error) {
+func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
 	j := v.j
 	next := "pay"
-	if j.inv.DaysUntilDue > 0 {
+	if v.inv.DaysUntilDue > 0 {
 		next = "send"
 	}
 	in := v.final
@@ -840,20 +832,20 @@ func (v *invoicing) checkTotal(ctx context.Context) (string, error) {
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return "", v.failure(ctx, next, err)
+				return "", asChargeError(v.j, v.b.failure(ctx, v.j, err))
 			}
-			return "", v.needs(ctx, next, fmt.Sprintf("reading invoice %s failed: %v", v.id, err))
+			return "", v.needs(ctx, next, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
 		}
 	}
 	if in.Status != stripe.InvoiceStatusOpen || in.Total == j.price.Amount && string(in.Currency) == j.price.Currency {
 		return string(in.Status), nil
 	}
 	reason := fmt.Sprintf("invoice %s was finalized with a total of %d %s, not the claim's %d %s (an item billonce did not add, a discount or a tax); it was not paid or sent",
-		v.id, in.Total, in.Currency, j.price.Amount, j.price.Currency)
+		v.j.holds, in.Total, in.Currency, j.price.Amount, j.price.Currency)
 	b := v.b
 	if in.AutoAdvance {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice's total is not its claim's; turning Stripe's automatic collection of it off",
-			attrs(j, "invoice", v.id, "total", in.Total, "claim_amount", j.price.Amount)...)
+			attrs(j, "invoice", v.j.holds, "total", in.Total, "claim_amount", j.price.Amount)...)
 		// Turning collection off twice is turning it off: this step is
 		// sent without looking first even where another credential may
 		// have sent it, so that Stripe is not left collecting meanwhile.
@@ -871,11 +863,11 @@ func (v *invoicing) checkTotal(ctx context.Context) (string, error) {
 
 // findStatus reads the invoice: done tells whether its status shows the
 // step done.
-func (v *invoicing) findStatus(done func(stripe.InvoiceStatus) bool) func(context.Context) (string, bool, error) {
+func (v *invoiceSteps) findStatus(done func(stripe.InvoiceStatus) bool) func(context.Context) (string, bool, error) {
 	return func(ctx context.Context) (string, bool, error) {
 		in, err := v.get(ctx)
 		if err != nil {
-			return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+			return "", false, fmt.Errorf("reading invoice %s failed: %w", v.j.holds, err)
 		}
 		return string(in.Status), done(in.Status), nil
 	}
@@ -883,11 +875,11 @@ func (v *invoicing) findStatus(done func(stripe.InvoiceStatus) bool) func(contex
 
 // findAdvancing: whether Stripe's automatic collection of the invoice is
 // as on says (off: Stripe does not collect it).
-func (v *invoicing) findAdvancing(on bool) func(context.Context) (string, bool, error) {
+func (v *invoiceSteps) findAdvancing(on bool) func(context.Context) (string, bool, error) {
 	return func(ctx context.Context) (string, bool, error) {
 		in, err := v.get(ctx)
 		if err != nil {
-			return "", false, fmt.Errorf("reading invoice %s failed: %w", v.id, err)
+			return "", false, fmt.Errorf("reading invoice %s failed: %w", v.j.holds, err)
 		}
 		// Stripe turns it off for an invoice no longer open, which it
 		// collects no more.
@@ -895,7 +887,7 @@ func (v *invoicing) findAdvancing(on bool) func(context.Context) (string, bool, 
 	}
 }
 
-func (v *invoicing) findFinalized(ctx context.Context) (string, bool, error) {
+func (v *invoiceSteps) findFinalized(ctx context.Context) (string, bool, error) {
 	return v.findStatus(func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusDraft })(ctx)
 }
 
@@ -903,13 +895,13 @@ func (v *invoicing) findFinalized(ctx context.Context) (string, bool, error) {
 // open), so paying it again cannot pay twice; a void invoice is final, and
 // an uncollectible one is left to its customer (the claim holds it as
 // processing).
-func (v *invoicing) findPaid(ctx context.Context) (string, bool, error) {
+func (v *invoiceSteps) findPaid(ctx context.Context) (string, bool, error) {
 	return v.findStatus(func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusOpen })(ctx)
 }
 
 // findSent: whether an open invoice was sent cannot be read; sending it
 // again sends the customer the same invoice again, which bills nothing.
-func (v *invoicing) findSent(ctx context.Context) (string, bool, error) {
+func (v *invoiceSteps) findSent(ctx context.Context) (string, bool, error) {
 	return v.findStatus(func(s stripe.InvoiceStatus) bool { return s != stripe.InvoiceStatusOpen })(ctx)
 }
 

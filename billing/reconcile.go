@@ -137,7 +137,7 @@ func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 	if p, err = checkPrice(p, b.cfg.API); err != nil {
 		return job{}, err
 	}
-	return job{customer: c.Customer, period: c.Period, price: p, key: key, attempt: c.Attempt, owner: b.newOwner()}, nil
+	return job{kind: charges{}, customer: c.Customer, period: c.Period, price: p, key: key, attempt: c.Attempt, owner: b.newOwner()}, nil
 }
 
 // maxLegacyAttempt bounds the attempts attemptOf tries for a claim that

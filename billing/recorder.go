@@ -52,7 +52,7 @@ type sendCheck struct {
 
 type success struct {
 	j   job
-	out created
+	out object
 }
 
 // newRecorder returns the run's recorder, or nil when the claim store
@@ -92,7 +92,7 @@ func (rec *recorder) check(ctx context.Context, key, owner string) error {
 
 // succeeded queues Stripe's answer out for j; the recorder settles j once
 // it is written.
-func (rec *recorder) succeeded(j job, out created) {
+func (rec *recorder) succeeded(j job, out object) {
 	rec.succ <- success{j, out}
 }
 

@@ -189,7 +189,7 @@ func (b *Biller) Run(ctx context.Context, period string, items iter.Seq2[Item, e
 // with their arguments) is set, it checks opts and runs preps under the
 // lock of opts.LockName (lockName by default), then reports the run to
 // Config.Observe. label names the run in its summary, errors and event.
-func (b *Biller) runReported(ctx context.Context, label, lockName string, preps iter.Seq2[prep, error], bad error, opts *RunOptions) (Summary, error) {
+func (b *Biller) runReported(ctx context.Context, label, lockName string, preps iter.Seq2[prepareFunc, error], bad error, opts *RunOptions) (Summary, error) {
 	start := time.Now()
 	var sum Summary
 	err := bad
@@ -205,7 +205,7 @@ func (b *Biller) runReported(ctx context.Context, label, lockName string, preps 
 }
 
 // runLocked checks opts and runs preps under the run's lock.
-func (b *Biller) runLocked(ctx context.Context, label, lockName string, preps iter.Seq2[prep, error], opts *RunOptions) (Summary, error) {
+func (b *Biller) runLocked(ctx context.Context, label, lockName string, preps iter.Seq2[prepareFunc, error], opts *RunOptions) (Summary, error) {
 	var o RunOptions
 	if opts != nil {
 		o = *opts
@@ -301,11 +301,11 @@ type runner struct {
 
 // prep prepares one entry of a run: it checks it and derives its job.
 // Its errors are *ChargeError.
-type prep func(ctx context.Context) (job, error)
+type prepareFunc func(ctx context.Context) (job, error)
 
 // itemJobs is the preparation of each item of a Run for period.
-func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2[prep, error] {
-	return func(yield func(prep, error) bool) {
+func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2[prepareFunc, error] {
+	return func(yield func(prepareFunc, error) bool) {
 		for it, err := range items {
 			p := func(ctx context.Context) (job, error) {
 				if it.Invoice != nil && it.Price != nil {
@@ -326,7 +326,7 @@ func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2
 
 // run bills what items prepares, claiming under fence; period names the
 // run in its summary, errors and log lines.
-func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prep, error], o *RunOptions, fence claimengine.Fence) (Summary, error) {
+func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prepareFunc, error], o *RunOptions, fence claimengine.Fence) (Summary, error) {
 	r := &runner{b: b, o: o, start: time.Now(), fence: fence}
 	r.sum.Period, r.sum.Total = period, o.Total
 	parent := ctx
@@ -393,7 +393,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prep, e
 }
 
 // claimed is one batch's claim, made in the background.
-type claimed struct {
+type batchClaim struct {
 	batch   []job
 	results []claimResult
 	err     error
@@ -411,11 +411,11 @@ type feeder struct {
 	tasks    chan<- task
 	batch    []job
 	inBatch  map[string]bool // a batch claims each customer and period once
-	inflight *claimed
+	inflight *batchClaim
 }
 
 // feed reads items into tasks with a feeder.
-func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[prep, error], tasks chan<- task) error {
+func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[prepareFunc, error], tasks chan<- task) error {
 	f := &feeder{r: r, period: period, tasks: tasks,
 		batch: make([]job, 0, r.o.BatchSize), inBatch: make(map[string]bool, r.o.BatchSize)}
 	fed := false
@@ -434,7 +434,7 @@ func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[prep, 
 }
 
 // read claims and queues the customers of items.
-func (f *feeder) read(ctx context.Context, items iter.Seq2[prep, error]) error {
+func (f *feeder) read(ctx context.Context, items iter.Seq2[prepareFunc, error]) error {
 	r, period := f.r, f.period
 	for prepare, err := range items {
 		if ctx.Err() != nil {
@@ -535,7 +535,7 @@ func (f *feeder) flush(ctx context.Context) error {
 	if prev != nil {
 		<-prev.done
 	}
-	c := &claimed{batch: f.batch, done: make(chan struct{})}
+	c := &batchClaim{batch: f.batch, done: make(chan struct{})}
 	reqs := make([]claimengine.Request, len(f.batch))
 	for i, j := range f.batch {
 		reqs[i] = f.r.b.request(j)

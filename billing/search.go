@@ -41,7 +41,7 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func(error) error) (Receipt, error) {
 	b.log.LogAttrs(ctx, slogWarn, "billonce: searching Stripe for the key's payment before sending",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute), "endpoint", c.Endpoint)...)
-	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]created, error) {
+	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]object, error) {
 		return b.search(ctx, key)
 	})
 	var se *stripe.Error
@@ -65,7 +65,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 		b.release(context.WithoutCancel(ctx), j, err)
 		return Receipt{}, err
 	}
-	var foreign []created
+	var foreign []object
 	if err == nil {
 		found, foreign = b.ownHits(j, found)
 	}
@@ -105,7 +105,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 	}
 	b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe has no payment for the pending claim; sending its key again", attrs(j)...)
 	j.reopened = true
-	return b.send(ctx, j, c)
+	return j.kind.send(ctx, b, j, c)
 }
 
 // missUntrusted is the past-window policy, one rule for every kind: it
@@ -130,7 +130,7 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 // ErrSentElsewhere error, with Until, that says where the key went and
 // when a lookup settles the claim; nothing may be sent until then.
 func (b *Biller) missUntrusted(ctx context.Context, j job, c claim.Claim) *ChargeError {
-	endpoint := b.endpointOf(j)
+	endpoint := j.kind.endpoint(b)
 	if c.Endpoint == endpoint && c.Credential == b.credential || c.SentAge >= b.cfg.elsewhereAfter() {
 		return nil
 	}
@@ -151,9 +151,9 @@ func (b *Biller) missUntrusted(ctx context.Context, j job, c claim.Claim) *Charg
 // copy a claim's metadata onto a payment of its own. A payment counts as
 // the key's only when it is what the claim's request would have made: see
 // [Biller.ownHits], which every caller applies.
-func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error) {
+func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]object, error) {
 	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, key.String())
-	var out []created
+	var out []object
 	if err := b.waitSearch(ctx); err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 			return nil, notAPayment(pis.PaymentIntentSearchResult().LastResponse)
 		}
 		intents[pi.ID] = true
-		h := created{id: pi.ID, status: string(pi.Status), amount: pi.Amount, currency: string(pi.Currency)}
+		h := object{id: pi.ID, status: string(pi.Status), amount: pi.Amount, currency: string(pi.Currency)}
 		if pi.Customer != nil {
 			h.customer = pi.Customer.ID
 		}
@@ -193,7 +193,7 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 		if ch.PaymentIntent != nil && intents[ch.PaymentIntent.ID] {
 			continue
 		}
-		h := created{id: ch.ID, status: string(ch.Status), amount: ch.Amount, currency: string(ch.Currency)}
+		h := object{id: ch.ID, status: string(ch.Status), amount: ch.Amount, currency: string(ch.Currency)}
 		if ch.Customer != nil {
 			h.customer = ch.Customer.ID
 		}
@@ -217,7 +217,7 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]created, error)
 // others: another writer's payment that copied the claim's metadata. Only
 // an own payment may settle the claim; a foreign one never settles it,
 // and never counts as a miss either.
-func (b *Biller) ownHits(j job, found []created) (own, foreign []created) {
+func (b *Biller) ownHits(j job, found []object) (own, foreign []object) {
 	for _, h := range found {
 		if h.customer == j.customer && h.amount == j.price.Amount && strings.EqualFold(h.currency, j.price.Currency) {
 			own = append(own, h)
@@ -230,7 +230,7 @@ func (b *Biller) ownHits(j job, found []created) (own, foreign []created) {
 
 // foreignReason names the payments a search found with a claim's key that
 // its own request cannot have made.
-func foreignReason(foreign []created) string {
+func foreignReason(foreign []object) string {
 	ids := make([]string, len(foreign))
 	for i, h := range foreign {
 		ids[i] = fmt.Sprintf("%s (%s, %d %s)", h.id, h.customer, h.amount, h.currency)

@@ -213,7 +213,7 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 
 // recordProcessing records a payment Stripe answered as pending or
 // processing; ctx is a recordCtx.
-func (b *Biller) recordProcessing(ctx context.Context, j job, out created) error {
+func (b *Biller) recordProcessing(ctx context.Context, j job, out object) error {
 	err := recordErr(ctx, b.claims.Process(ctx, j.key.String(), out.id))
 	if err != nil {
 		e := chargeErr(j, ErrNotRecorded, "processing "+out.id, err)
@@ -227,7 +227,7 @@ func (b *Biller) recordProcessing(ctx context.Context, j job, out created) error
 // settledByEvent handles Succeed refusing a claim that an event already
 // moved: a succeeded answer for a payment the claim records as
 // processing is that payment settling, applied like an event.
-func (b *Biller) settledByEvent(ctx context.Context, j job, out created, serr error) error {
+func (b *Biller) settledByEvent(ctx context.Context, j job, out object, serr error) error {
 	if !errors.Is(serr, claimengine.ErrConflict) {
 		return serr
 	}

@@ -27,7 +27,7 @@ const (
 // got no HTTP answer in a row, across every call of a Biller (every worker
 // of every Run); any answer starts the count again. See
 // [ErrStripeUnreachable].
-type reach struct {
+type reachability struct {
 	attempts int           // misses in a row that make Stripe unreachable; 0: never
 	after    time.Duration // time over which misses make it unreachable; 0: never
 	gap      time.Duration // a pause longer than this between misses ends a streak
@@ -38,8 +38,8 @@ type reach struct {
 	last   time.Time // when the last miss ended
 }
 
-func newReach(cfg *Config) *reach {
-	r := &reach{attempts: cfg.UnreachableAttempts, after: cfg.UnreachableAfter}
+func newReachability(cfg *Config) *reachability {
+	r := &reachability{attempts: cfg.UnreachableAttempts, after: cfg.UnreachableAfter}
 	switch {
 	case r.attempts == 0:
 		r.attempts = defaultUnreachableAttempts
@@ -60,7 +60,7 @@ func newReach(cfg *Config) *reach {
 }
 
 // answered records an HTTP answer, whatever its status.
-func (r *reach) answered() {
+func (r *reachability) answered() {
 	r.mu.Lock()
 	r.misses = 0
 	r.mu.Unlock()
@@ -73,7 +73,7 @@ func (r *reach) answered() {
 // and a retry that cannot start before by stops with err instead of
 // waiting for it (see retry.Decision.Until). It returns nil when no rule
 // applies yet.
-func (r *reach) missed(start time.Time, cause error) (by time.Time, err error) {
+func (r *reachability) missed(start time.Time, cause error) (by time.Time, err error) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/retry"
 )
 
@@ -117,7 +118,7 @@ const (
 )
 
 // usageJob is what a job of a usage report carries besides a charge's.
-type usageJob struct {
+type usageReport struct {
 	Usage
 	meter meterInfo
 }
@@ -261,8 +262,8 @@ func (b *Biller) usageJobFromClaim(ctx context.Context, c claim.Claim) (job, err
 	if c.WindowEnd.IsZero() {
 		u.End = u.Start.Add(m.windowSize())
 	}
-	return job{customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount}, key: key, attempt: u.Attempt,
-		owner: b.newOwner(), usage: &usageJob{Usage: u, meter: m}}, nil
+	return job{kind: &usageReport{Usage: u, meter: m}, customer: c.Customer, period: c.Period, price: Price{Amount: c.Amount},
+		key: key, attempt: u.Attempt, owner: b.newOwner()}, nil
 }
 
 // windowOverlap reports whether err is the claim store's refusal of a
@@ -302,7 +303,7 @@ func (b *Biller) prepareUsage(ctx context.Context, u Usage) (job, error) {
 		return j, chargeErr(j, nil, "", invalid("%v", err))
 	}
 	j.price, j.key, j.owner = Price{Amount: u.Value}, key, b.newOwner()
-	j.usage = &usageJob{Usage: u, meter: m}
+	j.kind = &usageReport{Usage: u, meter: m}
 	return j, nil
 }
 
@@ -438,7 +439,7 @@ func (b *Biller) RunUsage(ctx context.Context, reports iter.Seq2[Usage, error], 
 	if reports == nil {
 		bad = invalid("RunUsage needs an iterator of usage reports")
 	}
-	preps := func(yield func(prep, error) bool) {
+	preps := func(yield func(prepareFunc, error) bool) {
 		for u, err := range reports {
 			if !yield(func(ctx context.Context) (job, error) { return b.prepareUsage(ctx, u) }, err) {
 				return
@@ -448,9 +449,8 @@ func (b *Biller) RunUsage(ctx context.Context, reports iter.Seq2[Usage, error], 
 	return b.runReported(ctx, "usage", "billonce-usage:"+b.cfg.Scope, preps, bad, opts)
 }
 
-// sendUsage makes one HTTP attempt of a usage report: the meter event.
-func (b *Biller) sendUsage(ctx context.Context, j job, key idemkey.Key) (created, error) {
-	u := j.usage
+// write makes one HTTP attempt of a usage report: the meter event.
+func (u *usageReport) write(ctx context.Context, b *Biller, _ job, key idemkey.Key) (object, error) {
 	params := &stripe.BillingMeterEventParams{
 		EventName:  stripe.String(u.Meter),
 		Identifier: stripe.String(key.String()),
@@ -463,11 +463,11 @@ func (b *Biller) sendUsage(ctx context.Context, j job, key idemkey.Key) (created
 	params.Context, params.IdempotencyKey = ctx, stripe.String(key.String())
 	ev, err := b.meterEvents.New(params)
 	if err != nil {
-		return created{}, err
+		return object{}, err
 	}
-	out := created{id: ev.Identifier, status: "succeeded", replayed: replayed(ev.LastResponse), requestID: requestID(ev.LastResponse)}
+	out := object{id: ev.Identifier, status: "succeeded", replayed: replayed(ev.LastResponse), requestID: requestID(ev.LastResponse)}
 	if out.id != key.String() {
-		return created{}, notAPayment(ev.LastResponse)
+		return object{}, notAPayment(ev.LastResponse)
 	}
 	return out, nil
 }
@@ -501,8 +501,8 @@ func duplicateIdentifier(err error) bool {
 // WindowMargin ago Stripe still refuses the identifier of any earlier
 // send of it, and of every other total of its window. A claim whose
 // window was reopened after a summary read has been checked already.
-func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
-	return c.ReconciledAt.IsZero() && time.Since(j.usage.End) > b.cfg.WindowMargin-usageMaxAhead
+func (b *Biller) identifierMayBeForgotten(u *usageReport, c claim.Claim) bool {
+	return c.ReconciledAt.IsZero() && time.Since(u.End) > b.cfg.WindowMargin-usageMaxAhead
 }
 
 // checkRevision checks, before a window total of attempt 2 or more is
@@ -512,8 +512,7 @@ func (b *Biller) identifierMayBeForgotten(j job, c claim.Claim) bool {
 // comes before the one it follows waits for it (ErrInProgress), as one
 // that comes while it is being sent does. Its errors are *ChargeError; the
 // caller hands its claim back.
-func (b *Biller) checkRevision(ctx context.Context, j job) error {
-	u := j.usage
+func (b *Biller) checkRevision(ctx context.Context, j job, u *usageReport) error {
 	if u.Kind != WindowTotals || u.Attempt < 2 {
 		return nil
 	}
@@ -545,8 +544,7 @@ func (b *Biller) checkRevision(ctx context.Context, j job) error {
 // summary for the customer and window (see ReportUsage): one whose key's
 // deadline has passed, or one that may stand for an event Stripe no
 // longer knows by its identifier.
-func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Receipt, error) {
-	u := j.usage
+func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim, u *usageReport) (Receipt, error) {
 	level := slogWarn
 	if j.won {
 		level = slogInfo // a first send of an old window: nothing went wrong
@@ -557,17 +555,14 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 		return b.meterTotal(ctx, u)
 	})
 	needs := func(reason string) (Receipt, error) {
-		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
-		b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: the meter's summary could not settle it, so nothing was sent",
-			attrs(j, "reason", reason)...)
-		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, reason, nil)
+		return Receipt{}, b.needs(ctx, j, reason, nil)
 	}
 	counted, whole := countOf(total)
 	switch {
 	case err != nil:
 		return needs("reading the meter's summary failed: " + err.Error())
 	case whole && counted == u.Value:
-		r, err := b.record(ctx, j, created{id: j.key.String(), status: "succeeded"})
+		r, err := b.record(ctx, j, object{id: j.key.String(), status: "succeeded"})
 		if err == nil {
 			r.Outcome = Reconciled
 		}
@@ -580,7 +575,7 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim) (Rece
 		}
 		j.reopened = true
 		c.SentAge = 0
-		return b.send(ctx, j, c)
+		return b.sendOnce(ctx, u, j, c)
 	}
 	return needs(fmt.Sprintf("the meter's summary is %v, neither nothing nor the report's value %d: another event counts at this minute or window "+
 		"(another report, or, for a window total, another total of the window, which this one would replace, Stripe keeping the newest); "+
@@ -602,7 +597,7 @@ func countOf(total float64) (int64, bool) {
 // where its event counts: the minute of Start (every event is stamped
 // with its report's Start, and no other report of this claim table starts
 // at that minute), or, for a pre-aggregated meter, its window.
-func (b *Biller) meterTotal(ctx context.Context, u *usageJob) (float64, error) {
+func (b *Biller) meterTotal(ctx context.Context, u *usageReport) (float64, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return 0, err
 	}
@@ -631,4 +626,65 @@ type usageClients struct {
 	meterEvents    *meterevent.Client
 	meterSummaries *metereventsummary.Client
 	meters         *meters
+}
+
+func (*usageReport) endpoint(*Biller) string { return endpointMeterEvents }
+func (*usageReport) localFirstSend() bool    { return false }
+
+// describe records the report's meter and window on its claim, which
+// keeps the live windows of a customer and meter apart.
+func (u *usageReport) describe(r *claimengine.Request) {
+	r.Meter, r.WindowStart, r.WindowEnd = u.Meter, u.Start, u.End
+}
+
+func (*usageReport) alreadyThere(err error) bool { return duplicateIdentifier(err) }
+
+// ready checks that a window's earlier total is settled (see
+// checkRevision), and reads the meter's summary first where Stripe may
+// have forgotten the identifier (see identifierMayBeForgotten). A usage
+// report is identified at Stripe by its identifier whatever the
+// credential, so a key that went with another one needs no lookup.
+func (u *usageReport) ready(ctx context.Context, b *Biller, j *job, c claim.Claim) (Receipt, bool, error) {
+	if err := b.checkRevision(ctx, *j, u); err != nil {
+		b.giveUp(context.WithoutCancel(ctx), *j, err)
+		return Receipt{}, true, err
+	}
+	if b.identifierMayBeForgotten(u, c) {
+		r, err := b.reconcileUsage(ctx, *j, c, u)
+		return r, true, err
+	}
+	j.neverSent = !j.won && strings.HasPrefix(c.LastError, identifierTaken)
+	return Receipt{}, false, nil
+}
+
+func (u *usageReport) send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
+	return b.sendOnce(ctx, u, j, c)
+}
+
+// failed: Stripe rejected the report; the window is reported again only
+// with the next Attempt.
+func (*usageReport) failed(_ context.Context, _ *Biller, _ job, c claim.Claim) (Receipt, error) {
+	return Receipt{}, failedFrom(c)
+}
+
+func (u *usageReport) lookup(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
+	return b.reconcileUsage(ctx, j, c, u)
+}
+
+// findOwn finds nothing: Stripe has no lookup of one meter event, and
+// the meter's summary is read only past the identifier's window, when
+// nothing else can land for it.
+func (*usageReport) findOwn(context.Context, *Biller, job) (object, bool) { return object{}, false }
+
+// refused: an identifier taken by an event this claim never sent (another
+// claim table, or one restored from an old backup) needs a person. The
+// claim records that reason, so that a resume knows it still never sent
+// its key, and answers the same.
+func (*usageReport) refused(ctx context.Context, b *Biller, j job, err error) (Receipt, bool, error) {
+	if !duplicateIdentifier(err) {
+		return Receipt{}, false, nil
+	}
+	b.release(context.WithoutCancel(ctx), j, errors.New(identifierTakenReason))
+	b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
+	return Receipt{}, true, chargeErr(j, ErrNeedsReconciliation, identifierTakenReason, err)
 }
