@@ -180,13 +180,11 @@ func (b *Biller) afterGap(ctx context.Context, j job, c claim.Claim, a int, gap 
 		if serr != nil {
 			why = "Stripe's search for its key failed: " + serr.Error()
 		}
-		e := chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("attempt %d has no claim in scope %s any more, but this re-bill's key may have been sent before it went; %s; nothing was sent and the claim stays pending: restore attempt %d's claim if it was deleted by mistake, or look the key up in Stripe and record it with billonce resolve; Reconcile settles it once the search can tell",
+		e := b.needs(ctx, j, fmt.Sprintf("attempt %d has no claim in scope %s any more, but this re-bill's key may have been sent before it went; %s; nothing was sent and the claim stays pending: restore attempt %d's claim if it was deleted by mistake, or look the key up in Stripe and record it with billonce resolve; Reconcile settles it once the search can tell",
 			a, b.cfg.Scope, why, a), nil)
 		if serr == nil {
 			e.Until = time.Now().Add(after - c.SentAge)
 		}
-		b.release(context.WithoutCancel(ctx), j, e)
-		b.log.LogAttrs(ctx, slogWarn, "billonce: re-bill claim needs reconciliation: an earlier attempt's claim is gone and its key may have been sent; nothing was sent", attrs(j, "missing_attempt", a)...)
 		return e
 	})
 }

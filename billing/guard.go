@@ -130,6 +130,14 @@ func (b *Biller) guarded(ctx context.Context, j *job, key idemkey.Key, already f
 	return out, err
 }
 
+// readRetried reads from Stripe under retry, with j's key in the retries'
+// log lines: a read makes nothing, so only the retry policy bounds it.
+func readRetried[T any](ctx context.Context, b *Biller, j job, read func(context.Context) (T, error)) (T, error) {
+	return retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, _ idemkey.Key) (T, error) {
+		return read(ctx)
+	})
+}
+
 // attempt is the guard of one HTTP attempt of any write, in order: the
 // rate limit; the last check before the key leaves, that the claim's
 // deadline has not passed on the database clock (or, for the first send

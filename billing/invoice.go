@@ -14,7 +14,6 @@ import (
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/claimengine"
-	"github.com/billonce/billonce/retry"
 )
 
 // Invoice is what [Biller.Invoice] bills a customer for a period: one
@@ -764,9 +763,7 @@ func itemOf(l *stripe.InvoiceLineItem) string {
 // ErrNeedsReconciliation that names what differs.
 func (v *invoiceSteps) checkLines(ctx context.Context) error {
 	j := v.j
-	lines, err := retry.Do(ctx, j.key, v.b.policyFor(ctx, j), func(ctx context.Context, _ idemkey.Key) ([]*stripe.InvoiceLineItem, error) {
-		return v.lines(ctx)
-	})
+	lines, err := readRetried(ctx, v.b, j, v.lines)
 	if err != nil {
 		if ctx.Err() != nil {
 			return asChargeError(v.j, v.b.failure(ctx, v.j, err))
@@ -827,9 +824,7 @@ func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
 	in := v.final
 	if in == nil { // the claim was finalized by an earlier call
 		var err error
-		in, err = retry.Do(ctx, j.key, v.b.policyFor(ctx, j), func(ctx context.Context, _ idemkey.Key) (*stripe.Invoice, error) {
-			return v.get(ctx)
-		})
+		in, err = readRetried(ctx, v.b, j, v.get)
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", asChargeError(v.j, v.b.failure(ctx, v.j, err))

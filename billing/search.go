@@ -10,7 +10,6 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
-	"github.com/billonce/billonce/retry"
 	"github.com/stripe/stripe-go/v79"
 )
 
@@ -41,21 +40,12 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func(error) error) (Receipt, error) {
 	b.log.LogAttrs(ctx, slogWarn, "billonce: searching Stripe for the key's payment before sending",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute), "endpoint", c.Endpoint)...)
-	found, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) ([]object, error) {
-		return b.search(ctx, key)
+	found, err := readRetried(ctx, b, j, func(ctx context.Context) ([]object, error) {
+		return b.search(ctx, j.key)
 	})
 	var se *stripe.Error
 	needs := func(reason string) (Receipt, error) {
-		b.release(context.WithoutCancel(ctx), j, fmt.Errorf("reconciliation: %s", reason))
-		b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation: Stripe's search could not settle it, so nothing was sent; look its key up in Stripe",
-			attrs(j, "reason", reason, "age", c.Age.Round(time.Minute))...)
-		e := chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("claimed %s ago: %s", c.Age.Round(time.Minute), reason), nil)
-		if se != nil {
-			// Stripe's answer to the search, in the chain but not a cause
-			// of another kind: a refusal by a proxy stays what it was.
-			e.Err.(*kindError).answer, e.RequestID = se, se.RequestID
-		}
-		return Receipt{}, e
+		return Receipt{}, b.needs(ctx, j, fmt.Sprintf("claimed %s ago: %s", c.Age.Round(time.Minute), reason), se)
 	}
 	if err != nil && errors.As(err, &se) && !outcomeUnknown(err) && se.HTTPStatusCode != 402 {
 		// Stripe refused the search itself (a wrong URL or key, a

@@ -376,3 +376,35 @@ func logLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	}
 	return out
 }
+
+// An invoice's steps are writes like a charge's, behind the same guard:
+// against an address that refuses every connection, Invoice gives up by
+// the same rule, after as many attempts, and its claim, whose draft was
+// never written, is abandoned, so that the next call claims it afresh.
+func TestInvoiceGivesUpWhenStripeIsUnreachable(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	e := newEnv(t, func(c *billing.Config) {
+		c.StripeURL = refusedURL(t)
+		c.Retry.MaxAttempts = 20
+		c.UnreachableAttempts, c.UnreachableAfter = 4, -1
+		c.Observe = func(ev billing.Event) {
+			if ev.Kind == billing.EventStripeCall {
+				mu.Lock()
+				calls++
+				mu.Unlock()
+			}
+		}
+	})
+	inv := &billing.Invoice{Currency: "usd", Lines: []billing.InvoiceLine{{Description: "seats", Amount: 1200}}}
+	_, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
+	if !errors.Is(err, billing.ErrStripeUnreachable) {
+		t.Fatalf("Invoice: %v; want ErrStripeUnreachable", err)
+	}
+	if calls != 4 {
+		t.Errorf("%d attempts; want 4, as for a charge", calls)
+	}
+	if rows := e.claimRows(); rows != 0 {
+		t.Errorf("%d claims left; want none: the draft was never written", rows)
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/claimengine"
-	"github.com/billonce/billonce/retry"
 )
 
 // UsageKind says what kind of Stripe meter a [Usage] report is for, and so
@@ -551,7 +550,7 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim, u *us
 	}
 	b.log.LogAttrs(ctx, level, "billonce: reading the meter's summary before sending a usage report",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute))...)
-	total, err := retry.Do(ctx, j.key, b.policyFor(ctx, j), func(ctx context.Context, key idemkey.Key) (float64, error) {
+	total, err := readRetried(ctx, b, j, func(ctx context.Context) (float64, error) {
 		return b.meterTotal(ctx, u)
 	})
 	needs := func(reason string) (Receipt, error) {
