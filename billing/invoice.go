@@ -101,7 +101,12 @@ const (
 // discount or tax Stripe applied) is left open and unpaid, with Stripe's
 // automatic collection of it off (as it is from its finalization until
 // its total is checked, however long a runner stopped in between), and the claim pending with
-// ErrNeedsReconciliation. A person then voids it, and the invoice.voided
+// ErrNeedsReconciliation. One that Stripe marked paid as it was finalized,
+// with another total (zero, after a credit item someone added), was not
+// paid for the claim's total: the call returns ErrNeedsReconciliation
+// with the amount paid, and the claim stays pending for a person, who
+// bills what is owed and records the claim with billonce resolve.
+// Otherwise a person voids it, and the invoice.voided
 // event fails the claim (billonce invoices that period no more), or, if
 // its total is what the customer owes, pays it by hand, and invoice.paid
 // settles the claim, which keeps the total of billonce's lines.
@@ -832,8 +837,16 @@ func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
 			return "", v.needs(ctx, next, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
 		}
 	}
-	if in.Status != stripe.InvoiceStatusOpen || in.Total == j.price.Amount && string(in.Currency) == j.price.Currency {
+	if in.Status != stripe.InvoiceStatusOpen && in.Status != stripe.InvoiceStatusPaid ||
+		in.Total == j.price.Amount && string(in.Currency) == j.price.Currency {
 		return string(in.Status), nil
+	}
+	if in.Status == stripe.InvoiceStatusPaid {
+		// Stripe marks an invoice whose total is zero paid as it is
+		// finalized (a credit item added meanwhile): the claim's total
+		// was not paid, and the receipt must not say it was.
+		return "", v.needs(ctx, next, fmt.Sprintf("invoice %s was finalized with a total of %d %s, not the claim's %d %s (an item billonce did not add, a discount or a tax), and Stripe marked it paid: the customer paid %d %s for the period; bill what is owed by hand, then record the claim with billonce resolve",
+			v.j.holds, in.Total, in.Currency, j.price.Amount, j.price.Currency, in.AmountPaid, in.Currency))
 	}
 	reason := fmt.Sprintf("invoice %s was finalized with a total of %d %s, not the claim's %d %s (an item billonce did not add, a discount or a tax); it was not paid or sent",
 		v.j.holds, in.Total, in.Currency, j.price.Amount, j.price.Currency)
