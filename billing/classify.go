@@ -54,56 +54,8 @@ const (
 // load balancer's own page) in Stripe's error shape with its status, so the
 // status decides as above: a 502 page is retried, a 404 page stops.
 //
-// # What a Biller makes of a refusal
-//
-// A 4xx that Classify stops on either concerns one item (its customer, or
-// a value of its own that its claim fixes for its key), or the way the
-// request is made. Only the first kind is recorded on the claim as failed,
-// which is terminal for the key (billing the customer again is a
-// [Biller.Rebill]), with what a person can do when there is more to say
-// than Stripe's message; the second kind would refuse every item alike,
-// so it stops the run and decides nothing: Stripe stores nothing for a
-// request it refuses before executing it, so a claim the call made and
-// never got executed is abandoned, to be claimed afresh once the
-// configuration is fixed, and any other stays pending. When in doubt a
-// refusal is of the second kind: stopping decides nothing that cannot be
-// undone.
-//
-//	refusal (Stripe's code, https://docs.stripe.com/error-codes)       claim    run    error
-//	type card_error, any status (declines: card_declined,              failed   goes   ErrDeclined
-//	  insufficient_funds, expired_card, authentication_required, ...)
-//	resource_missing with param customer, source or payment_method    failed   goes   ErrDeclined
-//	  (no such customer or payment method); missing (no such source
-//	  on the customer)
-//	the customer's payment method or bank account: account_closed,    failed   goes   ErrDeclined
-//	  bank_account_declined, bank_account_restricted,
-//	  bank_account_unusable, bank_account_unverified,
-//	  billing_invalid_mandate, charge_exceeds_source_limit,
-//	  debit_not_authorized, invalid_source_usage,
-//	  payment_intent_authentication_failure,
-//	  payment_intent_incompatible_payment_method,
-//	  payment_intent_mandate_invalid,
-//	  payment_intent_payment_attempt_failed,
-//	  payment_method_bank_account_blocked,
-//	  payment_method_currency_mismatch,
-//	  payment_method_customer_decline, payment_method_provider_decline,
-//	  payment_method_unexpected_state, refer_to_customer, and the card
-//	  codes (card_declined, expired_card, incorrect_cvc, ...) whatever
-//	  the type
-//	the item's own data, recorded on the claim and never sent         failed   goes   ErrDeclined
-//	  otherwise under its key: amount_too_small, amount_too_large
-//	  (the price), timestamp_too_far_in_past (a usage report's
-//	  window start, which only grows older)
-//	400 idempotency_error                                              pending  goes   ErrKeyReused
-//	401, 403 (api_key_expired, a wrong or revoked key, a restricted    pending  stops  ErrStripeAuth
-//	  key without permission)
-//	any other 4xx: a wrong URL (404 without a code),                   pending  stops  ErrStripeRequest
-//	  parameter_unknown, parameter_missing, parameter_invalid_*,
-//	  resource_missing of another parameter or none, livemode_mismatch,
-//	  testmode_charges_only, secret_key_required, an API version
-//	  Stripe refuses, a currency the account cannot charge, a code
-//	  not listed here, and any error answer that is not Stripe's (a
-//	  proxy's or a web server's own page, without Stripe's Request-Id)
+// What a Biller records for each refusal is the package documentation's
+// table (see "What a refusal means").
 func Classify(err error) retry.Decision {
 	if err == nil || StopsRun(err) {
 		return retry.Stop()

@@ -309,6 +309,102 @@
 // Reconcile resumes pending invoices with Config.Invoice for their lines;
 // without it, it reports them and leaves them as they are.
 //
+// # What a refusal means
+//
+// A 4xx that Classify stops on either concerns one item (its customer, or
+// a value of its own that its claim fixes for its key), or the way the
+// request is made. Only the first kind is recorded on the claim as failed,
+// which is terminal for the key (billing the customer again is a
+// [Biller.Rebill]), with what a person can do when there is more to say
+// than Stripe's message; the second kind would refuse every item alike,
+// so it stops the run and decides nothing: Stripe stores nothing for a
+// request it refuses before executing it, so a claim the call made and
+// never got executed is abandoned, to be claimed afresh once the
+// configuration is fixed, and any other stays pending. When in doubt a
+// refusal is of the second kind: stopping decides nothing that cannot be
+// undone.
+//
+//	refusal (Stripe's code, https://docs.stripe.com/error-codes)       claim    run    error
+//	type card_error, any status (declines: card_declined,              failed   goes   ErrDeclined
+//	  insufficient_funds, expired_card, authentication_required, ...)
+//	resource_missing with param customer, source or payment_method    failed   goes   ErrDeclined
+//	  (no such customer or payment method); missing (no such source
+//	  on the customer)
+//	the customer's payment method or bank account: account_closed,    failed   goes   ErrDeclined
+//	  bank_account_declined, bank_account_restricted,
+//	  bank_account_unusable, bank_account_unverified,
+//	  billing_invalid_mandate, charge_exceeds_source_limit,
+//	  debit_not_authorized, invalid_source_usage,
+//	  payment_intent_authentication_failure,
+//	  payment_intent_incompatible_payment_method,
+//	  payment_intent_mandate_invalid,
+//	  payment_intent_payment_attempt_failed,
+//	  payment_method_bank_account_blocked,
+//	  payment_method_currency_mismatch,
+//	  payment_method_customer_decline, payment_method_provider_decline,
+//	  payment_method_unexpected_state, refer_to_customer, and the card
+//	  codes (card_declined, expired_card, incorrect_cvc, ...) whatever
+//	  the type
+//	the item's own data, recorded on the claim and never sent         failed   goes   ErrDeclined
+//	  otherwise under its key: amount_too_small, amount_too_large
+//	  (the price), timestamp_too_far_in_past (a usage report's
+//	  window start, which only grows older)
+//	400 idempotency_error                                              pending  goes   ErrKeyReused
+//	401, 403 (api_key_expired, a wrong or revoked key, a restricted    pending  stops  ErrStripeAuth
+//	  key without permission)
+//	any other 4xx: a wrong URL (404 without a code),                   pending  stops  ErrStripeRequest
+//	  parameter_unknown, parameter_missing, parameter_invalid_*,
+//	  resource_missing of another parameter or none, livemode_mismatch,
+//	  testmode_charges_only, secret_key_required, an API version
+//	  Stripe refuses, a currency the account cannot charge, a code
+//	  not listed here, and any error answer that is not Stripe's (a
+//	  proxy's or a web server's own page, without Stripe's Request-Id)
+//
+// The table is one for every kind. Two kinds add to it, each in one
+// place: once an invoice's claim holds its draft, a refusal of a later
+// step that the table would record as failed leaves the claim pending
+// with [ErrNeedsReconciliation] instead, naming the invoice, since the
+// draft exists (a person fixes the cause and calls again, or voids it);
+// and Stripe's refusal of a meter event's identifier it has seen
+// ("already exists") is the claim's own event when its key may have been
+// sent before, and [ErrNeedsReconciliation] when it cannot have been.
+//
+// # One engine for every kind
+//
+// Charges, invoices and usage reports are kinds of one engine, which
+// runs each the same way:
+//
+//  1. the key from the kind's business identity (invariant 1);
+//  2. the claim, committed before anything is sent, with what the kind
+//     records on it (a usage report's meter and window);
+//  3. the kind's checks of other claims before a send (a re-bill's
+//     earlier attempts, a window total's previous total), and, where the
+//     key may have gone where this Biller's requests do not meet it, the
+//     kind's lookup first;
+//  4. every write, each invoice step included, through one guard: the
+//     rate limit, the deadline check on the database clock, the trace
+//     that tells a request never written, the call with its key, the
+//     report to Config.Observe, and the count of Stripe's answers that
+//     decides [ErrStripeUnreachable];
+//  5. the outcome recorded, or the table above applied, or the claim left
+//     pending for reconciliation, or handed back (released, or abandoned
+//     when its key never ran);
+//  6. past the key's deadline, or after an unknown outcome, the kind's
+//     lookup; a lookup that finds nothing proves nothing while the key
+//     went with another endpoint or credential and its whole window has
+//     not passed (the one past-window rule, [ErrSentElsewhere]);
+//  7. events (a webhook, a meter error report, a lookup's hit) move a
+//     claim only when they are about its own send (see Webhooks).
+//
+// What differs between kinds:
+//
+//	kind          key from                          found past the window by        writes
+//	charge        scope, customer, period, attempt  search on billonce_key          one: the charge or PaymentIntent
+//	invoice       scope, customer, period; a step   search (draft), listing its     draft, each line, finalize,
+//	              key per step                      lines, reading the invoice      collect, pay or send
+//	usage report  scope, meter, customer, window,   the meter's event summary       one: the meter event, its
+//	              kind, attempt                     for the window                  identifier the key
+//
 // # Charges or PaymentIntents
 //
 // Config.API chooses the Stripe API. [Charges] (POST /v1/charges against the
