@@ -50,10 +50,10 @@ type biller struct {
 	// newOwner.
 	instance string
 	seq      *atomic.Uint64
-	// reach tells whether Stripe answers at all (see ErrStripeUnreachable).
+	// reachability tells whether Stripe answers at all (see ErrStripeUnreachable).
 	reachability *reachability
 	// traced is set when every request is sent by a *http.Transport, whose
-	// trace hooks tell a request never written (see create). A caller's
+	// trace hooks tell a request never written (see Biller.attempt). A caller's
 	// other transport may send a request where no hook of its context sees
 	// it (a fallback client of its own, a queue, another protocol).
 	traced bool

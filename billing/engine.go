@@ -116,7 +116,8 @@ func (b *Biller) receipt(j job, id string, o Outcome) Receipt {
 		Currency: j.price.Currency, Key: j.key, Attempt: j.attempt, Outcome: o}
 }
 
-// created is what Stripe answered to a create call.
+// object is a Stripe object as billonce sees it: what Stripe answered to
+// a write, or what a lookup found.
 type object struct {
 	id       string
 	status   string
@@ -448,6 +449,9 @@ func (b *Biller) settleClaim(ctx context.Context, j job, res claimResult) (Recei
 	return r, asChargeError(j, err)
 }
 
+// act is settleClaim's work: a claim already settled, failed, held or
+// refused is reported from the claim; one won or resumed is handed to its
+// kind, which gets it ready and sends it.
 func (b *Biller) act(ctx context.Context, j job, res claimResult) (Receipt, error) {
 	c := res.Claim
 	switch res.Outcome {

@@ -117,7 +117,7 @@ func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 		return b.invoiceJob(ctx, c)
 	}
 	if c.Endpoint == endpointMeterEvents {
-		return b.usageJobFromClaim(ctx, c)
+		return b.usageFromClaim(ctx, c)
 	}
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {

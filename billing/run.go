@@ -299,7 +299,7 @@ type runner struct {
 	fence   claimengine.Fence // of every claim the run makes
 }
 
-// prep prepares one entry of a run: it checks it and derives its job.
+// prepareFunc prepares one entry of a run: it checks it and derives its job.
 // Its errors are *ChargeError.
 type prepareFunc func(ctx context.Context) (job, error)
 

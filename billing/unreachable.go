@@ -23,7 +23,7 @@ const (
 	defaultUnreachableAfter = 10 * time.Second
 )
 
-// reach tells whether Stripe answers at all. It counts the attempts that
+// reachability tells whether Stripe answers at all. It counts the attempts that
 // got no HTTP answer in a row, across every call of a Biller (every worker
 // of every Run); any answer starts the count again. See
 // [ErrStripeUnreachable].

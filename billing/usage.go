@@ -116,7 +116,11 @@ const (
 	endpointMeterEvents = "meter_events"
 )
 
-// usageJob is what a job of a usage report carries besides a charge's.
+// usageReport is the kind of a usage report: one meter event, whose
+// identifier is its key. Stripe refuses an identifier it has seen, so a
+// refusal saying so is the claim's own event where its key may have been
+// sent before; past the identifier's window, the meter's summary for the
+// customer and window finds what was counted.
 type usageReport struct {
 	Usage
 	meter meterInfo
@@ -235,13 +239,13 @@ func usagePeriod(u Usage) string {
 // meterPeriods begins the period of every report on meter.
 func meterPeriods(meter string) string { return "usage " + meter + " " }
 
-// usageJobFromClaim rebuilds the usage report a pending claim stands for,
+// usageFromClaim rebuilds the usage report a pending claim stands for,
 // with the claim's own key: its meter and window are the claim's, its
 // kind the meter's (a report's kind always matches its meter: see
 // checkMeter). A claim made before the claim table recorded window ends
 // has its End from the meter: one window of a pre-aggregated meter, a
 // minute otherwise, which is all a resume needs of it.
-func (b *Biller) usageJobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
+func (b *Biller) usageFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 	if c.Meter == "" || c.WindowStart.IsZero() {
 		return job{}, fmt.Errorf("billing: claim %s is sent to meter events but records no meter and window (period %q)", c.Key, c.Period)
 	}
