@@ -340,15 +340,6 @@ func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_
 	return Receipt{}, false, nil
 }
 
-// declinedObject is the Stripe object a decline names, which the failed
-// claim records as its own: the PaymentIntent, or else the charge.
-func declinedObject(se *stripe.Error) string {
-	if se.PaymentIntent != nil && se.PaymentIntent.ID != "" {
-		return se.PaymentIntent.ID
-	}
-	return se.ChargeID
-}
-
 // charges is the kind of a payment made by one write: a charge, or a
 // PaymentIntent confirmed off-session (Config.API). Its key is
 // (scope, customer, period, attempt); past the key's window its payment

@@ -12,7 +12,6 @@ import (
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
 	"github.com/billonce/billonce/internal/claimengine"
-	"github.com/billonce/billonce/retry"
 	"github.com/stripe/stripe-go/v79"
 )
 
@@ -324,29 +323,6 @@ func (b *Biller) renewWhileSending(ctx context.Context, j job, c claim.Claim) (s
 	}
 }
 
-// policyFor is the retry policy for one charge: every retry is logged with
-// the charge's key, customer and period.
-func (b *Biller) policyFor(ctx context.Context, j job) retry.Policy {
-	p := b.policy
-	classify := p.Classify
-	p.Classify = func(err error) retry.Decision {
-		if errors.Is(err, claimengine.ErrWindowClosed) || errors.Is(err, claimengine.ErrLeaseLost) ||
-			errors.Is(err, ErrStripeUnreachable) {
-			return retry.Stop()
-		}
-		return classify(err)
-	}
-	user := p.Notify
-	p.Notify = func(e retry.Event) {
-		b.log.LogAttrs(ctx, slogInfo, "billonce: retrying with the same key",
-			attrs(j, "http_attempt", e.Attempt, "wait", e.Wait, "error", e.Err)...)
-		if user != nil {
-			user(e)
-		}
-	}
-	return p
-}
-
 // A kind is what billonce bills: a charge, an invoice or a usage report.
 // The engine runs the claims of every kind the same way (claim, check,
 // send through the one guard, record, and find past the key's window);
@@ -634,4 +610,68 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 		e.StripeID = j.holds
 	}
 	return e
+}
+
+// declinedObject is the Stripe object a decline names, which the failed
+// claim records as its own: the PaymentIntent, or else the charge.
+func declinedObject(se *stripe.Error) string {
+	if se.PaymentIntent != nil && se.PaymentIntent.ID != "" {
+		return se.PaymentIntent.ID
+	}
+	return se.ChargeID
+}
+
+// identifierTaken begins the reason a usage claim is released with when
+// Stripe refused its identifier although this claim never executed it:
+// the event is another table's, or one Stripe took and did not count. A
+// resume of such a claim reads its LastError (see job.neverSent), so that
+// the same refusal is never recorded as delivered, and every later release
+// of it keeps the mark.
+const identifierTaken = "identifier taken: "
+
+// failedFrom is the *ChargeError of a failed claim: ErrDeclined, with
+// AfterProcessing when its payment failed when it settled.
+func failedFrom(c claim.Claim) *ChargeError {
+	e := chargeErr(job{customer: c.Customer, period: c.Period, attempt: c.Attempt}, ErrDeclined, c.LastError, nil)
+	e.Key, e.Code, e.AfterProcessing = c.Key, c.FailureCode, !c.ProcessingAt.IsZero()
+	return e
+}
+
+// recordProcessing records a payment Stripe answered as pending or
+// processing; ctx is a recordCtx.
+func (b *Biller) recordProcessing(ctx context.Context, j job, out object) error {
+	err := recordErr(ctx, b.claims.Process(ctx, j.key.String(), out.id))
+	if err != nil {
+		e := chargeErr(j, ErrNotRecorded, "processing "+out.id, err)
+		e.StripeID = out.id
+		return e
+	}
+	b.log.LogAttrs(ctx, slogInfo, "billonce: payment is processing; its outcome arrives by webhook or Reconcile", attrs(j, "stripe_id", out.id)...)
+	return nil
+}
+
+// settledByEvent handles Succeed refusing a claim that an event already
+// moved: a succeeded answer for a payment the claim records as
+// processing is that payment settling, applied like an event.
+func (b *Biller) settledByEvent(ctx context.Context, j job, out object, serr error) error {
+	if !errors.Is(serr, claimengine.ErrConflict) {
+		return serr
+	}
+	c, err := b.claims.Get(ctx, j.key.String())
+	if err == nil && c.State == claim.StateFailed && c.FailureCode == claim.FailureSuperseded {
+		b.log.LogAttrs(ctx, slogError, "billonce: a re-bill stopped while its request was on its way was charged: an earlier attempt's own payment paid the period too; refund one of them",
+			attrs(j, "stripe_id", out.id)...)
+		return serr
+	}
+	if err != nil || c.State != claim.StateProcessing || c.StripeID != out.id {
+		return serr
+	}
+	a, err := b.claims.Apply(ctx, claimengine.Update{EventType: "answer", Key: c.Key, StripeID: out.id, State: string(claim.StateSucceeded), Created: time.Now()})
+	if err != nil {
+		return err
+	}
+	if a.Outcome == claimengine.Changed {
+		b.applied(ctx, "answer", a)
+	}
+	return nil
 }

@@ -385,3 +385,13 @@ func ErrorKind(err error) string {
 	}
 	return "other"
 }
+
+// windowOverlap reports whether err is the claim store's refusal of a
+// usage report whose window overlaps the window of another live report
+// of the same customer and meter (made by any run, replica or scope): bad
+// input, an [ErrInvalid], since the meter would count the overlap twice
+// and no retry can make it right.
+func windowOverlap(err error) bool {
+	var m *claim.MismatchError
+	return errors.As(err, &m) && m.Field == "window"
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/idemkey"
+	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/retry"
 	"github.com/stripe/stripe-go/v79"
 )
@@ -249,4 +250,27 @@ func refusedBeforeExecution(err error) bool {
 		return se.Type != stripe.ErrorTypeCard && se.Type != stripe.ErrorTypeIdempotency && !refusedForItem(se)
 	}
 	return false
+}
+
+// policyFor is the retry policy for one charge: every retry is logged with
+// the charge's key, customer and period.
+func (b *Biller) policyFor(ctx context.Context, j job) retry.Policy {
+	p := b.policy
+	classify := p.Classify
+	p.Classify = func(err error) retry.Decision {
+		if errors.Is(err, claimengine.ErrWindowClosed) || errors.Is(err, claimengine.ErrLeaseLost) ||
+			errors.Is(err, ErrStripeUnreachable) {
+			return retry.Stop()
+		}
+		return classify(err)
+	}
+	user := p.Notify
+	p.Notify = func(e retry.Event) {
+		b.log.LogAttrs(ctx, slogInfo, "billonce: retrying with the same key",
+			attrs(j, "http_attempt", e.Attempt, "wait", e.Wait, "error", e.Err)...)
+		if user != nil {
+			user(e)
+		}
+	}
+	return p
 }

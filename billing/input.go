@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 )
 
 // Limits on identifiers.
@@ -123,13 +122,3 @@ var currencies = func() map[string]bool {
 	}
 	return m
 }()
-
-func checkText(what, s string) error {
-	switch {
-	case len(s) > maxInvoiceText:
-		return invalid("%s is %d bytes long; the limit is %d", what, len(s), maxInvoiceText)
-	case !utf8.ValidString(s):
-		return invalid("%s is not valid UTF-8", what)
-	}
-	return nil
-}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stripe/stripe-go/v79"
 
@@ -45,21 +46,6 @@ type InvoiceLine struct {
 	// its lines.
 	Amount int64
 }
-
-const (
-	// endpointInvoices is the Endpoint of an invoice's claim.
-	endpointInvoices = "invoices"
-	// metaLine is the metadata key of an invoice item: its line's index.
-	metaLine = "billonce_line"
-
-	stepDraft     = "draft"
-	stepLine      = "line "
-	stepFinalized = "finalized"
-
-	maxInvoiceLines = 250
-	maxDaysUntilDue = 365
-	maxInvoiceText  = 500
-)
 
 // Invoice bills customer for period exactly once, as one Stripe invoice
 // with inv's lines (nil inv: Config.Invoice's answer). Call it as often as
@@ -954,3 +940,28 @@ func (b *Biller) invoiceJob(ctx context.Context, c claim.Claim) (job, error) {
 	}
 	return nj, nil
 }
+
+func checkText(what, s string) error {
+	switch {
+	case len(s) > maxInvoiceText:
+		return invalid("%s is %d bytes long; the limit is %d", what, len(s), maxInvoiceText)
+	case !utf8.ValidString(s):
+		return invalid("%s is not valid UTF-8", what)
+	}
+	return nil
+}
+
+const (
+	// endpointInvoices is the Endpoint of an invoice's claim.
+	endpointInvoices = "invoices"
+	// metaLine is the metadata key of an invoice item: its line's index.
+	metaLine = "billonce_line"
+
+	stepDraft     = "draft"
+	stepLine      = "line "
+	stepFinalized = "finalized"
+
+	maxInvoiceLines = 250
+	maxDaysUntilDue = 365
+	maxInvoiceText  = 500
+)

@@ -2,7 +2,6 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -124,14 +123,6 @@ func (b *Biller) applied(ctx context.Context, source string, a claimApplied) {
 	}
 }
 
-// failedFrom is the *ChargeError of a failed claim: ErrDeclined, with
-// AfterProcessing when its payment failed when it settled.
-func failedFrom(c claim.Claim) *ChargeError {
-	e := chargeErr(job{customer: c.Customer, period: c.Period, attempt: c.Attempt}, ErrDeclined, c.LastError, nil)
-	e.Key, e.Code, e.AfterProcessing = c.Key, c.FailureCode, !c.ProcessingAt.IsZero()
-	return e
-}
-
 // settleProcessing reads from Stripe each of this Biller's claims that
 // has been processing for at least Config.SettleAfter, one GET per claim
 // under the Biller's rate limit, and applies what it finds. It is how a
@@ -209,45 +200,6 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 		b.applied(ctx, "poll", a)
 	}
 	return a, nil
-}
-
-// recordProcessing records a payment Stripe answered as pending or
-// processing; ctx is a recordCtx.
-func (b *Biller) recordProcessing(ctx context.Context, j job, out object) error {
-	err := recordErr(ctx, b.claims.Process(ctx, j.key.String(), out.id))
-	if err != nil {
-		e := chargeErr(j, ErrNotRecorded, "processing "+out.id, err)
-		e.StripeID = out.id
-		return e
-	}
-	b.log.LogAttrs(ctx, slogInfo, "billonce: payment is processing; its outcome arrives by webhook or Reconcile", attrs(j, "stripe_id", out.id)...)
-	return nil
-}
-
-// settledByEvent handles Succeed refusing a claim that an event already
-// moved: a succeeded answer for a payment the claim records as
-// processing is that payment settling, applied like an event.
-func (b *Biller) settledByEvent(ctx context.Context, j job, out object, serr error) error {
-	if !errors.Is(serr, claimengine.ErrConflict) {
-		return serr
-	}
-	c, err := b.claims.Get(ctx, j.key.String())
-	if err == nil && c.State == claim.StateFailed && c.FailureCode == claim.FailureSuperseded {
-		b.log.LogAttrs(ctx, slogError, "billonce: a re-bill stopped while its request was on its way was charged: an earlier attempt's own payment paid the period too; refund one of them",
-			attrs(j, "stripe_id", out.id)...)
-		return serr
-	}
-	if err != nil || c.State != claim.StateProcessing || c.StripeID != out.id {
-		return serr
-	}
-	a, err := b.claims.Apply(ctx, claimengine.Update{EventType: "answer", Key: c.Key, StripeID: out.id, State: string(claim.StateSucceeded), Created: time.Now()})
-	if err != nil {
-		return err
-	}
-	if a.Outcome == claimengine.Changed {
-		b.applied(ctx, "answer", a)
-	}
-	return nil
 }
 
 // pruneEvents deletes the records of webhook events older than

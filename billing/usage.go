@@ -269,16 +269,6 @@ func (b *Biller) usageFromClaim(ctx context.Context, c claim.Claim) (job, error)
 		key: key, attempt: u.Attempt, owner: b.newOwner()}, nil
 }
 
-// windowOverlap reports whether err is the claim store's refusal of a
-// usage report whose window overlaps the window of another live report
-// of the same customer and meter (made by any run, replica or scope): bad
-// input, an [ErrInvalid], since the meter would count the overlap twice
-// and no retry can make it right.
-func windowOverlap(err error) bool {
-	var m *claim.MismatchError
-	return errors.As(err, &m) && m.Field == "window"
-}
-
 // usageKey is the key, and the meter event's identifier, of a report.
 func (b *Biller) usageKey(u Usage) (idemkey.Key, error) {
 	parts := []string{"usage", u.Meter, u.Customer, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339), u.Kind.String()}
@@ -474,14 +464,6 @@ func (u *usageReport) write(ctx context.Context, b *Biller, _ job, key idemkey.K
 	}
 	return out, nil
 }
-
-// identifierTaken begins the reason a usage claim is released with when
-// Stripe refused its identifier although this claim never executed it:
-// the event is another table's, or one Stripe took and did not count. A
-// resume of such a claim reads its LastError (see job.neverSent), so that
-// the same refusal is never recorded as delivered, and every later release
-// of it keeps the mark.
-const identifierTaken = "identifier taken: "
 
 // identifierTakenReason is what such a claim's LastError says.
 const identifierTakenReason = identifierTaken + "Stripe already has a meter event with this report's identifier, and this claim never sent it (or sent it after the meter's summary showed nothing); nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
