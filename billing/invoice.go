@@ -245,52 +245,12 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 	defer stop()
 	j.holds = c.StripeID
 	v := &invoiceSteps{b: b, j: j, inv: inv, c: c, verify: c.Credential != b.credential}
-	if c.Step != "" && c.StripeID == "" {
-		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
-	}
-	next := 0 // the first line to add
-	switch {
-	case c.Step == "":
-		id, err := v.step(ctx, stepDraft, v.draft, v.findDraft)
-		if err != nil {
-			return Receipt{}, err
-		}
-		v.j.holds = id // a claim that holds a draft is never abandoned
-		v.j.won = false
-		if err := v.advance(ctx, stepDraft); err != nil {
-			return Receipt{}, err
-		}
-	case c.Step == stepDraft:
-	case strings.HasPrefix(c.Step, stepLine):
-		i, err := strconv.Atoi(strings.TrimPrefix(c.Step, stepLine))
-		if err != nil || i < 0 {
-			return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
-		}
-		next = i + 1
-	case c.Step == stepFinalized:
-		next = len(v.inv.Lines)
-	default:
-		return Receipt{}, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
-	}
-	if next > len(v.inv.Lines) {
-		return Receipt{}, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("invoice %s has %d lines done, but Config.Invoice gives %d lines now; nothing was sent", v.j.holds, next, len(v.inv.Lines)), nil)
-	}
-	for i := next; i < len(v.inv.Lines); i++ {
-		if _, err := v.step(ctx, stepLine+strconv.Itoa(i), v.line(i), v.findLine(i)); err != nil {
-			return Receipt{}, err
-		}
-		if err := v.advance(ctx, stepLine+strconv.Itoa(i)); err != nil {
-			return Receipt{}, err
-		}
+	next, err := v.resumeAt(ctx)
+	if err != nil {
+		return Receipt{}, err
 	}
 	if c.Step != stepFinalized {
-		if err := v.checkLines(ctx); err != nil {
-			return Receipt{}, err
-		}
-		if _, err := v.step(ctx, stepFinalized, v.finalize, v.findFinalized); err != nil {
-			return Receipt{}, err
-		}
-		if err := v.advance(ctx, stepFinalized); err != nil {
+		if err := v.build(ctx, next); err != nil {
 			return Receipt{}, err
 		}
 	}
@@ -298,6 +258,69 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 	if err != nil {
 		return Receipt{}, err
 	}
+	return v.collect(ctx, status)
+}
+
+// resumeAt returns the first line still to add, from the step the claim
+// records. A claim without a draft has none: the draft is made first.
+func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
+	c, j := v.c, v.j
+	next := 0
+	switch {
+	case c.Step != "" && c.StripeID == "":
+		return 0, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
+	case c.Step == "":
+		id, err := v.step(ctx, stepDraft, v.draft, v.findDraft)
+		if err != nil {
+			return 0, err
+		}
+		v.j.holds = id // a claim that holds a draft is never abandoned
+		v.j.won = false
+		if err := v.advance(ctx, stepDraft); err != nil {
+			return 0, err
+		}
+	case c.Step == stepDraft:
+	case strings.HasPrefix(c.Step, stepLine):
+		i, err := strconv.Atoi(strings.TrimPrefix(c.Step, stepLine))
+		if err != nil || i < 0 {
+			return 0, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
+		}
+		next = i + 1
+	case c.Step == stepFinalized:
+		next = len(v.inv.Lines)
+	default:
+		return 0, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records an unknown step %q", c.Step))
+	}
+	if next > len(v.inv.Lines) {
+		return 0, v.b.needs(ctx, v.j, fmt.Sprintf("invoice %s has %d lines done, but Config.Invoice gives %d lines now; nothing was sent", v.j.holds, next, len(v.inv.Lines)), nil)
+	}
+	return next, nil
+}
+
+// build adds the lines from next on, checks the draft's lines, and
+// finalizes it, recording each step.
+func (v *invoiceSteps) build(ctx context.Context, next int) error {
+	for i := next; i < len(v.inv.Lines); i++ {
+		if _, err := v.step(ctx, stepLine+strconv.Itoa(i), v.line(i), v.findLine(i)); err != nil {
+			return err
+		}
+		if err := v.advance(ctx, stepLine+strconv.Itoa(i)); err != nil {
+			return err
+		}
+	}
+	if err := v.checkLines(ctx); err != nil {
+		return err
+	}
+	if _, err := v.step(ctx, stepFinalized, v.finalize, v.findFinalized); err != nil {
+		return err
+	}
+	return v.advance(ctx, stepFinalized)
+}
+
+// collect has a final invoice whose total is the claim's paid (after
+// turning Stripe's automatic collection of it on) or sent, and records
+// its status.
+func (v *invoiceSteps) collect(ctx context.Context, status string) (Receipt, error) {
 	if status == string(stripe.InvoiceStatusOpen) && v.inv.DaysUntilDue == 0 && v.final != nil && !v.final.AutoAdvance {
 		// The total is the claim's: Stripe may collect the invoice now,
 		// and goes on collecting it if the payment below is declined.
@@ -311,6 +334,7 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 		}
 	}
 	if status != string(stripe.InvoiceStatusPaid) {
+		var err error
 		if v.inv.DaysUntilDue > 0 {
 			status, err = v.step(ctx, "send", v.send, v.findSent)
 		} else {
