@@ -25,7 +25,8 @@ type Event struct {
 	ID       string    `json:"id"`
 	Type     string    `json:"type"`
 	ObjectID string    `json:"object_id"`
-	Created  time.Time `json:"created"` // on the server's clock
+	Account  string    `json:"account,omitempty"` // the connected account it happened on; "" for the platform
+	Created  time.Time `json:"created"`           // on the server's clock
 	// Body is the event as Stripe sends it to a webhook endpoint.
 	Body []byte `json:"-"`
 }
@@ -170,7 +171,7 @@ func (s *Server) Dispute(id, reason string) (string, error) {
 	} else {
 		d["charge"] = p.ID
 	}
-	s.emitObject("charge.dispute.created", p.ID, d, s.now())
+	s.emitObject(p.Account, "charge.dispute.created", p.ID, d, s.now())
 	return dp, nil
 }
 
@@ -184,21 +185,28 @@ func (s *Server) emit(typ string, p *Payment, at time.Time) {
 			"refunded": p.AmountRefunded == p.Amount, "status": "succeeded", "payment_intent": p.ID, "metadata": map[string]string{},
 			"currency": p.Currency, "created": p.Created.Unix(), "paid": true}
 	}
-	s.emitObject(typ, p.ID, obj, at)
+	s.emitObject(p.Account, typ, p.ID, obj, at)
 }
 
-func (s *Server) emitObject(typ, objectID string, obj any, at time.Time) {
+// emitObject records an event about obj, which lives on acct; an event
+// of a connected account names it in its account field, as Stripe's
+// Connect events do. mu is held.
+func (s *Server) emitObject(acct, typ, objectID string, obj any, at time.Time) {
 	s.evSeq++
 	id := fmt.Sprintf("evt_%014d", s.evSeq)
-	body, err := json.Marshal(map[string]any{
+	ev := map[string]any{
 		"id": id, "object": "event", "api_version": APIVersion, "created": at.Unix(), "type": typ,
 		"livemode": false, "pending_webhooks": 1, "data": map[string]any{"object": obj},
 		"request": map[string]any{"id": nil, "idempotency_key": nil},
-	})
+	}
+	if acct != "" {
+		ev["account"] = acct
+	}
+	body, err := json.Marshal(ev)
 	if err != nil {
 		panic(err)
 	}
-	s.events = append(s.events, Event{ID: id, Type: typ, ObjectID: objectID, Created: at, Body: body})
+	s.events = append(s.events, Event{ID: id, Type: typ, ObjectID: objectID, Account: acct, Created: at, Body: body})
 }
 
 // Events returns the events emitted so far, in order, after settling the

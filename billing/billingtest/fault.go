@@ -136,6 +136,7 @@ type Request struct {
 	Path           string
 	IdempotencyKey string // "" when the request carries none
 	Customer       string // the customer parameter, if any
+	Account        string // the Stripe-Account header, "" for the platform
 
 	// Attempt counts the requests seen with this API key and idempotency key,
 	// starting at 1. Requests without a key count per method and path.
@@ -177,13 +178,15 @@ type Match struct {
 	Path           string
 	Customer       string
 	IdempotencyKey string
+	Account        string // a connected account; the platform's requests have none to match
 }
 
 func (m Match) matches(r *Request) bool {
 	return (m.Method == "" || m.Method == r.Method) &&
 		(m.Path == "" || m.Path == r.Path) &&
 		(m.Customer == "" || m.Customer == r.Customer) &&
-		(m.IdempotencyKey == "" || m.IdempotencyKey == r.IdempotencyKey)
+		(m.IdempotencyKey == "" || m.IdempotencyKey == r.IdempotencyKey) &&
+		(m.Account == "" || m.Account == r.Account)
 }
 
 type queued struct {

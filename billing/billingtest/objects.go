@@ -265,7 +265,7 @@ var currencies = func() map[string]bool {
 }()
 
 // read serves the GET endpoints.
-func (s *Server) read(ep endpoint, id string, r *http.Request) result {
+func (s *Server) read(ep endpoint, id, acct string, r *http.Request) result {
 	object, url := "charge", "/v1/charges"
 	if ep == epListIntents || ep == epSearchIntents || ep == epGetIntent {
 		object, url = "payment_intent", "/v1/payment_intents"
@@ -273,9 +273,8 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 	if ep == epGetCharge || ep == epGetIntent {
 		s.mu.Lock()
 		s.settleDue()
-		p := s.byID[id]
 		var body []byte
-		if p != nil && p.Object == object {
+		if p := s.payment(acct, id, object); p != nil {
 			body = mustJSON(render(p))
 		}
 		s.mu.Unlock()
@@ -302,7 +301,7 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 		if err != nil {
 			return errResult(http.StatusBadRequest, *err)
 		}
-		match = func(p *Payment) bool { return p.searchable(s.now(), s.search) && q.match(p) }
+		match = func(p *Payment) bool { return p.Account == acct && p.searchable(s.now(), s.search) && q.match(p) }
 		if pg := r.Form.Get("page"); pg != "" {
 			n, err := strconv.Atoi(strings.TrimPrefix(pg, "page_"))
 			if err != nil || n < 0 {
@@ -312,7 +311,7 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 		}
 	} else {
 		cust := r.Form.Get("customer")
-		match = func(p *Payment) bool { return cust == "" || p.Customer == cust }
+		match = func(p *Payment) bool { return p.Account == acct && (cust == "" || p.Customer == cust) }
 	}
 	after := r.Form.Get("starting_after")
 
@@ -321,6 +320,10 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 	hasMore := false
 	s.mu.Lock()
 	s.settleDue()
+	if bad := s.customerHere(acct, r.Form.Get("customer")); bad != nil && !search {
+		s.mu.Unlock()
+		return errResult(http.StatusNotFound, *bad)
+	}
 	skipping := after != ""
 	seen := 0
 	for i := len(s.payments) - 1; i >= 0; i-- {

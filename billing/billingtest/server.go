@@ -121,6 +121,7 @@ type Server struct {
 	search   time.Duration // Config.SearchDelay
 	meters   meterState
 	inv      invoiceState
+	connect  connectState
 }
 
 // NewServer starts a server and returns it. Like httptest.NewServer it
@@ -164,6 +165,7 @@ func newServer(cfg Config) (*Server, error) {
 		search:    cfg.SearchDelay,
 		meters:    newMeterState(cfg.IdentifierWindow, cfg.MeterDelay),
 		inv:       newInvoiceState(),
+		connect:   newConnectState(),
 	}
 	for c, a := range cfg.Async {
 		if a.After < 0 {
