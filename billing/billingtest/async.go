@@ -43,14 +43,16 @@ func (s *Server) SettleLater(customer string, a Async) {
 }
 
 // SettleNow settles every payment whose time has come on the server's
-// clock; Advance and every read do it too. It returns how many settled.
+// clock, and moves on every pending refund and payout that is due;
+// Advance and every read do it too. It returns how many settled or moved.
 func (s *Server) SettleNow() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.settleDue()
 }
 
-// settleDue settles the due payments, oldest first; mu is held.
+// settleDue settles the due payments, oldest first, then moves on the
+// refunds and payouts whose time has come; mu is held.
 func (s *Server) settleDue() int {
 	now := s.now()
 	n := 0
@@ -78,7 +80,7 @@ func (s *Server) settleDue() int {
 			s.emit("charge.succeeded", p, now)
 		}
 	}
-	return n
+	return n + s.settleMoves(now)
 }
 
 // count enters a payment that moved money in the ledger; mu is held.
@@ -106,27 +108,6 @@ func (s *Server) created(p *Payment) {
 	case p.Object == "charge" && p.Status == "failed":
 		s.emit("charge.failed", p, p.Created)
 	}
-}
-
-// Refund refunds amount of a succeeded charge or payment intent (all of it
-// when amount is 0) and emits charge.refunded. The ledger keeps counting
-// the payment: it was made.
-func (s *Server) Refund(id string, amount int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.byID[id]
-	if p == nil || !p.Paid {
-		return fmt.Errorf("billingtest: Refund(%q): no succeeded payment with this id", id)
-	}
-	if amount == 0 {
-		amount = p.Amount - p.AmountRefunded
-	}
-	if amount <= 0 || p.AmountRefunded+amount > p.Amount {
-		return fmt.Errorf("billingtest: Refund(%q, %d): %d of %d is refunded already", id, amount, p.AmountRefunded, p.Amount)
-	}
-	p.AmountRefunded += amount
-	s.emit("charge.refunded", p, s.now())
-	return nil
 }
 
 // ConfirmIntent confirms a payment intent again, on-session, as its
@@ -233,8 +214,9 @@ func (s *Server) Final() map[string]string {
 	return out
 }
 
-// NextSettlement returns when the next asynchronous payment settles on the
-// server's clock, and false if none is waiting.
+// NextSettlement returns when the next asynchronous payment settles, or
+// the next pending refund or payout moves on, on the server's clock, and
+// false if none is waiting.
 func (s *Server) NextSettlement() (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -242,6 +224,11 @@ func (s *Server) NextSettlement() (time.Time, bool) {
 	for _, p := range s.payments {
 		if !p.settleAt.IsZero() {
 			at = append(at, p.settleAt)
+		}
+	}
+	for _, m := range s.moves.list {
+		if !m.settleAt.IsZero() {
+			at = append(at, m.settleAt)
 		}
 	}
 	if len(at) == 0 {

@@ -70,17 +70,24 @@ const (
 	epVoidInvoice
 	epDeleteInvoice
 	epUpdateInvoice
+
+	epCreateRefund
+	epListMoves // refunds, credit notes, transfers or payouts, by path
+	epGetMove
 )
 
 // invoiceEndpoint reports whether ep names an invoice by id in its path.
-func (ep endpoint) invoiceEndpoint() bool { return ep >= epGetInvoice && ep != epSearchInvoices }
+func (ep endpoint) invoiceEndpoint() bool {
+	return ep >= epGetInvoice && ep <= epUpdateInvoice && ep != epSearchInvoices
+}
 
 // writes reports whether ep changes the server's state, under the
 // idempotency layer.
 func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
-		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice:
+		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice,
+		epCreateRefund:
 		return true
 	}
 	return false
@@ -117,6 +124,8 @@ func route(method, path string) (endpoint, string) {
 			return epCreateInvoice, ""
 		case "/v1/invoiceitems":
 			return epCreateInvoiceItem, ""
+		case "/v1/refunds":
+			return epCreateRefund, ""
 		}
 		if id, ok := pathID(path, "/v1/payment_intents/", "/confirm"); ok {
 			return epConfirmIntent, id
@@ -150,6 +159,14 @@ func route(method, path string) (endpoint, string) {
 			return epListMeters, ""
 		case "/v1/invoices/search":
 			return epSearchInvoices, ""
+		}
+		for _, k := range moveKinds {
+			if path == k.path {
+				return epListMoves, ""
+			}
+			if id, ok := pathID(path, k.path+"/", ""); ok {
+				return epGetMove, id
+			}
 		}
 		if id, ok := pathID(path, "/v1/charges/", ""); ok {
 			return epGetCharge, id
@@ -200,7 +217,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	ep, id := route(r.Method, r.URL.Path)
 	if ep == epNone {
 		s.finish(w, &e, errResult(http.StatusNotFound, apiErr{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves charges, payment intents, invoices, invoice items, billing meters and meter events (see the package documentation).", r.Method, r.URL.Path)}), Fault{})
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves charges, payment intents, invoices, invoice items, billing meters, meter events, refunds, credit notes, transfers, payouts and the balance (see the package documentation).", r.Method, r.URL.Path)}), Fault{})
 		return
 	}
 	acct, acctErr := s.accountOf(r, apiKey)
@@ -573,6 +590,10 @@ func (ep endpoint) pays() bool {
 func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (result, bool) {
 	var verr *apiErr
 	var run func(time.Time) (result, bool)
+	ikey := "" // the key a created object records
+	if idem {
+		ikey = key
+	}
 	switch ep {
 	case epCreateCharge, epCreateIntent:
 		return s.create(ep, acct, r, rid, idem, scoped, key, declined, declineCode, fault)
@@ -586,6 +607,8 @@ func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string
 		verr, run = s.createInvoice(acct, r.Form)
 	case epCreateInvoiceItem:
 		verr, run = s.createInvoiceItem(acct, r.Form)
+	case epCreateRefund:
+		verr, run = s.createRefund(acct, r.Form, ikey)
 	default:
 		verr, run = s.invoiceAction(acct, ep, id, r.Form, declined, declineCode)
 	}
@@ -601,6 +624,8 @@ func (s *Server) get(ep endpoint, id, acct string, r *http.Request) result {
 		return s.readV2Event(acct, id)
 	case epGetInvoice, epInvoiceLines, epSearchInvoices:
 		return s.readInvoices(acct, ep, id, r.Form)
+	case epListMoves, epGetMove:
+		return s.readMoves(acct, moveObject(r.URL.Path), id, r.Form)
 	}
 	return s.read(ep, id, acct, r)
 }
@@ -620,6 +645,12 @@ func (s *Server) customerOf(acct string, ep endpoint, id string, form url.Values
 		}
 	case ep == epCreateMeterEvent:
 		return form.Get("payload[" + s.customerKey(acct, form.Get("event_name")) + "]")
+	case ep == epCreateRefund:
+		for _, k := range []string{"charge", "payment_intent"} {
+			if p := s.payment(acct, form.Get(k), k); p != nil {
+				return p.Customer
+			}
+		}
 	}
 	return ""
 }

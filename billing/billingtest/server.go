@@ -122,6 +122,7 @@ type Server struct {
 	meters   meterState
 	inv      invoiceState
 	connect  connectState
+	moves    moveState
 }
 
 // NewServer starts a server and returns it. Like httptest.NewServer it

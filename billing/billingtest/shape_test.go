@@ -2,7 +2,9 @@ package billingtest_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,7 +29,9 @@ import (
 // version, or next_page, which stripe-mock leaves out) are listed per
 // case. stripe-mock serves no /v2 endpoint, so the meter error report
 // event has no fixture; TestRejectedEventsProduceAnErrorReport checks its
-// fields.
+// fields. The fixtures of the money going out (refunds, credit notes,
+// transfers, payouts, the balance) are stripe-mock's answers too, kept
+// beside this package in testdata/stripe.
 func TestAnswersHaveStripesShape(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, billingtest.Config{Declines: map[string]string{"cus_d": "insufficient_funds"}})
@@ -58,6 +62,11 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 	}
 	intent := url.Values{"amount": {"2500"}, "currency": {"usd"}, "customer": {"cus_1"}, "payment_method": {"pm_1"},
 		"confirm": {"true"}, "off_session": {"true"}, "metadata[billonce_period]": {"2026-09"}}
+	var chargeID string
+	refund := func() []byte {
+		chargeID = idOf(post("/v1/charges", "rc", charge("cus_1", "2500")))
+		return post("/v1/refunds", "re1", url.Values{"charge": {chargeID}, "amount": {"500"}, "metadata[billonce_period]": {"2026-09"}})
+	}
 
 	for _, tc := range []struct {
 		fixture string
@@ -99,9 +108,14 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 			return get("/v1/billing/meters/"+meter+"/event_summaries", url.Values{"customer": {"cus_1"},
 				"start_time": {fmt.Sprint(minute - 3600)}, "end_time": {fmt.Sprint(minute + 60)}})
 		}, []string{"object", "has_more"}, nil},
+		{"refund.json", refund, []string{"object", "status"}, nil},
+		{"refund_list.json", func() []byte { return get("/v1/refunds", url.Values{"charge": {chargeID}}) }, []string{"object"}, nil},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			raw, err := os.ReadFile("../../testdata/stripe/" + tc.fixture)
+			if errors.Is(err, fs.ErrNotExist) {
+				raw, err = os.ReadFile("testdata/stripe/" + tc.fixture)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
