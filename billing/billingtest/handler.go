@@ -72,6 +72,7 @@ const (
 	epUpdateInvoice
 
 	epCreateRefund
+	epCreateCreditNote
 	epListMoves // refunds, credit notes, transfers or payouts, by path
 	epGetMove
 )
@@ -87,7 +88,7 @@ func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
 		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice,
-		epCreateRefund:
+		epCreateRefund, epCreateCreditNote:
 		return true
 	}
 	return false
@@ -126,6 +127,8 @@ func route(method, path string) (endpoint, string) {
 			return epCreateInvoiceItem, ""
 		case "/v1/refunds":
 			return epCreateRefund, ""
+		case "/v1/credit_notes":
+			return epCreateCreditNote, ""
 		}
 		if id, ok := pathID(path, "/v1/payment_intents/", "/confirm"); ok {
 			return epConfirmIntent, id
@@ -609,6 +612,8 @@ func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string
 		verr, run = s.createInvoiceItem(acct, r.Form)
 	case epCreateRefund:
 		verr, run = s.createRefund(acct, r.Form, ikey)
+	case epCreateCreditNote:
+		verr, run = s.createCreditNote(acct, r.Form, ikey)
 	default:
 		verr, run = s.invoiceAction(acct, ep, id, r.Form, declined, declineCode)
 	}
@@ -645,6 +650,10 @@ func (s *Server) customerOf(acct string, ep endpoint, id string, form url.Values
 		}
 	case ep == epCreateMeterEvent:
 		return form.Get("payload[" + s.customerKey(acct, form.Get("event_name")) + "]")
+	case ep == epCreateCreditNote:
+		if inv := s.invoice(acct, form.Get("invoice")); inv != nil {
+			return inv.Customer
+		}
 	case ep == epCreateRefund:
 		for _, k := range []string{"charge", "payment_intent"} {
 			if p := s.payment(acct, form.Get(k), k); p != nil {

@@ -59,6 +59,7 @@ type invoice struct {
 	daysUntilDue                  int64
 	number                        string
 	amountDue, amountPaid         int64
+	preCredit, postCredit         int64 // the credit notes' totals, on the open and on the paid invoice
 	attempts                      int
 	finalizedAt, paidAt, voidedAt time.Time
 	deleted                       bool
@@ -456,6 +457,7 @@ func (s *Server) renderInvoice(inv *invoice) map[string]any {
 		"description": strOrNil(inv.descr), "due_date": dueDate, "effective_at": unixOrNil(inv.finalizedAt),
 		"lines": list, "livemode": false, "metadata": orEmpty(inv.Metadata), "number": strOrNil(inv.number),
 		"paid": inv.Status == "paid", "period_start": inv.created.Unix(), "period_end": inv.created.Unix(),
+		"pre_payment_credit_notes_amount": inv.preCredit, "post_payment_credit_notes_amount": inv.postCredit,
 		"status": inv.Status, "subtotal": inv.total(), "total": inv.total(),
 		"status_transitions": map[string]any{"finalized_at": unixOrNil(inv.finalizedAt), "paid_at": unixOrNil(inv.paidAt),
 			"voided_at": unixOrNil(inv.voidedAt), "marked_uncollectible_at": nil}}

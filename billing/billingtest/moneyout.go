@@ -174,6 +174,10 @@ func (s *Server) moveResult(m *move) result {
 }
 
 func (s *Server) renderMove(m *move) map[string]any {
+	switch m.Object {
+	case "credit_note":
+		return s.renderCreditNote(m)
+	}
 	return renderRefund(m)
 }
 

@@ -110,6 +110,13 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 		}, []string{"object", "has_more"}, nil},
 		{"refund.json", refund, []string{"object", "status"}, nil},
 		{"refund_list.json", func() []byte { return get("/v1/refunds", url.Values{"charge": {chargeID}}) }, []string{"object"}, nil},
+		// stripe-go v79 reads a credit note's refund, which the newer
+		// version replaced by a list of refunds.
+		{"credit_note.json", func() []byte {
+			post("/v1/invoices/"+invoiceID+"/finalize", "fin1", url.Values{})
+			return post("/v1/credit_notes", "cn1", url.Values{"invoice": {invoiceID}, "amount": {"100"}, "memo": {"goodwill"}})
+		}, []string{"object", "status", "type"}, []string{"refund"}},
+		{"credit_note_list.json", func() []byte { return get("/v1/credit_notes", url.Values{"invoice": {invoiceID}}) }, []string{"object"}, []string{"refund"}},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			raw, err := os.ReadFile("../../testdata/stripe/" + tc.fixture)
