@@ -83,8 +83,10 @@ func (s *Server) settleDue() int {
 	return n + s.settleMoves(now)
 }
 
-// count enters a payment that moved money in the ledger; mu is held.
+// count enters a payment that moved money in the ledger, and in its
+// account's balance; mu is held.
 func (s *Server) count(p *Payment) {
+	s.addBalance(p.Account, p.Currency, p.Amount)
 	s.stats.Paid++
 	s.perCust[p.Customer]++
 	if p.Period != "" {

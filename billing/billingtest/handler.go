@@ -73,6 +73,9 @@ const (
 
 	epCreateRefund
 	epCreateCreditNote
+	epCreateTransfer
+	epCreatePayout
+	epGetBalance
 	epListMoves // refunds, credit notes, transfers or payouts, by path
 	epGetMove
 )
@@ -88,7 +91,7 @@ func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
 		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice,
-		epCreateRefund, epCreateCreditNote:
+		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout:
 		return true
 	}
 	return false
@@ -129,6 +132,10 @@ func route(method, path string) (endpoint, string) {
 			return epCreateRefund, ""
 		case "/v1/credit_notes":
 			return epCreateCreditNote, ""
+		case "/v1/transfers":
+			return epCreateTransfer, ""
+		case "/v1/payouts":
+			return epCreatePayout, ""
 		}
 		if id, ok := pathID(path, "/v1/payment_intents/", "/confirm"); ok {
 			return epConfirmIntent, id
@@ -162,6 +169,8 @@ func route(method, path string) (endpoint, string) {
 			return epListMeters, ""
 		case "/v1/invoices/search":
 			return epSearchInvoices, ""
+		case "/v1/balance":
+			return epGetBalance, ""
 		}
 		for _, k := range moveKinds {
 			if path == k.path {
@@ -614,6 +623,10 @@ func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string
 		verr, run = s.createRefund(acct, r.Form, ikey)
 	case epCreateCreditNote:
 		verr, run = s.createCreditNote(acct, r.Form, ikey)
+	case epCreateTransfer:
+		verr, run = s.createTransfer(acct, r.Form, ikey)
+	case epCreatePayout:
+		verr, run = s.createPayout(acct, r.Form, ikey)
 	default:
 		verr, run = s.invoiceAction(acct, ep, id, r.Form, declined, declineCode)
 	}
@@ -631,6 +644,8 @@ func (s *Server) get(ep endpoint, id, acct string, r *http.Request) result {
 		return s.readInvoices(acct, ep, id, r.Form)
 	case epListMoves, epGetMove:
 		return s.readMoves(acct, moveObject(r.URL.Path), id, r.Form)
+	case epGetBalance:
+		return s.readBalance(acct)
 	}
 	return s.read(ep, id, acct, r)
 }

@@ -363,6 +363,9 @@ func (s *Server) invoiceAction(acct string, ep endpoint, id string, form url.Val
 			inv.Status, inv.paidAt, inv.amountPaid = "paid", now, inv.amountDue
 			inv.Payments++
 			inv.PaidOutOfBand = form.Get("paid_out_of_band") == "true"
+			if !inv.PaidOutOfBand {
+				s.addBalance(inv.Account, orDefault(inv.currency, "usd"), inv.amountPaid)
+			}
 			s.emitInvoice("invoice.paid", inv, now)
 		case epSendInvoice:
 			if inv.collection != "send_invoice" {
@@ -547,6 +550,7 @@ func (s *Server) collectDue() {
 		}
 		inv.Status, inv.paidAt, inv.amountPaid = "paid", now, inv.amountDue
 		inv.Payments++
+		s.addBalance(inv.Account, orDefault(inv.currency, "usd"), inv.amountPaid)
 		s.emitInvoice("invoice.paid", inv, now)
 	}
 }

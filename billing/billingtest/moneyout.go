@@ -134,7 +134,10 @@ func (s *Server) Settle(id, status, failureCode string) error {
 
 // settleMove moves m to status; mu is held.
 func (s *Server) settleMove(m *move, status, code string, now time.Time) error {
-	return s.settleRefund(m, status, code, now)
+	if m.Object == "refund" {
+		return s.settleRefund(m, status, code, now)
+	}
+	return s.settlePayout(m, status, code, now)
 }
 
 // settleMoves moves on the movements whose time has come; mu is held.
@@ -175,10 +178,14 @@ func (s *Server) moveResult(m *move) result {
 
 func (s *Server) renderMove(m *move) map[string]any {
 	switch m.Object {
+	case "refund":
+		return renderRefund(m)
 	case "credit_note":
 		return s.renderCreditNote(m)
+	case "transfer":
+		return renderTransfer(m)
 	}
-	return renderRefund(m)
+	return renderPayout(m)
 }
 
 // emitMove records an event about m as it is now; mu is held.

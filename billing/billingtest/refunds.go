@@ -85,6 +85,7 @@ func (s *Server) refund(p *Payment, amount int64, reason string, md map[string]s
 		m.Status, m.settleAt, m.failWith = "pending", now.Add(a.After), a.FailureCode
 	}
 	p.AmountRefunded += amount
+	s.addBalance(p.Account, p.Currency, -amount)
 	s.emit("charge.refunded", p, now)
 	return m, nil
 }
@@ -107,6 +108,7 @@ func (s *Server) settleRefund(m *move, status, code string, now time.Time) error
 		if p := s.byID[m.Of]; p != nil {
 			p.AmountRefunded -= m.Amount
 		}
+		s.addBalance(m.Account, m.Currency, m.Amount)
 	default:
 		return fmt.Errorf("a refund settles succeeded, failed or canceled, not %q", status)
 	}
@@ -354,6 +356,7 @@ func (s *Server) createCreditNote(acct string, form url.Values, key string) (*ap
 			// The fake's invoice payments have no charge: the refund names none.
 			refund = s.newMove("refund", acct, "", nil, now)
 			refund.Customer, refund.Of, refund.Amount, refund.Currency, refund.Status = inv.Customer, inv.ID, split[0], currency, "succeeded"
+			s.addBalance(acct, currency, -split[0])
 		}
 		m := s.newMove("credit_note", acct, key, md, now)
 		m.Customer, m.Of, m.Amount, m.Currency, m.Status, m.Reason = inv.Customer, inv.ID, total, currency, "issued", reason

@@ -44,6 +44,7 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 		return b
 	}
 	meter := srv.CreateMeter("api_calls", "sum", "")
+	acct := srv.CreateAccount()
 	var invoiceID string
 	invoice := func() []byte {
 		b := post("/v1/invoices", "inv1", url.Values{"customer": {"cus_1"}, "auto_advance": {"false"}, "metadata[billonce_period]": {"2026-09"}})
@@ -117,6 +118,15 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 			return post("/v1/credit_notes", "cn1", url.Values{"invoice": {invoiceID}, "amount": {"100"}, "memo": {"goodwill"}})
 		}, []string{"object", "status", "type"}, []string{"refund"}},
 		{"credit_note_list.json", func() []byte { return get("/v1/credit_notes", url.Values{"invoice": {invoiceID}}) }, []string{"object"}, []string{"refund"}},
+		{"transfer.json", func() []byte {
+			return post("/v1/transfers", "tr1", url.Values{"amount": {"500"}, "currency": {"usd"}, "destination": {acct}, "transfer_group": {"g1"}})
+		}, []string{"object", "reversed"}, nil},
+		{"transfer_list.json", func() []byte { return get("/v1/transfers", url.Values{"destination": {acct}}) }, []string{"object"}, nil},
+		{"payout.json", func() []byte {
+			return post("/v1/payouts", "po1", url.Values{"amount": {"500"}, "currency": {"usd"}, "method": {"standard"}})
+		}, []string{"object", "method", "type"}, nil},
+		{"payout_list.json", func() []byte { return get("/v1/payouts", url.Values{"created[gte]": {"1"}}) }, []string{"object"}, nil},
+		{"balance.json", func() []byte { return get("/v1/balance", nil) }, []string{"object"}, nil},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			raw, err := os.ReadFile("../../testdata/stripe/" + tc.fixture)
