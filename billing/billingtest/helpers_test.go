@@ -105,6 +105,15 @@ func do(tb testing.TB, srv *billingtest.Server, method, path, key string, form u
 // Stripe-Context on /v2), or of the platform when acct is empty.
 func doAs(tb testing.TB, srv *billingtest.Server, acct, method, path, key string, form url.Values) (*http.Response, []byte) {
 	tb.Helper()
+	resp, b, err := send(srv, acct, method, path, key, form)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp, b
+}
+
+// send is doAs returning a lost connection as an error.
+func send(srv *billingtest.Server, acct, method, path, key string, form url.Values) (*http.Response, []byte, error) {
 	var body io.Reader
 	if method == http.MethodPost {
 		body = strings.NewReader(form.Encode())
@@ -113,7 +122,7 @@ func doAs(tb testing.TB, srv *billingtest.Server, acct, method, path, key string
 	}
 	req, err := http.NewRequest(method, srv.URL+path, body)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -129,12 +138,12 @@ func doAs(tb testing.TB, srv *billingtest.Server, acct, method, path, key string
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	return resp, b
+	return resp, b, nil
 }
