@@ -29,10 +29,45 @@ func newConnectState() connectState {
 func (s *Server) CreateAccount() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.newAccount(url.Values{}, s.now())["id"].(string)
+}
+
+// newAccount stores a connected account and returns it as Stripe
+// answers it; mu is held.
+func (s *Server) newAccount(form url.Values, now time.Time) map[string]any {
 	s.objSeq++
 	id := fmt.Sprintf("acct_%014d", s.objSeq)
 	s.connect.accounts[id] = true
-	return id
+	s.stats.Created++
+	md, _ := parseMetadata(form, func(string) bool { return true })
+	return map[string]any{"id": id, "object": "account", "type": orDefault(form.Get("type"), "custom"),
+		"country": orDefault(form.Get("country"), "US"), "email": strOrNil(form.Get("email")), "default_currency": "usd",
+		"business_type": strOrNil(form.Get("business_type")), "charges_enabled": true, "payouts_enabled": true,
+		"details_submitted": true, "created": now.Unix(), "metadata": orEmpty(md)}
+}
+
+var accountParams = map[string]bool{"type": true, "country": true, "email": true, "business_type": true}
+
+// createAccount validates POST /v1/accounts and returns how to run it: the
+// platform connects a new account, enabled at once.
+func (s *Server) createAccount(acct string, form url.Values) (*apiErr, func(time.Time) (result, bool)) {
+	if acct != "" {
+		return invalid("", "", "An account is created by the platform: send it without a Stripe-Account header."), nil
+	}
+	if _, bad := parseMetadata(form, func(k string) bool {
+		return accountParams[k] || strings.HasPrefix(k, "capabilities[") || strings.HasPrefix(k, "controller[")
+	}); bad != nil {
+		return bad, nil
+	}
+	if _, bad := oneOf(form, "type", "custom", "express", "standard"); bad != nil {
+		return bad, nil
+	}
+	return nil, func(now time.Time) (result, bool) {
+		a := s.newAccount(form, now)
+		res := ok(a)
+		res.objectID = a["id"].(string)
+		return res, true
+	}
 }
 
 // accountOf reads the account a request acts on: the Stripe-Account

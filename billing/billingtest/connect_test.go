@@ -226,3 +226,25 @@ func mustGet(t *testing.T, srv *billingtest.Server, acct, eventID string) []byte
 	}
 	return body
 }
+
+// POST /v1/accounts connects an account, as CreateAccount does, once per
+// key; only the platform connects accounts.
+func TestCreateAccountThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	api := newAPI(t, srv, testKey, nil)
+	p := &stripe.AccountParams{Type: stripe.String("express"), Country: stripe.String("FR")}
+	p.SetIdempotencyKey("acct-1")
+	a, err := api.Accounts.New(p)
+	if err != nil || a.Type != "express" || !a.PayoutsEnabled {
+		t.Fatalf("account = %+v, %v", a, err)
+	}
+	if again, err := api.Accounts.New(p); err != nil || again.ID != a.ID {
+		t.Fatalf("replay = %+v, %v; want %s", again, err, a.ID)
+	}
+	srv.SetBalance(a.ID, "eur", 10) // panics for an account that is not connected
+	resp, body := doAs(t, srv, a.ID, http.MethodPost, "/v1/accounts", "acct-2", url.Values{})
+	if resp.StatusCode != 400 {
+		t.Fatalf("an account made by a connected account: %d %s; want 400", resp.StatusCode, body)
+	}
+}

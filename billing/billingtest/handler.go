@@ -76,6 +76,7 @@ const (
 	epCreateTransfer
 	epCreatePayout
 	epGetBalance
+	epCreateAccount
 	epListMoves // refunds, credit notes, transfers or payouts, by path
 	epGetMove
 )
@@ -91,7 +92,7 @@ func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
 		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice,
-		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout:
+		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout, epCreateAccount:
 		return true
 	}
 	return false
@@ -136,6 +137,8 @@ func route(method, path string) (endpoint, string) {
 			return epCreateTransfer, ""
 		case "/v1/payouts":
 			return epCreatePayout, ""
+		case "/v1/accounts":
+			return epCreateAccount, ""
 		}
 		if id, ok := pathID(path, "/v1/payment_intents/", "/confirm"); ok {
 			return epConfirmIntent, id
@@ -229,7 +232,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	ep, id := route(r.Method, r.URL.Path)
 	if ep == epNone {
 		s.finish(w, &e, errResult(http.StatusNotFound, apiErr{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves charges, payment intents, invoices, invoice items, billing meters, meter events, refunds, credit notes, transfers, payouts and the balance (see the package documentation).", r.Method, r.URL.Path)}), Fault{})
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves charges, payment intents, invoices, invoice items, billing meters, meter events, refunds, credit notes, transfers, payouts, the balance and connected accounts (see the package documentation).", r.Method, r.URL.Path)}), Fault{})
 		return
 	}
 	acct, acctErr := s.accountOf(r, apiKey)
@@ -627,6 +630,8 @@ func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string
 		verr, run = s.createTransfer(acct, r.Form, ikey)
 	case epCreatePayout:
 		verr, run = s.createPayout(acct, r.Form, ikey)
+	case epCreateAccount:
+		verr, run = s.createAccount(acct, r.Form)
 	default:
 		verr, run = s.invoiceAction(acct, ep, id, r.Form, declined, declineCode)
 	}

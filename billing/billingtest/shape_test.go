@@ -127,6 +127,8 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 		}, []string{"object", "method", "type"}, nil},
 		{"payout_list.json", func() []byte { return get("/v1/payouts", url.Values{"created[gte]": {"1"}}) }, []string{"object"}, nil},
 		{"balance.json", func() []byte { return get("/v1/balance", nil) }, []string{"object"}, nil},
+		{"account.json", func() []byte { return post("/v1/accounts", "acct1", url.Values{"type": {"custom"}, "country": {"US"}}) },
+			[]string{"object", "type", "country"}, nil},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			raw, err := os.ReadFile("../../testdata/stripe/" + tc.fixture)
