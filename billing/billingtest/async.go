@@ -14,7 +14,9 @@ const APIVersion = "2024-06-20"
 // SEPA, BACS) do: a charge is created "pending" and a confirmed payment
 // intent "processing", neither counted in the ledger yet; once After has
 // passed on the server's clock the payment succeeds (and is counted) or,
-// when FailureCode is set, fails with that code (and never is).
+// when FailureCode is set, fails with that code (and never is). Refunds
+// of the customer's payments settle the same way: pending, then succeeded
+// or failed with FailureCode as their failure_reason.
 type Async struct {
 	After       time.Duration
 	FailureCode string // "" to succeed; Stripe's codes: "insufficient_funds", "account_closed", …
@@ -31,8 +33,9 @@ type Event struct {
 	Body []byte `json:"-"`
 }
 
-// SettleLater makes customer's later payments settle asynchronously (see
-// [Async]). Payments already created are unaffected.
+// SettleLater makes customer's later payments and refunds settle
+// asynchronously (see [Async]). Payments and refunds already created are
+// unaffected.
 func (s *Server) SettleLater(customer string, a Async) {
 	if a.After < 0 {
 		panic(fmt.Sprintf("billingtest: SettleLater(%q): After %v is negative", customer, a.After))
