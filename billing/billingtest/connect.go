@@ -241,12 +241,73 @@ func (s *Server) createTransfer(acct string, form url.Values, key string) (*apiE
 	}
 }
 
-func renderTransfer(m *move) map[string]any {
-	return map[string]any{"id": m.ID, "object": "transfer", "amount": m.Amount, "amount_reversed": 0, "balance_transaction": nil,
+func (s *Server) renderTransfer(m *move) map[string]any {
+	revs, reversed := s.reversals(m)
+	return map[string]any{"id": m.ID, "object": "transfer", "amount": m.Amount, "amount_reversed": reversed, "balance_transaction": nil,
 		"created": m.Created.Unix(), "currency": m.Currency, "description": m.detail["description"], "destination": m.Destination,
 		"destination_payment": m.detail["destination_payment"], "livemode": false, "metadata": orEmpty(m.Metadata),
-		"reversals": listPage("/v1/transfers/"+m.ID+"/reversals", nil, 10, ""), "reversed": false, "source_transaction": nil,
-		"source_type": "card", "transfer_group": strOrNil(m.TransferGroup)}
+		"reversals": listPage("/v1/transfers/"+m.ID+"/reversals", revs, 10, ""), "reversed": reversed == m.Amount,
+		"source_transaction": nil, "source_type": "card", "transfer_group": strOrNil(m.TransferGroup)}
+}
+
+// reversals returns the reversals of transfer tr, newest first, and
+// their total; mu is held.
+func (s *Server) reversals(tr *move) ([]listItem, int64) {
+	var items []listItem
+	var total int64
+	for i := len(s.moves.list) - 1; i >= 0; i-- {
+		if m := s.moves.list[i]; m.Object == "transfer_reversal" && m.Of == tr.ID {
+			items = append(items, listItem{m.ID, renderReversal(m)})
+			total += m.Amount
+		}
+	}
+	return items, total
+}
+
+// createReversal validates POST /v1/transfers/{id}/reversals and returns
+// how to run it: amount of the transfer (what is left by default) goes
+// back from the destination's balance to the platform's, and emits
+// transfer.reversed. A destination whose balance is short is refused
+// with balance_insufficient.
+func (s *Server) createReversal(acct, transfer string, form url.Values, key string) (*apiErr, func(time.Time) (result, bool)) {
+	md, bad := parseMetadata(form, func(k string) bool { return k == "amount" || k == "description" || k == "refund_application_fee" })
+	if bad != nil {
+		return bad, nil
+	}
+	amount, bad := parseAmount(form, "amount", 1, false)
+	if bad != nil {
+		return bad, nil
+	}
+	return nil, func(now time.Time) (result, bool) {
+		tr := s.moves.byID[transfer]
+		if tr == nil || tr.Object != "transfer" || tr.Account != acct {
+			return missing("id", "transfer", transfer), false
+		}
+		_, reversed := s.reversals(tr)
+		left := tr.Amount - reversed
+		if amount == 0 {
+			amount = left
+		}
+		if amount > left || left == 0 {
+			return errResult(http.StatusBadRequest, *invalid("amount", "amount_too_large", fmt.Sprintf(
+				"Reversal amount (%d %s) is greater than the unreversed amount of transfer %s (%d %s).", amount, tr.Currency, tr.ID, left, tr.Currency))), false
+		}
+		if have := s.connect.balances[[2]string{tr.Destination, tr.Currency}]; have < amount {
+			return insufficient("reversal", tr.Destination, tr.Currency, have, amount), false
+		}
+		m := s.newMove("transfer_reversal", acct, key, md, now)
+		m.Of, m.Amount, m.Currency, m.Destination, m.TransferGroup = tr.ID, amount, tr.Currency, tr.Destination, tr.TransferGroup
+		s.addBalance(tr.Destination, tr.Currency, -amount)
+		s.addBalance(acct, tr.Currency, amount)
+		s.emitMove("transfer.reversed", tr, now)
+		return s.moveResult(m), true
+	}
+}
+
+func renderReversal(m *move) map[string]any {
+	return map[string]any{"id": m.ID, "object": "transfer_reversal", "amount": m.Amount, "balance_transaction": nil,
+		"created": m.Created.Unix(), "currency": m.Currency, "destination_payment_refund": nil, "metadata": orEmpty(m.Metadata),
+		"source_refund": nil, "transfer": m.Of}
 }
 
 var payoutParams = map[string]bool{

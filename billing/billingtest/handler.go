@@ -77,6 +77,8 @@ const (
 	epCreatePayout
 	epGetBalance
 	epCreateAccount
+	epCreateReversal
+	epListReversals
 	epListMoves // refunds, credit notes, transfers or payouts, by path
 	epGetMove
 )
@@ -92,7 +94,7 @@ func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
 		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice,
-		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout, epCreateAccount:
+		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout, epCreateAccount, epCreateReversal:
 		return true
 	}
 	return false
@@ -143,6 +145,9 @@ func route(method, path string) (endpoint, string) {
 		if id, ok := pathID(path, "/v1/payment_intents/", "/confirm"); ok {
 			return epConfirmIntent, id
 		}
+		if id, ok := pathID(path, "/v1/transfers/", "/reversals"); ok {
+			return epCreateReversal, id
+		}
 		for _, a := range []struct {
 			suffix string
 			ep     endpoint
@@ -175,7 +180,13 @@ func route(method, path string) (endpoint, string) {
 		case "/v1/balance":
 			return epGetBalance, ""
 		}
+		if id, ok := pathID(path, "/v1/transfers/", "/reversals"); ok {
+			return epListReversals, id
+		}
 		for _, k := range moveKinds {
+			if k.path == "" {
+				continue
+			}
 			if path == k.path {
 				return epListMoves, ""
 			}
@@ -632,6 +643,8 @@ func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string
 		verr, run = s.createPayout(acct, r.Form, ikey)
 	case epCreateAccount:
 		verr, run = s.createAccount(acct, r.Form)
+	case epCreateReversal:
+		verr, run = s.createReversal(acct, id, r.Form, ikey)
 	default:
 		verr, run = s.invoiceAction(acct, ep, id, r.Form, declined, declineCode)
 	}
@@ -651,6 +664,8 @@ func (s *Server) get(ep endpoint, id, acct string, r *http.Request) result {
 		return s.readMoves(acct, moveObject(r.URL.Path), id, r.Form)
 	case epGetBalance:
 		return s.readBalance(acct)
+	case epListReversals:
+		return s.readMoves(acct, "transfer_reversal", id, r.Form)
 	}
 	return s.read(ep, id, acct, r)
 }

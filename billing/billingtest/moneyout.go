@@ -15,7 +15,7 @@ import (
 // ledger keeps every one, failed and canceled ones included.
 type Movement struct {
 	ID      string `json:"id"`
-	Object  string `json:"object"`            // "refund", "credit_note", "transfer" or "payout"
+	Object  string `json:"object"`            // "refund", "credit_note", "transfer", "transfer_reversal" or "payout"
 	Account string `json:"account,omitempty"` // the connected account it lives on; "" for the platform
 	// Customer is the customer of what a refund or credit note is about.
 	Customer string `json:"customer,omitempty"`
@@ -26,9 +26,11 @@ type Movement struct {
 	// canceled; a transfer has none, as at Stripe.
 	Status string `json:"status,omitempty"`
 	// Of is what a refund refunds (a charge or a payment intent, or the
-	// invoice of a credit note) and the invoice a credit note credits.
+	// invoice of a credit note), the invoice a credit note credits and
+	// the transfer a reversal reverses.
 	Of string `json:"of,omitempty"`
-	// Destination is the connected account a transfer pays.
+	// Destination is the connected account a transfer pays, or a
+	// reversal takes back from.
 	Destination   string `json:"destination,omitempty"`
 	TransferGroup string `json:"transfer_group,omitempty"`
 	Reason        string `json:"reason,omitempty"`
@@ -62,16 +64,19 @@ type moveState struct {
 }
 
 // moveKinds are the movements' endpoints: POST to create one, GET to
-// list them, GET /{id} for one.
+// list them, GET /{id} for one. A transfer's reversals are under its own
+// path.
 var moveKinds = []struct{ path, object, prefix string }{
 	{"/v1/refunds", "refund", "re"},
 	{"/v1/credit_notes", "credit_note", "cn"},
 	{"/v1/transfers", "transfer", "tr"},
 	{"/v1/payouts", "payout", "po"},
+	{"", "transfer_reversal", "trr"},
 }
 
 // Movements returns a copy of every movement of object ("refund",
-// "credit_note", "transfer" or "payout"; "" for all) in creation order.
+// "credit_note", "transfer", "transfer_reversal" or "payout"; "" for
+// all) in creation order.
 // Counting them, for the payment, invoice, destination or metadata a test
 // is about, is the exactly-once oracle of money going out.
 func (s *Server) Movements(object string) []Movement {
@@ -183,7 +188,9 @@ func (s *Server) renderMove(m *move) map[string]any {
 	case "credit_note":
 		return s.renderCreditNote(m)
 	case "transfer":
-		return renderTransfer(m)
+		return s.renderTransfer(m)
+	case "transfer_reversal":
+		return renderReversal(m)
 	}
 	return renderPayout(m)
 }
@@ -203,9 +210,14 @@ var listFilters = map[string][]string{
 }
 
 // readMoves serves GET of the movement of object id, or, with no id,
-// the list of object's: newest first, current at once, as Stripe's lists
+// the list of object's (for transfer reversals, id is the transfer whose
+// reversals are listed): newest first, current at once, as Stripe's lists
 // are.
 func (s *Server) readMoves(acct, object, id string, form url.Values) result {
+	transfer := ""
+	if object == "transfer_reversal" {
+		transfer, id = id, "" // the transfer whose reversals are listed
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.settleDue()
@@ -260,6 +272,12 @@ func (s *Server) readMoves(acct, object, id string, form url.Values) result {
 	case "payout":
 		st := form.Get("status")
 		match = func(m *move) bool { return st == "" || m.Status == st }
+	case "transfer_reversal":
+		tr := s.moves.byID[transfer]
+		if tr == nil || tr.Object != "transfer" || tr.Account != acct {
+			return missing("id", "transfer", transfer)
+		}
+		match = func(m *move) bool { return m.Of == transfer }
 	}
 	var items []listItem
 	for i := len(s.moves.list) - 1; i >= 0; i-- {
@@ -268,13 +286,17 @@ func (s *Server) readMoves(acct, object, id string, form url.Values) result {
 			items = append(items, listItem{m.ID, s.renderMove(m)})
 		}
 	}
-	return listResult(movePath(object), items, limit, form.Get("starting_after"))
+	path := movePath(object)
+	if transfer != "" {
+		path = "/v1/transfers/" + transfer + "/reversals"
+	}
+	return listResult(path, items, limit, form.Get("starting_after"))
 }
 
 // moveObject is the movement whose endpoints path is under, or "".
 func moveObject(path string) string {
 	for _, k := range moveKinds {
-		if path == k.path || strings.HasPrefix(path, k.path+"/") {
+		if k.path != "" && (path == k.path || strings.HasPrefix(path, k.path+"/")) {
 			return k.object
 		}
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 )
 
-// Every write of money going out (refunds, credit notes, transfers,
-// payouts, on the platform or a connected account) takes every fault the
+// Every write of money going out (refunds, credit notes, transfers and
+// their reversals, payouts, on the platform or a connected account) takes every fault the
 // fake injects, under the same key rules as a charge: a fault before
 // execution stores nothing and the retry makes the object; one after
 // commit leaves one object that the retry replays (a stored 500 replays
@@ -28,6 +28,10 @@ func TestMoneyOutWritesTakeEveryFault(t *testing.T) {
 	}
 	inv := finalized(t, api, "cus_2", true, 9000)
 	srv.SetBalance("", "usd", 100_000)
+	tr, err := api.Transfers.New(transferParams(acct, 10_000, "", "transfer"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv.SetBalance(acct, "usd", 100_000)
 
 	writes := []struct {
@@ -37,6 +41,7 @@ func TestMoneyOutWritesTakeEveryFault(t *testing.T) {
 		{"refund", "", "/v1/refunds", url.Values{"charge": {ch.ID}, "amount": {"100"}}},
 		{"credit_note", "", "/v1/credit_notes", url.Values{"invoice": {inv.ID}, "amount": {"100"}, "out_of_band_amount": {"100"}}},
 		{"transfer", "", "/v1/transfers", url.Values{"amount": {"100"}, "currency": {"usd"}, "destination": {acct}}},
+		{"transfer_reversal", "", "/v1/transfers/" + tr.ID + "/reversals", url.Values{"amount": {"1"}}},
 		{"payout", acct, "/v1/payouts", url.Values{"amount": {"100"}, "currency": {"usd"}}},
 		{"payout", "", "/v1/payouts", url.Values{"amount": {"100"}, "currency": {"usd"}}},
 	}

@@ -122,6 +122,11 @@ func TestAnswersHaveStripesShape(t *testing.T) {
 			return post("/v1/transfers", "tr1", url.Values{"amount": {"500"}, "currency": {"usd"}, "destination": {acct}, "transfer_group": {"g1"}})
 		}, []string{"object", "reversed"}, nil},
 		{"transfer_list.json", func() []byte { return get("/v1/transfers", url.Values{"destination": {acct}}) }, []string{"object"}, nil},
+		{"transfer_reversal.json", func() []byte {
+			srv.SetBalance(acct, "usd", 500)
+			tr := listIDs(t, get("/v1/transfers", url.Values{"destination": {acct}}))[0]
+			return post("/v1/transfers/"+tr+"/reversals", "trr1", url.Values{"amount": {"100"}})
+		}, []string{"object"}, nil},
 		{"payout.json", func() []byte {
 			return post("/v1/payouts", "po1", url.Values{"amount": {"500"}, "currency": {"usd"}, "method": {"standard"}})
 		}, []string{"object", "method", "type"}, nil},

@@ -102,3 +102,69 @@ func TestTransfersMoveThePlatformsBalance(t *testing.T) {
 		}
 	}
 }
+
+// A transfer is reversed in parts up to its amount, from the
+// destination's balance back to the platform's; a reversal the
+// destination cannot cover is refused with balance_insufficient, and each
+// reversal emits transfer.reversed with the transfer.
+func TestTransferReversalsGiveTheFundsBack(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	api := newAPI(t, srv, testKey, nil)
+	acct := srv.CreateAccount()
+	srv.SetBalance("", "usd", 3000)
+	tr, err := api.Transfers.New(transferParams(acct, 3000, "g1", "t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reverse := func(amount int64, key string) (*stripe.TransferReversal, error) {
+		p := &stripe.TransferReversalParams{ID: stripe.String(tr.ID)}
+		if amount > 0 {
+			p.Amount = stripe.Int64(amount)
+		}
+		p.SetIdempotencyKey(key)
+		return api.TransferReversals.New(p)
+	}
+	r1, err := reverse(1000, "r1")
+	if err != nil || r1.Amount != 1000 || r1.Transfer.ID != tr.ID {
+		t.Fatalf("reversal = %+v, %v", r1, err)
+	}
+	if again, err := reverse(1000, "r1"); err != nil || again.ID != r1.ID {
+		t.Fatalf("replay = %+v, %v; want %s", again, err, r1.ID)
+	}
+	if _, err := reverse(2001, "r2"); stripeErr(t, err).Code != stripe.ErrorCodeAmountTooLarge {
+		t.Fatalf("reversal over what is left: %v; want amount_too_large", err)
+	}
+	srv.SetBalance(acct, "usd", 1999)
+	if _, err := reverse(0, "r2"); stripeErr(t, err).Code != stripe.ErrorCodeBalanceInsufficient {
+		t.Fatalf("reversal the destination cannot cover: %v; want balance_insufficient", err)
+	}
+	srv.SetBalance(acct, "usd", 2000)
+	if r2, err := reverse(0, "r2"); err != nil || r2.Amount != 2000 {
+		t.Fatalf("reversal of what is left = %+v, %v", r2, err)
+	}
+	if _, err := reverse(0, "r3"); err == nil {
+		t.Fatal("a reversed transfer was reversed again")
+	}
+	got, err := api.Transfers.Get(tr.ID, nil)
+	if err != nil || got.AmountReversed != 3000 || !got.Reversed || got.Reversals == nil || len(got.Reversals.Data) != 2 {
+		t.Fatalf("transfer = %+v, %v; want reversed whole, with its two reversals", got, err)
+	}
+	if p, a := srv.Balance("", "usd"), srv.Balance(acct, "usd"); p != 3000 || a != 0 {
+		t.Fatalf("balances: platform %d, %s %d; want 3000 and 0", p, acct, a)
+	}
+	list := api.TransferReversals.List(&stripe.TransferReversalListParams{ID: stripe.String(tr.ID)})
+	n := 0
+	for list.Next() {
+		n++
+	}
+	if list.Err() != nil || n != 2 {
+		t.Fatalf("listed %d reversals, %v; want 2", n, list.Err())
+	}
+	if ms := srv.Movements("transfer_reversal"); len(ms) != 2 || ms[0].Of != tr.ID || ms[0].Destination != acct || ms[0].IdempotencyKey != "r1" {
+		t.Fatalf("ledger reversals = %+v", ms)
+	}
+	if got := eventTypes(srv, tr.ID); stringsOf(got) != "[transfer.created transfer.reversed transfer.reversed]" {
+		t.Fatalf("transfer events = %v", got)
+	}
+}
