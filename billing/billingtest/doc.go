@@ -158,7 +158,13 @@
 // balance to the destination's and emits transfer.created; it is made by
 // the platform only, and one larger than the balance is refused with 400
 // balance_insufficient. GET /v1/transfers?destination=…&transfer_group=…
-// lists them. POST /v1/payouts (amount, currency, method, metadata) pays
+// lists them. POST /v1/transfers/{id}/reversals (amount, what is left by
+// default) gives part of a transfer back, from the destination's balance
+// to the platform's, and emits transfer.reversed with the transfer; it is
+// refused with amount_too_large over what is left, and with
+// balance_insufficient when the destination's balance is short. GET
+// /v1/transfers/{id}/reversals lists them, as does the transfer's
+// reversals field. POST /v1/payouts (amount, currency, method, metadata) pays
 // out the balance of the account it is made on, or refuses with
 // balance_insufficient; a payout is pending (payout.created), in transit
 // an hour later (payout.updated) and paid on its arrival date two days
@@ -230,7 +236,7 @@
 // per customer and per (customer, period), the period being the metadata
 // value under Config.PeriodKey ("billonce_period", the key billing.Biller writes). [Server.Payments] lists every
 // payment, declined ones included, with its idempotency key and account;
-// [Server.Movements] every refund, credit note, transfer and payout, with
+// [Server.Movements] every refund, credit note, transfer, reversal and payout, with
 // what it is about, its status, period and key: counting them is the
 // oracle of money going out. [Server.Balance] is an account's balance;
 // [Server.Log] is the request log (method, path, account, key, status,
@@ -286,8 +292,8 @@
 //     have no /lines endpoint of their own, and credit_amount moves no
 //     customer balance (the fake has none); a line is not checked against
 //     what earlier notes credited of it, only the invoice's total is.
-//   - Transfers cannot be reversed (no transfer_reversal) or tied to a
-//     source_transaction, and Connect's destination charges
+//   - Transfers cannot be tied to a source_transaction, a reversal cannot
+//     be read alone or updated, and Connect's destination charges
 //     (transfer_data, application_fee_amount) are not modelled. Payouts go
 //     to no bank account object, cannot be reversed, and are never
 //     automatic. Accounts cannot be read, updated or deleted; every one is
