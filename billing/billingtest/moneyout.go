@@ -105,9 +105,6 @@ func (s *Server) newMove(object, acct, key string, md map[string]string, now tim
 	s.objSeq++
 	m := &move{Movement: Movement{ID: fmt.Sprintf("%s_%014d", prefix, s.objSeq), Object: object, Account: acct,
 		Metadata: md, Period: md[s.periodKey], IdempotencyKey: key, Created: now}}
-	if s.moves.byID == nil {
-		s.moves.byID = make(map[string]*move)
-	}
 	s.moves.list = append(s.moves.list, m)
 	s.moves.byID[m.ID] = m
 	s.stats.Created++

@@ -167,6 +167,7 @@ func newServer(cfg Config) (*Server, error) {
 		meters:    newMeterState(cfg.IdentifierWindow, cfg.MeterDelay),
 		inv:       newInvoiceState(),
 		connect:   newConnectState(),
+		moves:     moveState{byID: make(map[string]*move)},
 	}
 	for c, a := range cfg.Async {
 		if a.After < 0 {
