@@ -5,7 +5,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -307,75 +306,4 @@ func movePath(object string) string {
 		}
 	}
 	return ""
-}
-
-// parseCreated reads a list's created filter: created=N, or any of
-// created[gt], [gte], [lt] and [lte], in Unix seconds.
-func parseCreated(form url.Values) (func(time.Time) bool, *apiErr) {
-	type bound struct {
-		op string
-		at int64
-	}
-	var bounds []bound
-	for _, op := range []string{"", "gt", "gte", "lt", "lte"} {
-		k := "created"
-		if op != "" {
-			k += "[" + op + "]"
-		}
-		raw := form.Get(k)
-		if raw == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil {
-			return nil, invalid(k, "parameter_invalid_integer", "Invalid integer: "+raw)
-		}
-		bounds = append(bounds, bound{op, n})
-	}
-	return func(t time.Time) bool {
-		at := t.Unix()
-		for _, b := range bounds {
-			if !map[string]bool{"": at == b.at, "gt": at > b.at, "gte": at >= b.at, "lt": at < b.at, "lte": at <= b.at}[b.op] {
-				return false
-			}
-		}
-		return true
-	}, nil
-}
-
-// parseAmount reads an integer amount from least to Stripe's largest;
-// absent, it is 0 (and must be given when required).
-func parseAmount(form url.Values, k string, least int64, required bool) (int64, *apiErr) {
-	raw := form.Get(k)
-	if raw == "" {
-		if required {
-			return 0, invalid(k, "parameter_missing", "Missing required param: "+k+".")
-		}
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil {
-		return 0, invalid(k, "parameter_invalid_integer", "Invalid integer: "+raw)
-	}
-	if n < least {
-		return 0, invalid(k, "parameter_invalid_integer", fmt.Sprintf("This value must be greater than or equal to %d.", least))
-	}
-	if n > maxAmount {
-		return 0, invalid(k, "amount_too_large", fmt.Sprintf("Amount must be no more than %d.", maxAmount))
-	}
-	return n, nil
-}
-
-// oneOf reads an optional parameter that takes one of values.
-func oneOf(form url.Values, k string, values ...string) (string, *apiErr) {
-	v := form.Get(k)
-	if v == "" {
-		return "", nil
-	}
-	for _, ok := range values {
-		if v == ok {
-			return v, nil
-		}
-	}
-	return "", invalid(k, "parameter_invalid_string", fmt.Sprintf("Invalid %s %q: use one of %s.", k, v, strings.Join(values, ", ")))
 }
