@@ -14,7 +14,9 @@ const APIVersion = "2024-06-20"
 // SEPA, BACS) do: a charge is created "pending" and a confirmed payment
 // intent "processing", neither counted in the ledger yet; once After has
 // passed on the server's clock the payment succeeds (and is counted) or,
-// when FailureCode is set, fails with that code (and never is).
+// when FailureCode is set, fails with that code (and never is). Refunds
+// of the customer's payments settle the same way: pending, then succeeded
+// or failed with FailureCode as their failure_reason.
 type Async struct {
 	After       time.Duration
 	FailureCode string // "" to succeed; Stripe's codes: "insufficient_funds", "account_closed", …
@@ -25,13 +27,15 @@ type Event struct {
 	ID       string    `json:"id"`
 	Type     string    `json:"type"`
 	ObjectID string    `json:"object_id"`
-	Created  time.Time `json:"created"` // on the server's clock
+	Account  string    `json:"account,omitempty"` // the connected account it happened on; "" for the platform
+	Created  time.Time `json:"created"`           // on the server's clock
 	// Body is the event as Stripe sends it to a webhook endpoint.
 	Body []byte `json:"-"`
 }
 
-// SettleLater makes customer's later payments settle asynchronously (see
-// [Async]). Payments already created are unaffected.
+// SettleLater makes customer's later payments and refunds settle
+// asynchronously (see [Async]). Payments and refunds already created are
+// unaffected.
 func (s *Server) SettleLater(customer string, a Async) {
 	if a.After < 0 {
 		panic(fmt.Sprintf("billingtest: SettleLater(%q): After %v is negative", customer, a.After))
@@ -42,14 +46,16 @@ func (s *Server) SettleLater(customer string, a Async) {
 }
 
 // SettleNow settles every payment whose time has come on the server's
-// clock; Advance and every read do it too. It returns how many settled.
+// clock, and moves on every pending refund and payout that is due;
+// Advance and every read do it too. It returns how many settled or moved.
 func (s *Server) SettleNow() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.settleDue()
 }
 
-// settleDue settles the due payments, oldest first; mu is held.
+// settleDue settles the due payments, oldest first, then moves on the
+// refunds and payouts whose time has come; mu is held.
 func (s *Server) settleDue() int {
 	now := s.now()
 	n := 0
@@ -77,11 +83,13 @@ func (s *Server) settleDue() int {
 			s.emit("charge.succeeded", p, now)
 		}
 	}
-	return n
+	return n + s.settleMoves(now)
 }
 
-// count enters a payment that moved money in the ledger; mu is held.
+// count enters a payment that moved money in the ledger, and in its
+// account's balance; mu is held.
 func (s *Server) count(p *Payment) {
+	s.addBalance(p.Account, p.Currency, p.Amount)
 	s.stats.Paid++
 	s.perCust[p.Customer]++
 	if p.Period != "" {
@@ -105,27 +113,6 @@ func (s *Server) created(p *Payment) {
 	case p.Object == "charge" && p.Status == "failed":
 		s.emit("charge.failed", p, p.Created)
 	}
-}
-
-// Refund refunds amount of a succeeded charge or payment intent (all of it
-// when amount is 0) and emits charge.refunded. The ledger keeps counting
-// the payment: it was made.
-func (s *Server) Refund(id string, amount int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.byID[id]
-	if p == nil || !p.Paid {
-		return fmt.Errorf("billingtest: Refund(%q): no succeeded payment with this id", id)
-	}
-	if amount == 0 {
-		amount = p.Amount - p.AmountRefunded
-	}
-	if amount <= 0 || p.AmountRefunded+amount > p.Amount {
-		return fmt.Errorf("billingtest: Refund(%q, %d): %d of %d is refunded already", id, amount, p.AmountRefunded, p.Amount)
-	}
-	p.AmountRefunded += amount
-	s.emit("charge.refunded", p, s.now())
-	return nil
 }
 
 // ConfirmIntent confirms a payment intent again, on-session, as its
@@ -170,7 +157,7 @@ func (s *Server) Dispute(id, reason string) (string, error) {
 	} else {
 		d["charge"] = p.ID
 	}
-	s.emitObject("charge.dispute.created", p.ID, d, s.now())
+	s.emitObject(p.Account, "charge.dispute.created", p.ID, d, s.now())
 	return dp, nil
 }
 
@@ -184,21 +171,28 @@ func (s *Server) emit(typ string, p *Payment, at time.Time) {
 			"refunded": p.AmountRefunded == p.Amount, "status": "succeeded", "payment_intent": p.ID, "metadata": map[string]string{},
 			"currency": p.Currency, "created": p.Created.Unix(), "paid": true}
 	}
-	s.emitObject(typ, p.ID, obj, at)
+	s.emitObject(p.Account, typ, p.ID, obj, at)
 }
 
-func (s *Server) emitObject(typ, objectID string, obj any, at time.Time) {
+// emitObject records an event about obj, which lives on acct; an event
+// of a connected account names it in its account field, as Stripe's
+// Connect events do. mu is held.
+func (s *Server) emitObject(acct, typ, objectID string, obj any, at time.Time) {
 	s.evSeq++
 	id := fmt.Sprintf("evt_%014d", s.evSeq)
-	body, err := json.Marshal(map[string]any{
+	ev := map[string]any{
 		"id": id, "object": "event", "api_version": APIVersion, "created": at.Unix(), "type": typ,
 		"livemode": false, "pending_webhooks": 1, "data": map[string]any{"object": obj},
 		"request": map[string]any{"id": nil, "idempotency_key": nil},
-	})
+	}
+	if acct != "" {
+		ev["account"] = acct
+	}
+	body, err := json.Marshal(ev)
 	if err != nil {
 		panic(err)
 	}
-	s.events = append(s.events, Event{ID: id, Type: typ, ObjectID: objectID, Created: at, Body: body})
+	s.events = append(s.events, Event{ID: id, Type: typ, ObjectID: objectID, Account: acct, Created: at, Body: body})
 }
 
 // Events returns the events emitted so far, in order, after settling the
@@ -225,8 +219,9 @@ func (s *Server) Final() map[string]string {
 	return out
 }
 
-// NextSettlement returns when the next asynchronous payment settles on the
-// server's clock, and false if none is waiting.
+// NextSettlement returns when the next asynchronous payment settles, or
+// the next pending refund or payout moves on, on the server's clock, and
+// false if none is waiting.
 func (s *Server) NextSettlement() (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -234,6 +229,11 @@ func (s *Server) NextSettlement() (time.Time, bool) {
 	for _, p := range s.payments {
 		if !p.settleAt.IsZero() {
 			at = append(at, p.settleAt)
+		}
+	}
+	for _, m := range s.moves.list {
+		if !m.settleAt.IsZero() {
+			at = append(at, m.settleAt)
 		}
 	}
 	if len(at) == 0 {

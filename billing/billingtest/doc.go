@@ -36,9 +36,11 @@
 // /v1/charges and /v1/payment_intents listed by customer; GET
 // /v1/charges/search and /v1/payment_intents/search with clauses such as
 // metadata['billonce_period']:'2026-09', customer:'cus_1', status:'succeeded' joined by
-// AND; and the invoice and usage-meter endpoints below. Parameters are validated as Stripe does (a positive integer amount, a
-// known lowercase currency, no unknown parameters); a rejection is a 400
-// invalid_request_error that names the parameter.
+// AND; and the invoice, usage-meter, refund, credit-note, Connect,
+// transfer and payout endpoints below. Parameters are validated as Stripe
+// does (a positive integer amount, a known lowercase currency, no unknown
+// parameters); a rejection is a 400 invalid_request_error that names the
+// parameter.
 //
 // # Usage meters
 //
@@ -90,13 +92,100 @@
 // [Server.Invoices] is the ledger: status, lines, and how many times each
 // invoice was finalized and paid.
 //
+// # Refunds and credit notes
+//
+// POST /v1/refunds refunds a succeeded charge (charge) or payment intent
+// (payment_intent), with an optional amount (what is left by default),
+// reason and metadata. A payment takes several partial refunds, of the
+// same amount or not, until they add up to its amount; then a refund is
+// refused with 400 charge_already_refunded, and one over what is left with
+// 400 amount_too_large. The charge's amount_refunded and refunded follow.
+// A refund is succeeded at once, or pending when the payment's customer
+// settles later (Config.Async, [Server.SettleLater]): it then succeeds,
+// or fails with the Async's FailureCode as its failure_reason, [Async].After
+// later on the server's clock, or when [Server.Settle] moves it to
+// succeeded, failed or canceled. A pending refund counts as refunded; a
+// failed or canceled one gives its amount back to the payment and the
+// balance, and the payment can be refunded again. Events follow API
+// 2024-06-20: charge.refunded (the charge, or for a payment intent a
+// charge naming it) when a refund is made, charge.refund.updated (the
+// refund) when it settles. Stripe sent refund.created, refund.updated and
+// refund.failed for refunds of a charge only from 2024-10-28, and stripe-go
+// v79 has no refund.failed; the fake sends none of them. GET
+// /v1/refunds?charge=…|payment_intent=… lists a payment's refunds, newest
+// first and current at once (there is no refund search), and GET
+// /v1/refunds/{id} reads one. [Server.Refund], a refund made in the
+// Dashboard, makes the same refund without a key.
+//
+// POST /v1/credit_notes credits a finalized invoice by amount, or by lines
+// (lines[N][type] invoice_line_item with an invoice_line_item, whole or
+// for an amount, or custom_line_item with unit_amount and quantity). On an
+// open invoice (a pre_payment note) it reduces amount_due, never below
+// nothing, and takes no refund_amount, credit_amount or out_of_band_amount;
+// an invoice with nothing left due is paid, with no payment. On a paid
+// invoice (post_payment) refund_amount, credit_amount and
+// out_of_band_amount must add up to its total; refund_amount makes a
+// succeeded refund of the invoice's payment (at most what was paid and not
+// refunded; none for an invoice paid out of band). The credit notes of an
+// invoice never credit more than its total; a draft or void invoice takes
+// none. Each emits credit_note.created. GET /v1/credit_notes?invoice=…
+// (or customer=) lists them, GET /v1/credit_notes/{id} reads one.
+//
+// # Connected accounts, transfers and payouts
+//
+// [Server.CreateAccount] (or POST /v1/accounts) connects an account to the
+// platform. A request with a Stripe-Account header (Stripe-Context on /v2)
+// acts on that account; one naming an account that is not connected is
+// refused with 403 account_invalid. Charges, payment intents, invoices,
+// meters, meter events, error reports, refunds, credit notes and payouts
+// live on the account they were made on: another account, the platform
+// included, neither lists nor reads them, and answers 404
+// resource_missing for their ids. A customer lives on the account it is
+// first named on, as though it had been created there: named on another
+// account it is missing (404 resource_missing on the customer parameter,
+// or a meter event rejected at processing with
+// meter_event_customer_not_found). Idempotency keys are scoped per API key
+// and per account. An event of a connected account carries the top-level
+// account field ([Event].Account), and a meter error report its context.
+//
+// Each account has an available balance per currency: what
+// [Server.SetBalance] sets, plus the payments that succeed and the
+// invoices paid (at once: the fake has no pending balance and no fees),
+// less refunds (which may take it below zero, as Stripe debits the
+// account), transfers and payouts; GET /v1/balance and [Server.Balance]
+// read it. POST /v1/transfers (amount, currency, destination, an acct_
+// connected account, transfer_group, metadata) moves the platform's
+// balance to the destination's and emits transfer.created; it is made by
+// the platform only, and one larger than the balance is refused with 400
+// balance_insufficient. GET /v1/transfers?destination=…&transfer_group=…
+// lists them. POST /v1/transfers/{id}/reversals (amount, what is left by
+// default) gives part of a transfer back, from the destination's balance
+// to the platform's, and emits transfer.reversed with the transfer; it is
+// refused with amount_too_large over what is left, and with
+// balance_insufficient when the destination's balance is short. GET
+// /v1/transfers/{id}/reversals lists them, as does the transfer's
+// reversals field. POST /v1/payouts (amount, currency, method, metadata) pays
+// out the balance of the account it is made on, or refuses with
+// balance_insufficient; a payout is pending (payout.created), in transit
+// an hour later (payout.updated) and paid on its arrival date two days
+// after it was made (payout.paid); an instant one is in transit at once
+// and paid within half an hour. [Server.Settle] moves a payout on now,
+// cancels a pending one (payout.canceled) or fails one, even once paid,
+// as a bank may days later (payout.failed, with its failure_code); a
+// failed or canceled payout's amount is back in the balance. GET
+// /v1/payouts lists them (status= filters them); every list of this
+// section, refunds and credit notes included, also takes
+// created[gte|gt|lte|lt] and refuses a filter it does not know.
+//
 // Every POST above goes through the idempotency layer below, with every
-// fault, exactly as charges do.
+// fault, exactly as charges do; a refusal that depends on the server's
+// state (a refund over what is left, a short balance, a draft invoice)
+// stores nothing, so the same key may succeed once the state allows it.
 //
 // # Idempotency, as Stripe does it
 //
 // Every request needs an API key (Authorization: Bearer); idempotency keys
-// are scoped per API key. Once a POST with an Idempotency-Key starts
+// are scoped per API key and per account. Once a POST with an Idempotency-Key starts
 // executing, its status and body are stored, 500s included. A later request
 // with that key gets the stored answer with Idempotent-Replayed: true (and
 // Original-Request). The same key with other parameters, or on the other
@@ -120,9 +209,10 @@
 // lock_timeout or rate_limit, declines (402 card_error with a
 // decline_code, stored like any result), and any other Stripe refusal you
 // describe ([FaultRefuse] with a [Refusal]: an unknown parameter, an expired
-// key, livemode_mismatch, a missing customer), stored nowhere. Faults are chosen, in this order, by
+// key, livemode_mismatch, a customer Stripe does not know), stored nowhere. Faults are chosen, in this order, by
 //
-//   - [Server.FailNext]: a queue of faults for requests that match a [Match];
+//   - [Server.FailNext]: a queue of faults for requests that match a
+//     [Match] (method, path, customer, idempotency key, account);
 //   - Config.Script or [Server.SetScript]: a func([Request]) [Fault], such as
 //     [RandomFaults], which draws seeded random faults from a hash of the
 //     seed, the API and idempotency keys and the attempt number, so a run is
@@ -145,9 +235,12 @@
 // [Server.Count] and [Server.CountPeriod] count payments that moved money
 // per customer and per (customer, period), the period being the metadata
 // value under Config.PeriodKey ("billonce_period", the key billing.Biller writes). [Server.Payments] lists every
-// payment, declined ones included, with its idempotency key; [Server.Log] is
-// the request log (method, path, key, status, replayed, fault);
-// [Server.Stats] the running totals. All return copies.
+// payment, declined ones included, with its idempotency key and account;
+// [Server.Movements] every refund, credit note, transfer, reversal and payout, with
+// what it is about, its status, period and key: counting them is the
+// oracle of money going out. [Server.Balance] is an account's balance;
+// [Server.Log] is the request log (method, path, account, key, status,
+// replayed, fault); [Server.Stats] the running totals. All return copies.
 //
 // # Payments that settle later, and webhooks
 //
@@ -159,7 +252,8 @@
 // would send it ([Server.Events]): charge.pending, charge.succeeded,
 // charge.failed, payment_intent.processing, payment_intent.succeeded,
 // payment_intent.payment_failed, and charge.refunded and
-// charge.dispute.created after [Server.Refund] and [Server.Dispute].
+// charge.dispute.created after a refund and [Server.Dispute]; the refunds
+// and payouts of the section above move on the same clock.
 // [Server.ConfirmIntent] is a declined payment intent completed later
 // on-session by its customer (3-D Secure after an off-session
 // authentication_required, or another card): it succeeds, is counted and
@@ -182,12 +276,28 @@
 //
 // Trust it for idempotency and failure handling, not for the rest of Stripe:
 //
-//   - Only charges, payment intents, invoices, invoice items, meters and
-//     meter events exist: no customers, payment methods, sources, refunds,
-//     captures, updates, confirm/cancel endpoints, subscriptions, prices or
-//     webhooks endpoints. Any customer or payment-method ID is accepted; a
-//     confirmed payment intent does not create a separate ch_ object, and
-//     paying an invoice creates no charge or payment intent.
+//   - Only charges, payment intents, invoices, invoice items, meters,
+//     meter events, refunds, credit notes, transfers, payouts, the balance
+//     and connected accounts exist: no customer objects, payment methods,
+//     sources, captures, updates, cancel endpoints, subscriptions, prices,
+//     balance transactions or webhooks endpoints. Any customer or
+//     payment-method ID is accepted (a customer where it is first named); a
+//     confirmed payment intent does not create a separate ch_ object (its
+//     refunds name no charge), and paying an invoice creates no charge or
+//     payment intent: a credit note's refund names none and emits no event
+//     of its own.
+//   - Refunds cannot be updated or canceled through the API (only
+//     [Server.Settle] settles them), and are never refused for a short
+//     balance or a dispute. Credit notes cannot be voided or previewed,
+//     have no /lines endpoint of their own, and credit_amount moves no
+//     customer balance (the fake has none); a line is not checked against
+//     what earlier notes credited of it, only the invoice's total is.
+//   - Transfers cannot be tied to a source_transaction, a reversal cannot
+//     be read alone or updated, and Connect's destination charges
+//     (transfer_data, application_fee_amount) are not modelled. Payouts go
+//     to no bank account object, cannot be reversed, and are never
+//     automatic. Accounts cannot be read, updated or deleted; every one is
+//     enabled at once.
 //   - Invoices have no tax, discounts, credit balance, automatic
 //     advancement (auto_advance is stored, nothing happens by itself),
 //     uncollectible status or invoice-item endpoints beyond create; an
@@ -208,10 +318,12 @@
 //     object becomes searchable Config.SearchDelay after its creation on the
 //     server's clock (0 by default: at once); Stripe's index usually lags by
 //     up to a minute, and more during incidents.
-//   - Lists support customer, limit and starting_after, not ending_before or
+//   - Lists support customer, limit and starting_after, not ending_before;
+//     only the lists of refunds, credit notes, transfers and payouts take
 //     created filters.
-//   - All API keys belong to one account: every key sees every object. There
-//     are no restricted-key permissions, Stripe-Account headers or live mode.
+//   - All API keys belong to the platform: every key sees every object of
+//     the account it acts on. There are no restricted-key permissions, OAuth
+//     access revocation or live mode.
 //   - The rate limiter is one global token bucket; Stripe's limits are per
 //     account, per endpoint, with separate read and write budgets.
 //   - Idempotency keys are compared per API key on method, path and the

@@ -64,8 +64,9 @@ const (
 	// object, before the idempotency layer: nothing is executed or stored,
 	// as Stripe stores nothing for a request it rejects before executing
 	// it. Use it for refusals the fake never gives by itself: an unknown
-	// parameter, an expired key, a key in the wrong mode, a missing
-	// customer or payment method.
+	// parameter, an expired key, a key in the wrong mode, a customer or
+	// payment method Stripe does not know (the fake takes any customer not
+	// seen on another account).
 	FaultRefuse FaultKind = "refuse"
 )
 
@@ -136,13 +137,15 @@ type Request struct {
 	Path           string
 	IdempotencyKey string // "" when the request carries none
 	Customer       string // the customer parameter, if any
+	Account        string // the Stripe-Account header, "" for the platform
 
-	// Attempt counts the requests seen with this API key and idempotency key,
-	// starting at 1. Requests without a key count per method and path.
+	// Attempt counts the requests seen with this API key, account and
+	// idempotency key, starting at 1. Requests without a key count per
+	// method and path.
 	Attempt int
 
-	// drawID identifies the request for RandomFaults: the API key and the
-	// idempotency key, or the method and path. A pointer, so that printing
+	// drawID identifies the request for RandomFaults: the API key, the
+	// idempotency key and a connected account, or the method and path. A pointer, so that printing
 	// a Request never shows the API key.
 	drawID *string
 }
@@ -151,7 +154,7 @@ type Request struct {
 // [Server.SetScript]) that gives each request a fault drawn at random:
 // rates[kind] is the probability of that kind, and the rates add up to at
 // most 1. The draw is a pure function of the seed, the request's API and
-// idempotency keys and its attempt number, so the same seed gives the same
+// idempotency keys (and connected account) and its attempt number, so the same seed gives the same
 // faults for the same keys however requests interleave, in every process.
 // An error says which rate is invalid.
 //
@@ -177,13 +180,15 @@ type Match struct {
 	Path           string
 	Customer       string
 	IdempotencyKey string
+	Account        string // a connected account; the platform's requests have none to match
 }
 
 func (m Match) matches(r *Request) bool {
 	return (m.Method == "" || m.Method == r.Method) &&
 		(m.Path == "" || m.Path == r.Path) &&
 		(m.Customer == "" || m.Customer == r.Customer) &&
-		(m.IdempotencyKey == "" || m.IdempotencyKey == r.IdempotencyKey)
+		(m.IdempotencyKey == "" || m.IdempotencyKey == r.IdempotencyKey) &&
+		(m.Account == "" || m.Account == r.Account)
 }
 
 type queued struct {

@@ -70,17 +70,31 @@ const (
 	epVoidInvoice
 	epDeleteInvoice
 	epUpdateInvoice
+
+	epCreateRefund
+	epCreateCreditNote
+	epCreateTransfer
+	epCreatePayout
+	epGetBalance
+	epCreateAccount
+	epCreateReversal
+	epListReversals
+	epListMoves // refunds, credit notes, transfers or payouts, by path
+	epGetMove
 )
 
 // invoiceEndpoint reports whether ep names an invoice by id in its path.
-func (ep endpoint) invoiceEndpoint() bool { return ep >= epGetInvoice && ep != epSearchInvoices }
+func (ep endpoint) invoiceEndpoint() bool {
+	return ep >= epGetInvoice && ep <= epUpdateInvoice && ep != epSearchInvoices
+}
 
 // writes reports whether ep changes the server's state, under the
 // idempotency layer.
 func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
-		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice:
+		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice,
+		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout, epCreateAccount, epCreateReversal:
 		return true
 	}
 	return false
@@ -117,9 +131,22 @@ func route(method, path string) (endpoint, string) {
 			return epCreateInvoice, ""
 		case "/v1/invoiceitems":
 			return epCreateInvoiceItem, ""
+		case "/v1/refunds":
+			return epCreateRefund, ""
+		case "/v1/credit_notes":
+			return epCreateCreditNote, ""
+		case "/v1/transfers":
+			return epCreateTransfer, ""
+		case "/v1/payouts":
+			return epCreatePayout, ""
+		case "/v1/accounts":
+			return epCreateAccount, ""
 		}
 		if id, ok := pathID(path, "/v1/payment_intents/", "/confirm"); ok {
 			return epConfirmIntent, id
+		}
+		if id, ok := pathID(path, "/v1/transfers/", "/reversals"); ok {
+			return epCreateReversal, id
 		}
 		for _, a := range []struct {
 			suffix string
@@ -150,6 +177,22 @@ func route(method, path string) (endpoint, string) {
 			return epListMeters, ""
 		case "/v1/invoices/search":
 			return epSearchInvoices, ""
+		case "/v1/balance":
+			return epGetBalance, ""
+		}
+		if id, ok := pathID(path, "/v1/transfers/", "/reversals"); ok {
+			return epListReversals, id
+		}
+		for _, k := range moveKinds {
+			if k.path == "" {
+				continue
+			}
+			if path == k.path {
+				return epListMoves, ""
+			}
+			if id, ok := pathID(path, k.path+"/", ""); ok {
+				return epGetMove, id
+			}
 		}
 		if id, ok := pathID(path, "/v1/charges/", ""); ok {
 			return epGetCharge, id
@@ -200,25 +243,36 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	ep, id := route(r.Method, r.URL.Path)
 	if ep == epNone {
 		s.finish(w, &e, errResult(http.StatusNotFound, apiErr{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves charges, payment intents, invoices, invoice items, billing meters and meter events (see the package documentation).", r.Method, r.URL.Path)}), Fault{})
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). This fake Stripe serves charges, payment intents, invoices, invoice items, billing meters, meter events, refunds, credit notes, transfers, payouts, the balance and connected accounts (see the package documentation).", r.Method, r.URL.Path)}), Fault{})
 		return
 	}
+	acct, acctErr := s.accountOf(r, apiKey)
+	if acctErr != nil {
+		s.finish(w, &e, errResult(http.StatusForbidden, *acctErr), Fault{})
+		return
+	}
+	e.Account = acct
 	e.Customer = r.Form.Get("customer")
 	idem := r.Method == http.MethodPost && key != ""
+	// Keys are scoped per API key and per account: the same key on
+	// another account is another key.
 	scoped := apiKey + "\x00" + key
+	if acct != "" {
+		scoped += "\x00" + acct
+	}
 
 	// The rate limiter runs before anything else and stores nothing.
 	s.mu.Lock()
 	s.stats.Requests++
 	if e.Customer == "" {
-		e.Customer = s.customerOf(ep, id, r.Form)
+		e.Customer = s.customerOf(acct, ep, id, r.Form)
 	}
 	if !s.bucket.allow(time.Now()) {
 		s.mu.Unlock()
 		s.finish(w, &e, rateLimited(), Fault{})
 		return
 	}
-	req := Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: key, Customer: e.Customer}
+	req := Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: key, Customer: e.Customer, Account: acct}
 	drawID := r.Method + " " + r.URL.Path
 	if idem {
 		ent := s.keys[scoped]
@@ -298,7 +352,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			fault = Fault{} // nothing to decline
 		}
 		var executed bool
-		res, executed = s.write(ep, id, r, rid, idem, scoped, key, declined, declineCode, fault)
+		res, executed = s.write(ep, id, acct, r, rid, idem, scoped, key, declined, declineCode, fault)
 		if !executed {
 			// Faults of execution have no effect on a replay or a rejection.
 			if fault.Kind == FaultDecline || fault.Kind == FaultErrorAfter {
@@ -312,7 +366,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if fault.Kind == FaultDecline {
 			fault = Fault{}
 		}
-		res = s.get(ep, id, r)
+		res = s.get(ep, id, acct, r)
 		if fault.Kind == FaultErrorAfter {
 			res = errResult(http.StatusInternalServerError, apiErr{Type: "api_error", Message: "An unknown error occurred while processing the request."})
 			res.shouldRetry = "true"
@@ -325,12 +379,16 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // create runs a POST that creates a charge or a payment intent.
-func (s *Server) create(ep endpoint, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (result, bool) {
+func (s *Server) create(ep endpoint, acct string, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (result, bool) {
 	intent := ep == epCreateIntent
 	p, verr := parseCreate(r.Form, intent)
 	return s.idempotent(r, rid, idem, scoped, key, fault, verr, func(now time.Time) (result, bool) {
+		if bad := s.bindCustomer(acct, p.Customer); bad != nil {
+			return errResult(http.StatusNotFound, *bad), false
+		}
 		s.objSeq++
 		p.Created = now
+		p.Account = acct
 		p.Period = p.Metadata[s.periodKey]
 		if idem {
 			p.IdempotencyKey = key
@@ -424,7 +482,7 @@ var confirmParams = map[string]bool{
 // off_session=true) its customer authenticates, so an
 // authentication_required decline goes through; any other decline of the
 // customer declines it again.
-func (s *Server) confirmIntent(id string, form url.Values, declined bool, declineCode string) (*apiErr, func(time.Time) (result, bool)) {
+func (s *Server) confirmIntent(acct, id string, form url.Values, declined bool, declineCode string) (*apiErr, func(time.Time) (result, bool)) {
 	if bad := unknownParam(form, confirmParams); bad != nil {
 		return bad, nil
 	}
@@ -433,8 +491,8 @@ func (s *Server) confirmIntent(id string, form url.Values, declined bool, declin
 		return bad, nil
 	}
 	return nil, func(now time.Time) (result, bool) {
-		p := s.byID[id]
-		if p == nil || p.Object != "payment_intent" {
+		p := s.payment(acct, id, "payment_intent")
+		if p == nil {
 			return errResult(http.StatusNotFound, *invalid("intent", "resource_missing", fmt.Sprintf("No such payment_intent: '%s'", id))), false
 		}
 		switch p.Status {
@@ -555,48 +613,67 @@ func (ep endpoint) pays() bool {
 }
 
 // write serves the endpoints that change state.
-func (s *Server) write(ep endpoint, id string, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (result, bool) {
+func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string, idem bool, scoped, key string, declined bool, declineCode string, fault Fault) (result, bool) {
+	var verr *apiErr
+	var run func(time.Time) (result, bool)
+	ikey := "" // the key a created object records
+	if idem {
+		ikey = key
+	}
 	switch ep {
 	case epCreateCharge, epCreateIntent:
-		return s.create(ep, r, rid, idem, scoped, key, declined, declineCode, fault)
+		return s.create(ep, acct, r, rid, idem, scoped, key, declined, declineCode, fault)
 	case epConfirmIntent:
-		verr, run := s.confirmIntent(id, r.Form, declined, declineCode)
-		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+		verr, run = s.confirmIntent(acct, id, r.Form, declined, declineCode)
 	case epCreateMeter:
-		verr, run := s.createMeter(r.Form)
-		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+		verr, run = s.createMeter(acct, r.Form)
 	case epCreateMeterEvent:
-		verr, run := s.createMeterEvent(r.Form)
-		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+		verr, run = s.createMeterEvent(acct, r.Form)
 	case epCreateInvoice:
-		verr, run := s.createInvoice(r.Form)
-		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+		verr, run = s.createInvoice(acct, r.Form)
 	case epCreateInvoiceItem:
-		verr, run := s.createInvoiceItem(r.Form)
-		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+		verr, run = s.createInvoiceItem(acct, r.Form)
+	case epCreateRefund:
+		verr, run = s.createRefund(acct, r.Form, ikey)
+	case epCreateCreditNote:
+		verr, run = s.createCreditNote(acct, r.Form, ikey)
+	case epCreateTransfer:
+		verr, run = s.createTransfer(acct, r.Form, ikey)
+	case epCreatePayout:
+		verr, run = s.createPayout(acct, r.Form, ikey)
+	case epCreateAccount:
+		verr, run = s.createAccount(acct, r.Form)
+	case epCreateReversal:
+		verr, run = s.createReversal(acct, id, r.Form, ikey)
 	default:
-		verr, run := s.invoiceAction(ep, id, r.Form, declined, declineCode)
-		return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
+		verr, run = s.invoiceAction(acct, ep, id, r.Form, declined, declineCode)
 	}
+	return s.idempotent(r, rid, idem, scoped, key, fault, verr, run)
 }
 
 // get serves the endpoints that read.
-func (s *Server) get(ep endpoint, id string, r *http.Request) result {
+func (s *Server) get(ep endpoint, id, acct string, r *http.Request) result {
 	switch ep {
 	case epListMeters, epGetMeter, epMeterSummaries:
-		return s.readMeters(ep, id, r.Form)
+		return s.readMeters(acct, ep, id, r.Form)
 	case epGetV2Event:
-		return s.readV2Event(id)
+		return s.readV2Event(acct, id)
 	case epGetInvoice, epInvoiceLines, epSearchInvoices:
-		return s.readInvoices(ep, id, r.Form)
+		return s.readInvoices(acct, ep, id, r.Form)
+	case epListMoves, epGetMove:
+		return s.readMoves(acct, moveObject(r.URL.Path), id, r.Form)
+	case epGetBalance:
+		return s.readBalance(acct)
+	case epListReversals:
+		return s.readMoves(acct, "transfer_reversal", id, r.Form)
 	}
-	return s.read(ep, id, r)
+	return s.read(ep, id, acct, r)
 }
 
 // customerOf returns the customer a request is about when its form does
 // not name one: the invoice's, or a meter event's payload customer, so
 // that the log and [Match] see it. mu is held.
-func (s *Server) customerOf(ep endpoint, id string, form url.Values) string {
+func (s *Server) customerOf(acct string, ep endpoint, id string, form url.Values) string {
 	switch {
 	case ep == epConfirmIntent:
 		if p := s.byID[id]; p != nil {
@@ -607,9 +684,28 @@ func (s *Server) customerOf(ep endpoint, id string, form url.Values) string {
 			return inv.Customer
 		}
 	case ep == epCreateMeterEvent:
-		return form.Get("payload[" + s.customerKey(form.Get("event_name")) + "]")
+		return form.Get("payload[" + s.customerKey(acct, form.Get("event_name")) + "]")
+	case ep == epCreateCreditNote:
+		if inv := s.invoice(acct, form.Get("invoice")); inv != nil {
+			return inv.Customer
+		}
+	case ep == epCreateRefund:
+		for _, k := range []string{"charge", "payment_intent"} {
+			if p := s.payment(acct, form.Get(k), k); p != nil {
+				return p.Customer
+			}
+		}
 	}
 	return ""
+}
+
+// payment returns the charge or payment intent (object) id on acct, or
+// nil when acct has none with that id. mu is held.
+func (s *Server) payment(acct, id, object string) *Payment {
+	if p := s.byID[id]; p != nil && p.Account == acct && p.Object == object {
+		return p
+	}
+	return nil
 }
 
 func ok(v any) result { return result{status: http.StatusOK, body: mustJSON(v)} }

@@ -1,6 +1,7 @@
 package billingtest_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -54,6 +55,26 @@ func chargeParams(customer, period, key string) *stripe.ChargeParams {
 	return p
 }
 
+// errorOf decodes the error object of a Stripe error body.
+func errorOf(body []byte) (e struct {
+	Type, Code, Param, Message string
+}) {
+	var v struct {
+		Error struct {
+			Type, Code, Param, Message string
+		}
+	}
+	json.Unmarshal(body, &v)
+	return v.Error
+}
+
+// idOf decodes the id of an object's body.
+func idOf(body []byte) string {
+	var v struct{ ID string }
+	json.Unmarshal(body, &v)
+	return v.ID
+}
+
 // stripeErr asserts err is a *stripe.Error and returns it.
 func stripeErr(tb testing.TB, err error) *stripe.Error {
 	tb.Helper()
@@ -77,6 +98,22 @@ func faults(seed int64, rates map[billingtest.FaultKind]float64) func(billingtes
 // read what stripe-go hides (headers, raw bodies).
 func do(tb testing.TB, srv *billingtest.Server, method, path, key string, form url.Values) (*http.Response, []byte) {
 	tb.Helper()
+	return doAs(tb, srv, "", method, path, key, form)
+}
+
+// doAs is do on behalf of a connected account (a Stripe-Account header;
+// Stripe-Context on /v2), or of the platform when acct is empty.
+func doAs(tb testing.TB, srv *billingtest.Server, acct, method, path, key string, form url.Values) (*http.Response, []byte) {
+	tb.Helper()
+	resp, b, err := send(srv, acct, method, path, key, form)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp, b
+}
+
+// send is doAs returning a lost connection as an error.
+func send(srv *billingtest.Server, acct, method, path, key string, form url.Values) (*http.Response, []byte, error) {
 	var body io.Reader
 	if method == http.MethodPost {
 		body = strings.NewReader(form.Encode())
@@ -85,21 +122,28 @@ func do(tb testing.TB, srv *billingtest.Server, method, path, key string, form u
 	}
 	req, err := http.NewRequest(method, srv.URL+path, body)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	if acct != "" {
+		h := "Stripe-Account"
+		if strings.HasPrefix(path, "/v2/") {
+			h = "Stripe-Context"
+		}
+		req.Header.Set(h, acct)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	return resp, b
+	return resp, b, nil
 }

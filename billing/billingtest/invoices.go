@@ -12,6 +12,7 @@ import (
 // Invoice is one invoice the server created, as the ledger keeps it.
 type Invoice struct {
 	ID       string `json:"id"`
+	Account  string `json:"account,omitempty"` // the connected account it was made on; "" for the platform
 	Customer string `json:"customer"`
 	// Status is "draft", "open", "paid" or "void".
 	Status   string            `json:"status"`
@@ -58,6 +59,7 @@ type invoice struct {
 	daysUntilDue                  int64
 	number                        string
 	amountDue, amountPaid         int64
+	preCredit, postCredit         int64 // the credit notes' totals, on the open and on the paid invoice
 	attempts                      int
 	finalizedAt, paidAt, voidedAt time.Time
 	deleted                       bool
@@ -144,7 +146,7 @@ var invoiceParams = map[string]bool{
 // createInvoice validates POST /v1/invoices and returns how to run it.
 // pending_invoice_items_behavior defaults to exclude, as stripe-go v79
 // documents for API 2024-06-20.
-func (s *Server) createInvoice(form url.Values) (*apiErr, func(time.Time) (result, bool)) {
+func (s *Server) createInvoice(acct string, form url.Values) (*apiErr, func(time.Time) (result, bool)) {
 	md, bad := parseMetadata(form, func(k string) bool { return invoiceParams[k] })
 	if bad != nil {
 		return bad, nil
@@ -189,8 +191,12 @@ func (s *Server) createInvoice(form url.Values) (*apiErr, func(time.Time) (resul
 		return invalid("pending_invoice_items_behavior", "parameter_invalid_string", "Invalid pending_invoice_items_behavior: use exclude or include."), nil
 	}
 	return nil, func(now time.Time) (result, bool) {
+		if bad := s.bindCustomer(acct, inv.Customer); bad != nil {
+			return errResult(http.StatusNotFound, *bad), false
+		}
 		s.objSeq++
 		inv.ID = fmt.Sprintf("in_%014d", s.objSeq)
+		inv.Account = acct
 		inv.created = now
 		s.inv.list = append(s.inv.list, inv)
 		s.inv.byID[inv.ID] = inv
@@ -215,7 +221,7 @@ var itemParams = map[string]bool{"customer": true, "invoice": true, "amount": tr
 
 // createInvoiceItem validates POST /v1/invoiceitems and returns how to run
 // it.
-func (s *Server) createInvoiceItem(form url.Values) (*apiErr, func(time.Time) (result, bool)) {
+func (s *Server) createInvoiceItem(acct string, form url.Values) (*apiErr, func(time.Time) (result, bool)) {
 	md, bad := parseMetadata(form, func(k string) bool { return itemParams[k] })
 	if bad != nil {
 		return bad, nil
@@ -242,14 +248,17 @@ func (s *Server) createInvoiceItem(form url.Values) (*apiErr, func(time.Time) (r
 	}
 	return nil, func(now time.Time) (result, bool) {
 		it.created = now
+		if bad := s.bindCustomer(acct, it.customer); bad != nil {
+			return errResult(http.StatusNotFound, *bad), false
+		}
 		var inv *invoice
 		if it.invoice != "" {
-			inv = s.inv.byID[it.invoice]
+			inv = s.invoice(acct, it.invoice)
 			refuse := func(param, code, msg string) (result, bool) {
 				return errResult(http.StatusBadRequest, *invalid(param, code, msg)), false
 			}
 			switch {
-			case inv == nil || inv.deleted:
+			case inv == nil:
 				return refuse("invoice", "resource_missing", fmt.Sprintf("No such invoice: '%s'", it.invoice))
 			case inv.Customer != it.customer:
 				return refuse("invoice", "", fmt.Sprintf("The invoice %s belongs to customer %s, not %s.", inv.ID, inv.Customer, it.customer))
@@ -287,7 +296,7 @@ func orEmpty(m map[string]string) map[string]string {
 // or deleted, only an open invoice is paid or voided, only a draft or an
 // open invoice has its auto_advance changed; a decline leaves the invoice
 // open.
-func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined bool, declineCode string) (*apiErr, func(time.Time) (result, bool)) {
+func (s *Server) invoiceAction(acct string, ep endpoint, id string, form url.Values, declined bool, declineCode string) (*apiErr, func(time.Time) (result, bool)) {
 	allowed := map[string]bool{}
 	switch ep {
 	case epFinalizeInvoice, epUpdateInvoice:
@@ -305,9 +314,9 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 		return bad, nil
 	}
 	return nil, func(now time.Time) (result, bool) {
-		inv := s.inv.byID[id]
-		if inv == nil || inv.deleted {
-			return errResult(http.StatusNotFound, *invalid("id", "resource_missing", fmt.Sprintf("No such invoice: '%s'", id))), false
+		inv := s.invoice(acct, id)
+		if inv == nil {
+			return missing("id", "invoice", id), false
 		}
 		refuse := func(msg string) (result, bool) {
 			return errResult(http.StatusBadRequest, apiErr{Type: "invalid_request_error", Message: msg}), false
@@ -354,6 +363,9 @@ func (s *Server) invoiceAction(ep endpoint, id string, form url.Values, declined
 			inv.Status, inv.paidAt, inv.amountPaid = "paid", now, inv.amountDue
 			inv.Payments++
 			inv.PaidOutOfBand = form.Get("paid_out_of_band") == "true"
+			if !inv.PaidOutOfBand {
+				s.addBalance(inv.Account, orDefault(inv.currency, "usd"), inv.amountPaid)
+			}
 			s.emitInvoice("invoice.paid", inv, now)
 		case epSendInvoice:
 			if inv.collection != "send_invoice" {
@@ -399,7 +411,16 @@ func (s *Server) invoiceResult(inv *invoice) result {
 }
 
 func (s *Server) emitInvoice(typ string, inv *invoice, at time.Time) {
-	s.emitObject(typ, inv.ID, s.renderInvoice(inv), at)
+	s.emitObject(inv.Account, typ, inv.ID, s.renderInvoice(inv), at)
+}
+
+// invoice returns the invoice id on acct, or nil when acct has none (or
+// it was deleted). mu is held.
+func (s *Server) invoice(acct, id string) *invoice {
+	if inv := s.inv.byID[id]; inv != nil && !inv.deleted && inv.Account == acct {
+		return inv
+	}
+	return nil
 }
 
 func unixOrNil(t time.Time) any {
@@ -439,6 +460,7 @@ func (s *Server) renderInvoice(inv *invoice) map[string]any {
 		"description": strOrNil(inv.descr), "due_date": dueDate, "effective_at": unixOrNil(inv.finalizedAt),
 		"lines": list, "livemode": false, "metadata": orEmpty(inv.Metadata), "number": strOrNil(inv.number),
 		"paid": inv.Status == "paid", "period_start": inv.created.Unix(), "period_end": inv.created.Unix(),
+		"pre_payment_credit_notes_amount": inv.preCredit, "post_payment_credit_notes_amount": inv.postCredit,
 		"status": inv.Status, "subtotal": inv.total(), "total": inv.total(),
 		"status_transitions": map[string]any{"finalized_at": unixOrNil(inv.finalizedAt), "paid_at": unixOrNil(inv.paidAt),
 			"voided_at": unixOrNil(inv.voidedAt), "marked_uncollectible_at": nil}}
@@ -452,7 +474,7 @@ func renderLine(inv *invoice, l *InvoiceLine) map[string]any {
 }
 
 // readInvoices serves GET of an invoice, of its lines, and invoice search.
-func (s *Server) readInvoices(ep endpoint, id string, form url.Values) result {
+func (s *Server) readInvoices(acct string, ep endpoint, id string, form url.Values) result {
 	limit, bad := parseLimit(form)
 	if bad != nil {
 		return errResult(http.StatusBadRequest, *bad)
@@ -468,7 +490,7 @@ func (s *Server) readInvoices(ep endpoint, id string, form url.Values) result {
 		var items []any
 		for i := len(s.inv.list) - 1; i >= 0; i-- {
 			inv := s.inv.list[i]
-			if inv.deleted || now.Sub(inv.created) < s.search {
+			if inv.deleted || inv.Account != acct || now.Sub(inv.created) < s.search {
 				continue
 			}
 			if q.matches(func(field, key string) string {
@@ -491,9 +513,9 @@ func (s *Server) readInvoices(ep endpoint, id string, form url.Values) result {
 		}
 		return searchResult("/v1/invoices/search", items, limit, form.Get("page"))
 	}
-	inv := s.inv.byID[id]
-	if inv == nil || inv.deleted {
-		return errResult(http.StatusNotFound, *invalid("id", "resource_missing", fmt.Sprintf("No such invoice: '%s'", id)))
+	inv := s.invoice(acct, id)
+	if inv == nil {
+		return missing("id", "invoice", id)
 	}
 	if ep == epGetInvoice {
 		return s.invoiceResult(inv)
@@ -528,6 +550,7 @@ func (s *Server) collectDue() {
 		}
 		inv.Status, inv.paidAt, inv.amountPaid = "paid", now, inv.amountDue
 		inv.Payments++
+		s.addBalance(inv.Account, orDefault(inv.currency, "usd"), inv.amountPaid)
 		s.emitInvoice("invoice.paid", inv, now)
 	}
 }

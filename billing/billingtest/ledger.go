@@ -9,7 +9,8 @@ import (
 // payments are recorded too, with Paid false.
 type Payment struct {
 	ID             string            `json:"id"`
-	Object         string            `json:"object"` // "charge" or "payment_intent"
+	Object         string            `json:"object"`            // "charge" or "payment_intent"
+	Account        string            `json:"account,omitempty"` // the connected account it was made on; "" for the platform
 	Customer       string            `json:"customer"`
 	Amount         int64             `json:"amount"`
 	Currency       string            `json:"currency"`
@@ -41,6 +42,7 @@ type Entry struct {
 	RequestID      string    `json:"request_id"`
 	Method         string    `json:"method"`
 	Path           string    `json:"path"`
+	Account        string    `json:"account,omitempty"` // the Stripe-Account header, "" for the platform
 	IdempotencyKey string    `json:"idempotency_key,omitempty"`
 	Customer       string    `json:"customer,omitempty"`
 	Status         int       `json:"status"` // 0 when the connection was dropped without a status

@@ -26,23 +26,23 @@ const (
 
 // meter is a billing meter.
 type meter struct {
-	id, displayName, eventName string
-	formula                    string // "sum" or "count"
-	window                     string // "", "hour" or "day": event_time_window
-	customerKey, valueKey      string
-	created                    time.Time
+	id, account, displayName, eventName string
+	formula                             string // "sum" or "count"
+	window                              string // "", "hour" or "day": event_time_window
+	customerKey, valueKey               string
+	created                             time.Time
 }
 
 // meterEvent is an accepted meter event.
 type meterEvent struct {
-	eventName, customer, identifier string
-	meterID                         string // the active meter of eventName at acceptance, if any
-	payload                         map[string]string
-	value                           float64
-	timestamp, received             time.Time
-	seq                             uint64 // order of receipt
-	reject                          string // the error code processing rejects it with; "" when it counts
-	processed                       bool
+	account, eventName, customer, identifier string
+	meterID                                  string // the active meter of eventName at acceptance, if any
+	payload                                  map[string]string
+	value                                    float64
+	timestamp, received                      time.Time
+	seq                                      uint64 // order of receipt
+	reject                                   string // the error code processing rejects it with; "" when it counts
+	processed                                bool
 }
 
 // meterState holds the meters and their events. Guarded by Server.mu.
@@ -52,9 +52,9 @@ type meterState struct {
 	events      []*meterEvent // in order of receipt, so of the server's clock
 	next        int           // index in events of the first unprocessed event
 	perCustomer map[[2]string][]*meterEvent
-	idents      map[string]time.Time // identifier → when its event was accepted
+	idents      map[string]time.Time // account and identifier → when its event was accepted
 	reject      map[string]string    // customer → error code (RejectUsage)
-	reports     map[string][]byte    // v2 event id → the event with its data
+	reports     map[string]report    // v2 event id → the event with its data
 	delay       time.Duration
 	identWindow time.Duration
 	seq         uint64
@@ -68,8 +68,15 @@ func newMeterState(identWindow, delay time.Duration) meterState {
 		delay = defaultMeterDelay
 	}
 	return meterState{byID: make(map[string]*meter), perCustomer: make(map[[2]string][]*meterEvent),
-		idents: make(map[string]time.Time), reject: make(map[string]string), reports: make(map[string][]byte),
+		idents: make(map[string]time.Time), reject: make(map[string]string), reports: make(map[string]report),
 		delay: delay, identWindow: identWindow}
+}
+
+// report is a meter error report as GET /v2/core/events/{id} serves it
+// to the account it is about.
+type report struct {
+	account string
+	body    []byte
 }
 
 // CreateMeter creates an active meter as POST /v1/billing/meters does and
@@ -83,7 +90,7 @@ func (s *Server) CreateMeter(eventName, formula, window string) string {
 	if window != "" {
 		form.Set("event_time_window", window)
 	}
-	verr, run := s.createMeter(form)
+	verr, run := s.createMeter("", form)
 	if verr != nil {
 		panic(fmt.Sprintf("billingtest: CreateMeter(%q, %q, %q): %s", eventName, formula, window, verr.Message))
 	}
@@ -103,7 +110,7 @@ var meterParams = map[string]bool{
 }
 
 // createMeter validates POST /v1/billing/meters and returns how to run it.
-func (s *Server) createMeter(form url.Values) (*apiErr, func(time.Time) (result, bool)) {
+func (s *Server) createMeter(acct string, form url.Values) (*apiErr, func(time.Time) (result, bool)) {
 	if bad := unknownParam(form, meterParams); bad != nil {
 		return bad, nil
 	}
@@ -126,12 +133,13 @@ func (s *Server) createMeter(form url.Values) (*apiErr, func(time.Time) (result,
 		return invalid("customer_mapping[type]", "parameter_invalid_string", fmt.Sprintf("Invalid customer_mapping[type] %q: use by_id.", t)), nil
 	}
 	return nil, func(now time.Time) (result, bool) {
-		if s.activeMeter(m.eventName) != nil {
+		if s.activeMeter(acct, m.eventName) != nil {
 			return errResult(http.StatusBadRequest, *invalid("event_name", "",
 				fmt.Sprintf("An active meter with event_name %q already exists.", m.eventName))), false
 		}
 		s.objSeq++
 		m.id = fmt.Sprintf("mtr_%014d", s.objSeq)
+		m.account = acct
 		m.created = now
 		s.meters.list = append(s.meters.list, m)
 		s.meters.byID[m.id] = m
@@ -142,11 +150,12 @@ func (s *Server) createMeter(form url.Values) (*apiErr, func(time.Time) (result,
 	}
 }
 
-// activeMeter returns the active meter of eventName, or nil; mu is held.
-// The fake has no endpoint to deactivate a meter: every meter is active.
-func (s *Server) activeMeter(eventName string) *meter {
+// activeMeter returns acct's active meter of eventName, or nil; mu is
+// held. The fake has no endpoint to deactivate a meter: every meter is
+// active.
+func (s *Server) activeMeter(acct, eventName string) *meter {
 	for _, m := range s.meters.list {
-		if m.eventName == eventName {
+		if m.account == acct && m.eventName == eventName {
 			return m
 		}
 	}
@@ -155,8 +164,8 @@ func (s *Server) activeMeter(eventName string) *meter {
 
 // customerKey is the payload key that names the customer of eventName's
 // events; mu is held.
-func (s *Server) customerKey(eventName string) string {
-	if m := s.activeMeter(eventName); m != nil {
+func (s *Server) customerKey(acct, eventName string) string {
+	if m := s.activeMeter(acct, eventName); m != nil {
 		return m.customerKey
 	}
 	return defaultCustomerKey
@@ -177,8 +186,8 @@ func (m *meter) render() map[string]any {
 
 // createMeterEvent validates POST /v1/billing/meter_events and returns how
 // to run it.
-func (s *Server) createMeterEvent(form url.Values) (*apiErr, func(time.Time) (result, bool)) {
-	ev := &meterEvent{eventName: form.Get("event_name"), identifier: form.Get("identifier"), payload: map[string]string{}}
+func (s *Server) createMeterEvent(acct string, form url.Values) (*apiErr, func(time.Time) (result, bool)) {
+	ev := &meterEvent{account: acct, eventName: form.Get("event_name"), identifier: form.Get("identifier"), payload: map[string]string{}}
 	for k := range form {
 		if pk, ok := strings.CutPrefix(k, "payload["); ok && strings.HasSuffix(pk, "]") {
 			ev.payload[strings.TrimSuffix(pk, "]")] = form.Get(k)
@@ -224,7 +233,7 @@ func (s *Server) createMeterEvent(form url.Values) (*apiErr, func(time.Time) (re
 			}
 		}
 		ckey, vkey := defaultCustomerKey, defaultValueKey
-		m := s.activeMeter(ev.eventName)
+		m := s.activeMeter(acct, ev.eventName)
 		if m != nil {
 			ev.meterID, ckey, vkey = m.id, m.customerKey, m.valueKey
 		}
@@ -242,7 +251,8 @@ func (s *Server) createMeterEvent(form url.Values) (*apiErr, func(time.Time) (re
 		if ev.identifier == "" {
 			ev.identifier = fmt.Sprintf("fake-%014d", ev.seq)
 		}
-		if at, taken := s.meters.idents[ev.identifier]; taken && now.Sub(at) < s.meters.identWindow {
+		ident := acct + "\x00" + ev.identifier
+		if at, taken := s.meters.idents[ident]; taken && now.Sub(at) < s.meters.identWindow {
 			return errResult(http.StatusBadRequest, apiErr{Type: "invalid_request_error",
 				Message: fmt.Sprintf("An event already exists with identifier %s.", ev.identifier)}), false
 		}
@@ -253,10 +263,12 @@ func (s *Server) createMeterEvent(form url.Values) (*apiErr, func(time.Time) (re
 			ev.reject = "no_meter"
 		case ev.customer == "":
 			ev.reject = "meter_event_no_customer_defined"
+		case s.bindCustomer(acct, ev.customer) != nil:
+			ev.reject = "meter_event_customer_not_found" // a customer of another account
 		default:
 			ev.reject = s.meters.reject[ev.customer]
 		}
-		s.meters.idents[ev.identifier] = now
+		s.meters.idents[ident] = now
 		s.meters.events = append(s.meters.events, ev)
 		k := [2]string{ev.eventName, ev.customer}
 		s.meters.perCustomer[k] = append(s.meters.perCustomer[k], ev)
@@ -305,29 +317,31 @@ func (s *Server) processMeterEvents(all bool) int {
 		ms.next++
 	}
 	done := ms.events[start:ms.next]
-	byMeter := map[string][]*meterEvent{}
-	var order []string
+	type group struct{ account, meterID string }
+	byMeter := map[group][]*meterEvent{}
+	var order []group
 	for _, ev := range done {
 		if ev.reject == "" {
 			continue
 		}
-		if _, seen := byMeter[ev.meterID]; !seen {
-			order = append(order, ev.meterID)
+		g := group{ev.account, ev.meterID}
+		if _, seen := byMeter[g]; !seen {
+			order = append(order, g)
 		}
-		byMeter[ev.meterID] = append(byMeter[ev.meterID], ev)
+		byMeter[g] = append(byMeter[g], ev)
 	}
-	for _, id := range order {
+	for _, g := range order {
 		// Stripe validates events as they come, and each report is about
 		// the events of a short validation window: events received further
 		// apart than the delay (or before a jump of the clock) are in
 		// reports of their own.
-		evs := byMeter[id]
+		evs := byMeter[g]
 		for len(evs) > 0 {
 			n := 1
 			for n < len(evs) && evs[n].received.Sub(evs[n-1].received) < ms.delay {
 				n++
 			}
-			s.errorReport(id, evs[:n], now)
+			s.errorReport(g.account, g.meterID, evs[:n], now)
 			evs = evs[n:]
 		}
 	}
@@ -335,12 +349,12 @@ func (s *Server) processMeterEvents(all bool) int {
 }
 
 // errorReport emits a v1.billing.meter.error_report_triggered event for
-// the rejected events of one meter ("" for events with no meter), in
-// Stripe's v2 thin-event shape, and keeps the full event for GET
-// /v2/core/events/{id}. Its validation window runs from the first event's
+// the rejected events of one meter of acct ("" for events with no meter),
+// in Stripe's v2 thin-event shape (its context naming a connected
+// account), and keeps the full event for GET /v2/core/events/{id}. Its validation window runs from the first event's
 // receipt to the time the last one was due for processing (Config.MeterDelay
 // after its receipt), or now if that is sooner. mu is held.
-func (s *Server) errorReport(meterID string, evs []*meterEvent, now time.Time) {
+func (s *Server) errorReport(acct, meterID string, evs []*meterEvent, now time.Time) {
 	type sample struct {
 		Message string            `json:"error_message"`
 		Request map[string]string `json:"request"`
@@ -372,6 +386,9 @@ func (s *Server) errorReport(meterID string, evs []*meterEvent, now time.Time) {
 	}
 	thin := map[string]any{"id": id, "object": "v2.core.event", "type": errorReportType,
 		"created": now.UTC().Format(time.RFC3339Nano), "livemode": false, "related_object": related}
+	if acct != "" {
+		thin["context"] = acct
+	}
 	body := mustJSON(thin)
 	thin["data"] = map[string]any{
 		"developer_message_summary": fmt.Sprintf("%d meter events were rejected.", len(evs)),
@@ -379,8 +396,8 @@ func (s *Server) errorReport(meterID string, evs []*meterEvent, now time.Time) {
 		"validation_start":          evs[0].received.UTC().Format(time.RFC3339),
 		"validation_end":            minTime(now, evs[len(evs)-1].received.Add(s.meters.delay)).UTC().Format(time.RFC3339),
 	}
-	s.meters.reports[id] = mustJSON(thin)
-	s.events = append(s.events, Event{ID: id, Type: errorReportType, ObjectID: meterID, Created: now, Body: body})
+	s.meters.reports[id] = report{acct, mustJSON(thin)}
+	s.events = append(s.events, Event{ID: id, Type: errorReportType, ObjectID: meterID, Account: acct, Created: now, Body: body})
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -402,20 +419,22 @@ func rejectMessage(ev *meterEvent) string {
 	return fmt.Sprintf("The event for customer %s was rejected (%s).", ev.customer, ev.reject)
 }
 
-// readV2Event serves GET /v2/core/events/{id}: the meter error reports.
-func (s *Server) readV2Event(id string) result {
+// readV2Event serves GET /v2/core/events/{id}: the meter error reports
+// of acct.
+func (s *Server) readV2Event(acct, id string) result {
 	s.mu.Lock()
 	s.processMeterEvents(false)
-	body := s.meters.reports[id]
+	rep, found := s.meters.reports[id]
+	body := rep.body
 	s.mu.Unlock()
-	if body == nil {
+	if !found || rep.account != acct {
 		return errResult(http.StatusNotFound, *invalid("id", "resource_missing", fmt.Sprintf("No such event: '%s'", id)))
 	}
 	return result{status: http.StatusOK, body: body, objectID: id}
 }
 
 // readMeters serves the meter GETs: list, by id, event summaries.
-func (s *Server) readMeters(ep endpoint, id string, form url.Values) result {
+func (s *Server) readMeters(acct string, ep endpoint, id string, form url.Values) result {
 	limit, bad := parseLimit(form)
 	if bad != nil {
 		return errResult(http.StatusBadRequest, *bad)
@@ -430,15 +449,16 @@ func (s *Server) readMeters(ep endpoint, id string, form url.Values) result {
 		var items []listItem
 		if form.Get("status") != "inactive" {
 			for i := len(s.meters.list) - 1; i >= 0; i-- {
-				m := s.meters.list[i]
-				items = append(items, listItem{m.id, m.render()})
+				if m := s.meters.list[i]; m.account == acct {
+					items = append(items, listItem{m.id, m.render()})
+				}
 			}
 		}
 		return listResult("/v1/billing/meters", items, limit, form.Get("starting_after"))
 	}
 	m := s.meters.byID[id]
-	if m == nil {
-		return errResult(http.StatusNotFound, *invalid("id", "resource_missing", fmt.Sprintf("No such billing meter: '%s'", id)))
+	if m == nil || m.account != acct {
+		return missing("id", "billing meter", id)
 	}
 	if ep == epGetMeter {
 		return result{status: http.StatusOK, body: mustJSON(m.render()), objectID: id}
@@ -447,6 +467,9 @@ func (s *Server) readMeters(ep endpoint, id string, form url.Values) result {
 	customer := form.Get("customer")
 	if customer == "" {
 		return errResult(http.StatusBadRequest, *invalid("customer", "parameter_missing", "Missing required param: customer."))
+	}
+	if bad := s.customerHere(acct, customer); bad != nil {
+		return errResult(http.StatusNotFound, *bad)
 	}
 	var bounds [2]int64
 	for i, p := range []string{"start_time", "end_time"} {
@@ -543,15 +566,16 @@ func windowStart(t time.Time, window string) int64 {
 	return t.UTC().Truncate(time.Hour).Unix()
 }
 
-// MeterTotal returns what the active meter of eventName counts for
-// customer over events timestamped in [start, end), aggregated as the
-// meter does (sum, count, or the most recent event of each window), over
-// every event accepted and not rejected, processed or not. With no meter
-// for eventName it returns 0. This is the exactly-once oracle for usage.
+// MeterTotal returns what the active meter of eventName, on the account
+// customer lives on, counts for customer over events timestamped in
+// [start, end), aggregated as the meter does (sum, count, or the most
+// recent event of each window), over every event accepted and not
+// rejected, processed or not. With no meter for eventName it returns 0.
+// This is the exactly-once oracle for usage.
 func (s *Server) MeterTotal(eventName, customer string, start, end time.Time) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.activeMeter(eventName)
+	m := s.activeMeter(s.connect.customers[customer], eventName)
 	if m == nil {
 		return 0
 	}

@@ -265,7 +265,7 @@ var currencies = func() map[string]bool {
 }()
 
 // read serves the GET endpoints.
-func (s *Server) read(ep endpoint, id string, r *http.Request) result {
+func (s *Server) read(ep endpoint, id, acct string, r *http.Request) result {
 	object, url := "charge", "/v1/charges"
 	if ep == epListIntents || ep == epSearchIntents || ep == epGetIntent {
 		object, url = "payment_intent", "/v1/payment_intents"
@@ -273,9 +273,8 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 	if ep == epGetCharge || ep == epGetIntent {
 		s.mu.Lock()
 		s.settleDue()
-		p := s.byID[id]
 		var body []byte
-		if p != nil && p.Object == object {
+		if p := s.payment(acct, id, object); p != nil {
 			body = mustJSON(render(p))
 		}
 		s.mu.Unlock()
@@ -302,7 +301,7 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 		if err != nil {
 			return errResult(http.StatusBadRequest, *err)
 		}
-		match = func(p *Payment) bool { return p.searchable(s.now(), s.search) && q.match(p) }
+		match = func(p *Payment) bool { return p.Account == acct && p.searchable(s.now(), s.search) && q.match(p) }
 		if pg := r.Form.Get("page"); pg != "" {
 			n, err := strconv.Atoi(strings.TrimPrefix(pg, "page_"))
 			if err != nil || n < 0 {
@@ -312,7 +311,7 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 		}
 	} else {
 		cust := r.Form.Get("customer")
-		match = func(p *Payment) bool { return cust == "" || p.Customer == cust }
+		match = func(p *Payment) bool { return p.Account == acct && (cust == "" || p.Customer == cust) }
 	}
 	after := r.Form.Get("starting_after")
 
@@ -321,6 +320,10 @@ func (s *Server) read(ep endpoint, id string, r *http.Request) result {
 	hasMore := false
 	s.mu.Lock()
 	s.settleDue()
+	if bad := s.customerHere(acct, r.Form.Get("customer")); bad != nil && !search {
+		s.mu.Unlock()
+		return errResult(http.StatusNotFound, *bad)
+	}
 	skipping := after != ""
 	seen := 0
 	for i := len(s.payments) - 1; i >= 0; i-- {
@@ -478,4 +481,75 @@ func unquote(s string) (string, bool) {
 	}
 	q := string(s[0])
 	return strings.ReplaceAll(s[1:len(s)-1], `\`+q, q), true
+}
+
+// parseCreated reads a list's created filter: created=N, or any of
+// created[gt], [gte], [lt] and [lte], in Unix seconds.
+func parseCreated(form url.Values) (func(time.Time) bool, *apiErr) {
+	type bound struct {
+		op string
+		at int64
+	}
+	var bounds []bound
+	for _, op := range []string{"", "gt", "gte", "lt", "lte"} {
+		k := "created"
+		if op != "" {
+			k += "[" + op + "]"
+		}
+		raw := form.Get(k)
+		if raw == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return nil, invalid(k, "parameter_invalid_integer", "Invalid integer: "+raw)
+		}
+		bounds = append(bounds, bound{op, n})
+	}
+	return func(t time.Time) bool {
+		at := t.Unix()
+		for _, b := range bounds {
+			if !map[string]bool{"": at == b.at, "gt": at > b.at, "gte": at >= b.at, "lt": at < b.at, "lte": at <= b.at}[b.op] {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+// parseAmount reads an integer amount from least to Stripe's largest;
+// absent, it is 0 (and must be given when required).
+func parseAmount(form url.Values, k string, least int64, required bool) (int64, *apiErr) {
+	raw := form.Get(k)
+	if raw == "" {
+		if required {
+			return 0, invalid(k, "parameter_missing", "Missing required param: "+k+".")
+		}
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return 0, invalid(k, "parameter_invalid_integer", "Invalid integer: "+raw)
+	}
+	if n < least {
+		return 0, invalid(k, "parameter_invalid_integer", fmt.Sprintf("This value must be greater than or equal to %d.", least))
+	}
+	if n > maxAmount {
+		return 0, invalid(k, "amount_too_large", fmt.Sprintf("Amount must be no more than %d.", maxAmount))
+	}
+	return n, nil
+}
+
+// oneOf reads an optional parameter that takes one of values.
+func oneOf(form url.Values, k string, values ...string) (string, *apiErr) {
+	v := form.Get(k)
+	if v == "" {
+		return "", nil
+	}
+	for _, ok := range values {
+		if v == ok {
+			return v, nil
+		}
+	}
+	return "", invalid(k, "parameter_invalid_string", fmt.Sprintf("Invalid %s %q: use one of %s.", k, v, strings.Join(values, ", ")))
 }

@@ -121,6 +121,8 @@ type Server struct {
 	search   time.Duration // Config.SearchDelay
 	meters   meterState
 	inv      invoiceState
+	connect  connectState
+	moves    moveState
 }
 
 // NewServer starts a server and returns it. Like httptest.NewServer it
@@ -164,6 +166,8 @@ func newServer(cfg Config) (*Server, error) {
 		search:    cfg.SearchDelay,
 		meters:    newMeterState(cfg.IdentifierWindow, cfg.MeterDelay),
 		inv:       newInvoiceState(),
+		connect:   newConnectState(),
+		moves:     moveState{byID: make(map[string]*move)},
 	}
 	for c, a := range cfg.Async {
 		if a.After < 0 {

@@ -781,7 +781,7 @@ func TestScriptSeesAttempts(t *testing.T) {
 func TestUnknownEndpoint(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, billingtest.Config{})
-	resp, err := http.Post(srv.URL+"/v1/refunds", "application/x-www-form-urlencoded", strings.NewReader("charge=ch_1"))
+	resp, err := http.Post(srv.URL+"/v1/subscriptions", "application/x-www-form-urlencoded", strings.NewReader("customer=cus_1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -789,7 +789,7 @@ func TestUnknownEndpoint(t *testing.T) {
 	if resp.StatusCode != 401 || resp.Header.Get("Request-Id") == "" {
 		t.Fatalf("unauthenticated unknown endpoint: %d", resp.StatusCode)
 	}
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/refunds", strings.NewReader("charge=ch_1"))
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/subscriptions", strings.NewReader("customer=cus_1"))
 	req.Header.Set("Authorization", "Bearer "+testKey)
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {

@@ -16,8 +16,10 @@ type state struct {
 	Now      time.Time             `json:"now"` // on the fake's clock
 	Payments []billingtest.Payment `json:"payments"`
 	Invoices []billingtest.Invoice `json:"invoices"`
-	Stats    billingtest.Stats     `json:"stats"`
-	Log      []billingtest.Entry   `json:"log,omitempty"` // only with ?log=1
+	// Movements are the refunds, credit notes, transfers and payouts.
+	Movements []billingtest.Movement `json:"movements"`
+	Stats     billingtest.Stats      `json:"stats"`
+	Log       []billingtest.Entry    `json:"log,omitempty"` // only with ?log=1
 }
 
 // meterTotal is what GET /meter_total returns.
@@ -52,7 +54,8 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/state":
-		st := state{Now: a.srv.Now(), Payments: a.srv.Payments(), Invoices: a.srv.Invoices(""), Stats: a.srv.Stats()}
+		st := state{Now: a.srv.Now(), Payments: a.srv.Payments(), Invoices: a.srv.Invoices(""), Movements: a.srv.Movements(""),
+			Stats: a.srv.Stats()}
 		if r.URL.Query().Get("log") == "1" {
 			st.Log = a.srv.Log()
 		}

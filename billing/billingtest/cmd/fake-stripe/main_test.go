@@ -132,6 +132,11 @@ func TestAdminEndpoints(t *testing.T) {
 		}
 	}
 	write("/v1/invoices", form("customer", "cus_1"))
+	for _, p := range srv.Payments() {
+		if p.Paid {
+			write("/v1/refunds", form("charge", p.ID, "amount", "1"))
+		}
+	}
 	write("/v1/billing/meters", form("display_name", "calls", "event_name", "calls", "default_aggregation[formula]", "sum"))
 	at := srv.Now().Add(-time.Minute)
 	write("/v1/billing/meter_events", form("event_name", "calls", "payload[stripe_customer_id]", "cus_1", "payload[value]", "7",
@@ -162,6 +167,9 @@ func TestAdminEndpoints(t *testing.T) {
 	}
 	if len(st.Invoices) != 1 || st.Invoices[0].Status != "draft" {
 		t.Fatalf("state invoices = %+v; want one draft", st.Invoices)
+	}
+	if len(st.Movements) != 1 || st.Movements[0].Object != "refund" || st.Movements[0].Amount != 1 {
+		t.Fatalf("state movements = %+v; want one refund", st.Movements)
 	}
 	if len(st.Payments) != 2 || st.Stats.Paid != 1 || st.Stats.Faults[billingtest.FaultErrorBefore] != 1 || time.Until(st.Now) < 23*time.Hour || len(st.Log) == 0 {
 		t.Fatalf("state = %+v", st)
