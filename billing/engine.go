@@ -342,7 +342,20 @@ type kind interface {
 	send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error)
 	// failed answers for a claim found failed.
 	failed(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error)
+	// follows is the key of the claim that must be settled before this
+	// one is sent, or the zero Key when it follows none: a window's total
+	// follows the window's total before it. The kind's ready checks that
+	// claim before anything is sent (see Biller.checkRevision), and a Run
+	// holds a claim that follows another of its own until that one is
+	// settled (see runner.hold).
+	follows(b *Biller) (idemkey.Key, error)
 }
+
+// A charge or an invoice follows no other claim: a re-bill that meets
+// the period's earlier attempt being sent waits for it by Biller.underWay,
+// and a Run bills each period's first attempt only.
+func (charges) follows(*Biller) (idemkey.Key, error)  { return idemkey.Key{}, nil }
+func (invoices) follows(*Biller) (idemkey.Key, error) { return idemkey.Key{}, nil }
 
 // A writer is a kind made by one write to Stripe (a charge, a usage
 // report), whose claims the engine sends with [Biller.sendOnce].

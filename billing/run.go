@@ -297,6 +297,20 @@ type runner struct {
 	cancel  context.CancelFunc
 	caller  context.Context   // the context Run was given, before the stop's cancel
 	fence   claimengine.Fence // of every claim the run makes
+	tasks   chan task         // the workers' queue
+	// sending holds, by key, the claims handed to the workers and not
+	// yet settled (under mu); following counts the tasks held in them
+	// until they are back in the queue.
+	sending   map[string]*sending
+	following sync.WaitGroup
+}
+
+// sending is a claim of the run on its way to a worker, or being sent,
+// and the tasks that follow it (see kind.follows): they wait here, holding
+// no worker, until it is settled, and then go back to the queue.
+type sending struct {
+	owner string // the job's: another job of the same key releases nothing
+	next  []task
 }
 
 // prepareFunc prepares one entry of a run: it checks it and derives its job.
@@ -338,6 +352,7 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prepare
 	// ahead of sending, the fewer a killed runner leaves for its lease to
 	// release.
 	tasks := make(chan task, o.Concurrency)
+	r.tasks, r.sending = tasks, make(map[string]*sending)
 	rec := r.newRecorder()
 	var wg sync.WaitGroup
 	for range o.Concurrency {
@@ -360,10 +375,13 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prepare
 
 	// A panic while feeding (Config.Price, the items iterator) goes on to
 	// the caller, once the run has stopped: the feeder has handed back what
-	// it claimed, and the workers and the recorder have ended.
+	// it claimed, and the workers and the recorder have ended. Either way
+	// the queue closes once every task held for a claim it follows (see
+	// runner.hold) is back in it.
 	fed := false
 	defer func() {
 		if !fed {
+			r.following.Wait()
 			close(tasks)
 			wg.Wait()
 			if rec != nil {
@@ -371,8 +389,9 @@ func (b *Biller) run(ctx context.Context, period string, items iter.Seq2[prepare
 			}
 		}
 	}()
-	srcErr := r.feed(ctx, period, items, tasks)
+	srcErr := r.feed(ctx, period, items)
 	fed = true
+	r.following.Wait()
 	close(tasks)
 	wg.Wait()
 	if rec != nil {
@@ -408,15 +427,14 @@ type batchClaim struct {
 type feeder struct {
 	r        *runner
 	period   string
-	tasks    chan<- task
 	batch    []job
 	inBatch  map[string]bool // a batch claims each customer and period once
 	inflight *batchClaim
 }
 
-// feed reads items into tasks with a feeder.
-func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[prepareFunc, error], tasks chan<- task) error {
-	f := &feeder{r: r, period: period, tasks: tasks,
+// feed reads items into the queue with a feeder.
+func (r *runner) feed(ctx context.Context, period string, items iter.Seq2[prepareFunc, error]) error {
+	f := &feeder{r: r, period: period,
 		batch: make([]job, 0, r.o.BatchSize), inBatch: make(map[string]bool, r.o.BatchSize)}
 	fed := false
 	defer func() {
@@ -505,11 +523,7 @@ func (f *feeder) handOut(ctx context.Context) error {
 			r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
 		case claimengine.Won, claimengine.Resumed:
 			j.claimedAt = c.at
-			select {
-			case f.tasks <- task{j, res}:
-			case <-ctx.Done():
-				r.unsent(ctx, task{j, res})
-			}
+			r.queue(ctx, task{j, res})
 		default:
 			j.caller = r.caller
 			rc, err := r.b.settle(ctx, j, res)
@@ -561,6 +575,56 @@ func (f *feeder) flush(ctx context.Context) error {
 // finish hands out everything claimed, even after an error.
 func (f *feeder) finish(ctx context.Context, err error) error {
 	return errors.Join(err, f.flush(ctx), f.handOut(ctx))
+}
+
+// queue hands t to the workers or, when t follows a claim of the run
+// that is not settled yet, holds it until that claim is (see hold).
+func (r *runner) queue(ctx context.Context, t task) {
+	if r.hold(t) {
+		return
+	}
+	select {
+	case r.tasks <- t:
+	case <-ctx.Done():
+		r.unsent(ctx, t)
+	}
+}
+
+// hold marks t's claim as on its way, for the tasks that follow it, and
+// holds t itself when the claim it follows (see kind.follows) is on its
+// way too, as long as that one is not settled: it reports whether it
+// did. So two claims of which one follows the other are never sent at
+// once, and a Run that is given them in order sends both. Once the claim
+// t follows is settled, t goes back to the queue, whatever the outcome:
+// its kind's ready checks that claim again before anything is sent, and
+// a stopped run hands t back unsent. Only a claim queued before t is
+// followed, so that the claims held tasks wait for form chains, each
+// ending in one queued, being sent or being recorded, which waits for no
+// other: every held task gets back to the queue.
+func (r *runner) hold(t task) bool {
+	after, err := t.j.kind.follows(r.b) // an error: ready refuses t
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if key := t.j.key.String(); r.sending[key] == nil {
+		r.sending[key] = &sending{owner: t.j.owner}
+	}
+	if err != nil || after.IsZero() {
+		return false
+	}
+	s := r.sending[after.String()]
+	if s == nil {
+		return false
+	}
+	s.next = append(s.next, t)
+	r.following.Add(1)
+	return true
+}
+
+// requeue puts t, held until the claim it follows was settled, back in
+// the queue; the queue is open until every held task is back.
+func (r *runner) requeue(t task) {
+	defer r.following.Done()
+	r.tasks <- t
 }
 
 // unsent leaves a claimed customer that the stopped run never sent to the
@@ -628,5 +692,14 @@ func (r *runner) settled(j job, rc Receipt, err error) {
 	if r.o.Progress != nil {
 		p := s.Progress
 		r.o.Progress(p)
+	}
+	// The tasks that follow j go back to the queue, from goroutines of
+	// their own, since a worker or the recorder settles j, and neither may
+	// wait for the queue.
+	if key := j.key.String(); r.sending[key] != nil && r.sending[key].owner == j.owner {
+		for _, t := range r.sending[key].next {
+			go r.requeue(t)
+		}
+		delete(r.sending, key)
 	}
 }

@@ -36,7 +36,11 @@ const (
 	// is exactly one of the meter's. A window's totals are its attempts:
 	// the first is attempt 1, each new total the next attempt, sent only
 	// once the one before it is settled, so that Stripe never ends with
-	// an older total; each is sent once. Once the window ended more than
+	// an older total; each is sent once. [Biller.RunUsage] given a
+	// window's totals in order sends them all, one after the other; a
+	// [Biller.ReportUsage] of a total whose total before it is not
+	// reported or not settled yet sends nothing and returns ErrInProgress,
+	// with ChargeError.Until a minute on. Once the window ended more than
 	// Config.WindowMargin ago, a total is sent only if the meter's summary
 	// shows nothing for the window (see [Biller.ReportUsage]).
 	WindowTotals
@@ -427,6 +431,19 @@ func (b *Biller) ReportUsage(ctx context.Context, u Usage) (Receipt, error) {
 // "billonce-usage:<scope>"). A report that is invalid, repeated within a
 // batch, or whose window overlaps one already claimed (by this run or
 // any other) is counted as Invalid; answers that stop a Run stop it.
+//
+// A window's totals ([WindowTotals]) may be given to one RunUsage, in
+// order: each is sent once the one before it is settled, never two of a
+// window at once, and the meter ends with the newest. A total whose total
+// before it this run is sending waits for it, holding no worker; once
+// that one is settled, the total is checked as ReportUsage checks it:
+// after a total delivered, or one Stripe refused (a window's failed total
+// no longer holds it), it is sent; after one left pending (an unknown
+// outcome, or ErrNeedsReconciliation) it is counted Pending, with
+// ErrInProgress, and its claim is handed back for a later run. A total
+// given before the one it follows is Pending in the same way: RunUsage
+// does not reorder reports. A run that stops hands back, unsent, the
+// totals waiting in it.
 func (b *Biller) RunUsage(ctx context.Context, reports iter.Seq2[Usage, error], opts *RunOptions) (Summary, error) {
 	var bad error
 	if reports == nil {
@@ -498,31 +515,42 @@ func (b *Biller) identifierMayBeForgotten(u *usageReport, c claim.Claim) bool {
 // that comes while it is being sent does. Its errors are *ChargeError; the
 // caller hands its claim back.
 func (b *Biller) checkRevision(ctx context.Context, j job, u *usageReport) error {
-	if u.Kind != WindowTotals || u.Attempt < 2 {
+	key, err := u.follows(b)
+	switch {
+	case err != nil:
+		return chargeErr(j, nil, "", invalid("%v", err))
+	case key.IsZero():
 		return nil
 	}
-	prev := u.Usage
-	prev.Attempt--
-	key, err := b.usageKey(prev)
-	if err != nil {
-		return chargeErr(j, nil, "", invalid("%v", err))
-	}
+	prev := u.Attempt - 1
 	c, err := b.claims.Get(ctx, key.String())
 	switch {
 	case errors.Is(err, claim.ErrNotFound):
-		// Not reported yet: a queue, or a Run's concurrency, does not keep
-		// a window's totals in order. This one waits for it.
-		e := chargeErr(j, ErrInProgress, fmt.Sprintf("this window has no total of attempt %d yet; a window's totals are numbered one after the other, from 1, and each is sent after the one before it", prev.Attempt), nil)
+		// Not reported yet: a queue does not keep a window's totals in
+		// order, nor does a Run given them out of order. This one waits
+		// for it.
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("this window has no total of attempt %d yet; a window's totals are numbered one after the other, from 1, and each is sent after the one before it", prev), nil)
 		e.Until = time.Now().Add(time.Minute)
 		return e
 	case err != nil:
-		return chargeErr(j, nil, fmt.Sprintf("looking up the total of attempt %d", prev.Attempt), err)
+		return chargeErr(j, nil, fmt.Sprintf("looking up the total of attempt %d", prev), err)
 	case c.State == claim.StatePending:
-		e := chargeErr(j, ErrInProgress, fmt.Sprintf("the total of attempt %d (%d) is not settled yet; this one is sent after it, so that Stripe keeps the newest", prev.Attempt, c.Amount), nil)
+		e := chargeErr(j, ErrInProgress, fmt.Sprintf("the total of attempt %d (%d) is not settled yet; this one is sent after it, so that Stripe keeps the newest", prev, c.Amount), nil)
 		e.Until = time.Now().Add(time.Minute)
 		return e
 	}
 	return nil
+}
+
+// follows is the key of the window's total before this one, for a window
+// total of attempt 2 or more; any other report follows nothing.
+func (u *usageReport) follows(b *Biller) (idemkey.Key, error) {
+	if u.Kind != WindowTotals || u.Attempt < 2 {
+		return idemkey.Key{}, nil
+	}
+	prev := u.Usage
+	prev.Attempt--
+	return b.usageKey(prev)
 }
 
 // reconcileUsage settles a pending usage claim from the meter's event

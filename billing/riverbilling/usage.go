@@ -103,6 +103,10 @@ func (a *UsageArgs) UnmarshalJSON(data []byte) error {
 //     rejected window again with the next Usage.Attempt.
 //   - Another runner holds the report's claim: the job is snoozed until
 //     that claim's lease ends.
+//   - A window total whose total before it is not reported or not settled
+//     yet (its job not run, or being sent): the job is snoozed for a
+//     minute at a time, without using up attempts, and sends nothing until
+//     that total is settled.
 //   - Outcome unknown, or a report that needs reconciliation
 //     (ErrNeedsReconciliation): the job fails and River retries it after
 //     [UsageWorker.NextRetry], as a charge job, with the same identifier.
