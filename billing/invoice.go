@@ -84,7 +84,8 @@ type InvoiceLine struct {
 // invoice was begun with), and the next call finalizes and pays it. The
 // finalized invoice's total is checked too, before it is paid or sent:
 // one that is not the claim's (an item added as it was finalized, a
-// discount or tax Stripe applied) is left open and unpaid, with Stripe's
+// discount or tax Stripe applied) is left unpaid (open, or uncollectible
+// if a person marked it so: Stripe still pays that), with Stripe's
 // automatic collection of it off (as it is from its finalization until
 // its total is checked, however long a runner stopped in between), and the claim pending with
 // ErrNeedsReconciliation. One that Stripe marked paid as it was finalized,
@@ -827,7 +828,8 @@ func (v *invoiceSteps) checkLines(ctx context.Context) error {
 // total is the claim's, which the receipt reports: an item added by
 // someone else after the draft's lines were checked, or a discount or
 // tax Stripe applies, would bill the customer another amount. An open
-// invoice whose total differs is left unpaid and unsent, with automatic
+// (or uncollectible, which Stripe still pays) invoice whose total differs
+// is left unpaid and unsent, with automatic
 // collection off so that Stripe does not collect it either, and the
 // claim waits for a person. It returns the invoice's status.
 func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
@@ -847,7 +849,11 @@ func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
 			return "", v.needs(ctx, next, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
 		}
 	}
-	if in.Status != stripe.InvoiceStatusOpen && in.Status != stripe.InvoiceStatusPaid ||
+	// Stripe pays an uncollectible invoice as it pays an open one (a
+	// person marked it so, billonce's next call pays it): its total is
+	// checked the same way.
+	payable := in.Status == stripe.InvoiceStatusOpen || in.Status == stripe.InvoiceStatusUncollectible
+	if !payable && in.Status != stripe.InvoiceStatusPaid ||
 		in.Total == j.price.Amount && string(in.Currency) == j.price.Currency {
 		return string(in.Status), nil
 	}
