@@ -686,8 +686,12 @@ func (v *invoiceSteps) get(ctx context.Context) (*stripe.Invoice, error) {
 
 // The finders: what a step made, looked for once its key may be forgotten.
 
-// findDraft searches the invoice by its billonce_key metadata. Several
-// found, or a failed search, cannot be settled here.
+// findDraft searches the invoice by its billonce_key metadata. Metadata
+// is anyone's to write, so, as for a payment (see Biller.ownHits), only
+// an invoice that the draft's request would have made counts: a draft,
+// for the claim's customer, in its currency. Another writer's invoice
+// never settles the step, and never counts as a miss either. Several
+// found, only others' found, or a failed search, cannot be settled here.
 func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	b := v.b
 	if err := b.waitSearch(ctx); err != nil {
@@ -695,13 +699,18 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	}
 	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, v.j.key.String())
 	it := b.invoices.Search(&stripe.InvoiceSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
-	var ids []string
+	var ids, foreign []string
 	for it.Next() {
 		in := it.Invoice()
 		if in.ID == "" {
 			return "", false, notStripes(it.InvoiceSearchResult().LastResponse, "is not an invoice")
 		}
-		if in.Status != stripe.InvoiceStatusVoid {
+		switch {
+		case in.Status == stripe.InvoiceStatusVoid:
+		case in.Status != stripe.InvoiceStatusDraft || customerOf(in) != v.j.customer ||
+			!strings.EqualFold(string(in.Currency), v.inv.Currency):
+			foreign = append(foreign, fmt.Sprintf("%s (%s, %s, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
+		default:
 			ids = append(ids, in.ID)
 		}
 	}
@@ -717,12 +726,23 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	}
 	switch len(ids) {
 	case 0:
+		if len(foreign) > 0 {
+			return "", false, fmt.Errorf("invoice search found only invoices that carry the key's metadata but are not a draft of its customer in its currency, made by other code holding the key: %s; check in Stripe whether the key's own draft exists, then record the claim with billonce resolve", strings.Join(foreign, ", "))
+		}
 		return "", false, nil
 	case 1:
 		v.j.holds = ids[0]
 		return ids[0], true, nil
 	}
 	return "", false, fmt.Errorf("invoice search found %d invoices for one key: %s", len(ids), strings.Join(ids, ", "))
+}
+
+// customerOf is the id of in's customer.
+func customerOf(in *stripe.Invoice) string {
+	if in.Customer == nil {
+		return ""
+	}
+	return in.Customer.ID
 }
 
 // findLine lists the invoice's lines for line i's item.
