@@ -66,8 +66,10 @@ type InvoiceLine struct {
 // (another runner crashed) resumes at the step after the last one
 // recorded, with the same keys. Past a step's deadline (see the package
 // documentation), what exists is found before anything is written: the
-// draft by Stripe's search on its billonce_key metadata, the lines by
-// listing the invoice's lines, the finalization and the payment by
+// draft by Stripe's search on its billonce_key metadata (only a draft of
+// the customer in the invoice's currency counts: other code may copy the
+// metadata onto an invoice of its own, which leaves the claim pending with
+// ErrNeedsReconciliation), the lines by listing the invoice's lines, the finalization and the payment by
 // reading the invoice. So is the next step of a claim made with another
 // credential (a rotated secret key), and finding nothing there is
 // trusted only once the key's window has passed, as for a charge: until
