@@ -519,3 +519,29 @@ func TestInvoiceWithAWrongTotalMarkedUncollectibleIsNotPaid(t *testing.T) {
 		t.Errorf("the next call = %v, want ErrNeedsReconciliation", err)
 	}
 }
+
+// An invoice a person marked uncollectible (written off) while its claim
+// was pending, its payment not made, is not charged by the next call:
+// Stripe no longer collects it, and invoice.marked_uncollectible makes its
+// claim processing, not paid. A resume treats it the same way whether or
+// not that event came first.
+func TestInvoiceMarkedUncollectibleBeforeItsPaymentIsNotCharged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.stopBefore(e.biller(oneAttempt), "cus_1", "pay", inv)
+	all := e.srv.Invoices("cus_1")
+	if len(all) != 1 || all[0].Status != "open" || all[0].Payments != 0 {
+		t.Fatalf("invoices after the stopped call: %+v", all)
+	}
+	if _, err := e.invoices().MarkUncollectible(all[0].ID, nil); err != nil {
+		t.Fatalf("marking %s uncollectible: %v", all[0].ID, err)
+	}
+	r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	if got := e.srv.Invoices("cus_1"); len(got) != 1 || got[0].Payments != 0 {
+		t.Fatalf("invoice written off by a person was charged: %+v; the call = %+v, %v", got, r, err)
+	}
+	if err != nil || !r.Processing {
+		t.Errorf("the call = %+v, %v; want a processing receipt, as the invoice's event makes the claim", r, err)
+	}
+}
