@@ -87,7 +87,7 @@ type InvoiceLine struct {
 // finalized invoice's total is checked too, before it is paid or sent:
 // one that is not the claim's (an item added as it was finalized, a
 // discount or tax Stripe applied) is left unpaid (open, or uncollectible
-// if a person marked it so: Stripe still pays that), with Stripe's
+// if a person marked it so, which can still be paid), with Stripe's
 // automatic collection of it off (as it is from its finalization until
 // its total is checked, however long a runner stopped in between), and the claim pending with
 // ErrNeedsReconciliation. One that Stripe marked paid as it was finalized,
@@ -104,7 +104,9 @@ type InvoiceLine struct {
 // Stripe goes on collecting it: the claim becomes processing (a second
 // invoice is never made), the decline is logged and reported to
 // Config.Observe (EventSettled with an [ErrDeclined] *ChargeError), and the
-// receipt has Processing set, with a nil error. The claim settles by
+// receipt has Processing set, with a nil error. An invoice a person
+// marked uncollectible before billonce paid it is not paid either: its
+// claim is processing too. The claim settles by
 // webhook (invoice.paid, invoice.voided) or by Reconcile reading the
 // invoice.
 //
@@ -320,9 +322,9 @@ func (v *invoiceSteps) build(ctx context.Context, next int) error {
 	return v.advance(ctx, stepFinalized)
 }
 
-// collect has a final invoice whose total is the claim's paid (after
-// turning Stripe's automatic collection of it on) or sent, and records
-// its status.
+// collect has a final, open invoice whose total is the claim's paid
+// (after turning Stripe's automatic collection of it on) or sent, and
+// records its status.
 func (v *invoiceSteps) collect(ctx context.Context, status string) (Receipt, error) {
 	if status == string(stripe.InvoiceStatusOpen) && v.inv.DaysUntilDue == 0 && v.final != nil && !v.final.AutoAdvance {
 		// The total is the claim's: Stripe may collect the invoice now,
@@ -336,7 +338,11 @@ func (v *invoiceSteps) collect(ctx context.Context, status string) (Receipt, err
 			return Receipt{}, err
 		}
 	}
-	if status != string(stripe.InvoiceStatusPaid) {
+	// Only an open invoice is paid or sent: an uncollectible one (a person
+	// wrote it off) is one Stripe collects no more, and its claim is
+	// processing, as its event makes it (see updateFromInvoice); a void
+	// one fails the claim.
+	if status == string(stripe.InvoiceStatusOpen) {
 		var err error
 		if v.inv.DaysUntilDue > 0 {
 			status, err = v.step(ctx, "send", v.send, v.findSent)
@@ -850,7 +856,7 @@ func (v *invoiceSteps) checkLines(ctx context.Context) error {
 // total is the claim's, which the receipt reports: an item added by
 // someone else after the draft's lines were checked, or a discount or
 // tax Stripe applies, would bill the customer another amount. An open
-// (or uncollectible, which Stripe still pays) invoice whose total differs
+// (or uncollectible, which can still be paid) invoice whose total differs
 // is left unpaid and unsent, with automatic
 // collection off so that Stripe does not collect it either, and the
 // claim waits for a person. It returns the invoice's status.
@@ -871,9 +877,9 @@ func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
 			return "", v.needs(ctx, next, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
 		}
 	}
-	// Stripe pays an uncollectible invoice as it pays an open one (a
-	// person marked it so, billonce's next call pays it): its total is
-	// checked the same way.
+	// An uncollectible invoice can still be paid, as an open one can
+	// (from its page, by hand): its total is checked the same way, and
+	// one that is not the claim's needs a person, not a processing claim.
 	payable := in.Status == stripe.InvoiceStatusOpen || in.Status == stripe.InvoiceStatusUncollectible
 	if !payable && in.Status != stripe.InvoiceStatusPaid ||
 		in.Total == j.price.Amount && string(in.Currency) == j.price.Currency {
