@@ -66,8 +66,10 @@ type InvoiceLine struct {
 // (another runner crashed) resumes at the step after the last one
 // recorded, with the same keys. Past a step's deadline (see the package
 // documentation), what exists is found before anything is written: the
-// draft by Stripe's search on its billonce_key metadata, the lines by
-// listing the invoice's lines, the finalization and the payment by
+// draft by Stripe's search on its billonce_key metadata (only a draft of
+// the customer in the invoice's currency counts: other code may copy the
+// metadata onto an invoice of its own, which leaves the claim pending with
+// ErrNeedsReconciliation), the lines by listing the invoice's lines, the finalization and the payment by
 // reading the invoice. So is the next step of a claim made with another
 // credential (a rotated secret key), and finding nothing there is
 // trusted only once the key's window has passed, as for a charge: until
@@ -84,7 +86,8 @@ type InvoiceLine struct {
 // invoice was begun with), and the next call finalizes and pays it. The
 // finalized invoice's total is checked too, before it is paid or sent:
 // one that is not the claim's (an item added as it was finalized, a
-// discount or tax Stripe applied) is left open and unpaid, with Stripe's
+// discount or tax Stripe applied) is left unpaid (open, or uncollectible
+// if a person marked it so, which can still be paid), with Stripe's
 // automatic collection of it off (as it is from its finalization until
 // its total is checked, however long a runner stopped in between), and the claim pending with
 // ErrNeedsReconciliation. One that Stripe marked paid as it was finalized,
@@ -101,7 +104,9 @@ type InvoiceLine struct {
 // Stripe goes on collecting it: the claim becomes processing (a second
 // invoice is never made), the decline is logged and reported to
 // Config.Observe (EventSettled with an [ErrDeclined] *ChargeError), and the
-// receipt has Processing set, with a nil error. The claim settles by
+// receipt has Processing set, with a nil error. An invoice a person
+// marked uncollectible before billonce paid it is not paid either: its
+// claim is processing too. The claim settles by
 // webhook (invoice.paid, invoice.voided) or by Reconcile reading the
 // invoice.
 //
@@ -317,9 +322,9 @@ func (v *invoiceSteps) build(ctx context.Context, next int) error {
 	return v.advance(ctx, stepFinalized)
 }
 
-// collect has a final invoice whose total is the claim's paid (after
-// turning Stripe's automatic collection of it on) or sent, and records
-// its status.
+// collect has a final, open invoice whose total is the claim's paid
+// (after turning Stripe's automatic collection of it on) or sent, and
+// records its status.
 func (v *invoiceSteps) collect(ctx context.Context, status string) (Receipt, error) {
 	if status == string(stripe.InvoiceStatusOpen) && v.inv.DaysUntilDue == 0 && v.final != nil && !v.final.AutoAdvance {
 		// The total is the claim's: Stripe may collect the invoice now,
@@ -333,7 +338,11 @@ func (v *invoiceSteps) collect(ctx context.Context, status string) (Receipt, err
 			return Receipt{}, err
 		}
 	}
-	if status != string(stripe.InvoiceStatusPaid) {
+	// Only an open invoice is paid or sent: an uncollectible one (a person
+	// wrote it off) is one Stripe collects no more, and its claim is
+	// processing, as its event makes it (see updateFromInvoice); a void
+	// one fails the claim.
+	if status == string(stripe.InvoiceStatusOpen) {
 		var err error
 		if v.inv.DaysUntilDue > 0 {
 			status, err = v.step(ctx, "send", v.send, v.findSent)
@@ -685,8 +694,12 @@ func (v *invoiceSteps) get(ctx context.Context) (*stripe.Invoice, error) {
 
 // The finders: what a step made, looked for once its key may be forgotten.
 
-// findDraft searches the invoice by its billonce_key metadata. Several
-// found, or a failed search, cannot be settled here.
+// findDraft searches the invoice by its billonce_key metadata. Metadata
+// is anyone's to write, so, as for a payment (see Biller.ownHits), only
+// an invoice that the draft's request would have made counts: a draft,
+// for the claim's customer, in its currency. Another writer's invoice
+// never settles the step, and never counts as a miss either. Several
+// found, only others' found, or a failed search, cannot be settled here.
 func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	b := v.b
 	if err := b.waitSearch(ctx); err != nil {
@@ -694,13 +707,18 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	}
 	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, v.j.key.String())
 	it := b.invoices.Search(&stripe.InvoiceSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
-	var ids []string
+	var ids, foreign []string
 	for it.Next() {
 		in := it.Invoice()
 		if in.ID == "" {
 			return "", false, notStripes(it.InvoiceSearchResult().LastResponse, "is not an invoice")
 		}
-		if in.Status != stripe.InvoiceStatusVoid {
+		switch {
+		case in.Status == stripe.InvoiceStatusVoid:
+		case in.Status != stripe.InvoiceStatusDraft || customerOf(in) != v.j.customer ||
+			!strings.EqualFold(string(in.Currency), v.inv.Currency):
+			foreign = append(foreign, fmt.Sprintf("%s (%s, %s, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
+		default:
 			ids = append(ids, in.ID)
 		}
 	}
@@ -716,12 +734,23 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	}
 	switch len(ids) {
 	case 0:
+		if len(foreign) > 0 {
+			return "", false, fmt.Errorf("invoice search found only invoices that carry the key's metadata but are not a draft of its customer in its currency, made by other code holding the key: %s; check in Stripe whether the key's own draft exists, then record the claim with billonce resolve", strings.Join(foreign, ", "))
+		}
 		return "", false, nil
 	case 1:
 		v.j.holds = ids[0]
 		return ids[0], true, nil
 	}
 	return "", false, fmt.Errorf("invoice search found %d invoices for one key: %s", len(ids), strings.Join(ids, ", "))
+}
+
+// customerOf is the id of in's customer.
+func customerOf(in *stripe.Invoice) string {
+	if in.Customer == nil {
+		return ""
+	}
+	return in.Customer.ID
 }
 
 // findLine lists the invoice's lines for line i's item.
@@ -827,7 +856,8 @@ func (v *invoiceSteps) checkLines(ctx context.Context) error {
 // total is the claim's, which the receipt reports: an item added by
 // someone else after the draft's lines were checked, or a discount or
 // tax Stripe applies, would bill the customer another amount. An open
-// invoice whose total differs is left unpaid and unsent, with automatic
+// (or uncollectible, which can still be paid) invoice whose total differs
+// is left unpaid and unsent, with automatic
 // collection off so that Stripe does not collect it either, and the
 // claim waits for a person. It returns the invoice's status.
 func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
@@ -847,7 +877,11 @@ func (v *invoiceSteps) checkTotal(ctx context.Context) (string, error) {
 			return "", v.needs(ctx, next, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
 		}
 	}
-	if in.Status != stripe.InvoiceStatusOpen && in.Status != stripe.InvoiceStatusPaid ||
+	// An uncollectible invoice can still be paid, as an open one can
+	// (from its page, by hand): its total is checked the same way, and
+	// one that is not the claim's needs a person, not a processing claim.
+	payable := in.Status == stripe.InvoiceStatusOpen || in.Status == stripe.InvoiceStatusUncollectible
+	if !payable && in.Status != stripe.InvoiceStatusPaid ||
 		in.Total == j.price.Amount && string(in.Currency) == j.price.Currency {
 		return string(in.Status), nil
 	}

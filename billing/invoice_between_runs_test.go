@@ -473,3 +473,75 @@ func TestInvoicePaidAtFinalizationWithAnotherTotalIsReported(t *testing.T) {
 		t.Errorf("Invoice = %+v, nil: the period is reported billed for %d %s, while invoice %s's total is %d and nobody paid it", r, r.Amount, r.Currency, got.ID, total)
 	}
 }
+
+// An invoice finalized with another total than the claim's is left open
+// and unpaid for a person (see above). A person who writes it off marks it
+// uncollectible, which Stripe can still pay: the next call must not pay it
+// either, at a total the receipt would not report. Its total is checked
+// for every final invoice billonce may pay, not for open ones alone.
+func TestInvoiceWithAWrongTotalMarkedUncollectibleIsNotPaid(t *testing.T) {
+	t.Parallel()
+	const extra = 999
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	var item string
+	var once sync.Once
+	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+			once.Do(func() { item = e.addedByHand("cus_1", id, extra) })
+		}
+		return billingtest.Fault{}
+	})
+	_, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
+	e.srv.SetScript(nil)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) || item == "" {
+		t.Fatalf("the call = %v with item %q, want ErrNeedsReconciliation", err, item)
+	}
+	all := e.srv.Invoices("cus_1")
+	if len(all) != 1 || all[0].Status != "open" || all[0].Payments != 0 {
+		t.Fatalf("invoices after the first call: %+v", all)
+	}
+	if _, err := e.invoices().MarkUncollectible(all[0].ID, nil); err != nil {
+		t.Fatalf("marking %s uncollectible: %v", all[0].ID, err)
+	}
+	e.advance(2 * time.Hour)
+	r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	all = e.srv.Invoices("cus_1")
+	if len(all) != 1 {
+		t.Fatalf("%d invoices", len(all))
+	}
+	if got := all[0]; got.Payments != 0 {
+		t.Fatalf("invoice %s, with the item %s of %d added by hand and marked uncollectible, was paid %d times (%s); the claim records %d; the next call = %+v, %v",
+			got.ID, item, extra, got.Payments, got.Status, e.invoiceClaim("cus_1").Amount, r, err)
+	}
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("the next call = %v, want ErrNeedsReconciliation", err)
+	}
+}
+
+// An invoice a person marked uncollectible (written off) while its claim
+// was pending, its payment not made, is not charged by the next call:
+// Stripe no longer collects it, and invoice.marked_uncollectible makes its
+// claim processing, not paid. A resume treats it the same way whether or
+// not that event came first.
+func TestInvoiceMarkedUncollectibleBeforeItsPaymentIsNotCharged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.stopBefore(e.biller(oneAttempt), "cus_1", "pay", inv)
+	all := e.srv.Invoices("cus_1")
+	if len(all) != 1 || all[0].Status != "open" || all[0].Payments != 0 {
+		t.Fatalf("invoices after the stopped call: %+v", all)
+	}
+	if _, err := e.invoices().MarkUncollectible(all[0].ID, nil); err != nil {
+		t.Fatalf("marking %s uncollectible: %v", all[0].ID, err)
+	}
+	r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	if got := e.srv.Invoices("cus_1"); len(got) != 1 || got[0].Payments != 0 {
+		t.Fatalf("invoice written off by a person was charged: %+v; the call = %+v, %v", got, r, err)
+	}
+	if err != nil || !r.Processing {
+		t.Errorf("the call = %+v, %v; want a processing receipt, as the invoice's event makes the claim", r, err)
+	}
+}

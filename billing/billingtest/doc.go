@@ -299,8 +299,8 @@
 //     automatic. Accounts cannot be read, updated or deleted; every one is
 //     enabled at once.
 //   - Invoices have no tax, discounts, credit balance, automatic
-//     advancement (auto_advance is stored, nothing happens by itself),
-//     uncollectible status or invoice-item endpoints beyond create; an
+//     advancement (auto_advance is stored, nothing happens by itself)
+//     or invoice-item endpoints beyond create; an
 //     invoice's currency is its first line's (usd when it has none).
 //   - Meters cannot be updated or deactivated; there are no meter event
 //     adjustments and no v2 meter event streams. Whether an event is

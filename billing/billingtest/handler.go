@@ -70,6 +70,7 @@ const (
 	epVoidInvoice
 	epDeleteInvoice
 	epUpdateInvoice
+	epMarkUncollectible
 
 	epCreateRefund
 	epCreateCreditNote
@@ -93,7 +94,7 @@ func (ep endpoint) invoiceEndpoint() bool {
 func (ep endpoint) writes() bool {
 	switch ep {
 	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
-		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice,
+		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice, epMarkUncollectible,
 		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout, epCreateAccount, epCreateReversal:
 		return true
 	}
@@ -151,7 +152,7 @@ func route(method, path string) (endpoint, string) {
 		for _, a := range []struct {
 			suffix string
 			ep     endpoint
-		}{{"/finalize", epFinalizeInvoice}, {"/pay", epPayInvoice}, {"/send", epSendInvoice}, {"/void", epVoidInvoice}} {
+		}{{"/finalize", epFinalizeInvoice}, {"/pay", epPayInvoice}, {"/send", epSendInvoice}, {"/void", epVoidInvoice}, {"/mark_uncollectible", epMarkUncollectible}} {
 			if id, ok := pathID(path, "/v1/invoices/", a.suffix); ok {
 				return a.ep, id
 			}

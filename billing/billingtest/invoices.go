@@ -14,7 +14,7 @@ type Invoice struct {
 	ID       string `json:"id"`
 	Account  string `json:"account,omitempty"` // the connected account it was made on; "" for the platform
 	Customer string `json:"customer"`
-	// Status is "draft", "open", "paid" or "void".
+	// Status is "draft", "open", "paid", "uncollectible" or "void".
 	Status   string            `json:"status"`
 	Metadata map[string]string `json:"metadata"`
 	// Lines are the invoice's items, in the order they were added.
@@ -53,16 +53,16 @@ func (inv Invoice) clone() Invoice {
 // invoice is an invoice with what only the server needs.
 type invoice struct {
 	Invoice
-	created                       time.Time
-	autoAdvance                   bool
-	collection, currency, descr   string
-	daysUntilDue                  int64
-	number                        string
-	amountDue, amountPaid         int64
-	preCredit, postCredit         int64 // the credit notes' totals, on the open and on the paid invoice
-	attempts                      int
-	finalizedAt, paidAt, voidedAt time.Time
-	deleted                       bool
+	created                                        time.Time
+	autoAdvance                                    bool
+	collection, currency, descr                    string
+	daysUntilDue                                   int64
+	number                                         string
+	amountDue, amountPaid                          int64
+	preCredit, postCredit                          int64 // the credit notes' totals, on the open and on the paid invoice
+	attempts                                       int
+	finalizedAt, paidAt, voidedAt, uncollectibleAt time.Time
+	deleted                                        bool
 }
 
 // invoiceItem is an invoice item: on a draft invoice, or pending.
@@ -377,11 +377,19 @@ func (s *Server) invoiceAction(acct string, ep endpoint, id string, form url.Val
 			inv.Sent = true
 			s.emitInvoice("invoice.sent", inv, now)
 		case epVoidInvoice:
-			if inv.Status != "open" {
-				return refuse(fmt.Sprintf("You can only void an open invoice; this one is %s.", inv.Status))
+			if inv.Status != "open" && inv.Status != "uncollectible" {
+				return refuse(fmt.Sprintf("You can only void an open or uncollectible invoice; this one is %s.", inv.Status))
 			}
 			inv.Status, inv.voidedAt = "void", now
 			s.emitInvoice("invoice.voided", inv, now)
+		case epMarkUncollectible:
+			// Stripe collects it no more by itself; it can still be paid
+			// (or voided).
+			if inv.Status != "open" {
+				return refuse(fmt.Sprintf("You can only mark an open invoice as uncollectible; this one is %s.", inv.Status))
+			}
+			inv.Status, inv.uncollectibleAt, inv.autoAdvance = "uncollectible", now, false
+			s.emitInvoice("invoice.marked_uncollectible", inv, now)
 		case epUpdateInvoice:
 			if inv.Status != "draft" && inv.Status != "open" {
 				return refuse(fmt.Sprintf("You can only update the automatic advancement of a draft or open invoice; this one is %s.", inv.Status))
@@ -463,7 +471,7 @@ func (s *Server) renderInvoice(inv *invoice) map[string]any {
 		"pre_payment_credit_notes_amount": inv.preCredit, "post_payment_credit_notes_amount": inv.postCredit,
 		"status": inv.Status, "subtotal": inv.total(), "total": inv.total(),
 		"status_transitions": map[string]any{"finalized_at": unixOrNil(inv.finalizedAt), "paid_at": unixOrNil(inv.paidAt),
-			"voided_at": unixOrNil(inv.voidedAt), "marked_uncollectible_at": nil}}
+			"voided_at": unixOrNil(inv.voidedAt), "marked_uncollectible_at": unixOrNil(inv.uncollectibleAt)}}
 }
 
 func renderLine(inv *invoice, l *InvoiceLine) map[string]any {
