@@ -225,15 +225,12 @@ func checkMeter(u Usage, m meterInfo) error {
 // meterTotal); the period keeps reports made before the table recorded
 // windows from starting at the same minute.
 func usagePeriod(u Usage) string {
-	p := meterPeriods(u.Meter) + u.Start.Format(time.RFC3339)
+	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339)
 	if u.Kind == WindowTotals {
 		return p + " total " + strconv.Itoa(u.Attempt)
 	}
 	return p + " increment"
 }
-
-// meterPeriods begins the period of every report on meter.
-func meterPeriods(meter string) string { return "usage " + meter + " " }
 
 // usageJobFromClaim rebuilds the usage report a pending claim stands for,
 // with the claim's own key: its meter and window are the claim's, its
@@ -405,14 +402,19 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // v1.billing.meter.error_report_triggered event); [Biller.Webhook] fails
 // the usage claims it names, and a report of the same window is then sent
 // again only with the next Attempt. An identifier is whatever the event's
-// sender chose, and Stripe takes it again once it has forgotten it, so a
-// report fails only a usage report's claim that it can be about: on the
-// claim's meter, with a validation window that reaches into the time the
-// claim's key can be sent (from its claim to a day after; Stripe's clock
-// and the database's are each read as ages, so they need not agree), and,
-// for a claim whose window was reopened and its event sent again, that
-// begins after the reopening (the report may be about the earlier send).
-// Any other report naming the identifier is logged and changes nothing.
+// sender chose, on any meter of any Stripe account, and Stripe takes it
+// again once it has forgotten it, so a report fails only a usage report's
+// claim that it can be about: on the claim's meter, named by the Stripe
+// id (mtr_…) the claim recorded when it was made, which is one account's
+// (so with one claim table for several accounts, a report on one never
+// fails a report counted on another), with a validation window that
+// reaches into the time the claim's key can be sent (from its claim to a
+// day after; Stripe's clock and the database's are each read as ages, so
+// they need not agree), and, for a claim whose window was reopened and its
+// event sent again, that begins after the reopening (the report may be
+// about the earlier send). A claim made before the claim table recorded
+// meter ids (migration 7) is failed by no report. Any other report naming
+// the identifier is logged and changes nothing.
 // Error reports name a sample of the rejected events, not all: those not
 // named stay delivered; compare the meter's summaries to find them.
 //
@@ -631,9 +633,11 @@ func (*usageReport) endpoint(*Biller) string { return endpointMeterEvents }
 func (*usageReport) localFirstSend() bool    { return false }
 
 // describe records the report's meter and window on its claim, which
-// keeps the live windows of a customer and meter apart.
+// keeps the live windows of a customer and meter apart, and the meter's
+// Stripe id, which tells a meter error report about this account's meter
+// from one about another account's meter of the same event name.
 func (u *usageReport) describe(r *claimengine.Request) {
-	r.Meter, r.WindowStart, r.WindowEnd = u.Meter, u.Start, u.End
+	r.Meter, r.WindowStart, r.WindowEnd, r.MeterID = u.Meter, u.Start, u.End, u.meter.id
 }
 
 func (*usageReport) alreadyThere(err error) bool { return duplicateIdentifier(err) }
