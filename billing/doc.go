@@ -135,7 +135,12 @@
 // at least a day. That refusal is read as "delivered" when this claim may
 // have sent the event before, and as needing a person when it cannot
 // have; it is never retried. Past the key's deadline the meter's event
-// summary for the customer and window decides, instead of a search. A
+// summary for the customer over the report's whole window decides,
+// instead of a search, and so it does before the first send of a window
+// that ended more than WindowMargin ago, whose event Stripe may have
+// taken from a claim table restored since; what no summary can show (an
+// earlier report that reaches into the window, one sent since within
+// WindowMargin) is in ReportUsage's documentation. A
 // delivered report's claim is succeeded; Stripe may still reject the
 // event as it aggregates it, and the meter error report that says so
 // (a v2 event, delivered to [Biller.Webhook]) fails the claims it names,
