@@ -98,7 +98,9 @@ func TestRestoredClaimTableSendsWindowsThatMeetACountedOne(t *testing.T) {
 // Within the identifier window a restored claim table is trusted: only
 // the same window again is caught, by Stripe's refusal of its identifier.
 func TestRestoredClaimTableWithinTheIdentifierWindowNeverCountsAnOverlapTwice(t *testing.T) {
-	t.Skip("known: within WindowMargin of a window's end, a report whose window overlaps a counted report whose claim row was deleted or restored from an older backup is sent, and the overlap counted twice")
+	t.Skip("known: within WindowMargin of a window's end no summary is read before a report's first send, so once a counted report's claim row is deleted or restored from an older backup, a report of another window that overlaps it is sent and the overlap counted twice; " +
+		"not closed: a read before every first send would cost a round trip per report and prove nothing, since Stripe aggregates asynchronously (a report counted a moment ago may not show), " +
+		"and here the new window starts inside the counted one, whose event is stamped before the new window, where no summary of it looks")
 	t.Parallel()
 	e := newEnv(t)
 	e.srv.CreateMeter("api_calls", "sum", "")
