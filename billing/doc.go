@@ -135,12 +135,18 @@
 // at least a day. That refusal is read as "delivered" when this claim may
 // have sent the event before, and as needing a person when it cannot
 // have; it is never retried. Past the key's deadline the meter's event
-// summary for the customer and window decides, instead of a search. A
+// summary for the customer over the report's whole window decides,
+// instead of a search, and so it does before the first send of a window
+// that ended more than WindowMargin ago, whose event Stripe may have
+// taken from a claim table restored since; what no summary can show (an
+// earlier report that reaches into the window, one sent since within
+// WindowMargin) is in ReportUsage's documentation. A
 // delivered report's claim is succeeded; Stripe may still reject the
 // event as it aggregates it, and the meter error report that says so
 // (a v2 event, delivered to [Biller.Webhook]) fails the claims it names,
-// when it can be about their own event: on their meter, and validated
-// within the day in which their key can be sent.
+// when it can be about their own event: on their meter, by the meter's
+// Stripe id, which the claim records and which is one Stripe account's,
+// and validated within the day in which their key can be sent.
 // ReportUsage has the details, and what each step can and cannot prove.
 //
 // # Invariants
@@ -223,7 +229,12 @@
 // claim only when it is shown to be about the claim's own send: its
 // object is the one the claim recorded from Stripe's answer to its key.
 // Before a claim has recorded its payment, no event moves it; the claim's
-// own resume settles it with its key.
+// own resume settles it with its key. A meter error report, which names
+// no object of the claim's, is shown to be about a usage claim's event by
+// its meter's Stripe id, which must be the one the claim recorded (so a
+// report on another Stripe account, whose reports share the claim table,
+// moves none of this account's claims), and by its time (see Usage
+// meters).
 //
 // A failed claim records the payment Stripe declined, when its answer
 // named one. That payment's success after all moves the claim on to

@@ -227,21 +227,18 @@ func checkMeter(u Usage, m meterInfo) error {
 // usagePeriod is the claim's period of a report: the meter, the start of
 // its window and its kind, and for a window total its attempt, the
 // total's revision. The claim records the meter and window as columns of
-// their own too (see Biller.request), and the table keeps the live
+// their own too (see usageReport.describe), and the table keeps the live
 // windows of a customer and meter apart, so a report's own event is the
-// only one the meter's summary of its first minute can count (see
-// meterTotal); the period keeps reports made before the table recorded
-// windows from starting at the same minute.
+// only one of the table's that the meter's summary of its window can
+// count (see meterTotal); the period keeps reports made before the table
+// recorded windows from starting at the same minute.
 func usagePeriod(u Usage) string {
-	p := meterPeriods(u.Meter) + u.Start.Format(time.RFC3339)
+	p := "usage " + u.Meter + " " + u.Start.Format(time.RFC3339)
 	if u.Kind == WindowTotals {
 		return p + " total " + strconv.Itoa(u.Attempt)
 	}
 	return p + " increment"
 }
-
-// meterPeriods begins the period of every report on meter.
-func meterPeriods(meter string) string { return "usage " + meter + " " }
 
 // usageFromClaim rebuilds the usage report a pending claim stands for,
 // with the claim's own key: its meter and window are the claim's, its
@@ -379,18 +376,20 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 //
 // Past the key's deadline (Config.WindowMargin) with an unknown outcome,
 // nothing is sent blind: the meter's event summary for the customer
-// decides, read over the minute of Start (every event is stamped with its
-// report's Start, and no two reports of a claim table start at the same
-// minute) or, for a pre-aggregated meter, over the window. A summary
-// equal to the value records the report as delivered (Outcome
-// Reconciled); a summary of zero reopens the key's window and sends;
-// anything else is ErrNeedsReconciliation, and nothing is sent: for a
-// window total, another total of the window is counted, and Stripe,
-// which keeps the newest event, would replace it with this one. This
+// decides, read over the report's whole window, Start to End. Every event
+// is stamped with its report's Start, and the claim table keeps the live
+// windows of a customer and meter apart, so nothing of the table's but
+// this report can count there. A summary equal to the value records the
+// report as delivered (Outcome Reconciled); a summary of zero reopens the
+// key's window and sends; anything else is ErrNeedsReconciliation, and
+// nothing is sent: another report whose window overlaps this one and
+// starts inside it is counted (one whose claim was lost, or another
+// writer's), or, for a window total, another total of the window, which
+// Stripe, keeping the newest event, would replace with this one. This
 // proves delivery only while nothing but this claim table reports to the
-// meter for the customer at that minute or window; Stripe has no lookup
-// of one event by identifier. The summary decides the same way before the
-// first send of any report whose window ended more than WindowMargin ago:
+// meter for the customer in that window; Stripe has no lookup of one
+// event by identifier. The summary decides the same way before the first
+// send of any report whose window ended more than WindowMargin ago:
 // Stripe may have taken its event (or, for a window total, a newer total)
 // more than a day ago, from a claim table restored since from an older
 // backup, and forgotten its identifier. So a window's new total is sent
@@ -398,19 +397,37 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // earlier total counted, it needs a person, who compares the window's
 // summary with the records.
 //
+// What the claim table alone keeps apart, and no summary can show: a
+// counted report whose window starts before this one's Start and reaches
+// into it (its event is stamped before Start, where the events of windows
+// that ended before Start are stamped too), and, within WindowMargin of
+// the window's end, where no summary is read before the first send, any
+// overlapping report of another window (Stripe's refusal of a repeated
+// identifier catches only the same report again). A summary read before
+// every first send would cost a round trip per report and prove nothing
+// there: Stripe aggregates events asynchronously, so a report counted a
+// moment ago may not show yet. Once a counted report's claim is deleted,
+// or lost to a restore from an older backup, such an overlap is sent and
+// counted twice.
+//
 // Stripe validates events again as it aggregates them and reports the
 // ones it rejects later, in a meter error report (a
 // v1.billing.meter.error_report_triggered event); [Biller.Webhook] fails
 // the usage claims it names, and a report of the same window is then sent
 // again only with the next Attempt. An identifier is whatever the event's
-// sender chose, and Stripe takes it again once it has forgotten it, so a
-// report fails only a usage report's claim that it can be about: on the
-// claim's meter, with a validation window that reaches into the time the
-// claim's key can be sent (from its claim to a day after; Stripe's clock
-// and the database's are each read as ages, so they need not agree), and,
-// for a claim whose window was reopened and its event sent again, that
-// begins after the reopening (the report may be about the earlier send).
-// Any other report naming the identifier is logged and changes nothing.
+// sender chose, on any meter of any Stripe account, and Stripe takes it
+// again once it has forgotten it, so a report fails only a usage report's
+// claim that it can be about: on the claim's meter, named by the Stripe
+// id (mtr_…) the claim recorded when it was made, which is one account's
+// (so with one claim table for several accounts, a report on one never
+// fails a report counted on another), with a validation window that
+// reaches into the time the claim's key can be sent (from its claim to a
+// day after; Stripe's clock and the database's are each read as ages, so
+// they need not agree), and, for a claim whose window was reopened and its
+// event sent again, that begins after the reopening (the report may be
+// about the earlier send). A claim made before the claim table recorded
+// meter ids (migration 7) is failed by no report. Any other report naming
+// the identifier is logged and changes nothing.
 // Error reports name a sample of the rejected events, not all: those not
 // named stay delivered; compare the meter's summaries to find them.
 //
@@ -590,7 +607,7 @@ func (b *Biller) reconcileUsage(ctx context.Context, j job, c claim.Claim, u *us
 		c.SentAge = 0
 		return b.sendOnce(ctx, u, j, c)
 	}
-	return needs(fmt.Sprintf("the meter's summary is %v, neither nothing nor the report's value %d: another event counts at this minute or window "+
+	return needs(fmt.Sprintf("the meter's summary is %v, neither nothing nor the report's value %d: another event counts in this window "+
 		"(another report, or, for a window total, another total of the window, which this one would replace, Stripe keeping the newest); "+
 		"nothing was sent: compare the summary with your records", total, u.Value))
 }
@@ -607,9 +624,18 @@ func countOf(total float64) (int64, bool) {
 }
 
 // meterTotal reads the meter's aggregated value for the report's customer
-// where its event counts: the minute of Start (every event is stamped
-// with its report's Start, and no other report of this claim table starts
-// at that minute), or, for a pre-aggregated meter, its window.
+// over its whole window, one summary from Start (inclusive) to End
+// (exclusive; for a pre-aggregated meter, the meter's window). Every
+// event is stamped with its report's Start, and the claim table keeps the
+// live windows of a customer and meter apart, so the report's own event
+// is the only one of the claim table's that may count there: anything
+// else is another report's whose window overlaps this one (its claim lost
+// or deleted, or another writer's). The event of a report whose window
+// starts before Start and reaches into this one is not read: it is
+// stamped before Start, and a summary tells values by the minute they are
+// stamped at, not by window, so it cannot tell that event from one of a
+// window that ended before Start. Adjacent windows, one ending where the
+// next starts, are not counted: End is exclusive.
 func (b *Biller) meterTotal(ctx context.Context, u *usageReport) (float64, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return 0, err
@@ -618,7 +644,7 @@ func (b *Biller) meterTotal(ctx context.Context, u *usageReport) (float64, error
 		ID:        stripe.String(u.meter.id),
 		Customer:  stripe.String(u.Customer),
 		StartTime: stripe.Int64(u.Start.Unix()),
-		EndTime:   stripe.Int64(u.Start.Add(u.meter.windowSize()).Unix()),
+		EndTime:   stripe.Int64(u.End.Unix()),
 	}
 	params.Context = ctx
 	it := b.meterSummaries.List(params)
@@ -645,9 +671,11 @@ func (*usageReport) endpoint(*Biller) string { return endpointMeterEvents }
 func (*usageReport) localFirstSend() bool    { return false }
 
 // describe records the report's meter and window on its claim, which
-// keeps the live windows of a customer and meter apart.
+// keeps the live windows of a customer and meter apart, and the meter's
+// Stripe id, which tells a meter error report about this account's meter
+// from one about another account's meter of the same event name.
 func (u *usageReport) describe(r *claimengine.Request) {
-	r.Meter, r.WindowStart, r.WindowEnd = u.Meter, u.Start, u.End
+	r.Meter, r.WindowStart, r.WindowEnd, r.MeterID = u.Meter, u.Start, u.End, u.meter.id
 }
 
 func (*usageReport) alreadyThere(err error) bool { return duplicateIdentifier(err) }

@@ -509,9 +509,9 @@ type errorReport struct {
 
 // thin applies a v2 event. A meter error report fails the claims of the
 // usage events it names (their identifiers are the claims' keys) that it
-// can be about: its meter and validation window go with each update, for
-// the claim store's rule; every other v2 event is acknowledged and
-// ignored.
+// can be about: its meter's id and its validation window go with each
+// update, for the claim store's rule; every other v2 event is
+// acknowledged and ignored.
 func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env thinEvent) Event {
 	log := []slog.Attr{slog.String("event", env.ID), slog.String("type", env.Type)}
 	if env.Type != meterErrorReport || env.ID == "" {
@@ -532,21 +532,14 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 		answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the event from Stripe; deliver again")
 		return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: reading it from Stripe: %w", env.ID, err)}
 	}
-	// An identifier is whatever the event's sender chose: the report
-	// fails a claim only if it can be about the claim's own event, on its
-	// meter and within the time its key can be sent (the claim store's
-	// rule for every update).
-	var periods string
-	if m := rep.RelatedObject; m != nil && m.ID != "" {
-		name, err := h.b.meterName(ctx, m.ID)
-		if err != nil && !missingPayment(err) {
-			h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook could not read the meter of a meter error report; Stripe will deliver it again", append(log, slog.Any("error", err))...)
-			answer(w, http.StatusServiceUnavailable, "billonce webhook: could not read the report's meter from Stripe; deliver again")
-			return Event{Result: resultRetry, EventID: env.ID, Err: fmt.Errorf("billing: webhook event %s: reading meter %s from Stripe: %w", env.ID, m.ID, err)}
-		}
-		if name != "" {
-			periods = meterPeriods(name)
-		}
+	// An identifier is whatever the event's sender chose, on any meter of
+	// any Stripe account: the report fails a claim only if it can be about
+	// the claim's own event, on the meter the claim recorded (by its
+	// Stripe id, one account's) and within the time its key can be sent
+	// (the claim store's rule for every update).
+	var meterID string
+	if m := rep.RelatedObject; m != nil {
+		meterID = m.ID
 	}
 	named, failed := 0, 0
 	for _, t := range rep.Data.Reason.ErrorTypes {
@@ -558,7 +551,7 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 			named++
 			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
 				Created: cmp.Or(env.Created, time.Now()), State: string(claim.StateFailed), FailureCode: t.Code, Endpoint: endpointMeterEvents,
-				PeriodPrefix: periods, SentFrom: rep.Data.ValidationStart, SentTo: cmp.Or(rep.Data.ValidationEnd, rep.Data.ValidationStart), ReadAt: stripeNow(rep.LastResponse)}
+				MeterID: meterID, SentFrom: rep.Data.ValidationStart, SentTo: cmp.Or(rep.Data.ValidationEnd, rep.Data.ValidationStart), ReadAt: stripeNow(rep.LastResponse)}
 			a, err := h.b.claims.Apply(ctx, u)
 			switch {
 			case errors.Is(err, claim.ErrNotFound), errors.Is(err, claim.ErrInvalid):
@@ -572,6 +565,9 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 				h.b.applied(ctx, env.ID, a)
 			case a.Outcome == claimengine.OtherPayment && a.Claim.Endpoint == endpointMeterEvents:
 				h.b.log.LogAttrs(ctx, slogWarn, "billonce: meter error report names a usage report's identifier but cannot be about this claim's usage event; the claim is left as it is (another writer sends events with billonce's identifiers)",
+					append(log, slog.String("key", id), slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("reason", a.Reason))...)
+			case a.Outcome == claimengine.Unproven && a.Claim.Endpoint == endpointMeterEvents:
+				h.b.log.LogAttrs(ctx, slogWarn, "billonce: meter error report names a usage report's identifier but is not shown to be about this claim's usage event; the claim is left as it is: compare the meter's summary for its window with your records",
 					append(log, slog.String("key", id), slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("reason", a.Reason))...)
 			}
 		}
@@ -597,30 +593,6 @@ func stripeNow(r *stripe.APIResponse) time.Time {
 		}
 	}
 	return time.Now()
-}
-
-// meterName returns the event name of the meter with id: from the
-// Biller's meters, or read from Stripe.
-func (b *Biller) meterName(ctx context.Context, id string) (string, error) {
-	b.usageClients.meters.mu.Lock()
-	for name, m := range b.usageClients.meters.by {
-		if m.id == id {
-			b.usageClients.meters.mu.Unlock()
-			return name, nil
-		}
-	}
-	b.usageClients.meters.mu.Unlock()
-	if err := b.limiter.Wait(ctx); err != nil {
-		return "", err
-	}
-	m, err := b.meterList.Get(id, &stripe.BillingMeterParams{Params: stripe.Params{Context: ctx}})
-	if err != nil {
-		return "", err
-	}
-	if m.ID != id || m.EventName == "" {
-		return "", notAPayment(m.LastResponse)
-	}
-	return m.EventName, nil
 }
 
 // readReport reads a v2 event whole from Stripe.

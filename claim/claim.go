@@ -58,6 +58,14 @@ func validateRequest(r request) error {
 	if r.Amount <= 0 {
 		problems = append(problems, fmt.Sprintf("amount %d must be positive (in the currency's smallest unit)", r.Amount))
 	}
+	if r.MeterID != "" {
+		if p := checkID("meter id", r.MeterID); p != "" {
+			problems = append(problems, p)
+		}
+		if r.Meter == "" {
+			problems = append(problems, "a meter id needs its meter's event name and the usage window")
+		}
+	}
 	if r.Meter != "" || !r.WindowStart.IsZero() || !r.WindowEnd.IsZero() {
 		if p := checkID("meter", r.Meter); p != "" {
 			problems = append(problems, p)
@@ -241,6 +249,13 @@ type Claim struct {
 	// no part in that rule.
 	Meter                  string
 	WindowStart, WindowEnd time.Time
+	// MeterID is the Stripe id of a usage report's meter ("mtr_…"),
+	// recorded when the report is claimed: it names the meter on one
+	// Stripe account, where Meter, an event name, may name a meter on
+	// each. A meter error report moves the claim only if it is about
+	// this meter. "" for other claims, and for usage claims made before
+	// migration 7 recorded it, which no meter error report moves.
+	MeterID string
 
 	// Step is the recovery point of a claim made in steps (an invoice:
 	// "draft", "line 3", "finalized", …): the last step known to be done

@@ -37,6 +37,14 @@
 // meter and a window start, taken from their period, but no window end
 // (their key holds it, hashed): they take no part in the overlap check.
 //
+// A usage claim also records its meter's Stripe id (meter_id, "mtr_…",
+// Claim.MeterID), read from Stripe by the Biller that claims it. An event
+// name may name a meter on each of several Stripe accounts whose reports
+// share one claim table (a scope each); the id names one meter on one
+// account. It is what shows a meter error report to be about the claim's
+// own event (see Events from Stripe). Usage claims made before migration
+// 7 recorded it have NULL (unknown), and so have other claims.
+//
 // # Migrations
 //
 // billonce owns three sets of tables, each migrated the same way: this
@@ -87,6 +95,13 @@
 // the database's owner run CREATE EXTENSION btree_gist; once in the
 // database, then migrate again, with any role. An extension that exists
 // already asks for no privilege.
+//
+// Migration 7 (meter_ids) adds a nullable column and a check, added NOT
+// VALID since every existing row is NULL: no extension, no privilege
+// beyond the table's ownership that the earlier migrations needed, no
+// rewrite and no scan of the table, so it is the same on a managed
+// PostgreSQL as on any other. Its ALTER holds the claim table's lock until
+// the migration commits, a moment: claims made meanwhile wait for it.
 //
 // [Config] names the table and schema and sets the lease; its zero value
 // is usable. [NewPostgres] takes a *pgxpool.Pool and nothing else: every
@@ -218,9 +233,12 @@
 // does any event for a claim that has recorded no Stripe object of its
 // own yet (its send's answer, which a resume with the same key gets from
 // Stripe again, settles it). An event about a usage report's meter event,
-// whose identifier any writer may send, is shown to be about the claim's
-// own by its meter and its time: a window within the day after the
-// claim's key window opened, and after its last reopening.
+// whose identifier any writer may send, to any meter of any account, is
+// shown to be about the claim's own by its meter and its time: the meter
+// id the claim recorded (a report about another meter, on this account or
+// another, changes nothing; nor does any report about a claim made before
+// migration 7, which recorded none), and a window within the day after
+// the claim's key window opened, and after its last reopening.
 //
 // # Pruning the events table
 //

@@ -97,7 +97,7 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 			State: StatePending, Leases: 1, Owner: req.Owner, LeaseUntil: now.Add(m.lease),
 			CreatedAt: now, UpdatedAt: now, FirstSentAt: now,
 			Scope: req.Scope, Attempt: req.Attempt, Endpoint: req.Endpoint, Credential: req.Credential,
-			Meter: req.Meter, WindowStart: req.WindowStart, WindowEnd: req.WindowEnd,
+			Meter: req.Meter, WindowStart: req.WindowStart, WindowEnd: req.WindowEnd, MeterID: req.MeterID,
 		}
 		m.byKey[req.Key] = c
 		m.live[[2]string{req.Customer, req.Period}] = req.Key

@@ -141,7 +141,7 @@ func colsOf(x string) string {
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
 	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
 	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at, x.step,
-	x.meter, x.window_start, x.window_end`)
+	x.meter, x.window_start, x.window_end, x.meter_id`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -183,13 +183,13 @@ const (
 const claimTemplate = `
 WITH {{fence}}req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-		$8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[]) WITH ORDINALITY
-		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, meter, window_start, window_end, ord){{fenced}}
+		$8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[], $15::text[]) WITH ORDINALITY
+		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, ord){{fenced}}
 ), ins AS (
 	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until, scope, attempt, endpoint, credential,
-		meter, window_start, window_end)
+		meter, window_start, window_end, meter_id)
 	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
-		scope, attempt, endpoint, credential, meter, window_start, window_end FROM req
+		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id FROM req
 	ON CONFLICT DO NOTHING
 	RETURNING *
 ), took AS (
@@ -216,7 +216,7 @@ SELECT req.ord, 5, {{cols_x}} FROM req JOIN {{table}} x
 	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key`
 
 // fenced returns the claim statement base under fence f, whose token is
-// $15: the lease row that carries it is locked FOR SHARE until the claims
+// $16: the lease row that carries it is locked FOR SHARE until the claims
 // commit, so a takeover of the lease (an UPDATE of that row) either waits
 // for them or, having committed first, leaves no row with the token, and
 // the statement claims nothing. The zero Fence checks nothing.
@@ -225,7 +225,7 @@ func fenced(base string, f claimengine.Fence) string {
 		return strings.NewReplacer("{{fence}}", "", "{{fenced}}", "").Replace(base)
 	}
 	return strings.NewReplacer(
-		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $15 FOR SHARE),\n",
+		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $16 FOR SHARE),\n",
 		"{{fenced}}", "\n\tWHERE EXISTS (SELECT FROM fence)",
 	).Replace(base)
 }
@@ -329,7 +329,7 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	scopes, endpoints, credentials := make([]string, n), make([]string, n), make([]string, n)
 	amounts, attempts := make([]int64, n), make([]int32, n)
-	meters, starts, ends := make([]*string, n), make([]*time.Time, n), make([]*time.Time, n) // NULL but for usage reports
+	meters, starts, ends, meterIDs := make([]*string, n), make([]*time.Time, n), make([]*time.Time, n), make([]*string, n) // NULL but for usage reports
 	for j, i := range todo {
 		r := reqs[i]
 		customers[j], periods[j], keys[j], amounts[j], currencies[j], owners[j] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
@@ -337,9 +337,12 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		if r.Meter != "" {
 			meters[j], starts[j], ends[j] = &r.Meter, &r.WindowStart, &r.WindowEnd
 		}
+		if r.MeterID != "" {
+			meterIDs[j] = &r.MeterID
+		}
 	}
 	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds(),
-		scopes, attempts, endpoints, credentials, meters, starts, ends}
+		scopes, attempts, endpoints, credentials, meters, starts, ends, meterIDs}
 	sql, fence := p.claimSQL, reqs[todo[0]].Fence // one fence per batch: validateBatch
 	if fence != (claimengine.Fence{}) {
 		sql = fenced(p.claimBase, fence)
@@ -426,17 +429,20 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	var state string
 	var ageMicros, sentMicros int64
 	var reconciled, processing, settled, eventAt, disputeAt, windowStart, windowEnd *time.Time
-	var meter *string
+	var meter, meterID *string
 	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Leases,
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
 		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
 		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt, &c.Step,
-		&meter, &windowStart, &windowEnd)
+		&meter, &windowStart, &windowEnd, &meterID)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}
 	if meter != nil {
 		c.Meter = *meter
+	}
+	if meterID != nil {
+		c.MeterID = *meterID
 	}
 	c.State = State(state)
 	c.Age = time.Duration(ageMicros) * time.Microsecond

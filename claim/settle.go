@@ -17,7 +17,7 @@ import (
 func validateUpdate(u update) error {
 	errs := []error{validateID("key", u.Key), validateID("stripe id", u.StripeID),
 		validateText("event type", u.EventType), validateText("failure code", u.FailureCode), validateText("dispute", u.Dispute), validateText("endpoint", u.Endpoint),
-		validateText("period prefix", u.PeriodPrefix)}
+		validateText("meter id", u.MeterID)}
 	if u.EventID != "" {
 		errs = append(errs, validateID("event id", u.EventID))
 	}
@@ -94,16 +94,21 @@ const clockSlack = 5 * time.Minute
 //     another write: the key in an object's metadata is whatever its
 //     writer chose.
 //   - A usage report's key is its meter event's identifier, which any
-//     writer may send again once Stripe has forgotten it (or on another
-//     meter), so an update about a meter event shows its claim's send by
-//     its meter and its time only: the claim's meter (u.PeriodPrefix), and
-//     a window (u.SentFrom to u.SentTo) that reaches into the time the
-//     claim's key can be sent, from its window's opening to keyWindow
-//     after, and, once the key's window was reopened after a search, does
-//     not begin before that: the send before the reopening, which is not
-//     the one that counts, may be what it is about. Times are compared as
-//     ages, each on its own clock: Stripe's window against Stripe's
-//     reading u.ReadAt, the claim's against the store's (Claim.SentAge).
+//     writer may send again once Stripe has forgotten it, or at any time
+//     to another meter or another Stripe account, so an update about a
+//     meter event shows its claim's send by its meter and its time only:
+//     the meter the claim recorded when it was made (Claim.MeterID, the
+//     meter's Stripe id, which names one meter of one account), equal to
+//     the update's (u.MeterID), and a window (u.SentFrom to u.SentTo)
+//     that reaches into the time the claim's key can be sent, from its
+//     window's opening to keyWindow after, and, once the key's window was
+//     reopened after a search, does not begin before that: the send
+//     before the reopening, which is not the one that counts, may be what
+//     it is about. A claim that recorded no meter id (made before
+//     migration 7) cannot be shown to be on the update's account, so no
+//     such update moves it. Times are compared as ages, each on its own
+//     clock: Stripe's window against Stripe's reading u.ReadAt, the
+//     claim's against the store's (Claim.SentAge).
 //   - Any other claim's own send is shown by the Stripe object it
 //     recorded from the answer to its key (or from a search that found
 //     exactly one payment for the key, once Stripe had forgotten it): an
@@ -117,8 +122,11 @@ func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 		return claimengine.OtherPayment, fmt.Sprintf("the claim is of %s, the update is about %s", have, want)
 	}
 	if c.Endpoint == endpointMeterEvents {
-		if u.PeriodPrefix == "" || u.SentFrom.IsZero() {
+		if u.MeterID == "" || u.SentFrom.IsZero() {
 			return claimengine.Unproven, "the update names no meter or no time, so nothing shows it is about the claim's usage event"
+		}
+		if c.MeterID == "" {
+			return claimengine.Unproven, "the claim records no meter id (it was made before migration 7 recorded one), so nothing shows the update is about its meter, on its Stripe account"
 		}
 		// Ages: how long before now the update's window began and ended,
 		// on Stripe's clock, and the claim's window opened and its last
@@ -126,8 +134,8 @@ func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 		fromAge, toAge := u.ReadAt.Sub(u.SentFrom), u.ReadAt.Sub(u.SentTo)
 		opened, reopened := c.SentAge, c.SentAge+c.FirstSentAt.Sub(c.ReconciledAt)
 		switch {
-		case !strings.HasPrefix(c.Period, u.PeriodPrefix):
-			return claimengine.OtherPayment, fmt.Sprintf("the update is about the events of meter %s, the claim's period is %q", strings.TrimSpace(strings.TrimPrefix(u.PeriodPrefix, "usage ")), c.Period)
+		case c.MeterID != u.MeterID:
+			return claimengine.OtherPayment, fmt.Sprintf("the update is about the events of meter %s, the claim's usage event went to meter %s (%s)", u.MeterID, c.MeterID, c.Meter)
 		case !c.ReconciledAt.IsZero() && fromAge > reopened+clockSlack:
 			return claimengine.Unproven, "the update may be about the usage event sent before the key's window was reopened, not about the resend that counts"
 		case fromAge < opened-keyWindow:

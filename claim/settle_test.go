@@ -408,18 +408,26 @@ func TestApplyOwnPaymentSucceedingAfterItsFailure(t *testing.T) {
 
 // An update about a usage report's meter event (a meter error report)
 // moves the claim only if it can be about the claim's own event: on the
-// claim's meter, received within the time the claim's key can be sent,
-// and, once the key's window was reopened, after that. Stripe gives whole
-// seconds, so a report about the resend can seem to begin a moment before
-// the reopening; one about the send before it begins long before.
+// meter the claim recorded, by its Stripe id (another account's meter of
+// the same event name has another), received within the time the claim's
+// key can be sent, and, once the key's window was reopened, after that.
+// Stripe gives whole seconds, so a report about the resend can seem to
+// begin a moment before the reopening; one about the send before it
+// begins long before. A claim that recorded no meter id (made before the
+// table recorded one) is moved by no report.
 func TestApplyMeterReportOnlyAboutTheClaimsOwnEvent(t *testing.T) {
 	t.Parallel()
 	bothStores(t, time.Minute, func(t *testing.T, h harness) {
 		ctx := context.Background()
 		s := h.store
+		start := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
 		usageClaim := func(key string, reopen bool) claim.Claim {
 			t.Helper()
-			r := claimengine.Request{Customer: "cus_" + key, Period: "usage api_calls 2026-09-01T10:00:00Z increment", Key: key, Amount: 5, Owner: "a", Endpoint: "meter_events"}
+			r := claimengine.Request{Customer: "cus_" + key, Period: "usage api_calls 2026-09-01T10:00:00Z increment", Key: key, Amount: 5, Owner: "a", Endpoint: "meter_events",
+				Meter: "api_calls", WindowStart: start, WindowEnd: start.Add(time.Hour), MeterID: "mtr_a"}
+			if key == "k_unknown" {
+				r.MeterID = "" // made before the table recorded meter ids
+			}
 			mustClaim(t, s, r, claimengine.Won)
 			if reopen {
 				if err := s.Reopen(ctx, key, "a", "meter_events", "cred"); err != nil {
@@ -440,23 +448,26 @@ func TestApplyMeterReportOnlyAboutTheClaimsOwnEvent(t *testing.T) {
 			n++
 			return claimengine.Update{EventID: fmt.Sprintf("evt_%d/%s", n, key), EventType: "v1.billing.meter.error_report_triggered", Key: key, StripeID: key,
 				State: string(claim.StateFailed), FailureCode: "meter_event_customer_not_found", Created: time.Now(), Endpoint: "meter_events",
-				PeriodPrefix: "usage " + meter + " ", SentFrom: from, SentTo: to, ReadAt: time.Now()}
+				MeterID: meter, SentFrom: from, SentTo: to, ReadAt: time.Now()}
 		}
 		now := time.Now()
 		usageClaim("k1", false)
-		mustApply(t, s, report("k1", "other_calls", now, now), claimengine.OtherPayment)
-		noWindow := report("k1", "api_calls", time.Time{}, time.Time{})
+		mustApply(t, s, report("k1", "mtr_b", now, now), claimengine.OtherPayment) // another meter: of another account, or another event name
+		mustApply(t, s, report("k1", "", now, now), claimengine.Unproven)
+		noWindow := report("k1", "mtr_a", time.Time{}, time.Time{})
 		mustApply(t, s, noWindow, claimengine.Unproven)
-		mustApply(t, s, report("k1", "api_calls", now.Add(-time.Hour), now.Add(-10*time.Minute)), claimengine.OtherPayment) // before the claim
+		mustApply(t, s, report("k1", "mtr_a", now.Add(-time.Hour), now.Add(-10*time.Minute)), claimengine.OtherPayment) // before the claim
 		c2 := usageClaim("k2", true)
-		mustApply(t, s, report("k2", "api_calls", c2.ReconciledAt.Add(-2*time.Hour), c2.ReconciledAt.Add(-2*time.Hour)), claimengine.Unproven) // the send before the reopening
-		resend := c2.ReconciledAt.Add(-900 * time.Millisecond)                                                                                 // the resend's second, cut to whole seconds
-		mustApply(t, s, report("k2", "api_calls", resend, time.Now()), claimengine.Changed)
-		mustApply(t, s, report("k1", "api_calls", time.Now().Add(-time.Second), time.Now()), claimengine.Changed)
+		mustApply(t, s, report("k2", "mtr_a", c2.ReconciledAt.Add(-2*time.Hour), c2.ReconciledAt.Add(-2*time.Hour)), claimengine.Unproven) // the send before the reopening
+		resend := c2.ReconciledAt.Add(-900 * time.Millisecond)                                                                             // the resend's second, cut to whole seconds
+		mustApply(t, s, report("k2", "mtr_a", resend, time.Now()), claimengine.Changed)
+		mustApply(t, s, report("k1", "mtr_a", time.Now().Add(-time.Second), time.Now()), claimengine.Changed)
+		usageClaim("k_unknown", false)
+		mustApply(t, s, report("k_unknown", "mtr_a", time.Now().Add(-time.Second), time.Now()), claimengine.Unproven)
 		usageClaim("k3", false)
 		h.pass(t, 25*time.Hour)
-		mustApply(t, s, report("k3", "api_calls", time.Now(), time.Now()), claimengine.OtherPayment) // another writer's, a day later
-		for key, want := range map[string]claim.State{"k1": claim.StateFailed, "k2": claim.StateFailed, "k3": claim.StateSucceeded} {
+		mustApply(t, s, report("k3", "mtr_a", time.Now(), time.Now()), claimengine.OtherPayment) // another writer's, a day later
+		for key, want := range map[string]claim.State{"k1": claim.StateFailed, "k2": claim.StateFailed, "k3": claim.StateSucceeded, "k_unknown": claim.StateSucceeded} {
 			if c, err := s.Get(ctx, key); err != nil || c.State != want {
 				t.Errorf("%s = %s, %v; want %s", key, c.State, err, want)
 			}

@@ -145,7 +145,8 @@ func TestUsageWindowsClaimedAtOnceOneWins(t *testing.T) {
 	})
 }
 
-// A request's window must be whole: a meter, a start and an end after it.
+// A request's window must be whole: a meter, a start and an end after it;
+// a meter id goes with a meter.
 func TestUsageWindowRequestChecked(t *testing.T) {
 	t.Parallel()
 	bothStores(t, lease, func(t *testing.T, h harness) {
@@ -155,6 +156,9 @@ func TestUsageWindowRequestChecked(t *testing.T) {
 			"no end":           func(r *claimengine.Request) { r.WindowEnd = time.Time{} },
 			"end before start": func(r *claimengine.Request) { r.WindowEnd = r.WindowStart.Add(-time.Minute) },
 			"empty":            func(r *claimengine.Request) { r.WindowEnd = r.WindowStart },
+			"meter id alone": func(r *claimengine.Request) {
+				r.MeterID, r.Meter, r.WindowStart, r.WindowEnd = "mtr_1", "", time.Time{}, time.Time{}
+			},
 		} {
 			r := usageReq("cus_1", "k_1", 0, 60)
 			edit(&r)

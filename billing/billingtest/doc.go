@@ -46,7 +46,9 @@
 //
 // POST /v1/billing/meters (or [Server.CreateMeter]) creates a meter that
 // sums or counts events by event_name, optionally keeping only the most
-// recent event of each UTC hour or day (event_time_window). POST
+// recent event of each UTC hour or day (event_time_window). Its id is
+// unique among every Server's meters in the process, as Stripe's ids are
+// across accounts. POST
 // /v1/billing/meter_events is validated at once (timestamp within the
 // past 35 days and at most 5 minutes ahead, a numeric value, an identifier
 // of at most 100 characters) and refuses an identifier already used within

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,12 @@ const (
 	defaultValueKey         = "value"
 	errorReportType         = "v1.billing.meter.error_report_triggered"
 )
+
+// meterIDs numbers the meters of every Server in the process. Stripe's
+// ids are unique across accounts, and two Servers stand for two accounts:
+// a meter's id tells one account's meter from another's of the same
+// event_name, as at Stripe.
+var meterIDs atomic.Uint64
 
 // meter is a billing meter.
 type meter struct {
@@ -137,8 +144,8 @@ func (s *Server) createMeter(acct string, form url.Values) (*apiErr, func(time.T
 			return errResult(http.StatusBadRequest, *invalid("event_name", "",
 				fmt.Sprintf("An active meter with event_name %q already exists.", m.eventName))), false
 		}
-		s.objSeq++
-		m.id = fmt.Sprintf("mtr_%014d", s.objSeq)
+		s.objSeq++ // the server's other objects keep their numbers
+		m.id = fmt.Sprintf("mtr_%014d", meterIDs.Add(1))
 		m.account = acct
 		m.created = now
 		s.meters.list = append(s.meters.list, m)

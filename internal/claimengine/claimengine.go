@@ -205,6 +205,11 @@ type Request struct {
 	// overlaps another's is a *claim.MismatchError on "window".
 	Meter                  string
 	WindowStart, WindowEnd time.Time
+	// MeterID is the usage report's meter's Stripe id ("mtr_…"), which
+	// names the meter on one Stripe account: a meter error report moves
+	// the claim only if it is about this meter (see Update.MeterID).
+	// Optional, and only with Meter.
+	MeterID string
 
 	// Fence, when set, makes the claim conditional on a lease: it is
 	// made only if the lease still has the holder the claim is made for.
@@ -314,18 +319,18 @@ type Update struct {
 	// update for a claim that has recorded no object of its own yet
 	// (Unproven).
 	Endpoint string
-	// PeriodPrefix, SentFrom, SentTo and ReadAt say what an update about
-	// a usage report's meter event (a meter error report) is about, since
+	// MeterID, SentFrom, SentTo and ReadAt say what an update about a
+	// usage report's meter event (a meter error report) is about, since
 	// the event's identifier, the claim's key, is whatever its sender
-	// chose: the events of one meter, which begins the period of every
-	// usage claim it can be about ("usage api_calls "), that Stripe
-	// received from SentFrom to SentTo (the report's validation window),
-	// on Stripe's clock, which read ReadAt when the update was read. The
-	// store measures SentFrom and SentTo as ages against ReadAt, and the
-	// claim's times as ages on its own clock, so that the two clocks need
-	// not agree. Such an update moves only a claim whose key could be sent
-	// within that window, on that meter.
-	PeriodPrefix             string
+	// chose: the events of one meter, by its Stripe id ("mtr_…", unique
+	// to one Stripe account's meter), that Stripe received from SentFrom
+	// to SentTo (the report's validation window), on Stripe's clock, which
+	// read ReadAt when the update was read. The store measures SentFrom
+	// and SentTo as ages against ReadAt, and the claim's times as ages on
+	// its own clock, so that the two clocks need not agree. Such an update
+	// moves only a claim that recorded that meter id (Request.MeterID)
+	// and whose key could be sent within that window.
+	MeterID                  string
 	SentFrom, SentTo, ReadAt time.Time
 }
 
@@ -349,7 +354,8 @@ const (
 	// send, which alone may move it: the claim has recorded no Stripe
 	// object of its own yet (its payment, its invoice's draft), or an
 	// update about a meter event names no meter or no time, or may be
-	// about an earlier send of the key. Nothing changed; the claim's own
+	// about an earlier send of the key, or is for a usage claim that
+	// recorded no meter id. Nothing changed; the claim's own
 	// send settles it (a resume gets Stripe's answer to its key again).
 	Unproven
 	// PaidTwice: the update is the claim's own payment succeeding after
