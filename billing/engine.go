@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -278,11 +277,7 @@ func (b *Biller) giveUp(ctx context.Context, j job, cause error) {
 // release leaves the claim pending with its key, expiring the lease so the
 // next run can resume it at once.
 func (b *Biller) release(ctx context.Context, j job, cause error) {
-	why := cause.Error()
-	if j.neverSent && !strings.HasPrefix(why, identifierTaken) {
-		why = identifierTaken + why // the mark stays until the claim settles
-	}
-	if err := b.claims.Release(ctx, j.key.String(), j.owner, why); err != nil {
+	if err := b.claims.Release(ctx, j.key.String(), j.owner, cause.Error()); err != nil {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: could not release claim; it is resumed once its lease expires", attrs(j, "error", err)...)
 	}
 }
@@ -396,9 +391,9 @@ type job struct {
 	attempt          int
 	owner            string // this attempt's name on the claim
 	reopened         bool   // a lookup found nothing and reopened the key's window
-	// neverSent is set for a resumed usage claim released because its
-	// identifier was taken although it never executed it (see
-	// identifierTaken).
+	// neverSent is set for a resumed claim whose key is known never to
+	// have executed although Stripe refused it as seen (claim.Claim.Unsent:
+	// a usage report's identifier another writer took).
 	neverSent bool
 	won       bool // this call made the claim, and no write of it has run yet
 	ran       bool // a write of this call may have run at Stripe
@@ -633,14 +628,6 @@ func declinedObject(se *stripe.Error) string {
 	}
 	return se.ChargeID
 }
-
-// identifierTaken begins the reason a usage claim is released with when
-// Stripe refused its identifier although this claim never executed it:
-// the event is another table's, or one Stripe took and did not count. A
-// resume of such a claim reads its LastError (see job.neverSent), so that
-// the same refusal is never recorded as delivered, and every later release
-// of it keeps the mark.
-const identifierTaken = "identifier taken: "
 
 // failedFrom is the *ChargeError of a failed claim: ErrDeclined, with
 // AfterProcessing when its payment failed when it settled.

@@ -679,6 +679,13 @@ func (s *simStore) Release(ctx context.Context, key, owner, lastErr string) erro
 	return s.inner.Release(ctx, key, owner, lastErr)
 }
 
+func (s *simStore) ReleaseUnsent(ctx context.Context, key, owner, lastErr string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.inner.ReleaseUnsent(ctx, key, owner, lastErr)
+}
+
 func (s *simStore) Get(ctx context.Context, key string) (claim.Claim, error) {
 	if err := s.alive(); err != nil {
 		return claim.Claim{}, err

@@ -174,14 +174,18 @@ func TestFiveHundredStormIsRetriedNotStopped(t *testing.T) {
 func TestSlowStripeIsRetriedNotStopped(t *testing.T) {
 	e := newEnvWith(t, billingtest.Config{Script: func(r billingtest.Request) billingtest.Fault {
 		if r.IdempotencyKey != "" && r.Attempt == 1 {
-			return billingtest.Fault{Kind: billingtest.FaultSlow, Delay: 400 * time.Millisecond}
+			return billingtest.Fault{Kind: billingtest.FaultSlow, Delay: 1500 * time.Millisecond}
 		}
 		return billingtest.Fault{}
 	}}, func(c *billing.Config) {
-		c.Retry.AttemptTimeout = 150 * time.Millisecond
+		// Every first attempt times out; a retry meets the 409 of the
+		// first attempt still held, or its replay: an answer. The attempt
+		// timeout leaves a busy machine a second to answer the retry, so
+		// that only the held attempts go unanswered.
+		c.Retry.AttemptTimeout = time.Second
 		c.UnreachableAttempts = 12 // more than one round of timeouts, fewer than the run has
 	})
-	ids := customers(24)
+	ids := customers(16)
 	sum, err := e.b.Run(context.Background(), period, billing.Customers(ids...), nil)
 	if err != nil || sum.Created != len(ids) {
 		t.Fatalf("Run: %+v, %v; want everyone created, no stop", sum.Progress, err)

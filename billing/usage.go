@@ -499,8 +499,12 @@ func (u *usageReport) write(ctx context.Context, b *Biller, _ job, key idemkey.K
 	return out, nil
 }
 
-// identifierTakenReason is what such a claim's LastError says.
-const identifierTakenReason = identifierTaken + "Stripe already has a meter event with this report's identifier, and this claim never sent it (or sent it after the meter's summary showed nothing); nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
+// identifierTakenReason is the LastError of a usage claim released
+// because Stripe refused its identifier although this claim never
+// executed it: the event is another table's, or one Stripe took and did
+// not count. The claim is marked Unsent, so that a resume never records
+// the same refusal as delivered.
+const identifierTakenReason = "identifier taken: Stripe already has a meter event with this report's identifier, and this claim never sent it (or sent it after the meter's summary showed nothing); nothing was counted twice and nothing more is sent: compare the meter's summary for the window with your records, then resolve the claim"
 
 // duplicateIdentifier reports whether err is Stripe's refusal of a meter
 // event whose identifier it has seen already.
@@ -694,7 +698,7 @@ func (u *usageReport) ready(ctx context.Context, b *Biller, j *job, c claim.Clai
 		r, err := b.reconcileUsage(ctx, *j, c, u)
 		return r, true, err
 	}
-	j.neverSent = !j.won && strings.HasPrefix(c.LastError, identifierTaken)
+	j.neverSent = !j.won && c.Unsent
 	return Receipt{}, false, nil
 }
 
@@ -725,7 +729,9 @@ func (*usageReport) refused(ctx context.Context, b *Biller, j job, err error) (R
 	if !duplicateIdentifier(err) {
 		return Receipt{}, false, nil
 	}
-	b.release(context.WithoutCancel(ctx), j, errors.New(identifierTakenReason))
+	if rerr := b.claims.ReleaseUnsent(context.WithoutCancel(ctx), j.key.String(), j.owner, identifierTakenReason); rerr != nil {
+		b.log.LogAttrs(ctx, slogWarn, "billonce: could not release claim; it is resumed once its lease expires", attrs(j, "error", rerr)...)
+	}
 	b.log.LogAttrs(ctx, slogWarn, "billonce: usage report needs reconciliation: its identifier is taken", attrs(j)...)
 	return Receipt{}, true, chargeErr(j, ErrNeedsReconciliation, identifierTakenReason, err)
 }

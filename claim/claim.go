@@ -256,6 +256,12 @@ type Claim struct {
 	// this meter. "" for other claims, and for usage claims made before
 	// migration 7 recorded it, which no meter error report moves.
 	MeterID string
+	// Unsent is set on a pending claim whose key is known never to have
+	// executed at Stripe although Stripe refused it as one it has seen: a
+	// usage report whose meter event identifier another writer took. A
+	// resume of it does not take that refusal for its own event. A
+	// lookup that reopens the key's window clears it.
+	Unsent bool
 
 	// Step is the recovery point of a claim made in steps (an invoice:
 	// "draft", "line 3", "finalized", …): the last step known to be done

@@ -96,6 +96,10 @@
 // database, then migrate again, with any role. An extension that exists
 // already asks for no privilege.
 //
+// Migration 8 (unsent) adds a boolean column with a constant default,
+// again without a rewrite, and marks the claims an earlier version
+// released for an identifier another writer took.
+//
 // Migration 7 (meter_ids) adds a nullable column and a check, added NOT
 // VALID since every existing row is NULL: no extension, no privilege
 // beyond the table's ownership that the earlier migrations needed, no

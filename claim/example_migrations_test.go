@@ -31,4 +31,5 @@ func ExampleMigrations() {
 	// 00005_billonce_claims_steps.sql: -- Claims of other Stripe writes than a single payment.
 	// 00006_billonce_claims_usage_windows.sql: -- A usage report's identity as columns of its own: the meter's event name
 	// 00007_billonce_claims_meter_ids.sql: -- The Stripe id of a usage report's meter ("mtr_…"), recorded when the
+	// 00008_billonce_claims_unsent.sql: -- Whether a pending claim's key is known never to have executed at
 }

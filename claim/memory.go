@@ -197,7 +197,7 @@ func (m *memEngine) Reopen(ctx context.Context, key, owner, endpoint, credential
 		if err := held(c, owner); err != nil {
 			return err
 		}
-		c.FirstSentAt, c.ReconciledAt, c.Endpoint, c.Credential = now, now, endpoint, credential
+		c.FirstSentAt, c.ReconciledAt, c.Endpoint, c.Credential, c.Unsent = now, now, endpoint, credential, false
 		return nil
 	})
 }
@@ -218,6 +218,16 @@ func (m *memEngine) Advance(ctx context.Context, key, owner, stripeID, step stri
 
 // Release gives up owner's lease on key, recording lastErr. See claimengine.Engine.
 func (m *memEngine) Release(ctx context.Context, key, owner, lastErr string) error {
+	return m.release(key, owner, lastErr, false)
+}
+
+// ReleaseUnsent releases like Release, and records that the key never
+// executed at Stripe. See claimengine.Engine.
+func (m *memEngine) ReleaseUnsent(ctx context.Context, key, owner, lastErr string) error {
+	return m.release(key, owner, lastErr, true)
+}
+
+func (m *memEngine) release(key, owner, lastErr string, unsent bool) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
 		return err
 	}
@@ -226,6 +236,7 @@ func (m *memEngine) Release(ctx context.Context, key, owner, lastErr string) err
 			return err
 		}
 		c.Owner, c.LeaseUntil, c.LastError = "", now, lastErr
+		c.Unsent = c.Unsent || unsent
 		return nil
 	})
 }

@@ -141,7 +141,7 @@ func colsOf(x string) string {
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
 	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
 	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at, x.step,
-	x.meter, x.window_start, x.window_end, x.meter_id`)
+	x.meter, x.window_start, x.window_end, x.meter_id, x.unsent`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -434,7 +434,7 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
 		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
 		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt, &c.Step,
-		&meter, &windowStart, &windowEnd, &meterID)
+		&meter, &windowStart, &windowEnd, &meterID, &c.Unsent)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}
@@ -518,7 +518,7 @@ func (p *pgEngine) Reopen(ctx context.Context, key, owner, endpoint, credential 
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateID("endpoint", endpoint), validateID("credential", credential)); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET first_sent_at = now(), reconciled_at = now(), endpoint = $3, credential = $4, updated_at = now()
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET first_sent_at = now(), reconciled_at = now(), endpoint = $3, credential = $4, unsent = false, updated_at = now()
 		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, endpoint, credential)
 	if err != nil {
 		return fmt.Errorf("claim: reopening %q: %w", key, err)
@@ -568,11 +568,21 @@ func (p *pgEngine) lost(ctx context.Context, key, owner string) error {
 
 // Release gives up owner's lease on key, recording lastErr. See [Store].
 func (p *pgEngine) Release(ctx context.Context, key, owner, lastErr string) error {
+	return p.release(ctx, key, owner, lastErr, false)
+}
+
+// ReleaseUnsent releases owner's lease on key like Release, and records
+// that its key never executed at Stripe. See claimengine.Engine.
+func (p *pgEngine) ReleaseUnsent(ctx context.Context, key, owner, lastErr string) error {
+	return p.release(ctx, key, owner, lastErr, true)
+}
+
+func (p *pgEngine) release(ctx context.Context, key, owner, lastErr string, unsent bool) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET owner = '', lease_until = now(), last_error = $3, updated_at = now()
-		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, lastErr)
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET owner = '', lease_until = now(), last_error = $3, unsent = unsent OR $4, updated_at = now()
+		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, lastErr, unsent)
 	if err != nil {
 		return fmt.Errorf("claim: releasing %q: %w", key, err)
 	}

@@ -94,6 +94,10 @@ type Engine[C any] interface {
 	// claim stays pending, lastErr is recorded and the lease expires at
 	// once, so the next Claim resumes it with the same key.
 	Release(ctx context.Context, key, owner, lastErr string) error
+	// ReleaseUnsent releases like Release, and records on the claim that
+	// its key is known never to have executed at Stripe although Stripe
+	// refused it as seen (claim.Claim.Unsent), until a Reopen.
+	ReleaseUnsent(ctx context.Context, key, owner, lastErr string) error
 	// Abandon deletes owner's pending claim whose key never executed at
 	// Stripe: it was never sent, or every request carrying it was refused
 	// before execution (an authentication failure, a rate limit, a refusal
