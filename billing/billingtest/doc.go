@@ -32,7 +32,9 @@
 // payment_method, confirm, off_session, metadata; status "succeeded" when
 // confirm=true and a payment method is given), POST
 // /v1/payment_intents/{id}/confirm (payment_method, off_session) of a
-// PaymentIntent that needs a payment method or a confirmation; GET of each by id; GET
+// PaymentIntent that needs a payment method or a confirmation, POST
+// /v1/payment_intents/{id}/cancel (cancellation_reason) of one that is
+// not succeeded, processing or canceled; GET of each by id; GET
 // /v1/charges and /v1/payment_intents listed by customer; GET
 // /v1/charges/search and /v1/payment_intents/search with clauses such as
 // metadata['billonce_period']:'2026-09', customer:'cus_1', status:'succeeded' joined by
@@ -184,7 +186,7 @@
 //
 //   - Only charges, payment intents, invoices, invoice items, meters and
 //     meter events exist: no customers, payment methods, sources, refunds,
-//     captures, updates, confirm/cancel endpoints, subscriptions, prices or
+//     captures, updates, subscriptions, prices or
 //     webhooks endpoints. Any customer or payment-method ID is accepted; a
 //     confirmed payment intent does not create a separate ch_ object, and
 //     paying an invoice creates no charge or payment intent.
