@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -70,6 +71,24 @@ func (b *Biller) Charge(ctx context.Context, customer, period string, opts *Char
 // attempt is still being sent, or pending with an unknown outcome, waits
 // for it like Charge does for another runner: ErrInProgress, with
 // ChargeError.Until its claim's lease.
+//
+// A PaymentIntent declined off session stays confirmable: its customer
+// may complete it on session (Stripe's recovery of an
+// authentication_required decline), and after a re-bill that would pay
+// the period twice. So before a re-bill's key is sent (first sent,
+// resumed, or sent again past its deadline), the PaymentIntent that each
+// earlier attempt's failed claim records is canceled at Stripe, with a
+// key derived from that attempt's key; a cancel made again is Stripe's
+// replay, and one already canceled (by a person, say) is as good. If
+// Stripe refuses because the PaymentIntent succeeded or is processing,
+// its customer completed it meanwhile and it pays the period: nothing is
+// sent, a succeeded one is recorded on its attempt's claim (a processing
+// one is, by its success event, once it settles), and Rebill returns that
+// attempt's receipt, AlreadyBilled (with Processing for one still
+// processing). A cancel that gets no answer sends nothing: the error is
+// ErrOutcomeUnknown, and the next Rebill cancels again with the same key.
+// A declined charge (the Charges API) cannot be completed later, and is
+// left as it is.
 func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt int, opts *ChargeOptions) (Receipt, error) {
 	if attempt < 2 || attempt > maxAttempt {
 		return Receipt{}, chargeErr(job{customer: customer, period: period, attempt: attempt}, nil, "",
@@ -340,6 +359,160 @@ func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_
 	return Receipt{}, false, nil
 }
 
+// cancelDeclined cancels at Stripe, before a re-bill's key is sent, the
+// PaymentIntent that each earlier attempt's failed claim records: a
+// PaymentIntent declined off session can still be completed by its
+// customer on session (Stripe's recovery of an authentication_required
+// decline), which after the re-bill would pay the period twice. A
+// declined charge cannot be completed later, and is left as it is.
+//
+// It runs before every send of the re-bill, the first one, a resume, a
+// send after a lookup reopened the key's window, so that the re-bill's
+// key never leaves while an earlier attempt's PaymentIntent can still
+// succeed. Each cancel is a write through the guard, with a key derived
+// from its attempt's key: a cancel made again (by the next re-bill, or a
+// resume) is Stripe's replay.
+//
+//   - Canceled, now or before: the re-bill may be sent.
+//   - Refused because the PaymentIntent succeeded or is processing (its
+//     customer completed it meanwhile): it pays the period. The re-bill
+//     sends nothing and answers that attempt's receipt, AlreadyBilled (see
+//     paidBefore).
+//   - No answer: whether it can still be completed is unknown, so nothing
+//     is sent (ErrOutcomeUnknown); the next call cancels again with the
+//     same key.
+//   - Any other refusal: nothing is sent, ErrNeedsReconciliation.
+//
+// When stop is set, nothing may be sent and r, err are the call's answer;
+// the claim is given up as one whose key never ran, or a person's to
+// settle. Its errors are *ChargeError.
+func (b *Biller) cancelDeclined(ctx context.Context, w writer, j job, c claim.Claim) (r Receipt, stop bool, err error) {
+	for a := 1; a < j.attempt; a++ {
+		key, err := b.keyFor(j.customer, j.period, a)
+		if err != nil {
+			return Receipt{}, true, chargeErr(j, nil, "", invalid("%v", err))
+		}
+		earlier, err := b.claims.Get(ctx, key.String())
+		if errors.Is(err, claim.ErrNotFound) {
+			continue // nothing of it to cancel; a gap is checkChain's
+		}
+		if err != nil {
+			err = chargeErr(j, nil, fmt.Sprintf("looking up attempt %d before sending", a), err)
+			b.giveUp(context.WithoutCancel(ctx), j, err)
+			return Receipt{}, true, err
+		}
+		if earlier.State != claim.StateFailed || !strings.HasPrefix(earlier.StripeID, "pi_") {
+			continue
+		}
+		if r, stop, err := b.cancelIntent(ctx, w, j, c, earlier, a); stop {
+			return r, true, err
+		}
+	}
+	return Receipt{}, false, nil
+}
+
+// cancelIntent cancels the PaymentIntent of earlier, attempt a's failed
+// claim, before j's key is sent (see cancelDeclined).
+func (b *Biller) cancelIntent(ctx context.Context, w writer, j job, c, earlier claim.Claim, a int) (Receipt, bool, error) {
+	id := earlier.StripeID
+	key, err := idemkey.For(b.cfg.Scope, earlier.Key, "cancel")
+	if err != nil {
+		return Receipt{}, true, chargeErr(j, nil, "", invalid("%v", err))
+	}
+	// The cancel's writes are not the re-bill's: whether its own key may
+	// have run (j.ran, j.won) stays as it was.
+	cj := j
+	out, err := b.guarded(ctx, &cj, key, nil, func(ctx context.Context, key idemkey.Key) (object, error) {
+		params := &stripe.PaymentIntentCancelParams{CancellationReason: stripe.String(string(stripe.PaymentIntentCancellationReasonAbandoned))}
+		params.Context, params.IdempotencyKey = ctx, stripe.String(key.String())
+		pi, err := b.intents.Cancel(id, params)
+		if err != nil {
+			return object{}, err
+		}
+		out := object{id: pi.ID, status: string(pi.Status), replayed: replayed(pi.LastResponse), requestID: requestID(pi.LastResponse)}
+		if out.id != id || out.status == "" {
+			return out, notAPayment(pi.LastResponse)
+		}
+		return out, nil
+	})
+	what := fmt.Sprintf("attempt %d's declined PaymentIntent %s", a, id)
+	var se *stripe.Error
+	switch {
+	case err == nil && out.status == string(stripe.PaymentIntentStatusCanceled):
+		return Receipt{}, false, nil
+	case err == nil:
+		// Stripe answers a cancel with the canceled PaymentIntent: read
+		// what became of this one.
+		err = fmt.Errorf("the cancel was answered with the PaymentIntent %s", out.status)
+	case errors.As(err, &se) && se.Code == stripe.ErrorCodePaymentIntentUnexpectedState:
+		// Canceled already, or completed meanwhile: read which.
+	default:
+		if r, stopped, serr := b.sendStopped(ctx, w, j, c, err); stopped {
+			return r, true, serr
+		}
+		if errors.As(err, &se) && !outcomeUnknown(err) && !StopsRun(err) {
+			return Receipt{}, true, b.needs(ctx, j, fmt.Sprintf("Stripe refused to cancel %s (%s: %s), which its customer could still complete; nothing was sent: cancel it in Stripe, then call again", what, se.Code, se.Msg), se)
+		}
+		b.giveUp(context.WithoutCancel(ctx), j, err)
+		if StopsRun(err) {
+			return Receipt{}, true, chargeErr(j, nil, "cancelling "+what, err)
+		}
+		b.log.LogAttrs(ctx, slogWarn, "billonce: cancelling a declined attempt's PaymentIntent before a re-bill got no answer; nothing was sent", attrs(j, "stripe_id", id, "error", err)...)
+		return Receipt{}, true, chargeErr(j, ErrOutcomeUnknown, "cancelling "+what+", which its customer could still complete, got no answer; nothing was sent, and the next call cancels it again with the same key", err)
+	}
+	pi, rerr := readRetried(ctx, b, j, func(ctx context.Context) (*stripe.PaymentIntent, error) {
+		if err := b.limiter.Wait(ctx); err != nil {
+			return nil, err
+		}
+		return b.intents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
+	})
+	switch {
+	case rerr != nil:
+		b.giveUp(context.WithoutCancel(ctx), j, rerr)
+		return Receipt{}, true, chargeErr(j, ErrOutcomeUnknown, fmt.Sprintf("Stripe did not cancel %s (%v), and reading it failed; nothing was sent, and the next call cancels it again", what, err), rerr)
+	case pi.Status == stripe.PaymentIntentStatusCanceled:
+		return Receipt{}, false, nil
+	case pi.Status == stripe.PaymentIntentStatusSucceeded || pi.Status == stripe.PaymentIntentStatusProcessing:
+		r, err := b.paidBefore(ctx, j, earlier, a, pi)
+		return r, true, err
+	}
+	// Refused in a state it has left (processing, then failed): the next
+	// call cancels it.
+	left := fmt.Errorf("%s was not canceled, and is %s now; nothing was sent, and the next call cancels it: %w", what, pi.Status, err)
+	b.giveUp(context.WithoutCancel(ctx), j, left)
+	return Receipt{}, true, chargeErr(j, ErrOutcomeUnknown, "", left)
+}
+
+// paidBefore answers for a re-bill j whose cancel of attempt a's
+// PaymentIntent pi found it succeeded or processing: its customer
+// completed it, and it pays the period. Nothing of the re-bill is sent:
+// its claim is given up (abandoned, since its key never left; a resumed
+// one released, for the success to stop). A succeeded PaymentIntent is
+// recorded on earlier, its failed claim, by the claim store's one rule
+// (its own payment succeeded after it failed); a processing one is
+// recorded by its success event, or the next call's cancel, once it
+// settles. The answer is attempt a's receipt, AlreadyBilled.
+func (b *Biller) paidBefore(ctx context.Context, j job, earlier claim.Claim, a int, pi *stripe.PaymentIntent) (Receipt, error) {
+	b.log.LogAttrs(ctx, slogInfo, "billonce: a declined attempt's PaymentIntent was completed by its customer and pays the period; the re-bill sends nothing",
+		attrs(j, "stripe_id", pi.ID, "paid_attempt", a, "status", pi.Status)...)
+	b.giveUp(context.WithoutCancel(ctx), j, fmt.Errorf("attempt %d's PaymentIntent %s is %s: it pays the period", a, pi.ID, pi.Status))
+	paid := j
+	paid.attempt, paid.price = a, Price{Amount: earlier.Amount, Currency: earlier.Currency}
+	if k, err := b.keyFor(j.customer, j.period, a); err == nil {
+		paid.key = k
+	}
+	if pi.Status == stripe.PaymentIntentStatusSucceeded {
+		if _, err := b.applyRead(ctx, earlier, updateFromIntent(pi)); err != nil {
+			e := chargeErr(paid, ErrNotRecorded, "attempt's PaymentIntent succeeded after its decline, and pays the period", err)
+			e.StripeID = pi.ID
+			return Receipt{}, e
+		}
+	}
+	r := b.receipt(paid, pi.ID, AlreadyBilled)
+	r.Processing = pi.Status == stripe.PaymentIntentStatusProcessing
+	return r, nil
+}
+
 // charges is the kind of a payment made by one write: a charge, or a
 // PaymentIntent confirmed off-session (Config.API). Its key is
 // (scope, customer, period, attempt); past the key's window its payment
@@ -350,7 +523,13 @@ func (charges) endpoint(b *Biller) string     { return b.endpoint }
 func (charges) describe(*claimengine.Request) {}
 func (charges) alreadyThere(error) bool       { return false }
 func (charges) localFirstSend() bool          { return true }
+
+// send sends the claim's payment, once the PaymentIntents of the
+// attempts before it are canceled (see cancelDeclined).
 func (k charges) send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
+	if r, stop, err := b.cancelDeclined(ctx, k, j, c); stop {
+		return r, err
+	}
 	return b.sendOnce(ctx, k, j, c)
 }
 

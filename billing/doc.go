@@ -175,8 +175,9 @@
 //     count (see Clocks below for the one exception).
 //  6. Outcomes are final: a decline is recorded and ends its key; billing
 //     again is an explicit re-bill under a new key, never an automatic
-//     retry. (The declined payment itself may still succeed, when its
-//     customer completes it: its claim is then succeeded; see Webhooks.)
+//     retry. (A declined PaymentIntent may still succeed, when its
+//     customer completes it before a re-bill cancels it: its claim is then
+//     succeeded; see Webhooks.)
 //  7. Honest locks: a [lock.Locker] holds its lock on one connection,
 //     releases it there or destroys the connection, and cancels the guarded
 //     job's context when the lock is lost.
@@ -241,10 +242,15 @@
 // succeeded, the one way out of failed: a PaymentIntent declined off
 // session with authentication_required, which its customer completes on
 // session (Stripe's recovery), pays the period, and a Rebill of it then
-// returns that payment's receipt, AlreadyBilled. A re-bill under way is
-// stopped at its next send check; one that paid the period first keeps
-// it, and the event is reported (EventNotApplied) for a person to refund
-// one of the two payments.
+// returns that payment's receipt, AlreadyBilled. A re-bill cancels the
+// PaymentIntents of the attempts before it at Stripe before its own key
+// is sent (see [Biller.Rebill]), so once it is sent they can no longer
+// succeed: one that succeeds while a re-bill is claimed and not sent
+// stops the re-bill at its next send check, or the re-bill's cancel finds
+// it paid. A claim that paid the period first and cancels nothing (an
+// invoice of the period, a re-bill sent by an earlier version of
+// billonce) keeps it, and the event is reported (EventNotApplied) for a
+// person to refund one of the two payments.
 // An event that can never be applied is answered 200 and reported
 // (EventNotApplied), so that Stripe does not retry it for days; a failure
 // that may pass (the claim store, a read from Stripe) is answered 5xx, so

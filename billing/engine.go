@@ -494,13 +494,9 @@ func (b *Biller) sendOnce(ctx context.Context, w writer, j job, c claim.Claim) (
 		return Receipt{}, errRecording
 	case err == nil:
 		return b.record(ctx, j, out)
-	case errors.Is(err, claimengine.ErrWindowClosed) && j.reopened:
-		// A window just reopened closed again: retries outlasted it.
-		return Receipt{}, b.needs(ctx, j, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run looks again", c.Age.Round(time.Minute)), nil)
-	case errors.Is(err, claimengine.ErrWindowClosed):
-		return w.lookup(ctx, b, j, c)
-	case errors.Is(err, claimengine.ErrLeaseLost):
-		return b.leaseLost(ctx, j, err)
+	}
+	if r, stopped, serr := b.sendStopped(ctx, w, j, c, err); stopped {
+		return r, serr
 	}
 	if ctx.Err() == nil && outcomeUnknown(err) {
 		// Retries could not tell whether Stripe made it (or Stripe said
@@ -520,6 +516,25 @@ func (b *Biller) sendOnce(ctx context.Context, w writer, j job, c claim.Claim) (
 		return r, rerr
 	}
 	return Receipt{}, b.failure(ctx, j, err)
+}
+
+// sendStopped answers for a write of c's claim that the guard stopped
+// before it left (stopped set): past the key's deadline, the writer's
+// lookup settles the claim; with the claim no longer this call's, see
+// leaseLost.
+func (b *Biller) sendStopped(ctx context.Context, w writer, j job, c claim.Claim, err error) (r Receipt, stopped bool, _ error) {
+	switch {
+	case errors.Is(err, claimengine.ErrWindowClosed) && j.reopened:
+		// A window just reopened closed again: retries outlasted it.
+		return Receipt{}, true, b.needs(ctx, j, fmt.Sprintf("claimed %s ago; the key's window closed twice in one call; the next run looks again", c.Age.Round(time.Minute)), nil)
+	case errors.Is(err, claimengine.ErrWindowClosed):
+		r, err := w.lookup(ctx, b, j, c)
+		return r, true, err
+	case errors.Is(err, claimengine.ErrLeaseLost):
+		r, err := b.leaseLost(ctx, j, err)
+		return r, true, err
+	}
+	return Receipt{}, false, nil
 }
 
 // leaseLost answers for a send stopped because the claim is no longer

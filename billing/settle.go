@@ -188,6 +188,13 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 		}
 		u = updateFromCharge(ch)
 	}
+	return b.applyRead(ctx, c, u)
+}
+
+// applyRead applies u, what a read from Stripe says of c's payment, to c
+// as an event is applied, by the claim store's one rule (the payment is
+// the one c recorded, or nothing moves).
+func (b *Biller) applyRead(ctx context.Context, c claim.Claim, u claimengine.Update) (claimApplied, error) {
 	if u.Key != c.Key {
 		return claimApplied{}, fmt.Errorf("payment %s carries key %q in its metadata, not the claim's %q", c.StripeID, u.Key, c.Key)
 	}

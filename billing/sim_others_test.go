@@ -53,9 +53,10 @@ import (
 //     than a day ago; Stripe takes it and rejects it as it aggregates, and
 //     its error report reaches billonce's webhook endpoint.
 //   - intent-completed (charges): a customer completes on-session a
-//     PaymentIntent that billonce's off-session confirmation saw declined
-//     (in seeds whose events reach a webhook endpoint: the service learns
-//     of it by its event).
+//     PaymentIntent that billonce's off-session confirmation saw declined,
+//     before, during or after a re-bill of its period (in seeds whose
+//     events reach a webhook endpoint: the service learns of it by its
+//     event); one a re-bill canceled is refused.
 //   - delete-failed-row (charges): a person deletes a failed claim: one
 //     whose re-bill is pending if there is one, else, half the time, one
 //     that a dunning job has just re-billed, dying before Stripe's answer.
@@ -719,31 +720,13 @@ func (w *simWorld) foreignCharge(ctx context.Context, pick uint64) (string, erro
 }
 
 // completeIntent: a customer completes on-session one of billonce's
-// PaymentIntents that was declined off-session.
-//
-// Only a PaymentIntent whose period has no other payment of billonce's:
-// billonce does not cancel a declined attempt's PaymentIntent when it
-// re-bills the period, so a customer who completes it after a re-bill
-// pays twice (TestDeclinedIntentCompletedAfterItsRebillIsNotPaidTwice).
+// PaymentIntents that was declined off-session, whatever became of its
+// period since: one a re-bill canceled first is refused.
 func (w *simWorld) completeIntent(pick uint64) (string, error) {
 	var can []billingtest.Payment
-	ps := w.srv.Payments()
-	rebilled := func(p billingtest.Payment) bool {
-		if slices.ContainsFunc(ps, func(q billingtest.Payment) bool {
-			return q.ID != p.ID && q.Customer == p.Customer && q.Period == p.Period &&
-				q.Metadata[billing.MetaKey] != "" && !w.is(w.ow.foreign, q.ID)
-		}) {
-			return true
-		}
-		// A re-bill claimed, whose request may still land.
-		var n int
-		err := w.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{w.table}.Sanitize()+
-			" WHERE customer = $1 AND period = $2 AND attempt > 1", p.Customer, p.Period).Scan(&n)
-		return err != nil || n > 0
-	}
-	for _, p := range ps {
-		if p.Object == "payment_intent" && p.Status == "requires_payment_method" && p.DeclineCode != "" &&
-			p.Metadata[billing.MetaKey] != "" && !w.is(w.ow.foreign, p.ID) && !rebilled(p) {
+	for _, p := range w.srv.Payments() {
+		if p.Object == "payment_intent" && (p.Status == "requires_payment_method" || p.Status == "canceled") && p.DeclineCode != "" &&
+			p.Metadata[billing.MetaKey] != "" && !w.is(w.ow.foreign, p.ID) {
 			can = append(can, p)
 		}
 	}
@@ -752,7 +735,11 @@ func (w *simWorld) completeIntent(pick uint64) (string, error) {
 	}
 	p := simPick(can, pick)
 	if err := w.srv.ConfirmIntent(p.ID); err != nil {
-		return "", err
+		if p.Status != "canceled" {
+			return "", err
+		}
+		w.count("faults: a declined PaymentIntent's completion refused, canceled by a re-bill", 1)
+		return fmt.Sprintf("%s tries to complete %s (%s, declined %s) on-session: refused, canceled", p.Customer, p.ID, w.keyLabel(simPayKey(p)), p.DeclineCode), nil
 	}
 	w.count("faults: a declined PaymentIntent completed on-session", 1)
 	w.touch(p.Customer, p.Period, "its declined PaymentIntent completed on-session by the customer")

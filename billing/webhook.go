@@ -86,10 +86,11 @@ var webhookTypes = map[string]bool{
 //     session, as Stripe advises) is succeeded by its success: the period
 //     is paid. A re-bill of the period still pending is stopped (its
 //     claim failed, with claim.FailureSuperseded, and the error logged:
-//     a payment of it that reached Stripe before is not recorded); one
-//     that paid the period, or is processing, keeps it, and the event is
-//     answered 200 and reported as EventNotApplied, the period perhaps
-//     paid twice, for a person;
+//     a re-bill cancels the PaymentIntent before its key is sent, see
+//     [Biller.Rebill], but one sent by an earlier version of billonce
+//     may have paid, unrecorded); a claim that paid the period, or is
+//     processing, keeps it, and the event is answered 200 and reported as
+//     EventNotApplied, the period perhaps paid twice, for a person;
 //   - charge.failed, payment_intent.payment_failed: it failed, with
 //     Stripe's failure code; the claim is failed for its key and nobody is
 //     billed again without a Rebill;

@@ -34,8 +34,9 @@ type Event struct {
 }
 
 // SettleLater makes customer's later payments and refunds settle
-// asynchronously (see [Async]). Payments and refunds already created are
-// unaffected.
+// asynchronously (see [Async]), and so a PaymentIntent of theirs confirmed
+// again on session: it is processing until it settles. Payments and
+// refunds already created are unaffected otherwise.
 func (s *Server) SettleLater(customer string, a Async) {
 	if a.After < 0 {
 		panic(fmt.Sprintf("billingtest: SettleLater(%q): After %v is negative", customer, a.After))

@@ -32,7 +32,9 @@
 // payment_method, confirm, off_session, metadata; status "succeeded" when
 // confirm=true and a payment method is given), POST
 // /v1/payment_intents/{id}/confirm (payment_method, off_session) of a
-// PaymentIntent that needs a payment method or a confirmation; GET of each by id; GET
+// PaymentIntent that needs a payment method or a confirmation, POST
+// /v1/payment_intents/{id}/cancel (cancellation_reason) of one that is
+// not succeeded, processing or canceled; GET of each by id; GET
 // /v1/charges and /v1/payment_intents listed by customer; GET
 // /v1/charges/search and /v1/payment_intents/search with clauses such as
 // metadata['billonce_period']:'2026-09', customer:'cus_1', status:'succeeded' joined by
@@ -281,7 +283,7 @@
 //   - Only charges, payment intents, invoices, invoice items, meters,
 //     meter events, refunds, credit notes, transfers, payouts, the balance
 //     and connected accounts exist: no customer objects, payment methods,
-//     sources, captures, updates, cancel endpoints, subscriptions, prices,
+//     sources, captures, updates, cancel endpoints (but a payment intent's), subscriptions, prices,
 //     balance transactions or webhooks endpoints. Any customer or
 //     payment-method ID is accepted (a customer where it is first named); a
 //     confirmed payment intent does not create a separate ch_ object (its

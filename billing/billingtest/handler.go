@@ -58,6 +58,7 @@ const (
 	epGetV2Event
 
 	epConfirmIntent
+	epCancelIntent
 
 	epCreateInvoice
 	epCreateInvoiceItem
@@ -93,7 +94,7 @@ func (ep endpoint) invoiceEndpoint() bool {
 // idempotency layer.
 func (ep endpoint) writes() bool {
 	switch ep {
-	case epCreateCharge, epCreateIntent, epConfirmIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
+	case epCreateCharge, epCreateIntent, epConfirmIntent, epCancelIntent, epCreateMeter, epCreateMeterEvent, epCreateInvoice, epCreateInvoiceItem,
 		epFinalizeInvoice, epPayInvoice, epSendInvoice, epVoidInvoice, epDeleteInvoice, epUpdateInvoice, epMarkUncollectible,
 		epCreateRefund, epCreateCreditNote, epCreateTransfer, epCreatePayout, epCreateAccount, epCreateReversal:
 		return true
@@ -148,6 +149,9 @@ func route(method, path string) (endpoint, string) {
 		}
 		if id, ok := pathID(path, "/v1/transfers/", "/reversals"); ok {
 			return epCreateReversal, id
+		}
+		if id, ok := pathID(path, "/v1/payment_intents/", "/cancel"); ok {
+			return epCancelIntent, id
 		}
 		for _, a := range []struct {
 			suffix string
@@ -482,7 +486,8 @@ var confirmParams = map[string]bool{
 // confirmation (one declined earlier) is attempted again: on session (no
 // off_session=true) its customer authenticates, so an
 // authentication_required decline goes through; any other decline of the
-// customer declines it again.
+// customer declines it again. A customer whose payments settle later
+// ([Server.SettleLater]) leaves it processing.
 func (s *Server) confirmIntent(acct, id string, form url.Values, declined bool, declineCode string) (*apiErr, func(time.Time) (result, bool)) {
 	if bad := unknownParam(form, confirmParams); bad != nil {
 		return bad, nil
@@ -509,7 +514,10 @@ func (s *Server) confirmIntent(acct, id string, form url.Values, declined bool, 
 			return errResult(http.StatusBadRequest, *invalid("payment_method", "payment_intent_unexpected_state",
 				"You cannot confirm this PaymentIntent because it's missing a payment method. Pass payment_method.")), false
 		}
-		if declined && (declineCode != authenticationRequired || offSession) {
+		if a, later := s.async[p.Customer]; later && !declined {
+			p.Status, p.DeclineCode, p.FailureCode, p.settleAt = "processing", "", a.FailureCode, now.Add(a.After)
+			s.emit("payment_intent.processing", p, now)
+		} else if declined && (declineCode != authenticationRequired || offSession) {
 			p.Status, p.DeclineCode = "requires_payment_method", declineCode
 			s.emit("payment_intent.payment_failed", p, now)
 		} else {
@@ -626,6 +634,8 @@ func (s *Server) write(ep endpoint, id, acct string, r *http.Request, rid string
 		return s.create(ep, acct, r, rid, idem, scoped, key, declined, declineCode, fault)
 	case epConfirmIntent:
 		verr, run = s.confirmIntent(acct, id, r.Form, declined, declineCode)
+	case epCancelIntent:
+		verr, run = s.cancelIntent(acct, id, r.Form)
 	case epCreateMeter:
 		verr, run = s.createMeter(acct, r.Form)
 	case epCreateMeterEvent:
@@ -676,7 +686,7 @@ func (s *Server) get(ep endpoint, id, acct string, r *http.Request) result {
 // that the log and [Match] see it. mu is held.
 func (s *Server) customerOf(acct string, ep endpoint, id string, form url.Values) string {
 	switch {
-	case ep == epConfirmIntent:
+	case ep == epConfirmIntent || ep == epCancelIntent:
 		if p := s.byID[id]; p != nil {
 			return p.Customer
 		}
