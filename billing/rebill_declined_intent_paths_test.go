@@ -3,6 +3,8 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,4 +125,102 @@ func TestRebillWhoseDeclinedIntentWasCompletedAfterALostCancelSendsNothing(t *te
 		t.Errorf("cus_1 paid %d times for %s; want once", n, period)
 	}
 	h.wantBilledBy("cus_1", pi)
+}
+
+// Customers complete their declined PaymentIntents on session while their
+// periods are re-billed, each at the same moment as its re-bill: whichever
+// Stripe runs first, the cancel or the completion, every period is paid
+// exactly once, and the re-bill answers which payment paid it. Counted at
+// the fake.
+func TestRebillRacingTheCustomersCompletionPaysEachPeriodOnce(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	const n = 12
+	pis := map[string]string{}
+	for i := range n {
+		cus := fmt.Sprintf("cus_%d", i)
+		pis[cus] = h.declinedForAuthentication(cus)
+		h.srv.Honor(cus)
+	}
+	type answer struct {
+		r   billing.Receipt
+		err error
+	}
+	answers := make(map[string]answer, n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for cus, pi := range pis {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			r, err := h.b.Rebill(ctx, cus, period, 2, nil)
+			mu.Lock()
+			answers[cus] = answer{r, err}
+			mu.Unlock()
+		}()
+		go func() {
+			defer wg.Done()
+			h.confirmOnSession(pi) // refused if the cancel came first
+		}()
+	}
+	wg.Wait()
+	h.deliverAll()
+	for cus, pi := range pis {
+		a := answers[cus]
+		if n := h.count(cus); n != 1 {
+			t.Errorf("%s paid %d times for %s; want once (Rebill = %+v, %v)", cus, n, period, a.r, a.err)
+			continue
+		}
+		switch {
+		case a.err != nil:
+			t.Errorf("%s: Rebill = %v", cus, a.err)
+		case a.r.Outcome == billing.AlreadyBilled && a.r.StripeID == pi:
+			h.wantBilledBy(cus, pi)
+		case a.r.Outcome == billing.Created:
+			h.wantBilledBy(cus, a.r.StripeID)
+			h.wantCompletionRefused(pi)
+		default:
+			t.Errorf("%s: Rebill = %+v; want created, or attempt 1's %s already billed", cus, a.r, pi)
+		}
+	}
+}
+
+// Re-bill 2 canceled attempt 1's PaymentIntent and was declined; re-bill 3
+// comes two days later, when Stripe has forgotten the first cancel's key:
+// its cancel of attempt 1's PaymentIntent runs again, is refused as the
+// PaymentIntent is canceled already, and re-bill 3 cancels attempt 2's and
+// bills the period once. Counted at the fake.
+func TestRebillDaysAfterTheFirstCancelBillsOnce(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi1 := h.declinedForAuthentication("cus_1")
+	if _, err := h.b.Rebill(ctx, "cus_1", period, 2, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("Rebill(2) = %v; want declined", err)
+	}
+	ps := h.srv.Payments()
+	pi2 := ps[len(ps)-1].ID
+	h.srv.Advance(48 * time.Hour)
+	h.advance(48 * time.Hour)
+	h.srv.Honor("cus_1")
+	r, err := h.b.Rebill(ctx, "cus_1", period, 3, nil)
+	if err != nil || r.Outcome != billing.Created {
+		t.Fatalf("Rebill(3) two days later = %+v, %v; want created", r, err)
+	}
+	for _, pi := range []string{pi1, pi2} {
+		if got := h.srv.Final()[pi]; got != "canceled" {
+			t.Errorf("%s is %s, want canceled", pi, got)
+		}
+	}
+	p := &stripe.PaymentIntentConfirmParams{}
+	p.SetIdempotencyKey("on-session-later-" + pi1)
+	if got, err := (&paymentintent.Client{B: h.otherBackend(), Key: secretKey}).Confirm(pi1, p); err == nil {
+		t.Errorf("the customer completing %s after re-bill 3 = %s; want refused", pi1, got.Status)
+	}
+	h.wantCompletionRefused(pi2)
+	h.deliverAll()
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("cus_1 paid %d times for %s; want once", n, period)
+	}
 }
