@@ -136,7 +136,7 @@
 // have sent the event before, and as needing a person when it cannot
 // have; it is never retried. Past the key's deadline the meter's event
 // summary for the customer over the report's whole window decides,
-// instead of a search, and so it does before the first send of a window
+// instead of a search, and so it does before every send of a window
 // that ended more than WindowMargin ago, whose event Stripe may have
 // taken from a claim table restored since; what no summary can show (an
 // earlier report that reaches into the window, one sent since within

@@ -388,11 +388,14 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 // Stripe, keeping the newest event, would replace with this one. This
 // proves delivery only while nothing but this claim table reports to the
 // meter for the customer in that window; Stripe has no lookup of one
-// event by identifier. The summary decides the same way before the first
-// send of any report whose window ended more than WindowMargin ago:
-// Stripe may have taken its event (or, for a window total, a newer total)
-// more than a day ago, from a claim table restored since from an older
-// backup, and forgotten its identifier. So a window's new total is sent
+// event by identifier. The summary decides the same way before every send
+// (the first, or a resume) of any report whose window ended more than
+// WindowMargin ago: Stripe may have taken its event (or, for a window
+// total, a newer total) more than a day ago, from a claim table restored
+// since from an older backup, and forgotten its identifier; and a resend
+// after a reopening that got no answer cannot tell, from Stripe's refusal
+// of the identifier, its own event from another writer's that took the
+// identifier meanwhile. So a window's new total is sent
 // by itself only within WindowMargin of the window's end; later, with an
 // earlier total counted, it needs a person, who compares the window's
 // summary with the records.
@@ -513,7 +516,7 @@ func duplicateIdentifier(err error) bool {
 	return errors.As(err, &se) && se.HTTPStatusCode == 400 && strings.Contains(se.Msg, "already exists with identifier")
 }
 
-// identifierMayBeForgotten reports whether c, a usage claim about to be
+// identifierMayBeForgotten reports whether u's claim, about to be
 // sent, may stand for an event Stripe took more than a day ago and no
 // longer knows by its identifier, although this claim never sent it: a
 // claim table restored from a backup, or another table of the same scope.
@@ -523,9 +526,12 @@ func duplicateIdentifier(err error) bool {
 // (checkUsage refuses it earlier), so while the window ended less than
 // WindowMargin ago Stripe still refuses the identifier of any earlier
 // send of it, and of every other total of its window. A claim whose
-// window was reopened after a summary read has been checked already.
-func (b *Biller) identifierMayBeForgotten(u *usageReport, c claim.Claim) bool {
-	return c.ReconciledAt.IsZero() && time.Since(u.End) > b.cfg.WindowMargin-usageMaxAhead
+// window was reopened after a summary read is read again too: the resend
+// that followed may have got no answer, and Stripe's refusal of an
+// identifier another writer took since is then what a replay of the
+// claim's own event looks like.
+func (b *Biller) identifierMayBeForgotten(u *usageReport) bool {
+	return time.Since(u.End) > b.cfg.WindowMargin-usageMaxAhead
 }
 
 // checkRevision checks, before a window total of attempt 2 or more is
@@ -694,7 +700,7 @@ func (u *usageReport) ready(ctx context.Context, b *Biller, j *job, c claim.Clai
 		b.giveUp(context.WithoutCancel(ctx), *j, err)
 		return Receipt{}, true, err
 	}
-	if b.identifierMayBeForgotten(u, c) {
+	if b.identifierMayBeForgotten(u) {
 		r, err := b.reconcileUsage(ctx, *j, c, u)
 		return r, true, err
 	}
