@@ -60,3 +60,26 @@ func TestUsageReportResentAfterAReopeningWhoseAnswerWasLostIsNotTakenAsDelivered
 		t.Errorf("ReportUsage = %v; want ErrNeedsReconciliation", err)
 	}
 }
+
+// The same report when nothing else took its identifier: the resend after
+// the reopening was counted and its answer lost. The next call, whether
+// the summary shows the event yet or not, records the report delivered
+// (from the summary, or from Stripe's replay of the key's answer), and the
+// event is counted once. Counted at the fake.
+func TestUsageReportResentAfterAReopeningWhoseAnswerWasLostIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.CreateMeter("api_calls", "sum", "")
+	ctx := context.Background()
+	start := hourAgo().Add(-30 * time.Hour)
+	u := billing.Usage{Customer: "cus_1", Meter: "api_calls", Kind: billing.Increments, Start: start, End: start.Add(time.Hour), Value: 7}
+	e.srv.FailNext(billingtest.Match{Path: meterEvents}, billingtest.Fault{Kind: billingtest.FaultCut})
+	if _, err := e.biller(oneAttempt).ReportUsage(ctx, u); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		t.Fatalf("the report with its answer lost = %v; want ErrOutcomeUnknown", err)
+	}
+	r, err := e.b.ReportUsage(ctx, u)
+	if err != nil || (r.Outcome != billing.Reconciled && r.Outcome != billing.Replayed) {
+		t.Errorf("the report again = %+v, %v; want it recorded delivered", r, err)
+	}
+	requireCounted(t, e.srv, u)
+}
