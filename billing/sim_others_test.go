@@ -769,7 +769,9 @@ func (w *simWorld) refund(pick uint64) (string, error) {
 // deleteFailedRow: a person deletes a failed claim, one whose period has a
 // later attempt pending if there is one. The person checks the dashboard
 // first: a claim whose key has a payment that moved money (a PaymentIntent
-// completed since, whose event has not come yet) is not one to delete.
+// completed since, whose event has not come yet) is not one to delete, and
+// the declined PaymentIntent of one that is gets canceled before its claim
+// is deleted (README: "What billonce does not protect against").
 func (w *simWorld) deleteFailedRow(ctx context.Context, pick uint64) (string, error) {
 	claims, err := w.otherClaims(ctx, simPaymentClaim)
 	if err != nil {
@@ -809,13 +811,26 @@ func (w *simWorld) deleteFailedRow(ctx context.Context, pick uint64) (string, er
 			return "", err
 		}
 	}
+	// The person cancels the claim's declined PaymentIntent first, as the
+	// README says: the claim is the only record of it, and its customer
+	// could otherwise complete it after the period is billed again.
+	canceled := ""
+	if strings.HasPrefix(c.StripeID, "pi_") {
+		status, _, err := w.otherPost(ctx, simSecrets[w.runners[0].cfg.Secret], "/v1/payment_intents/"+c.StripeID+"/cancel", w.otherKey(), url.Values{})
+		if err != nil {
+			return "", err
+		}
+		if status == http.StatusOK {
+			canceled = ", after canceling its PaymentIntent " + c.StripeID
+		}
+	}
 	if _, err := w.pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{w.table}.Sanitize()+" WHERE key = $1", c.Key); err != nil {
 		return "", err
 	}
 	w.mark(w.ow.deleted, c.Key)
 	w.count("faults: a failed claim deleted by hand", 1)
 	w.touch(c.Customer, c.Period, fmt.Sprintf("its failed attempt %d's claim deleted by hand", c.Attempt))
-	return fmt.Sprintf("%sa person deletes the failed claim %s%s", dunning, w.keyLabel(c.Key), simIf(len(before) > 0, ", whose re-bill is pending")), nil
+	return fmt.Sprintf("%sa person deletes the failed claim %s%s%s", dunning, w.keyLabel(c.Key), simIf(len(before) > 0, ", whose re-bill is pending"), canceled), nil
 }
 
 // dunning: a dunning job re-bills c's period with the next attempt and
