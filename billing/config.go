@@ -111,10 +111,13 @@ type Config struct {
 	API API
 	// Scope is the first part of every idempotency key; use one per product
 	// or per kind of charge. Defaults to DefaultScope. A claim table holds
-	// one live claim per customer and period whatever the scope, so a
-	// renamed scope cannot bill a period again; products that bill the same
-	// customers for the same periods use a claim table each
-	// (claim.Config.Table).
+	// one live claim per customer and period whatever the scope, and a
+	// period declined under one scope is re-billed only from that scope
+	// (Rebill with Config.Scope set to it): a renamed scope cannot bill a
+	// period again, paid, pending or declined, and is refused with a
+	// [*claim.MismatchError] on "scope" naming the scope to re-bill from
+	// (Run counts it Invalid). Products that bill the same customers for
+	// the same periods use a claim table each (claim.Config.Table).
 	Scope string
 
 	// RateLimit caps the Biller's requests to Stripe per second, retries and

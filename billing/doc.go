@@ -111,8 +111,10 @@
 // its own Config.Scope only, reads payments that have been processing
 // longer than Config.SettleAfter, and prunes the records of webhook events
 // older than Config.EventRetention (see below). A claim table holds one live claim per
-// customer and period, whatever the scope: products that bill the same
-// customers for the same periods use a claim table each.
+// customer and period, whatever the scope, and a declined period is
+// re-billed only from the scope that claimed it (a claim of another scope
+// is refused, a *claim.MismatchError on "scope"): products that bill the
+// same customers for the same periods use a claim table each.
 //
 // # Usage meters
 //

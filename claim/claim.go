@@ -283,22 +283,31 @@ var (
 // key is held for another customer or period, the customer and period are
 // held under another key, the amount or currency differs, or a usage
 // report's window overlaps the window of another live claim of the same
-// customer and meter (Field "window").
+// customer and meter (Field "window"), or the customer and period has a
+// failed claim of another scope (Field "scope": Have is that scope, Want
+// the request's), which only that scope re-bills.
 // Nothing is charged twice: the caller must investigate.
 type MismatchError struct {
-	Field    string // "key", "customer", "period", "amount", "currency" or "window"
+	Field    string // "key", "customer", "period", "amount", "currency", "window" or "scope"
 	Have     string // the value recorded in Existing
 	Want     string // the value requested
 	Existing Claim  // the conflicting claim
 }
 
 func (e *MismatchError) Error() string {
-	if e.Field == "window" {
+	switch e.Field {
+	case "window":
 		c := e.Existing
 		return fmt.Sprintf("claim: window %s of customer %q on meter %q overlaps window %s, already claimed by %q (period %q, %s); "+
 			"the meter would count the overlap twice, so windows of one customer and meter never overlap: report each stretch of time in one window "+
 			"(windows that meet, one ending where the next starts, do not overlap)",
 			e.Want, c.Customer, c.Meter, e.Have, c.Key, c.Period, c.State)
+	case "scope":
+		c := e.Existing
+		return fmt.Sprintf("claim: customer %q, period %q failed under scope %q (claim %q, attempt %d); a claim of scope %q does not bill it again, "+
+			"since only the scope that claimed a declined period re-bills it: if it is to be billed again, re-bill it from the Biller of scope %q "+
+			"(billing.Rebill with Config.Scope = %q); nothing was claimed, so nothing is sent",
+			c.Customer, c.Period, e.Have, c.Key, c.Attempt, e.Want, e.Have, e.Have)
 	}
 	return fmt.Sprintf("claim: mismatch on %s: claim %q for customer %q, period %q has %s %q, request has %q; "+
 		"a claim is only ever resent with its own key, amount and currency, so fix the request or re-bill under a new key once the claim has failed",

@@ -12,7 +12,14 @@
 // most one claim per (customer, period) is live (pending or succeeded): a
 // failed claim no longer holds its period, so billing again after a decline
 // is an explicit new claim under a new key, and the failed row stays as the
-// record of the first attempt.
+// record of the first attempt. That new claim is of the failed claim's
+// scope: a claim of another scope for a customer and period with a failed
+// claim is refused (a [*MismatchError] on "scope", naming the failed
+// claim), so that a renamed scope sharing the table cannot re-bill a
+// declined period without a person's decision, nor charge it twice when
+// its customer completes the declined payment. A claim of unknown scope
+// (made before migration 2) blocks no scope's claim, and a partial index
+// on the failed claims (migration 9) finds them.
 //
 // A row also records where its key went: the scope that made the claim, the
 // re-bill attempt, the endpoint and a non-secret fingerprint of the
@@ -100,6 +107,14 @@
 // again without a rewrite, and marks the claims an earlier version
 // released for an identifier another writer took.
 //
+// Migration 9 (failed_periods) creates a btree index on the failed
+// claims' customer and period: no extension and no privilege beyond the
+// table's ownership. Migrations run in a transaction, where CREATE INDEX
+// CONCURRENTLY is not allowed, so it holds the claim table's SHARE lock
+// while the index is built: claims and outcomes wait (reads do not). On a
+// large table, build it first with CREATE INDEX CONCURRENTLY under the
+// same name (see the file); the migration then finds it.
+//
 // Migration 7 (meter_ids) adds a nullable column and a check, added NOT
 // VALID since every existing row is NULL: no extension, no privilege
 // beyond the table's ownership that the earlier migrations needed, no
@@ -179,8 +194,8 @@
 // caller's: send again with the same key and the recorded amount),
 // in progress (another runner holds a live lease: do nothing), succeeded,
 // processing or failed (do not call Stripe), or a [*MismatchError]: this
-// customer and period (or this key) is claimed with other parameters, and
-// nothing is charged.
+// customer and period (or this key) is claimed with other parameters, or
+// has failed under another scope, and nothing is charged.
 //
 // Winning or resuming sets the owner and a lease of [Config.Lease] on the
 // database clock, and counts an attempt (Claim.Leases). While the lease is

@@ -32,4 +32,5 @@ func ExampleMigrations() {
 	// 00006_billonce_claims_usage_windows.sql: -- A usage report's identity as columns of its own: the meter's event name
 	// 00007_billonce_claims_meter_ids.sql: -- The Stripe id of a usage report's meter ("mtr_…"), recorded when the
 	// 00008_billonce_claims_unsent.sql: -- Whether a pending claim's key is known never to have executed at
+	// 00009_billonce_claims_failed_periods.sql: -- A declined period is re-billed only from the scope that claimed it: a
 }

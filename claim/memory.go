@@ -19,6 +19,8 @@ type memory struct {
 	mu    sync.Mutex
 	byKey map[string]*Claim
 	live  map[[2]string]string // (customer, period) -> key of its pending, processing or succeeded claim
+	// periods maps (customer, period) to the keys of all its claims.
+	periods map[[2]string][]string
 	// windows maps (customer, meter) to the keys of its usage claims with
 	// a window; the live ones among them never overlap but for the same
 	// window.
@@ -48,7 +50,7 @@ func NewMemory(cfg Config) Store {
 	if err != nil {
 		panic(err)
 	}
-	return &memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string), windows: make(map[[2]string][]string)}
+	return &memory{lease: cfg.Lease, byKey: make(map[string]*Claim), live: make(map[[2]string]string), periods: make(map[[2]string][]string), windows: make(map[[2]string][]string)}
 }
 
 // Claim claims req. See claimengine.Engine.
@@ -92,6 +94,9 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 		if k, ok := m.live[[2]string{req.Customer, req.Period}]; ok {
 			return answer(req, fromPeriod, m.snapshot(m.byKey[k], now))
 		}
+		if f := m.failedElsewhere(req); f != nil {
+			return answer(req, fromScope, m.snapshot(f, now))
+		}
 		c = &Claim{
 			Customer: req.Customer, Period: req.Period, Key: req.Key, Amount: req.Amount, Currency: req.Currency,
 			State: StatePending, Leases: 1, Owner: req.Owner, LeaseUntil: now.Add(m.lease),
@@ -100,7 +105,9 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 			Meter: req.Meter, WindowStart: req.WindowStart, WindowEnd: req.WindowEnd, MeterID: req.MeterID,
 		}
 		m.byKey[req.Key] = c
-		m.live[[2]string{req.Customer, req.Period}] = req.Key
+		cp := [2]string{req.Customer, req.Period}
+		m.live[cp] = req.Key
+		m.periods[cp] = append(m.periods[cp], req.Key)
 		if req.Meter != "" {
 			cm := [2]string{req.Customer, req.Meter}
 			m.windows[cm] = append(m.windows[cm], req.Key)
@@ -115,6 +122,20 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 		return answer(req, fromTakeover, m.snapshot(c, now))
 	}
 	return answer(req, fromKey, m.snapshot(c, now))
+}
+
+// failedElsewhere returns a failed claim of req's customer and period
+// under another scope, both scopes known, or nil; m.mu is held.
+func (m *memEngine) failedElsewhere(req request) *Claim {
+	if req.Scope == "" {
+		return nil
+	}
+	for _, k := range m.periods[[2]string{req.Customer, req.Period}] {
+		if c := m.byKey[k]; c.State == StateFailed && c.Scope != "" && c.Scope != req.Scope {
+			return c
+		}
+	}
+	return nil
 }
 
 // overlapping returns a live claim of req's customer and meter whose
@@ -256,7 +277,9 @@ func (m *memEngine) Abandon(ctx context.Context, key, owner string) error {
 		return fmt.Errorf("%w: claim %q has done step %q at Stripe; it is resumed, never abandoned", claimengine.ErrLeaseLost, key, c.Step)
 	}
 	delete(m.byKey, key)
-	delete(m.live, [2]string{c.Customer, c.Period})
+	cp := [2]string{c.Customer, c.Period}
+	delete(m.live, cp)
+	m.periods[cp] = slices.DeleteFunc(m.periods[cp], func(k string) bool { return k == key })
 	if c.Meter != "" {
 		cm := [2]string{c.Customer, c.Meter}
 		m.windows[cm] = slices.DeleteFunc(m.windows[cm], func(k string) bool { return k == key })

@@ -151,26 +151,34 @@ const (
 	fromKey                 // the key's existing row
 	fromOverlap             // a live usage claim whose window overlaps the request's
 	fromPeriod              // the live claim for the customer and period
+	fromScope               // a failed claim of the customer and period under another scope
 )
 
 // claimTemplate claims a batch in one statement, every request numbered by
 // its position (ord):
 //
 //   - ins inserts the requests that conflict with no claim: same key, a
-//     live (pending or succeeded) claim for the same customer and period,
-//     or, for a usage report, a live claim of the same customer and meter
-//     whose window overlaps the request's and is not the same. DO NOTHING
-//     without a target makes the unique indexes and the exclusion
-//     constraints arbiters, so concurrent claims never fail with a
-//     violation.
+//     live (pending, processing or succeeded) claim for the same customer
+//     and period, or, for a usage report, a live claim of the same
+//     customer and meter whose window overlaps the request's and is not
+//     the same. DO NOTHING without a target makes the unique indexes and
+//     the exclusion constraints arbiters, so concurrent claims never fail
+//     with a violation.
+//   - ins also leaves out a request of a known scope whose customer and
+//     period has a claim of another known scope (the empty scope, of claims made before
+//     scopes were recorded, blocks nothing): a failed one, since only
+//     its own scope re-bills a declined period, and a live one as the
+//     statement's snapshot saw it, which the unique index alone misses
+//     when that claim fails between the snapshot and the insert.
 //   - took takes over the key's row when it is pending with the same
 //     parameters and its lease has expired or is already the caller's.
 //     UPDATE locks the row and re-checks these conditions at its latest
 //     version, so of runners racing for a stale claim exactly one takes it.
-//   - The last three selects return the existing rows by key, by
-//     overlapping window and by customer and period, as of the statement's
-//     snapshot: the caller reads InProgress, Succeeded, Failed or a
-//     mismatch from them.
+//   - The last four selects return the existing rows by key, by
+//     overlapping window, by customer and period (the live claim), and
+//     the failed claims of the customer and period under another scope,
+//     as of the statement's snapshot: the caller reads InProgress,
+//     Succeeded, Failed or a mismatch from them.
 //
 // A request whose conflicting row was committed by another transaction
 // after this statement's snapshot was taken gets no row at all (ins waited
@@ -190,6 +198,10 @@ WITH {{fence}}req AS (
 		meter, window_start, window_end, meter_id)
 	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
 		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id FROM req
+	WHERE req.scope = '' OR NOT EXISTS (SELECT FROM {{table}} f
+			WHERE f.customer = req.customer AND f.period = req.period AND f.state = 'failed' AND f.scope NOT IN ('', req.scope))
+		AND NOT EXISTS (SELECT FROM {{table}} f
+			WHERE f.customer = req.customer AND f.period = req.period AND f.state <> 'failed' AND f.scope NOT IN ('', req.scope))
 	ON CONFLICT DO NOTHING
 	RETURNING *
 ), took AS (
@@ -213,7 +225,11 @@ SELECT req.ord, 4, {{cols_x}} FROM req JOIN {{table}} x
 		AND (x.window_start <> req.window_start OR x.window_end <> req.window_end)
 UNION ALL
 SELECT req.ord, 5, {{cols_x}} FROM req JOIN {{table}} x
-	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key`
+	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key
+UNION ALL
+SELECT req.ord, 6, {{cols_x}} FROM req JOIN {{table}} x
+	ON x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
+		AND req.scope <> '' AND x.scope NOT IN ('', req.scope)`
 
 // fenced returns the claim statement base under fence f, whose token is
 // $16: the lease row that carries it is locked FOR SHARE until the claims
@@ -406,6 +422,8 @@ func answer(req request, from int, c Claim) result {
 		return result{Outcome: claimengine.Resumed, Claim: c}
 	case fromOverlap:
 		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: overlap(req, c)}
+	case fromScope:
+		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: &MismatchError{Field: "scope", Have: c.Scope, Want: req.Scope, Existing: c}}
 	case 0:
 		return result{}
 	}
