@@ -958,9 +958,25 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 			continue
 		}
 		for _, p := range w.plan.periods {
+			b := b
 			for range 3 {
 				_, err := b.Charge(ctx, c, p, nil)
 				w.noteHeld(err)
+				if other, ok := simDeclinedUnder(err); ok {
+					// Declined under another scope: the person re-bills it
+					// from that scope's Biller, as the error says.
+					cfg := w.plan.final
+					cfg.Scope = other
+					if cfg.Scope == billing.DefaultScope {
+						cfg.Scope = ""
+					}
+					if b = w.clean(cfg); b == nil {
+						break
+					}
+					w.logf("  %s: %s/%s was declined under scope %q: re-billed from there", what, c, p, other)
+					_, err = b.Charge(ctx, c, p, nil)
+					w.noteHeld(err)
+				}
 				var fe *billing.ChargeError
 				if !(errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined)) {
 					break
@@ -974,6 +990,16 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 			}
 		}
 	}
+}
+
+// simDeclinedUnder reports the scope named by err when err is the claim
+// store's refusal of a period that failed under another scope.
+func simDeclinedUnder(err error) (string, bool) {
+	var m *claim.MismatchError
+	if errors.As(err, &m) && m.Field == "scope" && m.Existing.State == claim.StateFailed {
+		return m.Have, true
+	}
+	return "", false
 }
 
 // simViolation is one broken rule of the ledger.
