@@ -280,8 +280,16 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 // *ChargeError names the next attempt to re-bill with.
 // Re-bills are numbered one after the other (see checkRebill), so the walk
 // ends at the first attempt without a claim: one lookup per re-bill made.
+// failed may be a later attempt's claim (the claim store's answer for an
+// attempt claimed again after its own failed claim was deleted by hand):
+// the walk then starts from it.
 func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
 	last := j
+	if failed.Attempt > j.attempt {
+		if key, err := b.keyFor(j.customer, j.period, failed.Attempt); err == nil && key.String() == failed.Key {
+			last.key, last.attempt, last.price = key, failed.Attempt, Price{Amount: failed.Amount, Currency: failed.Currency}
+		}
+	}
 	for a := 1; a < j.attempt; a++ {
 		// An earlier attempt whose own payment succeeded after it failed
 		// (a PaymentIntent completed on session) paid the period, and
@@ -297,7 +305,7 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 		}
 	}
 	if j.attempt > 0 {
-		for a := j.attempt + 1; a <= maxAttempt; a++ {
+		for a := last.attempt + 1; a <= maxAttempt; a++ {
 			key, err := b.keyFor(j.customer, j.period, a)
 			if err != nil {
 				break

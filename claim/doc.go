@@ -18,8 +18,12 @@
 // claim), so that a renamed scope sharing the table cannot re-bill a
 // declined period without a person's decision, nor charge it twice when
 // its customer completes the declined payment. A claim of unknown scope
-// (made before migration 2) blocks no scope's claim, and a partial index
-// on the failed claims (migration 9) finds them.
+// (made before migration 2) blocks no scope's claim. Within a scope a
+// period's attempts follow one another: a claim of an earlier attempt than
+// one that failed (its own failed claim deleted by hand) is answered
+// failed, with the later attempt's claim, and nothing is written, since
+// billing it would pay a period whose later declined payment can still be
+// completed. A partial index on the failed claims (migration 9) finds them.
 //
 // A row also records where its key went: the scope that made the claim, the
 // re-bill attempt, the endpoint and a non-secret fingerprint of the

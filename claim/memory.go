@@ -94,8 +94,8 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 		if k, ok := m.live[[2]string{req.Customer, req.Period}]; ok {
 			return answer(req, fromPeriod, m.snapshot(m.byKey[k], now))
 		}
-		if f := m.failedElsewhere(req); f != nil {
-			return answer(req, fromScope, m.snapshot(f, now))
+		if f, from := m.failedBefore(req); f != nil {
+			return answer(req, from, m.snapshot(f, now))
 		}
 		c = &Claim{
 			Customer: req.Customer, Period: req.Period, Key: req.Key, Amount: req.Amount, Currency: req.Currency,
@@ -124,18 +124,22 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 	return answer(req, fromKey, m.snapshot(c, now))
 }
 
-// failedElsewhere returns a failed claim of req's customer and period
-// under another scope, both scopes known, or nil; m.mu is held.
-func (m *memEngine) failedElsewhere(req request) *Claim {
-	if req.Scope == "" {
-		return nil
-	}
+// failedBefore returns a failed claim of req's customer and period that
+// holds it against req, and where it comes from: one under another scope,
+// both scopes known (fromScope), or one of a later attempt of req's scope
+// (fromLater); or nil. m.mu is held.
+func (m *memEngine) failedBefore(req request) (*Claim, int) {
 	for _, k := range m.periods[[2]string{req.Customer, req.Period}] {
-		if c := m.byKey[k]; c.State == StateFailed && c.Scope != "" && c.Scope != req.Scope {
-			return c
+		c := m.byKey[k]
+		switch {
+		case c.State != StateFailed:
+		case req.Scope != "" && c.Scope != "" && c.Scope != req.Scope:
+			return c, fromScope
+		case c.Scope == req.Scope && c.Attempt > req.Attempt:
+			return c, fromLater
 		}
 	}
-	return nil
+	return nil, 0
 }
 
 // overlapping returns a live claim of req's customer and meter whose

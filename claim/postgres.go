@@ -152,6 +152,7 @@ const (
 	fromOverlap             // a live usage claim whose window overlaps the request's
 	fromPeriod              // the live claim for the customer and period
 	fromScope               // a failed claim of the customer and period under another scope
+	fromLater               // a failed claim of a later attempt of the scope, customer and period
 )
 
 // claimTemplate claims a batch in one statement, every request numbered by
@@ -170,15 +171,22 @@ const (
 //     its own scope re-bills a declined period, and a live one as the
 //     statement's snapshot saw it, which the unique index alone misses
 //     when that claim fails between the snapshot and the insert.
+//   - Likewise ins leaves out a request whose scope, customer and period
+//     has a claim of a later attempt: a failed one, since the period's
+//     attempts are claimed one after the other and the later attempt's
+//     declined payment may still be completed (an earlier attempt's
+//     failed claim deleted by hand leaves exactly this), and a live one
+//     as the snapshot saw it.
 //   - took takes over the key's row when it is pending with the same
 //     parameters and its lease has expired or is already the caller's.
 //     UPDATE locks the row and re-checks these conditions at its latest
 //     version, so of runners racing for a stale claim exactly one takes it.
-//   - The last four selects return the existing rows by key, by
-//     overlapping window, by customer and period (the live claim), and
-//     the failed claims of the customer and period under another scope,
-//     as of the statement's snapshot: the caller reads InProgress,
-//     Succeeded, Failed or a mismatch from them.
+//   - The last five selects return the existing rows by key, by
+//     overlapping window, by customer and period (the live claim), the
+//     failed claims of the customer and period under another scope, and
+//     the failed claims of its later attempts, as of the statement's
+//     snapshot: the caller reads InProgress, Succeeded, Failed or a
+//     mismatch from them.
 //
 // A request whose conflicting row was committed by another transaction
 // after this statement's snapshot was taken gets no row at all (ins waited
@@ -198,10 +206,12 @@ WITH {{fence}}req AS (
 		meter, window_start, window_end, meter_id)
 	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
 		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id FROM req
-	WHERE req.scope = '' OR NOT EXISTS (SELECT FROM {{table}} f
-			WHERE f.customer = req.customer AND f.period = req.period AND f.state = 'failed' AND f.scope NOT IN ('', req.scope))
+	WHERE NOT EXISTS (SELECT FROM {{table}} f
+			WHERE f.customer = req.customer AND f.period = req.period AND f.state = 'failed'
+				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt))
 		AND NOT EXISTS (SELECT FROM {{table}} f
-			WHERE f.customer = req.customer AND f.period = req.period AND f.state <> 'failed' AND f.scope NOT IN ('', req.scope))
+			WHERE f.customer = req.customer AND f.period = req.period AND f.state <> 'failed'
+				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt))
 	ON CONFLICT DO NOTHING
 	RETURNING *
 ), took AS (
@@ -229,7 +239,11 @@ SELECT req.ord, 5, {{cols_x}} FROM req JOIN {{table}} x
 UNION ALL
 SELECT req.ord, 6, {{cols_x}} FROM req JOIN {{table}} x
 	ON x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
-		AND req.scope <> '' AND x.scope NOT IN ('', req.scope)`
+		AND req.scope <> '' AND x.scope NOT IN ('', req.scope)
+UNION ALL
+SELECT req.ord, 7, {{cols_x}} FROM req JOIN {{table}} x
+	ON x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
+		AND x.scope = req.scope AND x.attempt > req.attempt`
 
 // fenced returns the claim statement base under fence f, whose token is
 // $16: the lease row that carries it is locked FOR SHARE until the claims
@@ -424,6 +438,8 @@ func answer(req request, from int, c Claim) result {
 		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: overlap(req, c)}
 	case fromScope:
 		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: &MismatchError{Field: "scope", Have: c.Scope, Want: req.Scope, Existing: c}}
+	case fromLater:
+		return result{Outcome: claimengine.Failed, Claim: c}
 	case 0:
 		return result{}
 	}
