@@ -39,7 +39,9 @@ type Key struct {
 	Per       Per
 	// AllowedEndpoints lists "METHOD /path" entries the key may call; a
 	// path ending in "*" matches any path with that prefix
-	// ("GET /v1/charges/*"). Nil allows every endpoint.
+	// ("GET /v1/charges/*"), and a segment "*" elsewhere matches one
+	// segment ("POST /v1/payment_intents/*/cancel" allows canceling a
+	// PaymentIntent, not confirming one). Nil allows every endpoint.
 	AllowedEndpoints []string
 	// ExpiresAt, if not zero, is when the key stops being accepted, on
 	// the proxy's clock.
@@ -72,11 +74,32 @@ func (k Key) allows(method, path string) bool {
 		if !ok || !strings.EqualFold(m, method) {
 			continue
 		}
-		if prefix, wild := strings.CutSuffix(pat, "*"); wild && strings.HasPrefix(path, prefix) || pat == path {
+		if matches(pat, path) {
 			return true
 		}
 	}
 	return false
+}
+
+// matches reports whether path matches pattern pat of AllowedEndpoints:
+// segment by segment, a segment "*" matching any one segment but an empty
+// one, "." and "..", and a last segment ending in "*" any path with that
+// prefix.
+func matches(pat, path string) bool {
+	for {
+		ps, patRest, pmore := strings.Cut(pat, "/")
+		if !pmore {
+			if prefix, ok := strings.CutSuffix(ps, "*"); ok {
+				return strings.HasPrefix(path, prefix)
+			}
+			return ps == path
+		}
+		s, pathRest, more := strings.Cut(path, "/")
+		if !more || ps != s && (ps != "*" || s == "" || s == "." || s == "..") {
+			return false
+		}
+		pat, path = patRest, pathRest
+	}
 }
 
 // KeyID is the name under which a store knows a vault key: a SHA-256 of

@@ -84,9 +84,11 @@ func runCap(items []billing.Item, margin float64) (int64, error) {
 	return int64(c), nil
 }
 
-// endpoints are the endpoints a Biller calls with api: creating a
+// endpoints are the endpoints a Run's Biller calls with api: creating a
 // payment, searching for one (reconciliation), and reading one
-// (settlement).
+// (settlement). A Run bills attempt 1 and resumes pending claims of it,
+// so it never cancels a declined attempt's PaymentIntent as a Rebill
+// does: POST /v1/payment_intents/*/cancel is not needed.
 func endpoints(api billing.API) []string {
 	p := "/v1/charges"
 	if api == billing.PaymentIntents {
