@@ -966,7 +966,7 @@ func (v *invoiceSteps) findSent(ctx context.Context) (string, bool, error) {
 // is recorded and moves nothing. A read of the invoice
 // (typ "") maps its status the same way.
 func updateFromInvoice(typ string, in *stripe.Invoice) claimengine.Update {
-	u := claimengine.Update{Key: in.Metadata[MetaKey], StripeID: in.ID, Endpoint: endpointInvoices}
+	u := claimengine.Update{Key: in.Metadata[MetaKey], StripeID: in.ID, Endpoint: endpointInvoices, Amount: in.Total, Currency: string(in.Currency)}
 	switch {
 	case typ == "invoice.paid", typ == "" && in.Status == stripe.InvoiceStatusPaid:
 		u.State = string(claim.StateSucceeded)

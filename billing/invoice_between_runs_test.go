@@ -545,3 +545,37 @@ func TestInvoiceMarkedUncollectibleBeforeItsPaymentIsNotCharged(t *testing.T) {
 		t.Errorf("the call = %+v, %v; want a processing receipt, as the invoice's event makes the claim", r, err)
 	}
 }
+
+// The invoice paid at finalization for another total (above) is not
+// settled by its invoice.paid event either: that event is about the
+// claim's invoice, but not for the claim's amount, so the claim is not
+// taken as billed, and the next call still reports it for a person.
+func TestInvoicePaidAtFinalizationWithAnotherTotalIsNotSettledByItsEvent(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	inv := threeLines()
+	var once sync.Once
+	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+			once.Do(func() { h.addedByHand("cus_1", id, -1290) })
+		}
+		return billingtest.Fault{}
+	})
+	_, err := h.b.Invoice(context.Background(), "cus_1", period, inv)
+	h.srv.SetScript(nil)
+	if err == nil {
+		t.Fatalf("Invoice of an invoice paid at finalization for 0 = nil, want it reported")
+	}
+	got := h.srv.Invoices("cus_1")[0]
+	if got.Status != "paid" {
+		t.Fatalf("invoice %s is %s, want paid at finalization", got.ID, got.Status)
+	}
+	h.deliverAll()
+	if c := h.invoiceClaim("cus_1"); c.State == claim.StateSucceeded {
+		t.Errorf("after invoice %s's events the claim is %s, want it not succeeded: the invoice's total is 0, the claim's %d", got.ID, c.State, c.Amount)
+	}
+	if r, err := h.b.Invoice(context.Background(), "cus_1", period, inv); err == nil {
+		t.Errorf("Invoice after the events = %+v, nil: the period is reported billed for %d %s, while invoice %s's total is 0 and nobody paid it", r, r.Amount, r.Currency, got.ID)
+	}
+}

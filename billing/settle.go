@@ -42,7 +42,7 @@ const minEventRetention = 30 * 24 * time.Hour
 // PaymentIntent is reported under the PaymentIntent, which is what the
 // claim records.
 func updateFromCharge(ch *stripe.Charge) claimengine.Update {
-	u := claimengine.Update{Key: ch.Metadata[MetaKey], StripeID: ch.ID, Refunded: ch.AmountRefunded}
+	u := claimengine.Update{Key: ch.Metadata[MetaKey], StripeID: ch.ID, Refunded: ch.AmountRefunded, Amount: ch.Amount, Currency: string(ch.Currency)}
 	if ch.PaymentIntent != nil && ch.PaymentIntent.ID != "" {
 		u.StripeID = ch.PaymentIntent.ID
 	}
@@ -61,7 +61,7 @@ func updateFromCharge(ch *stripe.Charge) claimengine.Update {
 // A PaymentIntent that needs a payment method again after being confirmed
 // off-session has failed: billonce never confirms it a second time.
 func updateFromIntent(pi *stripe.PaymentIntent) claimengine.Update {
-	u := claimengine.Update{Key: pi.Metadata[MetaKey], StripeID: pi.ID}
+	u := claimengine.Update{Key: pi.Metadata[MetaKey], StripeID: pi.ID, Amount: pi.Amount, Currency: string(pi.Currency)}
 	switch pi.Status {
 	case stripe.PaymentIntentStatusProcessing:
 		u.State = string(claim.StateProcessing)

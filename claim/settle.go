@@ -116,7 +116,11 @@ const clockSlack = 5 * time.Minute
 //     claim that has recorded no object yet (a lost answer, a crashed
 //     runner) may be about another write with the claim's metadata. Such
 //     a claim is settled by its own send's answer, which a resume with its
-//     key gets from Stripe again.
+//     key gets from Stripe again. An update that says the money moved (or
+//     is moving) for another amount or currency than the claim's is about
+//     an object another writer changed (an item added to an invoice in
+//     the dashboard): it shows nothing billed for the claim's amount, and
+//     the claim's own send reports it for a person.
 func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
 		return claimengine.OtherPayment, fmt.Sprintf("the claim is of %s, the update is about %s", have, want)
@@ -153,6 +157,11 @@ func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
 	}
 	if c.StripeID != u.StripeID {
 		return claimengine.OtherPayment, fmt.Sprintf("the claim records payment %s, the update is about %s", c.StripeID, u.StripeID)
+	}
+	if moves := u.State == string(StateSucceeded) || u.State == string(StateProcessing); moves && u.Currency != "" &&
+		(u.Amount != c.Amount || !strings.EqualFold(u.Currency, c.Currency)) {
+		return claimengine.Unproven, fmt.Sprintf("%s is for %d %s, the claim for %d %s: it was changed after it was made, so it does not show the claim's amount billed; the claim's own send reports it",
+			u.StripeID, u.Amount, u.Currency, c.Amount, c.Currency)
 	}
 	return 0, ""
 }

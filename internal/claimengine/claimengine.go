@@ -313,6 +313,16 @@ type Update struct {
 	FailureCode string
 	// Refunded is the amount refunded so far (Stripe's amount_refunded).
 	Refunded int64
+	// Amount and Currency are what the object asks for: a payment's
+	// amount, an invoice's total (0 included), in the currency's smallest
+	// unit; Currency is "" when the update does not say (a dispute, a
+	// meter error report).
+	// An update that says the claim's money moved or is moving (State
+	// succeeded or processing) for another amount than the claim's is not
+	// about the claim's own send as billonce made it (another writer
+	// changed the object), and changes nothing (Unproven).
+	Amount   int64
+	Currency string
 	// Dispute describes a dispute opened on the payment.
 	Dispute string
 	// Endpoint is the kind of Stripe object the update is about, as a
