@@ -100,10 +100,13 @@ func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt in
 // checkRebill looks at the attempts before a re-bill that has no claim yet.
 // If one of them paid (or is processing), the period is billed: its
 // receipt is returned with billed set, and nothing is claimed or sent. A
-// re-bill whose attempt-1 has no claim is refused: re-bills are numbered
-// one after the other, so that Charge and Run, which walk the attempts in
-// order from the declined one, find a re-bill that succeeded and report
-// the period as billed. Its errors are *ChargeError.
+// re-bill whose attempt-1 has no claim is refused: a re-bill follows the
+// attempt that declined, so that Charge and Run, which walk the attempts
+// in order from the latest declined one, find a re-bill that succeeded
+// and report the period as billed. An earlier attempt without a claim (a
+// failed claim deleted by hand) is no such gap: the claim store answers a
+// Charge of it with the later attempts' claims. Its errors are
+// *ChargeError.
 func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool, err error) {
 	_, err = b.claims.Get(ctx, j.key.String())
 	if !errors.Is(err, claim.ErrNotFound) {
@@ -119,6 +122,8 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 		}
 		c, err := b.claims.Get(ctx, key.String())
 		switch {
+		case errors.Is(err, claim.ErrNotFound) && a < j.attempt-1:
+			continue
 		case errors.Is(err, claim.ErrNotFound):
 			return Receipt{}, false, chargeErr(j, nil, "", invalid("Rebill attempt %d: attempt %d has no claim in scope %s; a re-bill follows the attempt that declined: use ChargeError.Attempt+1 of the decline Charge reports", j.attempt, a, b.cfg.Scope))
 		case err != nil:
@@ -135,8 +140,8 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 }
 
 // checkChain looks again, once a re-bill has won or resumed its claim and
-// before anything is sent, for the claims of the attempts before it.
-// checkRebill saw them, but one that was pending then (a re-bill under
+// before anything is sent, for the claim of the attempt before it.
+// checkRebill saw it, but one that was pending then (a re-bill under
 // way) may since have been abandoned, which deletes it: sending now would
 // leave the skipped number checkRebill refuses. The claim held is the
 // period's one live claim, so no earlier attempt can be claimed or
@@ -149,14 +154,14 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 // nothing before it. When stop is set, nothing may be sent and r, err
 // are the call's answer; its errors are *ChargeError.
 func (b *Biller) checkChain(ctx context.Context, j job, c claim.Claim) (r Receipt, stop bool, err error) {
-	for a := 1; a < j.attempt; a++ {
+	if a := j.attempt - 1; a >= 1 {
 		key, err := b.keyFor(j.customer, j.period, a)
 		if err != nil {
 			return Receipt{}, true, chargeErr(j, nil, "", invalid("%v", err))
 		}
 		_, err = b.claims.Get(ctx, key.String())
 		if err == nil {
-			continue
+			return Receipt{}, false, nil
 		}
 		if !errors.Is(err, claim.ErrNotFound) {
 			// No gap seen: a resumed claim's key may have executed at

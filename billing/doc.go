@@ -203,8 +203,11 @@
 //     Config.Owner says, so two replicas never take each other's live
 //     claims for their own.
 //
-// Rebill refuses an attempt number whose predecessor has no claim, but a
-// pending re-bill can still find one gone: a claim deleted by hand after
+// Rebill refuses an attempt number whose predecessor has no claim (an
+// earlier attempt's claim deleted by hand is no gap: Charge and Run are
+// answered by the later attempts' claims, a declined one's decline or a
+// paid one's receipt), but a pending re-bill can still find its
+// predecessor gone: a claim deleted by hand after
 // its decline, or a table written by an earlier build that did not number
 // re-bills. Its key may have charged, so it is neither sent nor deleted:
 // Stripe's search settles it. A payment found is recorded; finding none is

@@ -48,6 +48,32 @@ func (b *Biller) underWay(j job, c claim.Claim) *ChargeError {
 	return e
 }
 
+// paidBy answers a call that meets c, another attempt of its period and
+// scope that holds the period's one live claim, succeeded or processing:
+// that attempt paid the period (the call's own attempt has no claim, its
+// failed claim deleted by hand), and its receipt is the answer,
+// AlreadyBilled. Only a payment answers for a payment: ok is false for a
+// call or a claim of another kind (an invoice of a period a charge paid
+// is refused), and for any other claim.
+func (b *Biller) paidBy(j job, c claim.Claim) (r Receipt, ok bool) {
+	if _, pays := j.kind.(charges); !pays || c.Endpoint == endpointInvoices || c.Endpoint == endpointMeterEvents {
+		return Receipt{}, false
+	}
+	if c.State != claim.StateSucceeded && c.State != claim.StateProcessing || c.Key == j.key.String() ||
+		c.Scope != b.cfg.Scope || c.Customer != j.customer || c.Period != j.period || c.Attempt < 1 {
+		return Receipt{}, false
+	}
+	key, err := b.keyFor(j.customer, j.period, c.Attempt)
+	if err != nil || key.String() != c.Key {
+		return Receipt{}, false
+	}
+	paid := j
+	paid.key, paid.attempt, paid.price = key, c.Attempt, Price{Amount: c.Amount, Currency: c.Currency}
+	r = b.receipt(paid, c.StripeID, AlreadyBilled)
+	r.Processing = c.State == claim.StateProcessing
+	return r, true
+}
+
 // claimLoop claims j and settles the claim, waiting up to
 // Config.InProgressWait for another runner that holds it.
 func (b *Biller) claimLoop(ctx context.Context, j job, start time.Time) (Receipt, error) {
@@ -59,6 +85,10 @@ func (b *Biller) claimLoop(ctx context.Context, j job, start time.Time) (Receipt
 			var m *claim.MismatchError
 			var wait *ChargeError
 			if errors.As(err, &m) && !windowOverlap(m) {
+				if r, ok := b.paidBy(j, m.Existing); ok {
+					b.outcome(j, start, r, nil)
+					return r, nil
+				}
 				wait = b.underWay(j, m.Existing)
 			}
 			if wait == nil {
@@ -452,6 +482,9 @@ func (b *Biller) act(ctx context.Context, j job, res claimResult) (Receipt, erro
 		e.Until = c.LeaseUntil
 		return Receipt{}, e
 	case claimengine.Mismatch:
+		if r, ok := b.paidBy(j, c); ok {
+			return r, nil
+		}
 		if e := b.underWay(j, c); e != nil {
 			return Receipt{}, e
 		}

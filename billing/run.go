@@ -520,6 +520,10 @@ func (f *feeder) handOut(ctx context.Context) error {
 		j := c.batch[i]
 		switch res.Outcome {
 		case claimengine.Mismatch:
+			if rc, ok := r.b.paidBy(j, res.Claim); ok {
+				r.settled(j, rc, nil)
+				continue
+			}
 			r.settled(j, Receipt{}, chargeErr(j, nil, "nothing sent", res.Conflict))
 		case claimengine.Won, claimengine.Resumed:
 			j.claimedAt = c.at
