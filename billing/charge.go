@@ -279,66 +279,67 @@ func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, at
 	return b.claimLoop(ctx, j, start)
 }
 
-// afterFailure answers for a failed attempt: a later re-bill that succeeded
-// means the period is billed, and its receipt is returned; one still under
-// way (pending) is ErrInProgress; otherwise the latest failure, whose
-// *ChargeError names the next attempt to re-bill with.
-// Re-bills are numbered one after the other (see checkRebill), so the walk
-// ends at the first attempt without a claim: one lookup per re-bill made.
-// failed may be a later attempt's claim (the claim store's answer for an
-// attempt claimed again after its own failed claim was deleted by hand):
-// the walk then starts from it.
+// afterFailure answers for a failed attempt from the claims of its
+// period, read at once: an attempt that paid it (succeeded, or
+// processing), before or after this one, means the period is billed, and
+// its receipt is returned; a later one still under way (pending) is
+// ErrInProgress; otherwise the latest failure, whose *ChargeError names the
+// next attempt to re-bill with. failed is the claim the claim store
+// answered with: j's own, or a later attempt's when j's own failed claim
+// was deleted by hand. Claims of other scopes and kinds are not attempts
+// of this Biller's and are left out. Should the period's claims not be
+// readable, failed answers.
 func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (Receipt, error) {
 	last := j
-	if failed.Attempt > j.attempt {
-		if key, err := b.keyFor(j.customer, j.period, failed.Attempt); err == nil && key.String() == failed.Key {
-			last.key, last.attempt, last.price = key, failed.Attempt, Price{Amount: failed.Amount, Currency: failed.Currency}
-		}
+	if a, ok := b.attemptJob(j, failed); ok {
+		last.key, last.attempt, last.price = a.key, a.attempt, a.price
 	}
-	for a := 1; a < j.attempt; a++ {
-		// An earlier attempt whose own payment succeeded after it failed
-		// (a PaymentIntent completed on session) paid the period, and
-		// stopped this re-bill.
-		key, err := b.keyFor(j.customer, j.period, a)
-		if err != nil {
-			break
-		}
-		if c, err := b.claims.Get(ctx, key.String()); err == nil && c.State == claim.StateSucceeded {
-			paid := j
-			paid.key, paid.attempt, paid.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
-			return b.receipt(paid, c.StripeID, AlreadyBilled), nil
-		}
+	cs, err := b.claims.Period(ctx, j.customer, j.period)
+	if err != nil {
+		b.log.LogAttrs(ctx, slogWarn, "billonce: reading the period's attempts failed; answering with the failed claim", attrs(j, "error", err)...)
 	}
-	if j.attempt > 0 {
-		for a := last.attempt + 1; a <= maxAttempt; a++ {
-			key, err := b.keyFor(j.customer, j.period, a)
-			if err != nil {
-				break
-			}
-			c, err := b.claims.Get(ctx, key.String())
-			if err != nil {
-				break // no such re-bill
-			}
-			if c.State == claim.StatePending {
-				// A re-bill under way: its outcome decides the period.
+	for _, c := range cs {
+		a, ok := b.attemptJob(j, c)
+		if !ok {
+			continue
+		}
+		switch c.State {
+		case claim.StateSucceeded, claim.StateProcessing:
+			r := b.receipt(a, c.StripeID, AlreadyBilled)
+			r.Processing = c.State == claim.StateProcessing
+			return r, nil
+		case claim.StatePending:
+			// A re-bill under way: its outcome decides the period.
+			if a.attempt > j.attempt {
 				if e := b.underWay(j, c); e != nil {
 					return Receipt{}, e
 				}
-				break
 			}
-			later := j
-			later.key, later.attempt, later.price = key, a, Price{Amount: c.Amount, Currency: c.Currency}
-			if c.State == claim.StateSucceeded || c.State == claim.StateProcessing {
-				r := b.receipt(later, c.StripeID, AlreadyBilled)
-				r.Processing = c.State == claim.StateProcessing
-				return r, nil
+		case claim.StateFailed:
+			if a.attempt > last.attempt {
+				last, failed = a, c
 			}
-			last, failed = later, c
 		}
 	}
 	e := chargeErr(last, ErrDeclined, failed.LastError, nil)
 	e.Code, e.AfterProcessing = failed.FailureCode, !failed.ProcessingAt.IsZero()
 	return Receipt{}, e
+}
+
+// attemptJob returns j as the attempt c is a claim of, when c is one of
+// this Biller's charge attempts of j's customer and period: its scope's,
+// with the key of its attempt number.
+func (b *Biller) attemptJob(j job, c claim.Claim) (job, bool) {
+	if c.Scope != b.cfg.Scope || c.Customer != j.customer || c.Period != j.period || c.Attempt < 1 || c.Attempt > maxAttempt {
+		return job{}, false
+	}
+	key, err := b.keyFor(j.customer, j.period, c.Attempt)
+	if err != nil || key.String() != c.Key {
+		return job{}, false
+	}
+	a := j
+	a.key, a.attempt, a.price = key, c.Attempt, Price{Amount: c.Amount, Currency: c.Currency}
+	return a, true
 }
 
 // completedSinceDecline handles a decline Stripe replayed for j's key: Stripe

@@ -59,16 +59,13 @@ func (b *Biller) paidBy(j job, c claim.Claim) (r Receipt, ok bool) {
 	if _, pays := j.kind.(charges); !pays || c.Endpoint == endpointInvoices || c.Endpoint == endpointMeterEvents {
 		return Receipt{}, false
 	}
-	if c.State != claim.StateSucceeded && c.State != claim.StateProcessing || c.Key == j.key.String() ||
-		c.Scope != b.cfg.Scope || c.Customer != j.customer || c.Period != j.period || c.Attempt < 1 {
+	if c.State != claim.StateSucceeded && c.State != claim.StateProcessing || c.Key == j.key.String() {
 		return Receipt{}, false
 	}
-	key, err := b.keyFor(j.customer, j.period, c.Attempt)
-	if err != nil || key.String() != c.Key {
+	paid, ok := b.attemptJob(j, c)
+	if !ok {
 		return Receipt{}, false
 	}
-	paid := j
-	paid.key, paid.attempt, paid.price = key, c.Attempt, Price{Amount: c.Amount, Currency: c.Currency}
 	r = b.receipt(paid, c.StripeID, AlreadyBilled)
 	r.Processing = c.State == claim.StateProcessing
 	return r, true

@@ -693,6 +693,13 @@ func (s *simStore) Get(ctx context.Context, key string) (claim.Claim, error) {
 	return s.inner.Get(ctx, key)
 }
 
+func (s *simStore) Period(ctx context.Context, customer, period string) ([]claim.Claim, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.inner.Period(ctx, customer, period)
+}
+
 func (s *simStore) Stale(ctx context.Context, scope string) ([]claim.Claim, error) {
 	if err := s.alive(); err != nil {
 		return nil, err

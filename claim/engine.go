@@ -1,7 +1,9 @@
 package claim
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/billonce/billonce/internal/claimengine"
@@ -53,6 +55,30 @@ func (p *pgEngine) Get(ctx context.Context, key string) (Claim, error) {
 // Get returns the claim for key.
 func (m *memEngine) Get(ctx context.Context, key string) (Claim, error) {
 	return (*memory)(m).Get(ctx, key)
+}
+
+// Period returns the claims of customer's period, ordered by attempt and
+// creation. Each state reads one of the two partial indexes on (customer,
+// period): the live claims' and the failed claims'.
+func (p *pgEngine) Period(ctx context.Context, customer, period string) ([]Claim, error) {
+	return p.list(ctx, ` WHERE t.customer = $1 AND t.period = $2 AND (t.state <> 'failed' OR t.state = 'failed')
+		ORDER BY t.attempt, t.created_at, t.key`, customer, period)
+}
+
+// Period returns the claims of customer's period, ordered by attempt and
+// creation.
+func (m *memEngine) Period(ctx context.Context, customer, period string) ([]Claim, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	var out []Claim
+	for _, k := range m.periods[[2]string{customer, period}] {
+		out = append(out, m.snapshot(m.byKey[k], now))
+	}
+	slices.SortStableFunc(out, func(a, b Claim) int {
+		return cmp.Or(cmp.Compare(a.Attempt, b.Attempt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.Key, b.Key))
+	})
+	return out, nil
 }
 
 // PruneEvents deletes the records of old events; see [Postgres.PruneEvents].

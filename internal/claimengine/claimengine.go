@@ -107,6 +107,10 @@ type Engine[C any] interface {
 	Abandon(ctx context.Context, key, owner string) error
 	// Get returns the claim for key, or claim.ErrNotFound.
 	Get(ctx context.Context, key string) (C, error)
+	// Period returns the claims of customer's period, in every state and
+	// of every scope, ordered by attempt and creation: the attempts of one
+	// period read at once, whatever claims were deleted between them.
+	Period(ctx context.Context, customer, period string) ([]C, error)
 	// Stale lists pending claims whose lease has expired, oldest first: of
 	// scope, and of unknown scope (claims made before scopes were
 	// recorded), or all of them when scope is "".
