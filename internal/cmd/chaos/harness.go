@@ -55,6 +55,11 @@ type Config struct {
 	Rates map[billingtest.FaultKind]float64
 	// DeclineFraction of customers have a card that always declines.
 	DeclineFraction float64
+	// MeterDelay is how long after acceptance the fake counts a meter
+	// event or rejects it into an error report (ModeUsage); zero is the
+	// fake's default, a minute. A run that lasts longer sees the declined
+	// customers' reports failed by the webhook while the runners run.
+	MeterDelay time.Duration
 
 	Concurrency    int
 	BatchSize      int
@@ -84,6 +89,7 @@ type Figures struct {
 	Windows                int
 	WebhooksRefused        int // webhook deliveries the handler refused
 	PendingPastWindow      int // claims still pending after the chaos, settled a day later (ModeUsage, ModeInvoices)
+	FailedDuringChaos      int // claims failed when the chaos ended: reports Stripe rejected, failed by their error reports (ModeUsage)
 	RunnerStarts           int
 	Kills                  int
 	DBRestarts             int
@@ -121,6 +127,7 @@ func (f Figures) String() string {
 		row("windows counted once", f.Reports)
 		row("customers counted", f.Paid)
 		row("customers rejected", f.Declined)
+		row("failed during chaos", f.FailedDuringChaos)
 	case ModeInvoices:
 		row("customers invoiced, paid", f.Paid)
 		row("invoices open, declined", f.Declined)
@@ -178,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	fig := Figures{Mode: cfg.Mode, Customers: cfg.Customers, Runners: cfg.Runners, Windows: cfg.Windows}
 	env, err := chaos.Start(ctx, chaos.Setup{
 		Name: "chaos", Seed: cfg.Seed, Stream: 0x0c4a05, Customers: cfg.Customers,
-		Rates: cfg.Rates, DeclineFraction: cfg.DeclineFraction, LogDir: cfg.LogDir,
+		Rates: cfg.Rates, DeclineFraction: cfg.DeclineFraction, MeterDelay: cfg.MeterDelay, LogDir: cfg.LogDir,
 		Exe: cfg.Exe, ProcEnv: runnerEnv, ProcName: "runner", Out: cfg.Out, Cluster: cfg.Cluster,
 	})
 	if err != nil {
@@ -353,7 +360,8 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		// passes on both clocks, and the final run settles them from what
 		// Stripe shows (the meter's summaries, the invoice), without
 		// sending blind.
-		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM billonce_claims WHERE state = 'pending'`).Scan(&fig.PendingPastWindow); err != nil {
+		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed')
+			FROM billonce_claims`).Scan(&fig.PendingPastWindow, &fig.FailedDuringChaos); err != nil {
 			return fig, err
 		}
 		if err := env.PassTime(ctx, 25*time.Hour); err != nil {
