@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,9 @@ const (
 	ModeUsage = "usage"
 )
 
+// DefaultMeterDelay is Config.MeterDelay's default.
+const DefaultMeterDelay = time.Minute
+
 // webhookSecret signs the events the harness delivers.
 const webhookSecret = "whsec_chaosHarnessSigningSecret0000"
 
@@ -56,8 +60,8 @@ type Config struct {
 	// DeclineFraction of customers have a card that always declines.
 	DeclineFraction float64
 	// MeterDelay is how long after acceptance the fake counts a meter
-	// event or rejects it into an error report (ModeUsage); zero is the
-	// fake's default, a minute. A run that lasts longer sees the declined
+	// event or rejects it into an error report (ModeUsage); zero is
+	// DefaultMeterDelay. A run that lasts longer sees the declined
 	// customers' reports failed by the webhook while the runners run.
 	MeterDelay time.Duration
 
@@ -170,6 +174,10 @@ func (c *Config) check() error {
 		if c.Windows < 1 {
 			return errors.New("usage mode needs at least 1 window per customer")
 		}
+		if c.MeterDelay < 0 {
+			return errors.New("the meter delay cannot be negative")
+		}
+		c.MeterDelay = cmp.Or(c.MeterDelay, DefaultMeterDelay)
 	default:
 		return fmt.Errorf("unknown mode %q: use %s, %s or %s", c.Mode, ModeCharges, ModeInvoices, ModeUsage)
 	}
@@ -354,14 +362,34 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	// Faults off, then a clean run and a reconcile pass settle what the
 	// chaos left pending.
 	env.Fake.SetScript(nil)
+	if cfg.Mode == ModeUsage {
+		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM billonce_claims WHERE state = 'failed'`).Scan(&fig.FailedDuringChaos); err != nil {
+			return fig, err
+		}
+		// The events the runners sent in the last MeterDelay are
+		// rejected on the fake's schedule, in error reports of the
+		// events each validation window took, as Stripe sends them
+		// within minutes. Moving time a day on first would reject them
+		// all at once, in one report that names a sample of them only.
+		for until := time.Now().Add(cfg.MeterDelay); ; {
+			fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
+			if !time.Now().Before(until) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fig, ctx.Err()
+			case <-time.After(min(time.Until(until), 100*time.Millisecond)):
+			}
+		}
+	}
 	if cfg.Mode != ModeCharges {
 		// Reports and invoice steps whose outcome stayed unknown (a 500
 		// Stripe stored for their key) wait out their key's window: time
 		// passes on both clocks, and the final run settles them from what
 		// Stripe shows (the meter's summaries, the invoice), without
 		// sending blind.
-		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed')
-			FROM billonce_claims`).Scan(&fig.PendingPastWindow, &fig.FailedDuringChaos); err != nil {
+		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM billonce_claims WHERE state = 'pending'`).Scan(&fig.PendingPastWindow); err != nil {
 			return fig, err
 		}
 		if err := env.PassTime(ctx, 25*time.Hour); err != nil {
