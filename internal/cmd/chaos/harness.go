@@ -35,8 +35,11 @@ const (
 	ModeUsage = "usage"
 )
 
-// DefaultMeterDelay is Config.MeterDelay's default.
-const DefaultMeterDelay = time.Minute
+// DefaultMeterDelay is Config.MeterDelay's default: shorter than the
+// fake's own minute, so that a run of any size meets meter error reports
+// while its runners run, as a long one does, and waits less for the last
+// of them once they are done.
+const DefaultMeterDelay = 10 * time.Second
 
 // webhookSecret signs the events the harness delivers.
 const webhookSecret = "whsec_chaosHarnessSigningSecret0000"
