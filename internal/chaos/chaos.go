@@ -94,6 +94,10 @@ type Setup struct {
 	Rates map[billingtest.FaultKind]float64
 	// DeclineFraction of the customers have a card that always declines.
 	DeclineFraction float64
+	// MeterDelay is the fake's billingtest.Config.MeterDelay: how long
+	// after acceptance a meter event is counted or rejected into an error
+	// report. Zero is the fake's default, a minute.
+	MeterDelay time.Duration
 	// LogDir keeps the children's logs; empty means a temporary directory,
 	// removed by CleanUp after a run whose invariants hold.
 	LogDir string
@@ -177,7 +181,7 @@ func (e *Env) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.Fake = billingtest.NewServer(billingtest.Config{Script: random})
+	e.Fake = billingtest.NewServer(billingtest.Config{Script: random, MeterDelay: e.s.MeterDelay})
 	e.Declined = map[string]bool{}
 	for i := range e.s.Customers {
 		if e.Rand.Float64() < e.s.DeclineFraction {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -159,13 +160,24 @@ func (e *Env) PassTime(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	// One UPDATE per table moves all its columns: each row is written
+	// once, and its indexes (the windows' exclusion constraints among
+	// them) take one new version of it, not one per column.
+	var tables []string
+	sets := map[string][]string{}
+	for _, c := range cols {
+		if sets[c.Table] == nil {
+			tables = append(tables, c.Table)
+		}
+		col := pgx.Identifier{c.Column}.Sanitize()
+		sets[c.Table] = append(sets[c.Table], col+" = "+col+" - $1::bigint * interval '1 microsecond'")
+	}
 	// One transaction moves every column or none, so that it can be tried
 	// again when a restart of PostgreSQL (another harness's, on the same
 	// cluster) ends its connection.
 	move := func(tx pgx.Tx) error {
-		for _, c := range cols {
-			col := pgx.Identifier{c.Column}.Sanitize()
-			if _, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{c.Table}.Sanitize()+" SET "+col+" = "+col+" - $1::bigint * interval '1 microsecond'", d.Microseconds()); err != nil {
+		for _, t := range tables {
+			if _, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{t}.Sanitize()+" SET "+strings.Join(sets[t], ", "), d.Microseconds()); err != nil {
 				return err
 			}
 		}

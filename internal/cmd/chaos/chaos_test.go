@@ -116,3 +116,98 @@ func TestConfigRefusesTimeoutBeyondSlowFault(t *testing.T) {
 		t.Fatal("Run accepted an attempt timeout equal to the slow fault's delay")
 	}
 }
+
+// TestChaosUsageFinishesWhileRejectedReportsFail runs the usage mode with
+// the fake's meter error reports coming within a second, as they come
+// within the chaos phase of a run longer than a minute (10,000
+// customers): the declined customers' reports are failed by the webhook
+// while the runners still wait on outcomes Stripe keeps answering with a
+// stored 500. Those failed claims are settled for good; the runners must
+// still stop once all they have left is waiting, and the ledger must
+// hold.
+func TestChaosUsageFinishesWhileRejectedReportsFail(t *testing.T) {
+	testenv.Long(t) // starts PostgreSQL and three runner processes
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	cfg := Config{
+		Mode: ModeUsage, Windows: 2, Customers: 60, Runners: 3, Period: "2026-09", Seed: 7,
+		DBDown: 300 * time.Millisecond,
+		Rates: map[billingtest.FaultKind]float64{
+			billingtest.FaultCut:        0.04,
+			billingtest.FaultErrorAfter: 0.1, // stored 500s: outcomes unknown until the key's window ends
+		},
+		DeclineFraction: 0.1,
+		MeterDelay:      time.Second,
+		Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
+		AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
+		Timeout: 90 * time.Second,
+		LogDir:  t.TempDir(),
+		Out:     chaos.LogWriter(t),
+	}
+	fig, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figures:\n%s", fig)
+	for _, line := range fig.Evidence {
+		t.Log(line)
+	}
+	// What the test is about must have happened, or it proves nothing.
+	if fig.PendingPastWindow == 0 || fig.FailedDuringChaos == 0 {
+		t.Fatalf("%d claims pending and %d failed when the chaos ended; want both > 0", fig.PendingPastWindow, fig.FailedDuringChaos)
+	}
+	if fig.Duplicates != 0 || fig.Missing != 0 || fig.Mismatches != 0 || fig.UnsettledAfterFinalRun != 0 || fig.RunnerFailures != 0 {
+		t.Errorf("duplicates %d, missing %d, mismatches %d, unsettled %d, runner failures %d; want all 0",
+			fig.Duplicates, fig.Missing, fig.Mismatches, fig.UnsettledAfterFinalRun, fig.RunnerFailures)
+	}
+	if want := fig.Paid * cfg.Windows; fig.Paid+fig.Declined != cfg.Customers || fig.Declined == 0 || fig.Reports != want {
+		t.Errorf("%d customers counted (%d windows) + %d rejected; want %d customers with some rejected, %d windows",
+			fig.Paid, fig.Reports, fig.Declined, cfg.Customers, want)
+	}
+}
+
+// TestChaosUsageFailsEveryRejectedReportOfARunShorterThanTheMeterDelay
+// runs the usage mode with more rejected reports than one meter error
+// report names (Stripe's, and the fake's, name a sample of at most 100)
+// still unprocessed when the runners finish. Stripe processes them on
+// its own schedule, in reports of the events each validation window
+// took, and the harness must deliver those before it moves time a day
+// on: every rejected report's claim must end failed, none counted.
+func TestChaosUsageFailsEveryRejectedReportOfARunShorterThanTheMeterDelay(t *testing.T) {
+	testenv.Long(t) // starts PostgreSQL and three runner processes
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	cfg := Config{
+		Mode: ModeUsage, Windows: 2, Customers: 300, Runners: 3, Period: "2026-09", Seed: 7,
+		DBDown:          300 * time.Millisecond,
+		Rates:           map[billingtest.FaultKind]float64{billingtest.FaultCut: 0.02},
+		DeclineFraction: 0.25,
+		MeterDelay:      5 * time.Second,
+		Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
+		AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
+		Timeout: 90 * time.Second,
+		LogDir:  t.TempDir(),
+		Out:     chaos.LogWriter(t),
+	}
+	fig, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figures:\n%s", fig)
+	for _, line := range fig.Evidence {
+		t.Log(line)
+	}
+	// What the test is about must have happened, or it proves nothing.
+	const sample = 100 // the identifiers one error report names at most
+	if left := fig.Declined*cfg.Windows - fig.FailedDuringChaos; left <= sample {
+		t.Fatalf("%d rejected reports not failed when the chaos ended; want more than one error report names (%d)", left, sample)
+	}
+	if fig.Duplicates != 0 || fig.Missing != 0 || fig.Mismatches != 0 || fig.UnsettledAfterFinalRun != 0 || fig.RunnerFailures != 0 {
+		t.Errorf("duplicates %d, missing %d, mismatches %d, unsettled %d, runner failures %d; want all 0",
+			fig.Duplicates, fig.Missing, fig.Mismatches, fig.UnsettledAfterFinalRun, fig.RunnerFailures)
+	}
+	if want := fig.Paid * cfg.Windows; fig.Paid+fig.Declined != cfg.Customers || fig.Reports != want {
+		t.Errorf("%d customers counted (%d windows) + %d rejected; want %d customers, %d windows",
+			fig.Paid, fig.Reports, fig.Declined, cfg.Customers, want)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,12 @@ const (
 	ModeUsage = "usage"
 )
 
+// DefaultMeterDelay is Config.MeterDelay's default: shorter than the
+// fake's own minute, so that a run of any size meets meter error reports
+// while its runners run, as a long one does, and waits less for the last
+// of them once they are done.
+const DefaultMeterDelay = 10 * time.Second
+
 // webhookSecret signs the events the harness delivers.
 const webhookSecret = "whsec_chaosHarnessSigningSecret0000"
 
@@ -55,6 +62,11 @@ type Config struct {
 	Rates map[billingtest.FaultKind]float64
 	// DeclineFraction of customers have a card that always declines.
 	DeclineFraction float64
+	// MeterDelay is how long after acceptance the fake counts a meter
+	// event or rejects it into an error report (ModeUsage); zero is
+	// DefaultMeterDelay. A run that lasts longer sees the declined
+	// customers' reports failed by the webhook while the runners run.
+	MeterDelay time.Duration
 
 	Concurrency    int
 	BatchSize      int
@@ -84,6 +96,7 @@ type Figures struct {
 	Windows                int
 	WebhooksRefused        int // webhook deliveries the handler refused
 	PendingPastWindow      int // claims still pending after the chaos, settled a day later (ModeUsage, ModeInvoices)
+	FailedDuringChaos      int // claims failed when the chaos ended: reports Stripe rejected, failed by their error reports (ModeUsage)
 	RunnerStarts           int
 	Kills                  int
 	DBRestarts             int
@@ -121,6 +134,7 @@ func (f Figures) String() string {
 		row("windows counted once", f.Reports)
 		row("customers counted", f.Paid)
 		row("customers rejected", f.Declined)
+		row("failed during chaos", f.FailedDuringChaos)
 	case ModeInvoices:
 		row("customers invoiced, paid", f.Paid)
 		row("invoices open, declined", f.Declined)
@@ -163,6 +177,10 @@ func (c *Config) check() error {
 		if c.Windows < 1 {
 			return errors.New("usage mode needs at least 1 window per customer")
 		}
+		if c.MeterDelay < 0 {
+			return errors.New("the meter delay cannot be negative")
+		}
+		c.MeterDelay = cmp.Or(c.MeterDelay, DefaultMeterDelay)
 	default:
 		return fmt.Errorf("unknown mode %q: use %s, %s or %s", c.Mode, ModeCharges, ModeInvoices, ModeUsage)
 	}
@@ -178,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	fig := Figures{Mode: cfg.Mode, Customers: cfg.Customers, Runners: cfg.Runners, Windows: cfg.Windows}
 	env, err := chaos.Start(ctx, chaos.Setup{
 		Name: "chaos", Seed: cfg.Seed, Stream: 0x0c4a05, Customers: cfg.Customers,
-		Rates: cfg.Rates, DeclineFraction: cfg.DeclineFraction, LogDir: cfg.LogDir,
+		Rates: cfg.Rates, DeclineFraction: cfg.DeclineFraction, MeterDelay: cfg.MeterDelay, LogDir: cfg.LogDir,
 		Exe: cfg.Exe, ProcEnv: runnerEnv, ProcName: "runner", Out: cfg.Out, Cluster: cfg.Cluster,
 	})
 	if err != nil {
@@ -347,6 +365,27 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	// Faults off, then a clean run and a reconcile pass settle what the
 	// chaos left pending.
 	env.Fake.SetScript(nil)
+	if cfg.Mode == ModeUsage {
+		if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM billonce_claims WHERE state = 'failed'`).Scan(&fig.FailedDuringChaos); err != nil {
+			return fig, err
+		}
+		// The events the runners sent in the last MeterDelay are
+		// rejected on the fake's schedule, in error reports of the
+		// events each validation window took, as Stripe sends them
+		// within minutes. Moving time a day on first would reject them
+		// all at once, in one report that names a sample of them only.
+		for until := time.Now().Add(cfg.MeterDelay); ; {
+			fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
+			if !time.Now().Before(until) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fig, ctx.Err()
+			case <-time.After(min(time.Until(until), 100*time.Millisecond)):
+			}
+		}
+	}
 	if cfg.Mode != ModeCharges {
 		// Reports and invoice steps whose outcome stayed unknown (a 500
 		// Stripe stored for their key) wait out their key's window: time

@@ -47,6 +47,7 @@ func main() {
 		billingtest.FaultErrorAfter: 0.02, billingtest.FaultInFlight: 0.02, billingtest.FaultLockTimeout: 0.02,
 	})
 	flag.Float64Var(&cfg.DeclineFraction, "declines", 0.02, "fraction of customers whose card always declines")
+	flag.DurationVar(&cfg.MeterDelay, "meter-delay", 0, "how long after acceptance the fake counts a meter event or rejects it into an error report, in -mode "+ModeUsage+" (0: DefaultMeterDelay)")
 	flag.IntVar(&cfg.Concurrency, "concurrency", 8, "charges in flight per runner")
 	flag.IntVar(&cfg.BatchSize, "batch", 200, "claims per database round trip")
 	flag.DurationVar(&cfg.Lease, "lease", 3*time.Second, "claim lease: how long a killed runner's claims wait before others resume them")

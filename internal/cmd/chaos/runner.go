@@ -159,7 +159,9 @@ func runnerMain(cfg runnerConfig) int {
 		// answering unknown (a 500 stored after executing) stay pending
 		// until their key's window is over, under the lease of whichever
 		// runner tries them: the harness settles them from what Stripe
-		// shows once it has moved time on.
+		// shows once it has moved time on. The reports Stripe rejected,
+		// failed meanwhile by their error reports (which come a minute
+		// after the events, so within any longer run), are settled.
 		// Waiting longer than a lease lets claims of killed runners be
 		// resumed here first.
 		if cfg.Mode != ModeCharges && err == nil && sum.Created == 0 && sum.Pending > 0 && onlyWaiting(sum.Failures) {
@@ -182,11 +184,14 @@ func runnerMain(cfg runnerConfig) int {
 	}
 }
 
-// onlyWaiting reports whether every error of errs is an unknown outcome or
-// a claim another runner holds.
+// onlyWaiting reports whether every error of errs is settled for good or
+// waits: a decline (a usage report Stripe rejected, whose claim its meter
+// error report failed) is settled, and no later run changes it; an
+// unknown outcome or a claim another runner holds waits. errs is a run's
+// Summary.Failures, which holds the first 1,000 only.
 func onlyWaiting(errs []error) bool {
 	for _, err := range errs {
-		if !errors.Is(err, billing.ErrOutcomeUnknown) && !errors.Is(err, billing.ErrInProgress) {
+		if !errors.Is(err, billing.ErrDeclined) && !errors.Is(err, billing.ErrOutcomeUnknown) && !errors.Is(err, billing.ErrInProgress) {
 			return false
 		}
 	}
