@@ -222,3 +222,39 @@ func TestARebillsPaymentIntentCompletedAfterAttempt1WasDeletedAndChargedAfreshPa
 		t.Errorf("cus_1 paid %d times for %s after Rebill(3) = %+v, %v; want once, by %s", n, period, r, err, second.ID)
 	}
 }
+
+// With attempts 1 to 3 declined and attempt 2's failed claim deleted by
+// hand, Charge names the latest decline, attempt 3's, so that the re-bill
+// it advises is attempt 4, which pays the period once: naming attempt 1
+// would advise attempt 2, which the claim store answers with attempt 3's
+// decline, for ever.
+func TestChargeNamesTheLatestDeclineAcrossADeletedAttempt(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	h.declinedForAuthentication("cus_1")
+	for a := 2; a <= 3; a++ {
+		if _, err := h.b.Rebill(ctx, "cus_1", period, a, nil); !errors.Is(err, billing.ErrDeclined) {
+			t.Fatalf("Rebill(%d) = %v, want declined", a, err)
+		}
+	}
+	k2, err := h.b.Key("cus_1", period, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, "DELETE FROM billonce_claims WHERE key = $1", k2.String()); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.Honor("cus_1")
+	_, err = h.b.Charge(ctx, "cus_1", period, nil)
+	var ce *billing.ChargeError
+	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrDeclined) || ce.Attempt != 3 {
+		t.Fatalf("Charge with attempt 2's claim deleted = %v, want declined at attempt 3", err)
+	}
+	if r, err := h.b.Rebill(ctx, "cus_1", period, ce.Attempt+1, nil); err != nil || r.Attempt != 4 {
+		t.Fatalf("Rebill(%d) = %+v, %v; want attempt 4 paid", ce.Attempt+1, r, err)
+	}
+	if n := h.count("cus_1"); n != 1 {
+		t.Errorf("cus_1 paid %d times for %s, want once", n, period)
+	}
+}
