@@ -197,9 +197,11 @@
 // key), resumed (a pending claim whose lease expired, or was already the
 // caller's: send again with the same key and the recorded amount),
 // in progress (another runner holds a live lease: do nothing), succeeded,
-// processing or failed (do not call Stripe), or a [*MismatchError]: this
-// customer and period (or this key) is claimed with other parameters, or
-// has failed under another scope, and nothing is charged.
+// processing or failed (do not call Stripe; failed is also the answer,
+// with the later claim, for an attempt of a period whose later attempt of
+// the same scope has failed), or a [*MismatchError]: this customer and
+// period (or this key) is claimed with other parameters, or has failed
+// under another scope, and nothing is charged.
 //
 // Winning or resuming sets the owner and a lease of [Config.Lease] on the
 // database clock, and counts an attempt (Claim.Leases). While the lease is
