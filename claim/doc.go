@@ -119,6 +119,15 @@
 // large table, build it first with CREATE INDEX CONCURRENTLY under the
 // same name (see the file); the migration then finds it.
 //
+// Migration 10 (window_hashes) rebuilds migration 6's two exclusion
+// constraints, led by an int8 hash of the customer and the meter, which
+// makes each usage claim's insert and move out of pending several times
+// cheaper; they exclude the same rows. No new extension or privilege.
+// Building the indexes again holds the claim table's ACCESS EXCLUSIVE
+// lock until the migration commits: claims and reads of the table wait,
+// for as long as reading its usage claims takes. Run it when no billing
+// runs.
+//
 // Migration 7 (meter_ids) adds a nullable column and a check, added NOT
 // VALID since every existing row is NULL: no extension, no privilege
 // beyond the table's ownership that the earlier migrations needed, no

@@ -33,4 +33,5 @@ func ExampleMigrations() {
 	// 00007_billonce_claims_meter_ids.sql: -- The Stripe id of a usage report's meter ("mtr_…"), recorded when the
 	// 00008_billonce_claims_unsent.sql: -- Whether a pending claim's key is known never to have executed at
 	// 00009_billonce_claims_failed_periods.sql: -- A declined period is re-billed only from the scope that claimed it: a
+	// 00010_billonce_claims_window_hashes.sql: -- The exclusion constraints that keep a customer's usage windows of one
 }

@@ -230,7 +230,8 @@ UNION ALL
 SELECT req.ord, 3, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.key
 UNION ALL
 SELECT req.ord, 4, {{cols_x}} FROM req JOIN {{table}} x
-	ON x.customer = req.customer AND x.meter = req.meter AND x.state <> 'failed' AND x.window_end IS NOT NULL
+	ON hashtextextended(x.customer || ' ' || x.meter, 0) = hashtextextended(req.customer || ' ' || req.meter, 0)
+		AND x.customer = req.customer AND x.meter = req.meter AND x.state <> 'failed' AND x.window_end IS NOT NULL
 		AND tstzrange(x.window_start, x.window_end) && tstzrange(req.window_start, req.window_end)
 		AND (x.window_start <> req.window_start OR x.window_end <> req.window_end)
 UNION ALL
