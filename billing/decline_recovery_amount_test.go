@@ -103,3 +103,30 @@ func TestRebillFindingTheDeclinedIntentCompletedForAnotherAmountNeedsAPerson(t *
 		t.Errorf("cus_1 paid %d for %s; want only the 1 its customer paid", got, period)
 	}
 }
+
+// The declined PaymentIntent is completed by other code holding the key
+// with capture_method manual, and only 1 of its 2500 captured: Stripe
+// reports it succeeded, for its amount 2500 but amount_received 1. Its
+// success event does not settle the failed claim, and the re-bill that
+// follows sends nothing and needs a person. Counted at the fake.
+func TestDeclinedIntentCapturedInPartIsNotReportedBilled(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.PaymentIntents, nil)
+	ctx := context.Background()
+	pi := h.declinedForAuthentication("cus_1")
+	h.srv.Honor("cus_1")
+	if err := h.srv.CaptureIntentPartly(pi, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.deliverAll()
+	if c := h.claimOf("cus_1"); c.State != claim.StateFailed {
+		t.Errorf("attempt 1's claim is %s by %s, which received 1 of its %d; want it failed still", c.State, c.StripeID, c.Amount)
+	}
+	r, err := h.b.Rebill(ctx, "cus_1", period, 2, nil)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Errorf("Rebill(2) after %s received 1 = %+v (%s for %d), %v; want ErrNeedsReconciliation", pi, r, r.Outcome, r.Amount, err)
+	}
+	if sent := h.sentWith(h.keyOf("cus_1", 2)); len(sent) != 0 {
+		t.Errorf("the re-bill's key was sent: %+v", sent)
+	}
+}

@@ -161,6 +161,31 @@ func (s *Server) UpdateIntentAmount(id string, amount int64) error {
 	return nil
 }
 
+// CaptureIntentPartly completes a payment intent that requires a payment
+// method or a confirmation as other code holding the key may: it sets
+// capture_method manual, its customer confirms it on session, and it
+// captures only received of its amount (amount_to_capture). The payment
+// intent succeeds with amount_received received, is counted in the
+// ledger, and emits payment_intent.succeeded. Any other payment is an
+// error.
+func (s *Server) CaptureIntentPartly(id string, received int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[id]
+	switch {
+	case p == nil || p.Object != "payment_intent":
+		return fmt.Errorf("billingtest: CaptureIntentPartly(%q): no payment intent with this id", id)
+	case p.Status != "requires_payment_method" && p.Status != "requires_confirmation":
+		return fmt.Errorf("billingtest: CaptureIntentPartly(%q): the payment intent is %s; only one that requires a payment method or a confirmation can be completed", id, p.Status)
+	case received <= 0 || received > p.Amount:
+		return fmt.Errorf("billingtest: CaptureIntentPartly(%q): received %d must be positive and at most the amount %d", id, received, p.Amount)
+	}
+	p.Status, p.Paid, p.DeclineCode, p.FailureCode, p.settleAt, p.received = "succeeded", true, "", "", time.Time{}, received
+	s.count(p)
+	s.emit("payment_intent.succeeded", p, s.now())
+	return nil
+}
+
 // Dispute opens a dispute on a succeeded payment and emits
 // charge.dispute.created. It returns the dispute's id.
 func (s *Server) Dispute(id, reason string) (string, error) {
