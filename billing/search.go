@@ -215,10 +215,10 @@ func (b *Biller) ownHits(j job, found []object) (own, foreign []object) {
 }
 
 // intentObject is what PaymentIntent pi, found or read, says about the
-// payment it makes: its customer, amount and currency, which ownHits
-// compares with a claim's.
+// payment it makes: its customer, the amount it pays (see intentPaid)
+// and its currency, which ownHits compares with a claim's.
 func intentObject(pi *stripe.PaymentIntent) object {
-	h := object{id: pi.ID, status: string(pi.Status), amount: pi.Amount, currency: string(pi.Currency)}
+	h := object{id: pi.ID, status: string(pi.Status), amount: intentPaid(pi), currency: string(pi.Currency)}
 	if pi.Customer != nil {
 		h.customer = pi.Customer.ID
 	}
