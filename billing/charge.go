@@ -85,7 +85,10 @@ func (b *Biller) Charge(ctx context.Context, customer, period string, opts *Char
 // sent, a succeeded one is recorded on its attempt's claim (a processing
 // one is, by its success event, once it settles), and Rebill returns that
 // attempt's receipt, AlreadyBilled (with Processing for one still
-// processing). A cancel that gets no answer sends nothing: the error is
+// processing); one completed for another amount or currency than its
+// claim's (changed by another writer) does not show the period paid, and
+// Rebill sends nothing and returns ErrNeedsReconciliation, for a person to
+// settle. A cancel that gets no answer sends nothing: the error is
 // ErrOutcomeUnknown, and the next Rebill cancels again with the same key.
 // A declined charge (the Charges API) cannot be completed later, and is
 // left as it is.
@@ -347,8 +350,11 @@ func (b *Biller) attemptJob(j job, c claim.Claim) (job, bool) {
 // names since, and a customer may have completed that PaymentIntent on
 // session meanwhile (Stripe's recovery of an off-session decline). So a
 // replayed decline of a PaymentIntent is read again before it fails the
-// claim: one that succeeded or is processing is the claim's payment and is
-// recorded (done is set); a read that fails leaves the claim pending.
+// claim: one that succeeded or is processing for the claim's customer,
+// amount and currency (see ownHits) is the claim's payment and is recorded
+// (done is set); one completed for another amount, changed by another
+// writer, needs a person (ErrNeedsReconciliation, the claim left pending);
+// a read that fails leaves the claim pending.
 func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_ Receipt, done bool, _ error) {
 	var se *stripe.Error
 	if !errors.As(err, &se) || se.HTTPStatusCode != http.StatusPaymentRequired || se.PaymentIntent == nil ||
@@ -366,11 +372,25 @@ func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_
 	}
 	switch pi.Status {
 	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusProcessing:
+		if _, other := b.ownHits(j, []object{intentObject(pi)}); other != nil {
+			j.holds = pi.ID
+			return Receipt{}, true, b.needs(ctx, j, changedIntent(pi, j.price), nil)
+		}
 		b.log.LogAttrs(ctx, slogInfo, "billonce: a replayed decline's PaymentIntent was completed since", attrs(j, "stripe_id", pi.ID)...)
 		r, rerr := b.record(ctx, j, object{id: pi.ID, status: string(pi.Status)})
 		return r, true, rerr
 	}
 	return Receipt{}, false, nil
+}
+
+// changedIntent says why PaymentIntent pi, declined for p and completed
+// since for another customer, amount or currency (changed by another
+// writer, such as the dashboard), neither settles its claim nor lets the
+// period be billed again: what its customer paid is not the claim's price.
+func changedIntent(pi *stripe.PaymentIntent, p Price) string {
+	o := intentObject(pi)
+	return fmt.Sprintf("PaymentIntent %s was declined for %d %s and is %s since for %d %s (%s): another writer changed it before its customer completed it, so it does not show the claim's price paid, and billing the period again could charge its customer twice; nothing was sent: settle the period in Stripe, then record the claim with billonce resolve",
+		o.id, p.Amount, p.Currency, o.status, o.amount, o.currency, o.customer)
 }
 
 // cancelDeclined cancels at Stripe, before a re-bill's key is sent, the
@@ -391,7 +411,8 @@ func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_
 //   - Refused because the PaymentIntent succeeded or is processing (its
 //     customer completed it meanwhile): it pays the period. The re-bill
 //     sends nothing and answers that attempt's receipt, AlreadyBilled (see
-//     paidBefore).
+//     paidBefore), or ErrNeedsReconciliation when it was completed for
+//     another amount or currency than its claim's.
 //   - No answer: whether it can still be completed is unknown, so nothing
 //     is sent (ErrOutcomeUnknown); the next call cancels again with the
 //     same key.
@@ -507,14 +528,22 @@ func (b *Biller) cancelIntent(ctx context.Context, w writer, j job, c, earlier c
 // recorded by its success event, or the next call's cancel, once it
 // settles. The answer is attempt a's receipt, AlreadyBilled.
 func (b *Biller) paidBefore(ctx context.Context, j job, earlier claim.Claim, a int, pi *stripe.PaymentIntent) (Receipt, error) {
-	b.log.LogAttrs(ctx, slogInfo, "billonce: a declined attempt's PaymentIntent was completed by its customer and pays the period; the re-bill sends nothing",
-		attrs(j, "stripe_id", pi.ID, "paid_attempt", a, "status", pi.Status)...)
-	b.giveUp(context.WithoutCancel(ctx), j, fmt.Errorf("attempt %d's PaymentIntent %s is %s: it pays the period", a, pi.ID, pi.Status))
 	paid := j
 	paid.attempt, paid.price = a, Price{Amount: earlier.Amount, Currency: earlier.Currency}
 	if k, err := b.keyFor(j.customer, j.period, a); err == nil {
 		paid.key = k
 	}
+	if _, other := b.ownHits(paid, []object{intentObject(pi)}); other != nil {
+		why := changedIntent(pi, paid.price)
+		b.giveUp(context.WithoutCancel(ctx), j, errors.New(why))
+		b.log.LogAttrs(ctx, slogWarn, "billonce: claim needs reconciliation; nothing more was sent", attrs(paid, "reason", why, "stripe_id", pi.ID)...)
+		e := chargeErr(paid, ErrNeedsReconciliation, why, nil)
+		e.StripeID = pi.ID
+		return Receipt{}, e
+	}
+	b.log.LogAttrs(ctx, slogInfo, "billonce: a declined attempt's PaymentIntent was completed by its customer and pays the period; the re-bill sends nothing",
+		attrs(j, "stripe_id", pi.ID, "paid_attempt", a, "status", pi.Status)...)
+	b.giveUp(context.WithoutCancel(ctx), j, fmt.Errorf("attempt %d's PaymentIntent %s is %s: it pays the period", a, pi.ID, pi.Status))
 	if pi.Status == stripe.PaymentIntentStatusSucceeded {
 		if _, err := b.applyRead(ctx, earlier, updateFromIntent(pi)); err != nil {
 			e := chargeErr(paid, ErrNotRecorded, "attempt's PaymentIntent succeeded after its decline, and pays the period", err)

@@ -155,11 +155,7 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]object, error) 
 			return nil, notAPayment(pis.PaymentIntentSearchResult().LastResponse)
 		}
 		intents[pi.ID] = true
-		h := object{id: pi.ID, status: string(pi.Status), amount: pi.Amount, currency: string(pi.Currency)}
-		if pi.Customer != nil {
-			h.customer = pi.Customer.ID
-		}
-		out = append(out, h)
+		out = append(out, intentObject(pi))
 	}
 	if err := pis.Err(); err != nil {
 		return nil, err
@@ -216,6 +212,17 @@ func (b *Biller) ownHits(j job, found []object) (own, foreign []object) {
 		}
 	}
 	return own, foreign
+}
+
+// intentObject is what PaymentIntent pi, found or read, says about the
+// payment it makes: its customer, the amount it pays (see intentPaid)
+// and its currency, which ownHits compares with a claim's.
+func intentObject(pi *stripe.PaymentIntent) object {
+	h := object{id: pi.ID, status: string(pi.Status), amount: intentPaid(pi), currency: string(pi.Currency)}
+	if pi.Customer != nil {
+		h.customer = pi.Customer.ID
+	}
+	return h
 }
 
 // foreignReason names the payments a search found with a claim's key that

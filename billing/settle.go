@@ -61,7 +61,7 @@ func updateFromCharge(ch *stripe.Charge) claimengine.Update {
 // A PaymentIntent that needs a payment method again after being confirmed
 // off-session has failed: billonce never confirms it a second time.
 func updateFromIntent(pi *stripe.PaymentIntent) claimengine.Update {
-	u := claimengine.Update{Key: pi.Metadata[MetaKey], StripeID: pi.ID, Amount: pi.Amount, Currency: string(pi.Currency)}
+	u := claimengine.Update{Key: pi.Metadata[MetaKey], StripeID: pi.ID, Amount: intentPaid(pi), Currency: string(pi.Currency)}
 	switch pi.Status {
 	case stripe.PaymentIntentStatusProcessing:
 		u.State = string(claim.StateProcessing)
@@ -77,6 +77,16 @@ func updateFromIntent(pi *stripe.PaymentIntent) claimengine.Update {
 		}
 	}
 	return u
+}
+
+// intentPaid is the amount PaymentIntent pi pays: what it received once
+// it succeeded, which is less than its amount when other code captured it
+// in part (capture_method manual), and its amount before.
+func intentPaid(pi *stripe.PaymentIntent) int64 {
+	if pi.Status == stripe.PaymentIntentStatusSucceeded {
+		return pi.AmountReceived
+	}
+	return pi.Amount
 }
 
 // applied reports an update that changed a claim to the logger and to

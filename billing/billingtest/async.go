@@ -139,6 +139,53 @@ func (s *Server) ConfirmIntent(id string) error {
 	return nil
 }
 
+// UpdateIntentAmount changes the amount of a payment intent that requires
+// a payment method or a confirmation, as the dashboard or other code
+// holding the key does (POST /v1/payment_intents/:id with amount): after
+// an off-session decline, a person may lower or raise what its customer
+// then pays on session. Its idempotency key's stored answer is unchanged,
+// as at Stripe. Any other payment is an error.
+func (s *Server) UpdateIntentAmount(id string, amount int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[id]
+	switch {
+	case p == nil || p.Object != "payment_intent":
+		return fmt.Errorf("billingtest: UpdateIntentAmount(%q): no payment intent with this id", id)
+	case p.Status != "requires_payment_method" && p.Status != "requires_confirmation":
+		return fmt.Errorf("billingtest: UpdateIntentAmount(%q): the payment intent is %s; only one that requires a payment method or a confirmation can change its amount", id, p.Status)
+	case amount <= 0:
+		return fmt.Errorf("billingtest: UpdateIntentAmount(%q): amount %d must be positive", id, amount)
+	}
+	p.Amount = amount
+	return nil
+}
+
+// CaptureIntentPartly completes a payment intent that requires a payment
+// method or a confirmation as other code holding the key may: it sets
+// capture_method manual, its customer confirms it on session, and it
+// captures only received of its amount (amount_to_capture). The payment
+// intent succeeds with amount_received received, is counted in the
+// ledger, and emits payment_intent.succeeded. Any other payment is an
+// error.
+func (s *Server) CaptureIntentPartly(id string, received int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byID[id]
+	switch {
+	case p == nil || p.Object != "payment_intent":
+		return fmt.Errorf("billingtest: CaptureIntentPartly(%q): no payment intent with this id", id)
+	case p.Status != "requires_payment_method" && p.Status != "requires_confirmation":
+		return fmt.Errorf("billingtest: CaptureIntentPartly(%q): the payment intent is %s; only one that requires a payment method or a confirmation can be completed", id, p.Status)
+	case received <= 0 || received > p.Amount:
+		return fmt.Errorf("billingtest: CaptureIntentPartly(%q): received %d must be positive and at most the amount %d", id, received, p.Amount)
+	}
+	p.Status, p.Paid, p.DeclineCode, p.FailureCode, p.settleAt, p.received = "succeeded", true, "", "", time.Time{}, received
+	s.count(p)
+	s.emit("payment_intent.succeeded", p, s.now())
+	return nil
+}
+
 // Dispute opens a dispute on a succeeded payment and emits
 // charge.dispute.created. It returns the dispute's id.
 func (s *Server) Dispute(id, reason string) (string, error) {

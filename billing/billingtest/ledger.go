@@ -29,6 +29,7 @@ type Payment struct {
 	AmountRefunded int64  `json:"amount_refunded,omitempty"`
 
 	settleAt time.Time // when an asynchronous payment settles; zero once settled
+	received int64     // what a partial capture took of Amount; 0 for all of it
 }
 
 func (p Payment) clone() Payment {

@@ -109,6 +109,9 @@ func renderIntent(p *Payment, last *apiErr) *intentJSON {
 		PaymentMethod: strOrNil(p.PaymentMethod), Status: p.Status}
 	if p.Paid {
 		pi.AmountReceived = p.Amount
+		if p.received > 0 {
+			pi.AmountReceived = p.received
+		}
 	}
 	if last != nil {
 		l := *last
