@@ -972,12 +972,7 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 				if other, ok := simDeclinedUnder(err); ok {
 					// Declined under another scope: the person re-bills it
 					// from that scope's Biller, as the error says.
-					cfg := w.plan.final
-					cfg.Scope = other
-					if cfg.Scope == billing.DefaultScope {
-						cfg.Scope = ""
-					}
-					if b = w.clean(cfg); b == nil {
+					if b = w.cleanIn(other); b == nil {
 						break
 					}
 					w.logf("  %s: %s/%s was declined under scope %q: re-billed from there", what, c, p, other)
@@ -997,6 +992,18 @@ func (w *simWorld) settleWith(ctx context.Context, b *billing.Biller, what strin
 			}
 		}
 	}
+}
+
+// cleanIn is a clean Biller of the final configuration in scope, the
+// Biller a person re-bills a period with that the claim store says failed
+// under scope (see simDeclinedUnder).
+func (w *simWorld) cleanIn(scope string) *billing.Biller {
+	cfg := w.plan.final
+	cfg.Scope = scope
+	if cfg.Scope == billing.DefaultScope {
+		cfg.Scope = ""
+	}
+	return w.clean(cfg)
 }
 
 // simDeclinedUnder reports the scope named by err when err is the claim

@@ -303,9 +303,20 @@ func (w *simWorld) settleUsageWith(ctx context.Context, b *billing.Biller, what 
 		}
 		for _, p := range w.plan.periods {
 			for _, u := range w.reports(c, p) {
+				b := b
 				for range simMaxUsageTries {
 					_, err := b.ReportUsage(ctx, u)
 					w.noteHeld(err)
+					if other, ok := simDeclinedUnder(err); ok {
+						// Rejected under another scope: the person reports
+						// it again from that scope's Biller, as the error says.
+						if b = w.cleanIn(other); b == nil {
+							break
+						}
+						w.logf("  %s: %s %s was rejected under scope %q: reported again from there", what, c, u.Start.Format("15:04"), other)
+						_, err = b.ReportUsage(ctx, u)
+						w.noteHeld(err)
+					}
 					var fe *billing.ChargeError
 					if !errors.As(err, &fe) || !errors.Is(err, billing.ErrDeclined) {
 						break

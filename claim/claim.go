@@ -304,6 +304,12 @@ func (e *MismatchError) Error() string {
 			e.Want, c.Customer, c.Meter, e.Have, c.Key, c.Period, c.State)
 	case "scope":
 		c := e.Existing
+		if c.Meter != "" {
+			return fmt.Sprintf("claim: customer %q, usage %q failed under scope %q (claim %q, attempt %d); a report of scope %q does not send it again, "+
+				"since only the scope that claimed a rejected report reports it again: if it is to be counted, report it again from the Biller of scope %q "+
+				"(billing.ReportUsage with Usage.Attempt one more than the failed claim's, Config.Scope = %q); nothing was claimed, so nothing is sent",
+				c.Customer, c.Period, e.Have, c.Key, c.Attempt, e.Want, e.Have, e.Have)
+		}
 		return fmt.Sprintf("claim: customer %q, period %q failed under scope %q (claim %q, attempt %d); a claim of scope %q does not bill it again, "+
 			"since only the scope that claimed a declined period re-bills it: if it is to be billed again, re-bill it from the Biller of scope %q "+
 			"(billing.Rebill with Config.Scope = %q); nothing was claimed, so nothing is sent",

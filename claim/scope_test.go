@@ -3,6 +3,7 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/billonce/billonce/claim"
@@ -126,4 +127,27 @@ func TestClaimOfAnotherScopeRacingTheFailureIsRefused(t *testing.T) {
 	if _, err := s.Get(ctx, "cus_1/2025-01#1@new"); !errors.Is(err, claim.ErrNotFound) {
 		t.Errorf("Get of the refused claim = %v, want ErrNotFound", err)
 	}
+}
+
+// A usage report rejected under one scope is refused to another scope in
+// the words of usage: the refusal says to report it again from the scope
+// that claimed it, with the next attempt, not to re-bill it.
+func TestRejectedUsageOfAnotherScopeIsRefusedInTheWordsOfUsage(t *testing.T) {
+	t.Parallel()
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		old := usageReq("cus_1", "usage#1@old", 0, 60)
+		old.Scope, old.Attempt = "old", 1
+		mustClaim(t, h.store, old, claimengine.Won)
+		if err := h.store.Fail(ctx, old.Key, "", "meter_event_customer_not_found"); err != nil {
+			t.Fatal(err)
+		}
+		other := usageReq("cus_1", "usage#1@new", 0, 60)
+		other.Scope, other.Attempt = "new", 1
+		_, err := h.store.Claim(ctx, other)
+		var mm *claim.MismatchError
+		if !errors.As(err, &mm) || mm.Field != "scope" || !strings.Contains(err.Error(), "ReportUsage") || strings.Contains(err.Error(), "Rebill") {
+			t.Fatalf("Claim of a usage report rejected under another scope = %v, want a *MismatchError on scope that says to report it again with ReportUsage", err)
+		}
+	})
 }
