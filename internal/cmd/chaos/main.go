@@ -55,7 +55,7 @@ func main() {
 	flag.DurationVar(&cfg.RetryInitial, "retry-initial", 10*time.Millisecond, "first retry interval")
 	flag.DurationVar(&cfg.RetryMax, "retry-max", 200*time.Millisecond, "largest retry interval")
 	flag.IntVar(&cfg.RetryAttempts, "retry-attempts", 8, "attempts per charge within one run")
-	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up if the runners are not done by then")
+	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Minute, "give up if the runners are not done by then: a bound on liveness, well above a run's length (invoices at full size take about 10 minutes on 2 cores)")
 	flag.StringVar(&cfg.LogDir, "logdir", "", "keep the runners' logs here (default: a temporary directory, removed if all is well)")
 	flag.Parse()
 
