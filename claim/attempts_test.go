@@ -65,47 +65,11 @@ func TestEarlierAttemptRacingTheLaterFailureIsNotClaimed(t *testing.T) {
 	first, second := scoped("cus_1", "cus_1/2025-01#1@s", "s", 1), scoped("cus_1", "cus_1/2025-01#2@s", "s", 2)
 	mustClaim(t, s, second, claimengine.Won)
 
-	// An uncommitted claim of cus_9 holds the batch's first request back
-	// after the statement has read the table.
-	blocker, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback(ctx)
-	if _, err := blocker.Exec(ctx, `INSERT INTO billonce_claims (customer, period, key, amount, currency) VALUES ('cus_9', '2025-01', 'cus_9/2025-01#1@s', 4200, 'usd')`); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		res []result
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := s.ClaimBatch(ctx, []claimengine.Request{scoped("cus_9", "cus_9/2025-01#1@s", "s", 1), first})
-		done <- answer{res, err}
-	}()
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
+	claimBatchHeldBack(t, s, pool, []claimengine.Request{scoped("cus_9", "cus_9/2025-01#1@s", "s", 1), first}, func() {
+		if err := s.Fail(ctx, second.Key, "pi_2", "authentication_required"); err != nil {
 			t.Fatal(err)
 		}
-		if waiting == 1 {
-			break
-		}
-		select {
-		case a := <-done:
-			t.Fatalf("the batch returned %+v, %v while a claim of its first customer was uncommitted; want it to wait", a.res, a.err)
-		default:
-		}
-	}
-	if err := s.Fail(ctx, second.Key, "pi_2", "authentication_required"); err != nil {
-		t.Fatal(err)
-	}
-	if err := blocker.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	<-done
+	})
 	if _, err := s.Get(ctx, first.Key); !errors.Is(err, claim.ErrNotFound) {
 		t.Errorf("Get(%s) after attempt 2 failed during its claim = %v, want ErrNotFound: attempt 1 not claimed", first.Key, err)
 	}

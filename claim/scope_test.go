@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/claimengine"
 )
@@ -79,50 +81,14 @@ func TestClaimOfAnotherScopeRacingTheFailureIsRefused(t *testing.T) {
 	ctx := context.Background()
 	mustClaim(t, s, scoped("cus_1", "cus_1/2025-01#1@old", "old", 1), claimengine.Won)
 
-	// An uncommitted claim of cus_9 holds the batch's first request back
-	// after the statement has read the table.
-	blocker, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback(ctx)
-	if _, err := blocker.Exec(ctx, `INSERT INTO billonce_claims (customer, period, key, amount, currency) VALUES ('cus_9', '2025-01', 'cus_9/2025-01#1@new', 4200, 'usd')`); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		res []result
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := s.ClaimBatch(ctx, []claimengine.Request{scoped("cus_9", "cus_9/2025-01#1@new", "new", 1), scoped("cus_1", "cus_1/2025-01#1@new", "new", 1)})
-		done <- answer{res, err}
-	}()
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
+	res, err := claimBatchHeldBack(t, s, pool, []claimengine.Request{scoped("cus_9", "cus_9/2025-01#1@new", "new", 1), scoped("cus_1", "cus_1/2025-01#1@new", "new", 1)}, func() {
+		if err := s.Fail(ctx, "cus_1/2025-01#1@old", "pi_1", "authentication_required"); err != nil {
 			t.Fatal(err)
 		}
-		if waiting == 1 {
-			break
-		}
-		select {
-		case a := <-done:
-			t.Fatalf("the batch returned %+v, %v while a claim of its first customer was uncommitted; want it to wait", a.res, a.err)
-		default:
-		}
-	}
-	if err := s.Fail(ctx, "cus_1/2025-01#1@old", "pi_1", "authentication_required"); err != nil {
-		t.Fatal(err)
-	}
-	if err := blocker.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a := <-done
+	})
 	var mm *claim.MismatchError
-	if len(a.res) != 2 || a.res[1].Outcome != claimengine.Mismatch || !errors.As(a.res[1].Conflict, &mm) {
-		t.Fatalf("the other scope's claim of cus_1 = %+v, %v; want a mismatch", a.res, a.err)
+	if len(res) != 2 || res[1].Outcome != claimengine.Mismatch || !errors.As(res[1].Conflict, &mm) {
+		t.Fatalf("the other scope's claim of cus_1 = %+v, %v; want a mismatch", res, err)
 	}
 	if _, err := s.Get(ctx, "cus_1/2025-01#1@new"); !errors.Is(err, claim.ErrNotFound) {
 		t.Errorf("Get of the refused claim = %v, want ErrNotFound", err)
@@ -150,4 +116,51 @@ func TestRejectedUsageOfAnotherScopeIsRefusedInTheWordsOfUsage(t *testing.T) {
 			t.Fatalf("Claim of a usage report rejected under another scope = %v, want a *MismatchError on scope that says to report it again with ReportUsage", err)
 		}
 	})
+}
+
+// claimBatchHeldBack runs s.ClaimBatch(reqs) while an uncommitted claim of
+// reqs[0]'s key (customer cus_9) holds that request back after the
+// statement has read the table; meanwhile runs once the statement waits
+// for it, then the holding claim commits. It returns the batch's answer.
+func claimBatchHeldBack(t *testing.T, s pgStore, pool *pgxpool.Pool, reqs []claimengine.Request, meanwhile func()) ([]result, error) {
+	t.Helper()
+	ctx := context.Background()
+	blocker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, `INSERT INTO billonce_claims (customer, period, key, amount, currency) VALUES ('cus_9', '2025-01', $1, 4200, 'usd')`, reqs[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res []result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := s.ClaimBatch(ctx, reqs)
+		done <- answer{res, err}
+	}()
+	for {
+		var waiting int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			break
+		}
+		select {
+		case a := <-done:
+			t.Fatalf("the batch returned %+v, %v while a claim of its first customer was uncommitted; want it to wait", a.res, a.err)
+		default:
+		}
+	}
+	meanwhile()
+	if err := blocker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	return a.res, a.err
 }
