@@ -330,18 +330,20 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 }
 
 // attemptJob returns j as the attempt c is a claim of, when c is one of
-// this Biller's charge attempts of j's customer and period: its scope's,
-// with the key of its attempt number.
+// this Biller's charge attempts of j's customer and period (see attemptOf)
+// whose key is that attempt's: an invoice or usage claim of the period is
+// not.
 func (b *Biller) attemptJob(j job, c claim.Claim) (job, bool) {
-	if c.Scope != b.cfg.Scope || c.Customer != j.customer || c.Period != j.period || c.Attempt < 1 || c.Attempt > maxAttempt {
+	n := b.attemptOf(c)
+	if n < 1 || n > maxAttempt || c.Customer != j.customer || c.Period != j.period {
 		return job{}, false
 	}
-	key, err := b.keyFor(j.customer, j.period, c.Attempt)
+	key, err := b.keyFor(j.customer, j.period, n)
 	if err != nil || key.String() != c.Key {
 		return job{}, false
 	}
 	a := j
-	a.key, a.attempt, a.price = key, c.Attempt, Price{Amount: c.Amount, Currency: c.Currency}
+	a.key, a.attempt, a.price = key, n, Price{Amount: c.Amount, Currency: c.Currency}
 	return a, true
 }
 
@@ -422,24 +424,21 @@ func changedIntent(pi *stripe.PaymentIntent, p Price) string {
 // the claim is given up as one whose key never ran, or a person's to
 // settle. Its errors are *ChargeError.
 func (b *Biller) cancelDeclined(ctx context.Context, w writer, j job, c claim.Claim) (r Receipt, stop bool, err error) {
-	for a := 1; a < j.attempt; a++ {
-		key, err := b.keyFor(j.customer, j.period, a)
-		if err != nil {
-			return Receipt{}, true, chargeErr(j, nil, "", invalid("%v", err))
+	if j.attempt <= 1 {
+		return Receipt{}, false, nil
+	}
+	cs, err := b.claims.Period(ctx, j.customer, j.period)
+	if err != nil {
+		err = chargeErr(j, nil, "looking up the attempts before sending", err)
+		b.giveUp(context.WithoutCancel(ctx), j, err)
+		return Receipt{}, true, err
+	}
+	for _, earlier := range cs {
+		a, ok := b.attemptJob(j, earlier)
+		if !ok || a.attempt >= j.attempt || earlier.State != claim.StateFailed || !strings.HasPrefix(earlier.StripeID, "pi_") {
+			continue // an attempt without a claim has nothing to cancel; a gap is checkChain's
 		}
-		earlier, err := b.claims.Get(ctx, key.String())
-		if errors.Is(err, claim.ErrNotFound) {
-			continue // nothing of it to cancel; a gap is checkChain's
-		}
-		if err != nil {
-			err = chargeErr(j, nil, fmt.Sprintf("looking up attempt %d before sending", a), err)
-			b.giveUp(context.WithoutCancel(ctx), j, err)
-			return Receipt{}, true, err
-		}
-		if earlier.State != claim.StateFailed || !strings.HasPrefix(earlier.StripeID, "pi_") {
-			continue
-		}
-		if r, stop, err := b.cancelIntent(ctx, w, j, c, earlier, a); stop {
+		if r, stop, err := b.cancelIntent(ctx, w, j, c, earlier, a.attempt); stop {
 			return r, true, err
 		}
 	}
