@@ -24,19 +24,10 @@ func TestChargeAfterAnEarlierClaimWasDeletedDoesNotBillWhileALaterAttemptIsDecli
 	t.Parallel()
 	h := newHookEnv(t, billing.PaymentIntents, nil)
 	ctx := context.Background()
-	first := h.declinedForAuthentication("cus_1")
-	if _, err := h.b.Rebill(ctx, "cus_1", period, 2, nil); !errors.Is(err, billing.ErrDeclined) {
-		t.Fatalf("Rebill(2) = %v, want declined", err)
-	}
-	ps := h.srv.Payments()
-	second := ps[len(ps)-1].ID
-	if second == first {
-		t.Fatalf("Rebill(2) made no PaymentIntent of its own")
-	}
+	pis := h.declinedThrough("cus_1", 2)
+	first, second := pis[0], pis[1]
 	h.wantCompletionRefused(first) // the re-bill canceled it
-	if _, err := h.pool.Exec(ctx, "DELETE FROM billonce_claims WHERE key = $1", h.key("cus_1")); err != nil {
-		t.Fatal(err)
-	}
+	h.deleteClaims("cus_1", 1)
 	h.advance(25 * time.Hour) // Stripe has forgotten attempt 1's key
 	h.srv.Honor("cus_1")
 	_, chargeErr := h.b.Charge(ctx, "cus_1", period, nil)
@@ -61,23 +52,8 @@ func TestChargeAfterEarlierClaimsWereDeletedReportsTheLatestDecline(t *testing.T
 	t.Parallel()
 	h := newHookEnv(t, billing.PaymentIntents, nil)
 	ctx := context.Background()
-	h.declinedForAuthentication("cus_1")
-	for a := 2; a <= 3; a++ {
-		if _, err := h.b.Rebill(ctx, "cus_1", period, a, nil); !errors.Is(err, billing.ErrDeclined) {
-			t.Fatalf("Rebill(%d) = %v, want declined", a, err)
-		}
-	}
-	ps := h.srv.Payments()
-	third := ps[len(ps)-1].ID
-	for a := 1; a <= 2; a++ {
-		k, err := h.b.Key("cus_1", period, a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.pool.Exec(ctx, "DELETE FROM billonce_claims WHERE key = $1", k.String()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	third := h.declinedThrough("cus_1", 3)[2]
+	h.deleteClaims("cus_1", 1, 2)
 	h.advance(25 * time.Hour)
 	h.srv.Honor("cus_1")
 	_, chargeErr := h.b.Charge(ctx, "cus_1", period, nil)
@@ -104,15 +80,8 @@ func TestRebillAfterAnEarlierClaimWasDeletedFollowsTheLatestDecline(t *testing.T
 	t.Parallel()
 	h := newHookEnv(t, billing.PaymentIntents, nil)
 	ctx := context.Background()
-	h.declinedForAuthentication("cus_1")
-	if _, err := h.b.Rebill(ctx, "cus_1", period, 2, nil); !errors.Is(err, billing.ErrDeclined) {
-		t.Fatalf("Rebill(2) = %v, want declined", err)
-	}
-	ps := h.srv.Payments()
-	second := ps[len(ps)-1].ID
-	if _, err := h.pool.Exec(ctx, "DELETE FROM billonce_claims WHERE key = $1", h.key("cus_1")); err != nil {
-		t.Fatal(err)
-	}
+	second := h.declinedThrough("cus_1", 2)[1]
+	h.deleteClaims("cus_1", 1)
 	h.advance(25 * time.Hour)
 	h.srv.Honor("cus_1")
 	_, err := h.b.Charge(ctx, "cus_1", period, nil)
@@ -186,9 +155,7 @@ func TestARebillsPaymentIntentCompletedAfterAttempt1WasDeletedAndChargedAfreshPa
 		t.Fatalf("the last payment is %s (%s, key %s), want the re-bill's declined PaymentIntent", second.ID, second.Status, second.Metadata[billing.MetaKey])
 	}
 	h.wantCompletionRefused(first) // the re-bill canceled it
-	if _, err := h.pool.Exec(ctx, "DELETE FROM billonce_claims WHERE key = $1", h.key("cus_1")); err != nil {
-		t.Fatal(err)
-	}
+	h.deleteClaims("cus_1", 1)
 	h.advance(25 * time.Hour) // Stripe has forgotten both keys
 	if _, err := h.b.Reconcile(ctx, nil); err != nil {
 		t.Fatalf("Reconcile = %v", err)
@@ -232,21 +199,10 @@ func TestChargeNamesTheLatestDeclineAcrossADeletedAttempt(t *testing.T) {
 	t.Parallel()
 	h := newHookEnv(t, billing.PaymentIntents, nil)
 	ctx := context.Background()
-	h.declinedForAuthentication("cus_1")
-	for a := 2; a <= 3; a++ {
-		if _, err := h.b.Rebill(ctx, "cus_1", period, a, nil); !errors.Is(err, billing.ErrDeclined) {
-			t.Fatalf("Rebill(%d) = %v, want declined", a, err)
-		}
-	}
-	k2, err := h.b.Key("cus_1", period, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.pool.Exec(ctx, "DELETE FROM billonce_claims WHERE key = $1", k2.String()); err != nil {
-		t.Fatal(err)
-	}
+	h.declinedThrough("cus_1", 3)
+	h.deleteClaims("cus_1", 2)
 	h.srv.Honor("cus_1")
-	_, err = h.b.Charge(ctx, "cus_1", period, nil)
+	_, err := h.b.Charge(ctx, "cus_1", period, nil)
 	var ce *billing.ChargeError
 	if !errors.As(err, &ce) || !errors.Is(err, billing.ErrDeclined) || ce.Attempt != 3 {
 		t.Fatalf("Charge with attempt 2's claim deleted = %v, want declined at attempt 3", err)
@@ -256,5 +212,40 @@ func TestChargeNamesTheLatestDeclineAcrossADeletedAttempt(t *testing.T) {
 	}
 	if n := h.count("cus_1"); n != 1 {
 		t.Errorf("cus_1 paid %d times for %s, want once", n, period)
+	}
+}
+
+// declinedThrough has customer's period declined for authentication at
+// attempts 1 to n (Charge, then Rebill 2 to n) and returns each attempt's
+// declined PaymentIntent, attempt 1's first.
+func (h *hookEnv) declinedThrough(customer string, n int) []string {
+	h.tb.Helper()
+	pis := []string{h.declinedForAuthentication(customer)}
+	for a := 2; a <= n; a++ {
+		if _, err := h.b.Rebill(context.Background(), customer, period, a, nil); !errors.Is(err, billing.ErrDeclined) {
+			h.tb.Fatalf("Rebill(%d) = %v, want declined", a, err)
+		}
+		ps := h.srv.Payments()
+		if id := ps[len(ps)-1].ID; id != pis[len(pis)-1] {
+			pis = append(pis, id)
+		} else {
+			h.tb.Fatalf("Rebill(%d) made no PaymentIntent of its own", a)
+		}
+	}
+	return pis
+}
+
+// deleteClaims deletes the claims of customer's period at attempts, as a
+// person does by hand.
+func (h *hookEnv) deleteClaims(customer string, attempts ...int) {
+	h.tb.Helper()
+	for _, a := range attempts {
+		k, err := h.b.Key(customer, period, a)
+		if err != nil {
+			h.tb.Fatal(err)
+		}
+		if _, err := h.pool.Exec(context.Background(), "DELETE FROM billonce_claims WHERE key = $1", k.String()); err != nil {
+			h.tb.Fatal(err)
+		}
 	}
 }
