@@ -127,31 +127,10 @@ func TestConfigRefusesTimeoutBeyondSlowFault(t *testing.T) {
 // hold.
 func TestChaosUsageFinishesWhileRejectedReportsFail(t *testing.T) {
 	testenv.Long(t) // starts PostgreSQL and three runner processes
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	cfg := Config{
-		Mode: ModeUsage, Windows: 2, Customers: 60, Runners: 3, Period: "2026-09", Seed: 7,
-		DBDown: 300 * time.Millisecond,
-		Rates: map[billingtest.FaultKind]float64{
-			billingtest.FaultCut:        0.04,
-			billingtest.FaultErrorAfter: 0.1, // stored 500s: outcomes unknown until the key's window ends
-		},
-		DeclineFraction: 0.1,
-		MeterDelay:      time.Second,
-		Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
-		AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
-		Timeout: 90 * time.Second,
-		LogDir:  t.TempDir(),
-		Out:     chaos.LogWriter(t),
-	}
-	fig, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("figures:\n%s", fig)
-	for _, line := range fig.Evidence {
-		t.Log(line)
-	}
+	cfg := usageConfig(t, 60, 0.1, time.Second)
+	cfg.Rates[billingtest.FaultCut] = 0.04
+	cfg.Rates[billingtest.FaultErrorAfter] = 0.1 // stored 500s: outcomes unknown until the key's window ends
+	fig := runUsage(t, cfg)
 	// What the test is about must have happened, or it proves nothing.
 	if fig.PendingPastWindow == 0 || fig.FailedDuringChaos == 0 {
 		t.Fatalf("%d claims pending and %d failed when the chaos ended; want both > 0", fig.PendingPastWindow, fig.FailedDuringChaos)
@@ -175,28 +154,9 @@ func TestChaosUsageFinishesWhileRejectedReportsFail(t *testing.T) {
 // on: every rejected report's claim must end failed, none counted.
 func TestChaosUsageFailsEveryRejectedReportOfARunShorterThanTheMeterDelay(t *testing.T) {
 	testenv.Long(t) // starts PostgreSQL and three runner processes
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	cfg := Config{
-		Mode: ModeUsage, Windows: 2, Customers: 300, Runners: 3, Period: "2026-09", Seed: 7,
-		DBDown:          300 * time.Millisecond,
-		Rates:           map[billingtest.FaultKind]float64{billingtest.FaultCut: 0.02},
-		DeclineFraction: 0.25,
-		MeterDelay:      5 * time.Second,
-		Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
-		AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
-		Timeout: 90 * time.Second,
-		LogDir:  t.TempDir(),
-		Out:     chaos.LogWriter(t),
-	}
-	fig, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("figures:\n%s", fig)
-	for _, line := range fig.Evidence {
-		t.Log(line)
-	}
+	cfg := usageConfig(t, 300, 0.25, 5*time.Second)
+	cfg.Rates[billingtest.FaultCut] = 0.02
+	fig := runUsage(t, cfg)
 	// What the test is about must have happened, or it proves nothing.
 	const sample = 100 // the identifiers one error report names at most
 	if left := fig.Declined*cfg.Windows - fig.FailedDuringChaos; left <= sample {
@@ -210,4 +170,40 @@ func TestChaosUsageFailsEveryRejectedReportOfARunShorterThanTheMeterDelay(t *tes
 		t.Errorf("%d customers counted (%d windows) + %d rejected; want %d customers, %d windows",
 			fig.Paid, fig.Reports, fig.Declined, cfg.Customers, want)
 	}
+}
+
+// usageConfig is a small usage run of customers over two windows by three
+// runners, the fraction declined of the customers rejected by the fake,
+// whose error reports come meterDelay after the events; the caller sets
+// the fault rates. The runners' bound is one of liveness, well above the
+// run's length on a loaded machine.
+func usageConfig(t *testing.T, customers int, declined float64, meterDelay time.Duration) Config {
+	return Config{
+		Mode: ModeUsage, Windows: 2, Customers: customers, Runners: 3, Period: "2026-09", Seed: 7,
+		DBDown:          300 * time.Millisecond,
+		Rates:           map[billingtest.FaultKind]float64{},
+		DeclineFraction: declined,
+		MeterDelay:      meterDelay,
+		Concurrency:     4, BatchSize: 50, Lease: 3 * time.Second,
+		AttemptTimeout: time.Second, RetryInitial: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RetryAttempts: 8,
+		Timeout: 4 * time.Minute,
+		LogDir:  t.TempDir(),
+		Out:     chaos.LogWriter(t),
+	}
+}
+
+// runUsage runs cfg and logs its figures and evidence.
+func runUsage(t *testing.T, cfg Config) Figures {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	fig, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figures:\n%s", fig)
+	for _, line := range fig.Evidence {
+		t.Log(line)
+	}
+	return fig
 }
