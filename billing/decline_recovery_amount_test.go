@@ -3,11 +3,9 @@ package billing_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/billonce/billonce/billing"
-	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
 )
 
@@ -36,22 +34,8 @@ func TestReplayedDeclineOfAnIntentCompletedForAnotherAmountNeedsAPerson(t *testi
 	t.Parallel()
 	h := newHookEnv(t, billing.PaymentIntents, nil)
 	ctx := context.Background()
-	b := h.biller(oneAttempt, func(c *billing.Config) { c.API = billing.PaymentIntents })
-	h.srv.Decline("cus_1", "authentication_required")
-	h.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
-		if strings.HasSuffix(r.Path, "/search") {
-			return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
-		}
-		return billingtest.Fault{}
-	})
-	if _, err := b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrOutcomeUnknown) {
-		t.Fatalf("Charge with the decline's answer lost = %v; want ErrOutcomeUnknown", err)
-	}
-	h.srv.SetScript(nil)
-	ps := h.srv.Payments()
-	pi := ps[len(ps)-1].ID
-	want := ps[len(ps)-1].Amount
+	b, declined := h.declineAnswerLost("cus_1")
+	pi, want := declined.ID, declined.Amount
 	if err := h.srv.UpdateIntentAmount(pi, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -476,25 +476,12 @@ func TestReplayedDeclineOfAPaymentIntentCompletedSinceBillsThePeriod(t *testing.
 	t.Parallel()
 	h := newHookEnv(t, billing.PaymentIntents, nil)
 	ctx := context.Background()
-	b := h.biller(oneAttempt, func(c *billing.Config) { c.API = billing.PaymentIntents })
-	h.srv.Decline("cus_1", "authentication_required")
-	h.srv.FailNext(billingtest.Match{Customer: "cus_1"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
-		if strings.HasSuffix(r.Path, "/search") {
-			return billingtest.Fault{Kind: billingtest.FaultErrorBefore} // search cannot settle it either
-		}
-		return billingtest.Fault{}
-	})
-	if _, err := b.Charge(ctx, "cus_1", period, nil); !errors.Is(err, billing.ErrOutcomeUnknown) {
-		t.Fatalf("Charge with the decline's answer lost = %v; want ErrOutcomeUnknown", err)
-	}
-	h.srv.SetScript(nil)
-	ps := h.srv.Payments()
-	h.completeOnSession(ps[len(ps)-1].ID)
+	b, pi := h.declineAnswerLost("cus_1")
+	h.completeOnSession(pi.ID)
 	r, err := b.Charge(ctx, "cus_1", period, nil)
 	if errors.Is(err, billing.ErrDeclined) {
 		_, _ = b.Rebill(ctx, "cus_1", period, 2, nil) // as the decline advises
-	} else if err != nil || r.StripeID != ps[len(ps)-1].ID {
+	} else if err != nil || r.StripeID != pi.ID {
 		t.Errorf("Charge after the customer completed the PaymentIntent = %+v, %v; want its receipt", r, err)
 	}
 	if n := h.count("cus_1"); n != 1 {
@@ -516,4 +503,28 @@ func (h *hookEnv) wantBilledBy(customer, pi string) {
 			h.tb.Errorf("a later call = %+v, %v; want already billed by %s", r, err, pi)
 		}
 	}
+}
+
+// declineAnswerLost has customer charged off session by a Biller of one
+// attempt on the PaymentIntents API, whose PaymentIntent is declined for
+// authentication and whose answer is lost, with Stripe's search failing
+// too, so that the claim stays pending with an unknown outcome. It
+// returns that Biller and the declined PaymentIntent.
+func (h *hookEnv) declineAnswerLost(customer string) (*billing.Biller, billingtest.Payment) {
+	h.tb.Helper()
+	b := h.biller(oneAttempt, func(c *billing.Config) { c.API = billing.PaymentIntents })
+	h.srv.Decline(customer, "authentication_required")
+	h.srv.FailNext(billingtest.Match{Customer: customer}, billingtest.Fault{Kind: billingtest.FaultCut})
+	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if strings.HasSuffix(r.Path, "/search") {
+			return billingtest.Fault{Kind: billingtest.FaultErrorBefore} // search cannot settle it either
+		}
+		return billingtest.Fault{}
+	})
+	if _, err := b.Charge(context.Background(), customer, period, nil); !errors.Is(err, billing.ErrOutcomeUnknown) {
+		h.tb.Fatalf("Charge with the decline's answer lost = %v; want ErrOutcomeUnknown", err)
+	}
+	h.srv.SetScript(nil)
+	ps := h.srv.Payments()
+	return b, ps[len(ps)-1]
 }
