@@ -253,6 +253,33 @@ func (e *env) addedByHand(customer, invoiceID string, amount int64) string {
 	return it.ID
 }
 
+// addByHandAtFinalize has the fake add an item of amount to customer's
+// invoice by hand, once, as billonce finalizes it, the way a person in the
+// dashboard might at that moment. The returned function tells the item's
+// id once it is added.
+func (e *env) addByHandAtFinalize(customer string, amount int64) func() string {
+	var mu sync.Mutex
+	var item string
+	var once sync.Once
+	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
+			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
+			once.Do(func() {
+				it := e.addedByHand(customer, id, amount)
+				mu.Lock()
+				item = it
+				mu.Unlock()
+			})
+		}
+		return billingtest.Fault{}
+	})
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return item
+	}
+}
+
 // An item someone else added to billonce's draft (a person on the
 // dashboard, other code) is not paid as if it were billonce's: the claim
 // and the receipt record the total of billonce's lines. The lines are
@@ -294,18 +321,10 @@ func TestInvoiceWithAnItemBillonceDidNotAddIsNotPaid(t *testing.T) {
 			return item, err
 		}},
 		"as it is finalized": {"open", func(e *env, inv *billing.Invoice) (string, error) {
-			var item string
-			var once sync.Once
-			e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
-				if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
-					id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
-					once.Do(func() { item = e.addedByHand("cus_1", id, extra) })
-				}
-				return billingtest.Fault{}
-			})
+			item := e.addByHandAtFinalize("cus_1", extra)
 			_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
 			e.srv.SetScript(nil)
-			return item, err
+			return item(), err
 		}},
 		// Turning the collection off is sent without looking first, even by
 		// a Biller with another credential, whose lookups wait out the old
@@ -451,14 +470,7 @@ func TestInvoicePaidAtFinalizationWithAnotherTotalIsReported(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	inv := threeLines()
-	var once sync.Once
-	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
-			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
-			once.Do(func() { e.addedByHand("cus_1", id, -1290) })
-		}
-		return billingtest.Fault{}
-	})
+	e.addByHandAtFinalize("cus_1", -1290)
 	r, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
 	e.srv.SetScript(nil)
 	got := e.srv.Invoices("cus_1")[0]
@@ -484,19 +496,11 @@ func TestInvoiceWithAWrongTotalMarkedUncollectibleIsNotPaid(t *testing.T) {
 	const extra = 999
 	e := newEnv(t, oneAttempt)
 	inv := threeLines()
-	var item string
-	var once sync.Once
-	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
-			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
-			once.Do(func() { item = e.addedByHand("cus_1", id, extra) })
-		}
-		return billingtest.Fault{}
-	})
+	item := e.addByHandAtFinalize("cus_1", extra)
 	_, err := e.b.Invoice(context.Background(), "cus_1", period, inv)
 	e.srv.SetScript(nil)
-	if !errors.Is(err, billing.ErrNeedsReconciliation) || item == "" {
-		t.Fatalf("the call = %v with item %q, want ErrNeedsReconciliation", err, item)
+	if !errors.Is(err, billing.ErrNeedsReconciliation) || item() == "" {
+		t.Fatalf("the call = %v with item %q, want ErrNeedsReconciliation", err, item())
 	}
 	all := e.srv.Invoices("cus_1")
 	if len(all) != 1 || all[0].Status != "open" || all[0].Payments != 0 {
@@ -513,7 +517,7 @@ func TestInvoiceWithAWrongTotalMarkedUncollectibleIsNotPaid(t *testing.T) {
 	}
 	if got := all[0]; got.Payments != 0 {
 		t.Fatalf("invoice %s, with the item %s of %d added by hand and marked uncollectible, was paid %d times (%s); the claim records %d; the next call = %+v, %v",
-			got.ID, item, extra, got.Payments, got.Status, e.invoiceClaim("cus_1").Amount, r, err)
+			got.ID, item(), extra, got.Payments, got.Status, e.invoiceClaim("cus_1").Amount, r, err)
 	}
 	if !errors.Is(err, billing.ErrNeedsReconciliation) {
 		t.Errorf("the next call = %v, want ErrNeedsReconciliation", err)
@@ -554,14 +558,7 @@ func TestInvoicePaidAtFinalizationWithAnotherTotalIsNotSettledByItsEvent(t *test
 	t.Parallel()
 	h := newHookEnv(t, billing.Charges, nil)
 	inv := threeLines()
-	var once sync.Once
-	h.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/finalize") {
-			id := strings.TrimSuffix(strings.TrimPrefix(r.Path, "/v1/invoices/"), "/finalize")
-			once.Do(func() { h.addedByHand("cus_1", id, -1290) })
-		}
-		return billingtest.Fault{}
-	})
+	h.addByHandAtFinalize("cus_1", -1290)
 	_, err := h.b.Invoice(context.Background(), "cus_1", period, inv)
 	h.srv.SetScript(nil)
 	if err == nil {
