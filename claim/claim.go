@@ -77,6 +77,17 @@ func validateRequest(r request) error {
 			problems = append(problems, fmt.Sprintf("window end %s must be after its start %s", r.WindowEnd.UTC().Format(time.RFC3339), r.WindowStart.UTC().Format(time.RFC3339)))
 		}
 	}
+	if r.RefundOf != "" {
+		if p := checkID("refund of", r.RefundOf); p != "" {
+			problems = append(problems, p)
+		}
+		if r.RefundOf == r.Key {
+			problems = append(problems, "a refund's key must not be the key of the payment it refunds")
+		}
+		if r.Meter != "" || r.Currency == "" {
+			problems = append(problems, "a refund needs its payment's currency, and no meter")
+		}
+	}
 	if r.Currency != "" && !validCurrency(r.Currency) {
 		problems = append(problems, fmt.Sprintf("currency %q must be three lowercase letters, as in \"usd\" (or empty, for a usage report)", r.Currency))
 	}
@@ -263,6 +274,11 @@ type Claim struct {
 	// lookup that reopens the key's window clears it.
 	Unsent bool
 
+	// RefundOf is, on a refund's claim, the key of the payment claim it
+	// refunds; "" on every other claim. The live refunds of a payment
+	// never add up to more than its amount.
+	RefundOf string
+
 	// Step is the recovery point of a claim made in steps (an invoice:
 	// "draft", "line 3", "finalized", …): the last step known to be done
 	// at Stripe; "" for none, and for payments and usage reports, which
@@ -285,10 +301,13 @@ var (
 // report's window overlaps the window of another live claim of the same
 // customer and meter (Field "window"), or the customer and period has a
 // failed claim of another scope (Field "scope": Have is that scope, Want
-// the request's), which only that scope re-bills.
+// the request's), which only that scope re-bills, or a refund is more than
+// is left of its payment, or its payment's claim is not succeeded (Field
+// "refund": Existing is the payment's claim, Have the amount left to
+// refund, Want the refund's amount).
 // Nothing is charged twice: the caller must investigate.
 type MismatchError struct {
-	Field    string // "key", "customer", "period", "amount", "currency", "window" or "scope"
+	Field    string // "key", "customer", "period", "amount", "currency", "window", "scope" or "refund"
 	Have     string // the value recorded in Existing
 	Want     string // the value requested
 	Existing Claim  // the conflicting claim
@@ -302,6 +321,14 @@ func (e *MismatchError) Error() string {
 			"the meter would count the overlap twice, so windows of one customer and meter never overlap: report each stretch of time in one window "+
 			"(windows that meet, one ending where the next starts, do not overlap)",
 			e.Want, c.Customer, c.Meter, e.Have, c.Key, c.Period, c.State)
+	case "refund":
+		c := e.Existing
+		if c.State != StateSucceeded {
+			return fmt.Sprintf("claim: payment claim %q of customer %q, period %q is %s: only a succeeded payment is refunded; nothing was claimed, so nothing is sent",
+				c.Key, c.Customer, c.Period, c.State)
+		}
+		return fmt.Sprintf("claim: a refund of %s %s is more than the %s %s left to refund of payment %s (claim %q of customer %q, period %q, %d %s, less its live refunds); nothing was claimed, so nothing is sent",
+			e.Want, c.Currency, e.Have, c.Currency, c.StripeID, c.Key, c.Customer, c.Period, c.Amount, c.Currency)
 	case "scope":
 		c := e.Existing
 		if c.Meter != "" {

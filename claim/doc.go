@@ -128,6 +128,16 @@
 // for as long as reading its usage claims takes. Run it when no billing
 // runs.
 //
+// Migration 11 (refunds) adds a nullable column naming the payment claim
+// a refund refunds, a check added NOT VALID, and a btree index on the
+// refunds: no rewrite, no extension, no privilege beyond the table's
+// ownership; the index is built under the SHARE lock, over no rows but
+// refunds. A refund's claim runs in a transaction of its own that takes
+// a transaction-level advisory lock on its payment's key (two-key form,
+// apart from the one-key locks of package lock and of Migrate), so that
+// the refunds of one payment are claimed one after the other and never
+// add up to more than it.
+//
 // Migration 7 (meter_ids) adds a nullable column and a check, added NOT
 // VALID since every existing row is NULL: no extension, no privilege
 // beyond the table's ownership that the earlier migrations needed, no

@@ -34,4 +34,5 @@ func ExampleMigrations() {
 	// 00008_billonce_claims_unsent.sql: -- Whether a pending claim's key is known never to have executed at
 	// 00009_billonce_claims_failed_periods.sql: -- A declined period is re-billed only from the scope that claimed it: a
 	// 00010_billonce_claims_window_hashes.sql: -- The exclusion constraints that keep a customer's usage windows of one
+	// 00011_billonce_claims_refunds.sql: -- A refund is a claim of its own, of the payment claim it refunds:
 }

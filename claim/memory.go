@@ -97,12 +97,25 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 		if f, from := m.failedBefore(req); f != nil {
 			return answer(req, from, m.snapshot(f, now))
 		}
+		if req.RefundOf != "" {
+			p := m.byKey[req.RefundOf]
+			if p == nil {
+				return result{Outcome: claimengine.Mismatch, Conflict: fmt.Errorf("%w: refund of %q: no claim has this key", ErrInvalid, req.RefundOf)}
+			}
+			left := p.Amount - m.refunded(req.RefundOf)
+			if p.State != StateSucceeded || p.Currency != req.Currency || req.Amount > left {
+				r := answer(req, fromRefund, m.snapshot(p, now))
+				r.Conflict.(*MismatchError).Have = fmt.Sprint(max(left, 0))
+				return r
+			}
+		}
 		c = &Claim{
 			Customer: req.Customer, Period: req.Period, Key: req.Key, Amount: req.Amount, Currency: req.Currency,
 			State: StatePending, Leases: 1, Owner: req.Owner, LeaseUntil: now.Add(m.lease),
 			CreatedAt: now, UpdatedAt: now, FirstSentAt: now,
 			Scope: req.Scope, Attempt: req.Attempt, Endpoint: req.Endpoint, Credential: req.Credential,
 			Meter: req.Meter, WindowStart: req.WindowStart, WindowEnd: req.WindowEnd, MeterID: req.MeterID,
+			RefundOf: req.RefundOf,
 		}
 		m.byKey[req.Key] = c
 		cp := [2]string{req.Customer, req.Period}
@@ -122,6 +135,18 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 		return answer(req, fromTakeover, m.snapshot(c, now))
 	}
 	return answer(req, fromKey, m.snapshot(c, now))
+}
+
+// refunded is what the live refunds of payment claim key add up to. m.mu
+// is held.
+func (m *memEngine) refunded(key string) int64 {
+	var sum int64
+	for _, c := range m.byKey {
+		if c.RefundOf == key && c.State != StateFailed {
+			sum += c.Amount
+		}
+	}
+	return sum
 }
 
 // failedBefore returns a failed claim of req's customer and period that

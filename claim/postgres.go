@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,7 +142,7 @@ func colsOf(x string) string {
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
 	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
 	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at, x.step,
-	x.meter, x.window_start, x.window_end, x.meter_id, x.unsent`)
+	x.meter, x.window_start, x.window_end, x.meter_id, x.unsent, x.refund_of`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -153,6 +154,7 @@ const (
 	fromPeriod              // the live claim for the customer and period
 	fromScope               // a failed claim of the customer and period under another scope
 	fromLater               // a failed claim of a later attempt of the scope, customer and period
+	fromRefund              // a refund's payment claim, which is not succeeded or has too little left to refund
 )
 
 // claimTemplate claims a batch in one statement, every request numbered by
@@ -177,16 +179,21 @@ const (
 //     declined payment may still be completed (an earlier attempt's
 //     failed claim deleted by hand leaves exactly this), and a live one
 //     as the snapshot saw it.
+//   - ins leaves out a refund (refund_of set) unless its payment's claim
+//     is succeeded, in its currency, with at least its amount left once
+//     the payment's live refunds are taken off, as the snapshot saw them.
+//     A refund's statement runs after a lock on its payment's key (see
+//     claimRun), so its snapshot has every other refund of the payment.
 //   - took takes over the key's row when it is pending with the same
 //     parameters and its lease has expired or is already the caller's.
 //     UPDATE locks the row and re-checks these conditions at its latest
 //     version, so of runners racing for a stale claim exactly one takes it.
-//   - The last five selects return the existing rows by key, by
+//   - The last six selects return the existing rows by key, by
 //     overlapping window, by customer and period (the live claim), the
-//     failed claims of the customer and period under another scope, and
-//     the failed claims of its later attempts, as of the statement's
-//     snapshot: the caller reads InProgress, Succeeded, Failed or a
-//     mismatch from them.
+//     failed claims of the customer and period under another scope, the
+//     failed claims of its later attempts, and a refund's payment claim
+//     when it refuses the refund, as of the statement's snapshot: the
+//     caller reads InProgress, Succeeded, Failed or a mismatch from them.
 //
 // A request whose conflicting row was committed by another transaction
 // after this statement's snapshot was taken gets no row at all (ins waited
@@ -199,19 +206,23 @@ const (
 const claimTemplate = `
 WITH {{fence}}req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-		$8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[], $15::text[]) WITH ORDINALITY
-		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, ord){{fenced}}
+		$8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[]) WITH ORDINALITY
+		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, refund_of, ord){{fenced}}
 ), ins AS (
 	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until, scope, attempt, endpoint, credential,
-		meter, window_start, window_end, meter_id)
+		meter, window_start, window_end, meter_id, refund_of)
 	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
-		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id FROM req
+		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, refund_of FROM req
 	WHERE NOT EXISTS (SELECT FROM {{table}} f
 			WHERE f.customer = req.customer AND f.period = req.period AND f.state = 'failed'
 				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt))
 		AND NOT EXISTS (SELECT FROM {{table}} f
 			WHERE f.customer = req.customer AND f.period = req.period AND f.state <> 'failed'
 				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt))
+		AND (req.refund_of IS NULL OR EXISTS (SELECT FROM {{table}} p
+			WHERE p.key = req.refund_of AND p.state = 'succeeded' AND p.currency = req.currency
+				AND p.amount - req.amount >= (SELECT coalesce(sum(r.amount), 0) FROM {{table}} r
+					WHERE r.refund_of = req.refund_of AND r.state <> 'failed')))
 	ON CONFLICT DO NOTHING
 	RETURNING *
 ), took AS (
@@ -244,10 +255,15 @@ SELECT req.ord, 6, {{cols_x}} FROM req JOIN {{table}} x
 UNION ALL
 SELECT req.ord, 7, {{cols_x}} FROM req JOIN {{table}} x
 	ON x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
-		AND x.scope = req.scope AND x.attempt > req.attempt`
+		AND x.scope = req.scope AND x.attempt > req.attempt
+UNION ALL
+SELECT req.ord, 8, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.refund_of
+	WHERE NOT (x.state = 'succeeded' AND x.currency = req.currency
+		AND x.amount - req.amount >= (SELECT coalesce(sum(r.amount), 0) FROM {{table}} r
+			WHERE r.refund_of = req.refund_of AND r.state <> 'failed'))`
 
 // fenced returns the claim statement base under fence f, whose token is
-// $16: the lease row that carries it is locked FOR SHARE until the claims
+// $17: the lease row that carries it is locked FOR SHARE until the claims
 // commit, so a takeover of the lease (an UPDATE of that row) either waits
 // for them or, having committed first, leaves no row with the token, and
 // the statement claims nothing. The zero Fence checks nothing.
@@ -256,7 +272,7 @@ func fenced(base string, f claimengine.Fence) string {
 		return strings.NewReplacer("{{fence}}", "", "{{fenced}}", "").Replace(base)
 	}
 	return strings.NewReplacer(
-		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $16 FOR SHARE),\n",
+		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $17 FOR SHARE),\n",
 		"{{fenced}}", "\n\tWHERE EXISTS (SELECT FROM fence)",
 	).Replace(base)
 }
@@ -355,12 +371,13 @@ func (p *pgEngine) claim(ctx context.Context, reqs []request) ([]result, error) 
 
 // claimRun runs claimTemplate once for reqs[todo], fills in out and returns
 // the requests that got no answer.
-func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out []result) ([]int, error) {
+func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out []result) (again []int, err error) {
 	n := len(todo)
 	customers, periods, keys, currencies, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	scopes, endpoints, credentials := make([]string, n), make([]string, n), make([]string, n)
 	amounts, attempts := make([]int64, n), make([]int32, n)
 	meters, starts, ends, meterIDs := make([]*string, n), make([]*time.Time, n), make([]*time.Time, n), make([]*string, n) // NULL but for usage reports
+	refundOf := make([]*string, n)                                                                                         // NULL but for refunds
 	for j, i := range todo {
 		r := reqs[i]
 		customers[j], periods[j], keys[j], amounts[j], currencies[j], owners[j] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
@@ -371,9 +388,12 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		if r.MeterID != "" {
 			meterIDs[j] = &r.MeterID
 		}
+		if r.RefundOf != "" {
+			refundOf[j] = &r.RefundOf
+		}
 	}
 	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds(),
-		scopes, attempts, endpoints, credentials, meters, starts, ends, meterIDs}
+		scopes, attempts, endpoints, credentials, meters, starts, ends, meterIDs, refundOf}
 	sql, fence := p.claimSQL, reqs[todo[0]].Fence // one fence per batch: validateBatch
 	if fence != (claimengine.Fence{}) {
 		sql = fenced(p.claimBase, fence)
@@ -386,7 +406,29 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		// pgx's cached statements their generic plan is the faster one.
 		args = append([]any{pgx.QueryExecModeExec}, args...)
 	}
-	rows, err := p.db.Query(ctx, sql, args...)
+	var q querier = p.db
+	if locks := refundLocks(reqs, todo); locks != nil {
+		// A refund's claim reads its payment's refunds after a lock on the
+		// payment's key, held until it commits: refunds of one payment are
+		// claimed one after the other, each seeing the others' amounts.
+		tx, err := p.db.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext(k)) FROM unnest($2::text[]) AS k ORDER BY k", refundLockSpace, locks); err != nil {
+			return nil, fmt.Errorf("claim: locking the payments refunded: %w", err)
+		}
+		q = tx
+		defer func() {
+			if err == nil {
+				if err = tx.Commit(ctx); err != nil {
+					err = fmt.Errorf("claim: %w", err)
+				}
+			}
+		}()
+	}
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fenceErr(fence, err)
 	}
@@ -418,11 +460,28 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 			return nil, err
 		}
 	}
-	var again []int
+	rows.Close()
 	for j, i := range todo {
 		out[i] = answer(reqs[i], best[j], rowOf[j])
+		if best[j] == 0 && reqs[i].RefundOf != "" {
+			// A refund the statement neither claimed nor refused: its
+			// payment has no claim.
+			var exists bool
+			if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+p.names.table+" WHERE key = $1)", reqs[i].RefundOf).Scan(&exists); err != nil {
+				return nil, fmt.Errorf("claim: reading the payment claim of refund %q: %w", reqs[i].Key, err)
+			}
+			if !exists {
+				out[i] = result{Outcome: claimengine.Mismatch, Conflict: fmt.Errorf("%w: refund of %q: no claim has this key", ErrInvalid, reqs[i].RefundOf)}
+				continue
+			}
+		}
 		if best[j] == 0 {
 			again = append(again, i)
+		}
+		if m, ok := out[i].Conflict.(*MismatchError); ok && best[j] == fromRefund {
+			if err := p.refundLeft(ctx, q, m); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return again, nil
@@ -441,6 +500,8 @@ func answer(req request, from int, c Claim) result {
 		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: &MismatchError{Field: "scope", Have: c.Scope, Want: req.Scope, Existing: c}}
 	case fromLater:
 		return result{Outcome: claimengine.Failed, Claim: c}
+	case fromRefund:
+		return result{Outcome: claimengine.Mismatch, Claim: c, Conflict: &MismatchError{Field: "refund", Want: fmt.Sprint(req.Amount), Existing: c}}
 	case 0:
 		return result{}
 	}
@@ -459,17 +520,54 @@ func answer(req request, from int, c Claim) result {
 	}
 }
 
+// querier is a pool or a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// refundLockSpace is the first key of the transaction-level advisory
+// locks a refund's claim takes on its payment's key (the second is a hash
+// of that key): two-key advisory locks are apart from the one-key locks
+// of package lock and of Migrate.
+const refundLockSpace = 0x626f5246 // "boRF"
+
+// refundLocks returns the payment keys the refunds among reqs[todo]
+// refund, or nil when there are none.
+func refundLocks(reqs []request, todo []int) []string {
+	var keys []string
+	for _, i := range todo {
+		if k := reqs[i].RefundOf; k != "" && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// refundLeft fills in m.Have, for a refund its payment's claim refused:
+// the amount left to refund of the payment, its live refunds taken off.
+func (p *pgEngine) refundLeft(ctx context.Context, tx querier, m *MismatchError) error {
+	var refunded int64
+	err := tx.QueryRow(ctx, "SELECT coalesce(sum(amount), 0) FROM "+p.names.table+
+		" WHERE refund_of = $1 AND state <> 'failed'", m.Existing.Key).Scan(&refunded)
+	if err != nil {
+		return fmt.Errorf("claim: reading the refunds of %q: %w", m.Existing.Key, err)
+	}
+	m.Have = fmt.Sprint(max(m.Existing.Amount-refunded, 0))
+	return nil
+}
+
 func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	var c Claim
 	var state string
 	var ageMicros, sentMicros int64
 	var reconciled, processing, settled, eventAt, disputeAt, windowStart, windowEnd *time.Time
-	var meter, meterID *string
+	var meter, meterID, refundOf *string
 	dest := append(prefix, &c.Customer, &c.Period, &c.Key, &c.Amount, &c.Currency, &state, &c.StripeID, &c.Leases,
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
 		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
 		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt, &c.Step,
-		&meter, &windowStart, &windowEnd, &meterID, &c.Unsent)
+		&meter, &windowStart, &windowEnd, &meterID, &c.Unsent, &refundOf)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}
@@ -478,6 +576,9 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 	}
 	if meterID != nil {
 		c.MeterID = *meterID
+	}
+	if refundOf != nil {
+		c.RefundOf = *refundOf
 	}
 	c.State = State(state)
 	c.Age = time.Duration(ageMicros) * time.Microsecond

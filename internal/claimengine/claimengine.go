@@ -219,6 +219,14 @@ type Request struct {
 	// Optional, and only with Meter.
 	MeterID string
 
+	// RefundOf, for a refund, is the key of the payment's claim it
+	// refunds; empty for any other claim. A refund is claimed only while
+	// that claim is succeeded, in the request's currency, and its live
+	// refunds (pending, processing or succeeded), with this one, add up to
+	// no more than its amount, under any concurrency: otherwise nothing is
+	// claimed, and the answer is a *claim.MismatchError on "refund".
+	RefundOf string
+
 	// Fence, when set, makes the claim conditional on a lease: it is
 	// made only if the lease still has the holder the claim is made for.
 	// Every request of a ClaimBatch carries the same Fence.
