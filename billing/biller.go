@@ -17,6 +17,7 @@ import (
 	"github.com/stripe/stripe-go/v79/invoice"
 	"github.com/stripe/stripe-go/v79/invoiceitem"
 	"github.com/stripe/stripe-go/v79/paymentintent"
+	"github.com/stripe/stripe-go/v79/refund"
 	"golang.org/x/time/rate"
 
 	"github.com/billonce/billonce/claim"
@@ -62,6 +63,7 @@ type biller struct {
 	endpoint, credential string
 	charges              *charge.Client
 	intents              *paymentintent.Client
+	refunds              *refund.Client
 	invoices             *invoice.Client
 	items                *invoiceitem.Client
 	usageClients
@@ -96,6 +98,7 @@ func New(cfg Config) (*Biller, error) {
 	}
 	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
+	b.refunds = &refund.Client{B: backend, Key: cfg.SecretKey}
 	b.invoices = &invoice.Client{B: backend, Key: cfg.SecretKey}
 	b.items = &invoiceitem.Client{B: backend, Key: cfg.SecretKey}
 	b.usageClients = usageClients{meterList: &meter.Client{B: backend, Key: cfg.SecretKey},

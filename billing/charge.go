@@ -597,19 +597,13 @@ func (charges) lookup(ctx context.Context, b *Biller, j job, c claim.Claim) (Rec
 	return b.reconcile(ctx, j, c)
 }
 
-// findOwn searches once for the claim's payment: only one that is the
-// claim's own (see ownHits) counts, since another writer may copy the
-// claim's metadata onto a payment of its own.
-func (charges) findOwn(ctx context.Context, b *Biller, j job) (object, bool) {
-	found, err := b.search(ctx, j.key)
-	if err != nil {
-		return object{}, false
-	}
-	found, _ = b.ownHits(j, found)
-	if len(found) != 1 {
-		return object{}, false
-	}
-	return found[0], true
+func (k charges) findOwn(ctx context.Context, b *Biller, j job) (object, bool) {
+	return b.findOwn(ctx, k, j)
+}
+
+// find searches Stripe for the payments that carry j's key.
+func (charges) find(ctx context.Context, b *Biller, j job) ([]object, error) {
+	return b.search(ctx, j.key)
 }
 
 func (charges) refused(ctx context.Context, b *Biller, j job, err error) (Receipt, bool, error) {

@@ -100,7 +100,7 @@ func Classify(err error) retry.Decision {
 // other refusal stops the run instead, with the claims left pending: see
 // the table in Classify's documentation.
 func refusedForItem(se *stripe.Error) bool {
-	if se.Type == stripe.ErrorTypeCard || customerCodes[se.Code] || itemCodes[se.Code] != "" {
+	if se.Type == stripe.ErrorTypeCard || customerCodes[se.Code] || itemCodes[se.Code] != "" || refundCodes[se.Code] != "" {
 		return true
 	}
 	return se.Code == stripe.ErrorCodeResourceMissing && customerParams[se.Param]
@@ -264,7 +264,7 @@ func notAPayment(r *stripe.APIResponse) error {
 // [notAPayment], it stops the run with [ErrStripeRequest] and settles
 // nothing: it is no evidence that Stripe holds no payment for the key.
 func notASearchResult(r *stripe.APIResponse) error {
-	return notStripes(r, "to a search is not a search result, so it is not Stripe's")
+	return notStripes(r, "to a search or a listing is not a search result or a list, so it is not Stripe's")
 }
 
 // notStripes is the run-stopping error for a 2xx answer that is not the

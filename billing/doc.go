@@ -151,6 +151,25 @@
 // and validated within the day in which their key can be sent.
 // ReportUsage has the details, and what each step can and cannot prove.
 //
+// # Refunds
+//
+// [Biller.Refund] refunds all or part of the payment that paid a customer's
+// period, exactly once per refund id: the caller's own name for the
+// refund (an RMA, a credit number), never its amount, so two partial
+// refunds of the same amount are two refunds and a second click, a
+// redelivered webhook or a retry days later with the same id is the same
+// refund. A refund is a claim of its own, of the payment's claim
+// (claim.Claim.RefundOf): its key is derived from the payment's key and
+// the refund id, it is committed before anything is sent, and the claim
+// table refuses it, on any replica, when the payment's live refunds and
+// it would add up to more than the payment: [ErrInvalid], naming what is
+// left, before anything is sent. Past the key's deadline the refund is
+// found by listing the payment's refunds (Stripe has no search for
+// them), whose answer is current at once. A pending refund is processing
+// until its charge.refund.updated event or Reconcile settles it; one that
+// fails is reported and failed for its id, and refunding again is a
+// person's decision, under a new id.
+//
 // # Invariants
 //
 // Whatever the configuration, the retries and the replicas, billonce keeps
@@ -393,8 +412,8 @@
 //
 // # One engine for every kind
 //
-// Charges, invoices and usage reports are kinds of one engine, which
-// runs each the same way:
+// Charges, invoices, usage reports and refunds are kinds of one engine,
+// which runs each the same way:
 //
 //  1. the key from the kind's business identity (invariant 1);
 //  2. the claim, committed before anything is sent, with what the kind
@@ -426,6 +445,8 @@
 //	              key per step                      lines, reading the invoice      collect, pay or send
 //	usage report  scope, meter, customer, window,   the meter's event summary       one: the meter event, its
 //	              kind, attempt                     for the window                  identifier the key
+//	refund        scope, the payment's key,         listing the payment's refunds   one: the refund
+//	              refund id                         on billonce_key
 //
 // # Charges or PaymentIntents
 //

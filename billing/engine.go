@@ -81,7 +81,7 @@ func (b *Biller) claimLoop(ctx context.Context, j job, start time.Time) (Receipt
 		if err != nil {
 			var m *claim.MismatchError
 			var wait *ChargeError
-			if errors.As(err, &m) && !windowOverlap(m) {
+			if errors.As(err, &m) && !inputRefused(m) {
 				if r, ok := b.paidBy(j, m.Existing); ok {
 					b.outcome(j, start, r, nil)
 					return r, nil
@@ -631,7 +631,11 @@ func (b *Biller) failure(ctx context.Context, j job, err error) error {
 			reason = string(se.Type)
 		}
 		reason += ": " + se.Msg
-		if fix := itemCodes[se.Code]; fix != "" {
+		fix := itemCodes[se.Code]
+		if a, ok := j.kind.(interface{ advice(stripe.ErrorCode) string }); ok && a.advice(se.Code) != "" {
+			fix = a.advice(se.Code)
+		}
+		if fix != "" {
 			reason += "; " + fix
 		}
 		if ferr := recordErr(bg, b.claims.Fail(bg, j.key.String(), declinedObject(se), reason)); ferr != nil {

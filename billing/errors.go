@@ -282,7 +282,7 @@ func chargeErr(j job, kind error, msg string, cause error) *ChargeError {
 	if !j.key.IsZero() {
 		e.Key = j.key.String()
 	}
-	if kind == nil && windowOverlap(cause) {
+	if kind == nil && inputRefused(cause) {
 		kind = ErrInvalid // bad input, whichever run or replica made the other claim
 	}
 	switch {
@@ -363,7 +363,8 @@ var errorKinds = []struct {
 // that failed when it settled), "outcome_unknown", "in_progress",
 // "needs_reconciliation", "not_recorded", "key_reused", "sent_elsewhere",
 // "mismatch" (a price that contradicts the claim, a [*claim.MismatchError]),
-// "invalid" (a usage window that overlaps a claimed one among them),
+// "invalid" (a usage window that overlaps a claimed one, and a refund of
+// more than is left, among them),
 // "run_held_elsewhere", "canceled", "deadline_exceeded", or "other"; ""
 // for nil. Test for a kind with errors.Is, not with its word.
 func ErrorKind(err error) string {
@@ -371,7 +372,7 @@ func ErrorKind(err error) string {
 		return ""
 	}
 	var me *claim.MismatchError
-	if errors.As(err, &me) && !windowOverlap(me) {
+	if errors.As(err, &me) && !inputRefused(me) {
 		return "mismatch"
 	}
 	for _, k := range errorKinds {
@@ -386,12 +387,14 @@ func ErrorKind(err error) string {
 	return "other"
 }
 
-// windowOverlap reports whether err is the claim store's refusal of a
-// usage report whose window overlaps the window of another live report
-// of the same customer and meter (made by any run, replica or scope): bad
-// input, an [ErrInvalid], since the meter would count the overlap twice
-// and no retry can make it right.
-func windowOverlap(err error) bool {
+// inputRefused reports whether err is the claim store's refusal of a
+// request no retry can make right, whichever run, replica or scope made
+// the claim it meets: bad input, an [ErrInvalid]. A usage report whose
+// window overlaps the window of another live report of the same customer
+// and meter ("window"), which the meter would count twice; a refund of
+// more than is left of its payment, or of a payment not succeeded
+// ("refund").
+func inputRefused(err error) bool {
 	var m *claim.MismatchError
-	return errors.As(err, &m) && m.Field == "window"
+	return errors.As(err, &m) && (m.Field == "window" || m.Field == "refund")
 }

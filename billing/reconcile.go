@@ -119,6 +119,9 @@ func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 	if c.Endpoint == endpointMeterEvents {
 		return b.usageFromClaim(ctx, c)
 	}
+	if c.RefundOf != "" {
+		return b.refundJob(ctx, c)
+	}
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {
 		return job{}, fmt.Errorf("billing: claim for customer %s, period %s has an unusable key: %w", c.Customer, c.Period, err)

@@ -32,16 +32,27 @@ func (b *Biller) reconcile(ctx context.Context, j job, c claim.Claim) (Receipt, 
 	return b.searchThen(ctx, j, c, nil)
 }
 
-// searchThen searches Stripe for the payment of c's key and records it if
-// there is exactly one. When there is none, or the search failed, miss (if
-// not nil) hands the claim on with the search's error, and nothing is
-// sent; without miss, a miss that [Biller.missUntrusted] trusts reopens
-// the key's window and sends.
+// A finder is a writer whose writes are found at Stripe by their key's
+// metadata: a payment by Stripe's search, a refund by listing its
+// payment's refunds.
+type finder interface {
+	writer
+	// find returns the objects at Stripe that carry j's key in their
+	// metadata, the claim's own or not (see Biller.ownHits).
+	find(ctx context.Context, b *Biller, j job) ([]object, error)
+}
+
+// searchThen looks at Stripe for what c's key made (its kind's find) and
+// records it if there is exactly one. When there is none, or the lookup
+// failed, miss (if not nil) hands the claim on with the lookup's error,
+// and nothing is sent; without miss, a miss that [Biller.missUntrusted]
+// trusts reopens the key's window and sends.
 func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func(error) error) (Receipt, error) {
-	b.log.LogAttrs(ctx, slogWarn, "billonce: searching Stripe for the key's payment before sending",
+	f := j.kind.(finder)
+	b.log.LogAttrs(ctx, slogWarn, "billonce: looking Stripe up for the key's payment before sending",
 		attrs(j, "age", c.Age.Round(time.Minute), "sent_age", c.SentAge.Round(time.Minute), "endpoint", c.Endpoint)...)
 	found, err := readRetried(ctx, b, j, func(ctx context.Context) ([]object, error) {
-		return b.search(ctx, j.key)
+		return f.find(ctx, b, j)
 	})
 	var se *stripe.Error
 	needs := func(reason string) (Receipt, error) {
@@ -90,12 +101,27 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 	if err != nil {
 		return needs("Stripe search failed: " + err.Error())
 	}
-	if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, b.endpoint, b.credential); err != nil {
+	if err := b.claims.Reopen(context.WithoutCancel(ctx), j.key.String(), j.owner, j.kind.endpoint(b), b.credential); err != nil {
 		return Receipt{}, fmt.Errorf("billing: customer %s, period %s: reopening the key's window: %w", j.customer, j.period, err)
 	}
 	b.log.LogAttrs(ctx, slogInfo, "billonce: Stripe has no payment for the pending claim; sending its key again", attrs(j)...)
 	j.reopened = true
 	return j.kind.send(ctx, b, j, c)
+}
+
+// findOwn looks once for what j's own write made, for sendOnce: only what
+// is the claim's own (see ownHits) counts, since another writer may copy
+// the claim's metadata onto an object of its own.
+func (b *Biller) findOwn(ctx context.Context, f finder, j job) (object, bool) {
+	found, err := f.find(ctx, b, j)
+	if err != nil {
+		return object{}, false
+	}
+	found, _ = b.ownHits(j, found)
+	if len(found) != 1 {
+		return object{}, false
+	}
+	return found[0], true
 }
 
 // missUntrusted is the past-window policy, one rule for every kind: it
@@ -248,6 +274,18 @@ func isSearchResult(r *stripe.APIResponse) bool {
 		Object string `json:"object"`
 	}
 	return json.Unmarshal(r.RawJSON, &v) == nil && v.Object == "search_result"
+}
+
+// isList reports whether r is Stripe's answer to a listing: an object
+// "list" (see isSearchResult).
+func isList(r *stripe.APIResponse) bool {
+	if r == nil {
+		return false
+	}
+	var v struct {
+		Object string `json:"object"`
+	}
+	return json.Unmarshal(r.RawJSON, &v) == nil && v.Object == "list"
 }
 
 // searchRateLimit is how many search requests per second a Biller makes

@@ -185,6 +185,12 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 			return claimApplied{}, err
 		}
 		u = updateFromInvoice("", in)
+	case c.RefundOf != "":
+		re, err := b.refunds.Get(c.StripeID, &stripe.RefundParams{Params: stripe.Params{Context: ctx}})
+		if err != nil {
+			return claimApplied{}, err
+		}
+		u = updateFromRefund(re)
 	case strings.HasPrefix(c.StripeID, "pi_"):
 		pi, err := b.intents.Get(c.StripeID, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
 		if err != nil {

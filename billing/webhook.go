@@ -69,7 +69,8 @@ var webhookTypes = map[string]bool{
 	"charge.dispute.created":   true,
 	"payment_intent.succeeded": true, "payment_intent.payment_failed": true, "payment_intent.processing": true,
 	"invoice.paid": true, "invoice.payment_failed": true, "invoice.voided": true, "invoice.marked_uncollectible": true,
-	"invoice.finalized": true,
+	"invoice.finalized":     true,
+	"charge.refund.updated": true, "refund.created": true, "refund.updated": true, "refund.failed": true,
 }
 
 // Webhook returns an http.Handler for Stripe's webhook events, to mount on
@@ -398,6 +399,12 @@ func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claimengi
 			return claimengine.Update{}, nil
 		}
 		return updateFromInvoice(string(ev.Type), &in), nil
+	case ev.Type == "charge.refund.updated" || strings.HasPrefix(string(ev.Type), "refund."):
+		var re stripe.Refund
+		if err := json.Unmarshal(raw, &re); err != nil {
+			return claimengine.Update{}, nil
+		}
+		return updateFromRefund(&re), nil
 	case strings.HasPrefix(string(ev.Type), "payment_intent."):
 		var pi stripe.PaymentIntent
 		if err := json.Unmarshal(raw, &pi); err != nil {

@@ -43,6 +43,7 @@ func validateUpdate(u update) error {
 const (
 	endpointMeterEvents = "meter_events"
 	endpointInvoices    = "invoices"
+	endpointRefunds     = "refunds"
 )
 
 // objectKind names the kind of Stripe object a claim of endpoint stands
@@ -54,6 +55,8 @@ func objectKind(endpoint string) string {
 		return "a usage report"
 	case endpointInvoices:
 		return "an invoice"
+	case endpointRefunds:
+		return "a refund"
 	}
 	return "a payment"
 }

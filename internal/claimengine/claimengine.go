@@ -338,7 +338,7 @@ type Update struct {
 	// Dispute describes a dispute opened on the payment.
 	Dispute string
 	// Endpoint is the kind of Stripe object the update is about, as a
-	// claim's Endpoint names it: "invoices", "meter_events", or "" for a
+	// claim's Endpoint names it: "invoices", "meter_events", "refunds", or "" for a
 	// payment (a charge or a PaymentIntent). A key in an object's metadata
 	// is whatever its maker wrote, so an update about another kind of
 	// object than the claim's changes nothing (OtherPayment); nor does an
