@@ -39,6 +39,9 @@ type scenario struct {
 	// count is what the fake counts for a customer: payments by default;
 	// meter events, or invoices and lines, for the other ways of billing.
 	count func(fake *billingtest.Server, customer string) int
+	// want is how many of what count counts each customer's right answer
+	// holds: 1 when 0 (one charge, one refund), 2 for two refunds owed.
+	want int
 }
 
 // env is what one side of a scenario runs against: a fresh fake Stripe and
@@ -79,9 +82,17 @@ func (t tally) String() string {
 	return fmt.Sprintf("%d (%d of %d billed)", t.Charges, t.Billed, t.Customers)
 }
 
-// exactlyOnce is the right answer: every customer charged once.
+// exactlyOnce is the right answer: every customer charged once, or
+// refunded want times (each refund owed made once).
 func exactlyOnce(customers int) tally {
 	return tally{Charges: customers, Billed: customers, Customers: customers}
+}
+
+// expected is s's right answer.
+func (s scenario) expected() tally {
+	t := exactlyOnce(len(s.customers))
+	t.Charges *= max(s.want, 1)
+	return t
 }
 
 // row is a scenario's measured outcome.
@@ -94,7 +105,7 @@ type row struct {
 // measure runs both sides of s, each on a fresh fake and schema, and counts
 // their charges at the fake.
 func measure(ctx context.Context, pool *pgxpool.Pool, dbURL string, n int, s scenario, logf func(string, ...any)) (row, error) {
-	r := row{name: s.name, expected: exactlyOnce(len(s.customers))}
+	r := row{name: s.name, expected: s.expected()}
 	count := s.count
 	if count == nil {
 		count = (*billingtest.Server).Count

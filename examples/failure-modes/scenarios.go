@@ -95,7 +95,7 @@ var scenarios = append([]scenario{
 		naive:     naive25h,
 		billonce:  billonce25h,
 	},
-}, append(meterScenarios(), invoiceScenarios()...)...)
+}, append(append(meterScenarios(), invoiceScenarios()...), refundScenarios()...)...)
 
 // cutNextCharge makes the fake commit the next charge and cut the
 // connection before the client has the answer.

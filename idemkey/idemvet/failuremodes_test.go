@@ -17,10 +17,13 @@ import (
 )
 
 // TestFailureModes runs the analyzer over examples/failure-modes, whose
-// unsafe code shows twelve ways to bill twice, and pins what it finds:
-// rows 1 to 7, 9 and 10, each once, and the keyless writes of rows 11 and
-// 12, under the function that shows the row, and nothing else. Row 8 (a stable key resent after Stripe forgot it, 25 hours
-// later) is correct code on any given day: no static rule can tell.
+// unsafe code shows fourteen ways to bill or refund twice, and pins what
+// it finds: rows 1 to 7, 9, 10 and 13, each once, and the keyless writes
+// of rows 11 and 12, under the function that shows the row, and nothing
+// else. Row 8 (a stable key resent after Stripe forgot it, 25 hours
+// later) is correct code on any given day: no static rule can tell; nor
+// can one tell that row 14's stable key, from the payment and the amount,
+// leaves out what tells two refunds apart.
 //
 // It loads the example and all its dependencies (stripe-go, pgx) from
 // source: tens of seconds, and minutes under the race detector, so it is
@@ -43,6 +46,7 @@ func TestFailureModes(t *testing.T) {
 		"naiveUsageCrash":         "freshkey", // 9: a random key per usage report
 		"naiveUsageDuplicate":     "freshkey", // 10: a random key per attempt
 		"naiveInvoice":            "nokey",    // 11 and 12: invoice writes without keys
+		"naiveRefundFreshKey":     "freshkey", // 13: a random key per refund click
 	}
 
 	cfg := &packages.Config{Mode: packages.LoadAllSyntax}
