@@ -1,6 +1,6 @@
 // Command billonce is the operators' tool for billonce: it migrates the
 // tables billonce owns, runs a period's billing, shows what is pending and
-// why, finishes a stopped run, re-bills one customer, settles a claim that
+// why, finishes a stopped run, re-bills or refunds one customer, settles a claim that
 // Stripe's search could not, and exports a period for accounting; it bills
 // by charge or by invoice, and reports usage to Stripe's meters.
 //
@@ -13,12 +13,13 @@
 //	billonce inspect (-key K | -customer C -period P) [-json]
 //	billonce reconcile [-json] [-customers FILE]
 //	billonce rebill -customer C -period P -attempt N -amount N -currency C [-yes]
+//	billonce refund -customer C -period P -id ID -amount N [-yes]
 //	billonce resolve -key K -payment (pi_…|ch_…|none)
 //	billonce export -period P [-format csv|json]
 //
 // Every subcommand works on the database named by -database-url or
 // DATABASE_URL; there is no default, and no throwaway database. Those that
-// call Stripe (run, usage, reconcile, rebill, resolve) take the secret key from
+// call Stripe (run, usage, reconcile, rebill, refund, resolve) take the secret key from
 // STRIPE_SECRET_KEY (never from a flag, so that it stays out of process
 // listings and shell history) and Stripe's URL from -stripe-url or
 // STRIPE_URL (defaults to https://api.stripe.com); run -vault-proxy-url
@@ -114,6 +115,7 @@ func init() {
 		"inspect":   {"one claim (by key, or a customer's for a period) and its events", cmdInspect},
 		"reconcile": {"settle the claims runners left pending, under the lock", cmdReconcile},
 		"rebill":    {"bill one customer again under a new attempt (needs -yes)", cmdRebill},
+		"refund":    {"refund a customer's payment for a period, once per refund id (needs -yes)", cmdRefund},
 		"resolve":   {"settle a pending claim with a payment a person verified", cmdResolve},
 		"export":    {"a period's claims as CSV or JSON, for accounting", cmdExport},
 		"usage":     {"report a file of usage to Stripe's meters, each row once, under the lock", cmdUsage},

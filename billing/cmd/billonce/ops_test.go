@@ -342,3 +342,38 @@ func TestStatusNamesTheCustomersOfTheFileWithoutAClaim(t *testing.T) {
 	e.billonce("cus_a,12.50\n", "status", "-period", period, "-customers", "-").want(t, exitOK)
 	e.billonce("cus a\n", "status", "-period", period, "-customers", "-").want(t, exitUsage)
 }
+
+func TestRefundPrintsFirstAndRefundsOncePerIDOnlyWithYes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	e.billed("cus_a,1000,usd\n")
+	refunds := func() (n int, sum int64) {
+		for _, m := range e.fake.Movements("refund") {
+			n++
+			sum += m.Amount
+		}
+		return n, sum
+	}
+	r := e.billonce("", "refund", "-customer", "cus_a", "-period", period, "-id", "rma-7", "-amount", "400").want(t, exitUsage)
+	if !strings.Contains(r.stdout, "will refund 400 of customer cus_a's payment for 2026-09, refund id rma-7") || !strings.Contains(r.stderr, "pass -yes") {
+		t.Errorf("refund without -yes:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	if n, _ := refunds(); n != 0 {
+		t.Fatalf("%d refunds without -yes", n)
+	}
+	for range 2 { // the operator runs it twice
+		e.billonce("", "refund", "-customer", "cus_a", "-period", period, "-id", "rma-7", "-amount", "400", "-yes").want(t, exitOK)
+	}
+	if n, sum := refunds(); n != 1 || sum != 400 {
+		t.Fatalf("Stripe holds %d refunds of %d, want one of 400", n, sum)
+	}
+	r = e.billonce("", "refund", "-customer", "cus_a", "-period", period, "-id", "rma-8", "-amount", "700", "-yes").want(t, exitUsage)
+	if !strings.Contains(r.stderr, "600 usd left") {
+		t.Errorf("refund past the payment:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	e.billonce("", "refund", "-customer", "cus_a", "-period", period, "-id", "rma-8", "-amount", "0", "-yes").want(t, exitUsage)
+	if n, sum := refunds(); n != 1 || sum != 400 {
+		t.Fatalf("Stripe holds %d refunds of %d after refused refunds, want one of 400", n, sum)
+	}
+	billingtest.RequireChargedOnce(t, e.fake, "cus_a", period)
+}
