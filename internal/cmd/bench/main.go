@@ -46,6 +46,7 @@ type options struct {
 
 	invoiceN     int
 	invoiceLines int
+	refundN      int
 }
 
 func main() {
@@ -62,7 +63,7 @@ func main() {
 	flag.IntVar(&o.million, "million", 1_000_000, "customers streamed by the memory measurement")
 	flag.BoolVar(&o.skipMillion, "skip-million", false, "skip the peak-memory measurement")
 	flag.Float64Var(&o.maxMinutes, "max-minutes", 10, "if billing -million customers would take longer, measure smaller runs and the slope of RSS instead")
-	flag.StringVar(&o.sections, "sections", "key,claim,run,latency,rate,memory,usage,invoice", "comma-separated sections to run")
+	flag.StringVar(&o.sections, "sections", "key,claim,run,latency,rate,memory,usage,invoice,refund", "comma-separated sections to run")
 	flag.StringVar(&o.profile, "cpuprofile", "", "write the CPU profile of a billonce Run here (default: only when the ratio is below 0.5)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write the allocation profile here after the profiled billonce Run (implies -cpuprofile's Run)")
 	flag.IntVar(&o.latencyN, "latency-customers", 400, "customers in the Stripe-like latency comparison")
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&o.usageMemory, "usage-memory", "10000,100000", "counts of usage reports whose runner's peak memory is measured; empty: none")
 	flag.IntVar(&o.invoiceN, "invoice-customers", 2000, "customers billed by invoice in the invoice Run-versus-naive comparison")
 	flag.IntVar(&o.invoiceLines, "invoice-lines", 3, "lines of each invoice")
+	flag.IntVar(&o.refundN, "refund-payments", 2000, "payments refunded in the refund section, half of each")
 	flag.Parse()
 	if o.memprofile != "" {
 		runtime.MemProfileRate = 4096
@@ -97,7 +99,7 @@ func run(ctx context.Context, o options, t *table) error {
 	if want["key"] {
 		benchKey(t)
 	}
-	if !want["claim"] && !want["run"] && !want["latency"] && !want["rate"] && !(want["memory"] && !o.skipMillion) && !want["usage"] && !want["invoice"] {
+	if !want["claim"] && !want["run"] && !want["latency"] && !want["rate"] && !(want["memory"] && !o.skipMillion) && !want["usage"] && !want["invoice"] && !want["refund"] {
 		return nil
 	}
 	env, err := newEnv(ctx)
@@ -132,6 +134,11 @@ func run(ctx context.Context, o options, t *table) error {
 	}
 	if want["usage"] {
 		if err := benchUsage(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["refund"] {
+		if err := benchRefund(ctx, env, o, t); err != nil {
 			return err
 		}
 	}
