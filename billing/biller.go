@@ -14,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v79/billing/meterevent"
 	"github.com/stripe/stripe-go/v79/billing/metereventsummary"
 	"github.com/stripe/stripe-go/v79/charge"
+	"github.com/stripe/stripe-go/v79/creditnote"
 	"github.com/stripe/stripe-go/v79/invoice"
 	"github.com/stripe/stripe-go/v79/invoiceitem"
 	"github.com/stripe/stripe-go/v79/paymentintent"
@@ -64,6 +65,7 @@ type biller struct {
 	charges              *charge.Client
 	intents              *paymentintent.Client
 	refunds              *refund.Client
+	creditNotes          *creditnote.Client
 	invoices             *invoice.Client
 	items                *invoiceitem.Client
 	usageClients
@@ -99,6 +101,7 @@ func New(cfg Config) (*Biller, error) {
 	b.charges = &charge.Client{B: backend, Key: cfg.SecretKey}
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
 	b.refunds = &refund.Client{B: backend, Key: cfg.SecretKey}
+	b.creditNotes = &creditnote.Client{B: backend, Key: cfg.SecretKey}
 	b.invoices = &invoice.Client{B: backend, Key: cfg.SecretKey}
 	b.items = &invoiceitem.Client{B: backend, Key: cfg.SecretKey}
 	b.usageClients = usageClients{meterList: &meter.Client{B: backend, Key: cfg.SecretKey},

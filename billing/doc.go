@@ -154,7 +154,8 @@
 // # Refunds
 //
 // [Biller.Refund] refunds all or part of the payment that paid a customer's
-// period, exactly once per refund id: the caller's own name for the
+// period (a charge, a PaymentIntent, or a paid invoice, which is refunded
+// by a credit note of it), exactly once per refund id: the caller's own name for the
 // refund (an RMA, a credit number), never its amount, so two partial
 // refunds of the same amount are two refunds and a second click, a
 // redelivered webhook or a retry days later with the same id is the same
@@ -164,8 +165,8 @@
 // table refuses it, on any replica, when the payment's live refunds and
 // it would add up to more than the payment: [ErrInvalid], naming what is
 // left, before anything is sent. Past the key's deadline the refund is
-// found by listing the payment's refunds (Stripe has no search for
-// them), whose answer is current at once. A pending refund is processing
+// found by listing the payment's refunds, or the invoice's credit notes
+// (Stripe has no search for either), whose answer is current at once. A pending refund is processing
 // until its charge.refund.updated event or Reconcile settles it; one that
 // fails is reported and failed for its id, and refunding again is a
 // person's decision, under a new id.
@@ -445,8 +446,8 @@
 //	              key per step                      lines, reading the invoice      collect, pay or send
 //	usage report  scope, meter, customer, window,   the meter's event summary       one: the meter event, its
 //	              kind, attempt                     for the window                  identifier the key
-//	refund        scope, the payment's key,         listing the payment's refunds   one: the refund
-//	              refund id                         on billonce_key
+//	refund        scope, the payment's key,         listing the payment's refunds   one: the refund, or the
+//	              refund id                         (credit notes) on billonce_key  invoice's credit note
 //
 // # Charges or PaymentIntents
 //

@@ -14,8 +14,12 @@ import (
 	"github.com/billonce/billonce/internal/claimengine"
 )
 
-// endpointRefunds is the endpoint recorded on a refund's claim.
-const endpointRefunds = "refunds"
+// endpointRefunds and endpointCreditNotes are the endpoints recorded on
+// a refund's claim: a payment's refund, an invoice's credit note.
+const (
+	endpointRefunds     = "refunds"
+	endpointCreditNotes = "credit_notes"
+)
 
 // metaRefund is the metadata key of a refund's id, the caller's name for
 // it (an RMA or a credit number).
@@ -36,11 +40,16 @@ const maxRefundID = 200
 // ([*claim.MismatchError]), never refunded again.
 //
 // The payment is the period's paid attempt in this Biller's Config.Scope:
-// Charge's, or the Rebill that paid. A refund of more than is left of it
+// Charge's, or the Rebill that paid, or the paid invoice that billed it
+// (Biller.Invoice). An invoice is refunded by a credit note: one whose
+// refund_amount is the whole of it, which Stripe refunds from the
+// invoice's payment and records against the invoice; the rules are the
+// same, with Stripe's listing of the invoice's credit notes past the
+// window, and the receipt's StripeID is the credit note's. A refund of more than is left of it
 // (its amount less the refunds billonce made of it that did not fail, on
 // every replica: they never add up to more than the payment) is
 // [ErrInvalid], as is one of a period not paid (declined, still
-// processing, never billed) or billed by an invoice, before anything is
+// processing, an invoice still open, never billed), before anything is
 // sent. Stripe refuses a refund beyond what it holds as left (one made in
 // the dashboard, say): the refund's claim is failed with Stripe's answer,
 // [ErrDeclined], and nothing was refunded by this id.
@@ -98,8 +107,8 @@ func (b *Biller) prepareRefund(ctx context.Context, customer, period, refundID s
 }
 
 // paymentOf returns the claim of the payment that paid customer's period
-// in this Biller's scope: a succeeded charge attempt. Its errors wrap
-// ErrInvalid when there is none to refund.
+// in this Biller's scope: a succeeded charge attempt, or a paid invoice.
+// Its errors wrap ErrInvalid when there is none to refund.
 func (b *Biller) paymentOf(ctx context.Context, customer, period string) (claim.Claim, error) {
 	cs, err := b.claims.Period(ctx, customer, period)
 	if err != nil {
@@ -108,12 +117,14 @@ func (b *Biller) paymentOf(ctx context.Context, customer, period string) (claim.
 	probe := job{kind: charges{}, customer: customer, period: period}
 	var other []string
 	for _, c := range cs {
-		if _, ok := b.attemptJob(probe, c); ok && c.State == claim.StateSucceeded {
+		_, charged := b.attemptJob(probe, c)
+		invoiced := c.Endpoint == endpointInvoices && c.Scope == b.cfg.Scope && c.RefundOf == ""
+		if (charged || invoiced) && c.State == claim.StateSucceeded && c.StripeID != "" {
 			return c, nil
 		}
 		switch {
-		case c.Endpoint == endpointInvoices && c.Scope == b.cfg.Scope:
-			other = append(other, fmt.Sprintf("it was billed by invoice %s, which this refund does not refund: refund it in Stripe, or with a credit note", orUnknown(c.StripeID)))
+		case invoiced && c.State == claim.StateProcessing:
+			other = append(other, fmt.Sprintf("invoice %s is open, not paid: a credit note of an open invoice lowers what it asks, and is not a refund", orUnknown(c.StripeID)))
 		case c.Scope == b.cfg.Scope && c.State != claim.StateFailed:
 			other = append(other, fmt.Sprintf("attempt %d is %s, not paid yet", c.Attempt, c.State))
 		}
@@ -125,16 +136,23 @@ func (b *Biller) paymentOf(ctx context.Context, customer, period string) (claim.
 }
 
 // refunds is the kind of a refund of a payment billonce made, by one
-// write. Its key is (scope, the payment's key, refund id); its claim
+// write: a refund of a charge or a PaymentIntent, a credit note of an
+// invoice. Its key is (scope, the payment's key, refund id); its claim
 // names the payment's (claim.Claim.RefundOf), which keeps the payment's
 // refunds from adding up to more than it; past the key's window the
-// refund is found by listing the payment's refunds.
+// refund is found by listing the payment's refunds or credit notes.
 type refunds struct {
 	payment claim.Claim // the payment's claim
 	id      string      // the caller's refund id
 }
 
-func (refunds) endpoint(*Biller) string              { return endpointRefunds }
+func (k refunds) endpoint(*Biller) string {
+	if k.payment.Endpoint == endpointInvoices {
+		return endpointCreditNotes
+	}
+	return endpointRefunds
+}
+
 func (k refunds) describe(r *claimengine.Request)    { r.RefundOf = k.payment.Key }
 func (refunds) alreadyThere(error) bool              { return false }
 func (refunds) localFirstSend() bool                 { return true }
@@ -169,9 +187,13 @@ func (k refunds) findOwn(ctx context.Context, b *Biller, j job) (object, bool) {
 	return b.findOwn(ctx, k, j)
 }
 
-// find lists the refunds of the claim's payment and returns those that
-// carry its key. A listing is current at once, unlike search.
+// find lists the refunds of the claim's payment (the credit notes of its
+// invoice) and returns those that carry its key. A listing is current at
+// once, unlike search.
 func (k refunds) find(ctx context.Context, b *Biller, j job) ([]object, error) {
+	if k.payment.Endpoint == endpointInvoices {
+		return k.findCreditNotes(ctx, b, j)
+	}
 	params := &stripe.RefundListParams{}
 	if strings.HasPrefix(k.payment.StripeID, "pi_") {
 		params.PaymentIntent = stripe.String(k.payment.StripeID)
@@ -208,6 +230,51 @@ func (k refunds) find(ctx context.Context, b *Biller, j job) ([]object, error) {
 	return out, nil
 }
 
+// findCreditNotes lists the credit notes of the claim's invoice and
+// returns those that carry its key.
+func (k refunds) findCreditNotes(ctx context.Context, b *Biller, j job) ([]object, error) {
+	params := &stripe.CreditNoteListParams{Invoice: stripe.String(k.payment.StripeID)}
+	params.Context = ctx
+	if err := b.limiter.Wait(ctx); err != nil {
+		return nil, err
+	}
+	var out []object
+	it := b.creditNotes.List(params)
+	for it.Next() {
+		cn := it.CreditNote()
+		if cn.ID == "" || cn.Status == "" {
+			return nil, notAPayment(it.CreditNoteList().LastResponse)
+		}
+		if cn.Metadata[MetaKey] != j.key.String() {
+			continue
+		}
+		out = append(out, creditNoteObject(cn, j.customer))
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	if l := it.CreditNoteList(); l == nil || !isList(l.LastResponse) {
+		var last *stripe.APIResponse
+		if l != nil {
+			last = l.LastResponse
+		}
+		return nil, notASearchResult(last)
+	}
+	return out, nil
+}
+
+// creditNoteObject is what credit note cn says about the refund it makes,
+// listed by its invoice, whose customer is customer: issued is money
+// moved (its refund_amount, which billonce's are its whole amount); a
+// void one is not.
+func creditNoteObject(cn *stripe.CreditNote, customer string) object {
+	status := "succeeded"
+	if cn.Status != stripe.CreditNoteStatusIssued {
+		status = string(cn.Status)
+	}
+	return object{id: cn.ID, status: status, customer: customer, amount: cn.Amount, currency: string(cn.Currency)}
+}
+
 // refused answers for no refusal of its own: Stripe's refusals of a
 // refund are in the engine's table (see refundCodes).
 func (refunds) refused(context.Context, *Biller, job, error) (Receipt, bool, error) {
@@ -227,16 +294,34 @@ var refundCodes = map[stripe.ErrorCode]string{
 	stripe.ErrorCodeChargeDisputed:        "the payment is disputed, and a disputed payment is not refunded: the dispute decides; refund under a new refund ID once it is closed, if money is still owed",
 }
 
-// write makes the refund, carrying its key and id in its metadata too.
+// write makes the refund, carrying its key and id in its metadata too: a
+// refund of a charge or a PaymentIntent, or a credit note of an invoice
+// that refunds its whole amount from the invoice's payment.
 func (k refunds) write(ctx context.Context, b *Biller, j job, key idemkey.Key) (object, error) {
+	meta := map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: k.payment.Period, metaRefund: k.id}
+	if k.payment.Endpoint == endpointInvoices {
+		params := &stripe.CreditNoteParams{Invoice: stripe.String(k.payment.StripeID),
+			Amount: stripe.Int64(j.price.Amount), RefundAmount: stripe.Int64(j.price.Amount)}
+		params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
+		cn, err := b.creditNotes.New(params)
+		if err != nil {
+			return object{}, err
+		}
+		out := creditNoteObject(cn, j.customer)
+		out.customer, out.amount, out.currency = "", 0, ""
+		out.replayed, out.requestID = replayed(cn.LastResponse), requestID(cn.LastResponse)
+		if out.id == "" || cn.Status == "" {
+			return out, notAPayment(cn.LastResponse)
+		}
+		return out, nil
+	}
 	params := &stripe.RefundParams{Amount: stripe.Int64(j.price.Amount)}
 	if strings.HasPrefix(k.payment.StripeID, "pi_") {
 		params.PaymentIntent = stripe.String(k.payment.StripeID)
 	} else {
 		params.Charge = stripe.String(k.payment.StripeID)
 	}
-	params.Context, params.IdempotencyKey = ctx, stripe.String(key.String())
-	params.Metadata = map[string]string{MetaKey: key.String(), MetaCustomer: j.customer, MetaPeriod: k.payment.Period, metaRefund: k.id}
+	params.Context, params.IdempotencyKey, params.Metadata = ctx, stripe.String(key.String()), meta
 	re, err := b.refunds.New(params)
 	if err != nil {
 		return object{}, err
@@ -272,6 +357,19 @@ func updateFromRefund(re *stripe.Refund) claimengine.Update {
 		if re.FailureReason != "" {
 			u.FailureCode = string(re.FailureReason)
 		}
+	}
+	return u
+}
+
+// updateFromCreditNote is what a credit note says about its claim: issued
+// is the refund made, void is none.
+func updateFromCreditNote(cn *stripe.CreditNote) claimengine.Update {
+	u := claimengine.Update{Key: cn.Metadata[MetaKey], StripeID: cn.ID, Amount: cn.Amount, Currency: string(cn.Currency), Endpoint: endpointCreditNotes}
+	switch cn.Status {
+	case stripe.CreditNoteStatusIssued:
+		u.State = string(claim.StateSucceeded)
+	case stripe.CreditNoteStatusVoid:
+		u.State, u.FailureCode = string(claim.StateFailed), "void"
 	}
 	return u
 }

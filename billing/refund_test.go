@@ -365,3 +365,71 @@ func TestConcurrentRefundsFromReplicasNeverAddUpToMoreThanThePayment(t *testing.
 		t.Fatalf("%d refunded, %d refused, Stripe holds %d refunded; want 2, %d and 2000", created, invalid, refunded(e, pay), n-2)
 	}
 }
+
+// creditNotesOf returns the credit notes the fake holds of invoice id.
+func creditNotesOf(e *env, id string) []billingtest.Movement {
+	var out []billingtest.Movement
+	for _, m := range e.srv.Movements("credit_note") {
+		if m.Of == id {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A period billed by invoice is refunded by a credit note of the invoice,
+// once per refund id, by the same rules.
+func TestRefundOfAnInvoiceIsACreditNoteMadeOncePerRefundID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	inv, err := e.b.Invoice(ctx, "cus_i", period, &billing.Invoice{Currency: "usd",
+		Lines: []billing.InvoiceLine{{Description: "Team plan", Amount: 4000}, {Description: "Seats", Amount: 1000}}})
+	wantHow(t, inv, err, billing.Created)
+	e.srv.FailNext(billingtest.Match{Method: "POST", Path: "/v1/credit_notes"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	r, err := e.b.Refund(ctx, "cus_i", period, "cn-1", 1500)
+	wantHow(t, r, err, billing.Replayed)
+	if !strings.HasPrefix(r.StripeID, "cn_") {
+		t.Fatalf("receipt %+v, want a credit note", r)
+	}
+	again, err := e.b.Refund(ctx, "cus_i", period, "cn-1", 1500)
+	wantHow(t, again, err, billing.AlreadyBilled)
+	r2, err := e.b.Refund(ctx, "cus_i", period, "cn-2", 1500)
+	wantHow(t, r2, err, billing.Created)
+	_, err = e.b.Refund(ctx, "cus_i", period, "cn-3", 2001)
+	if !errors.Is(err, billing.ErrInvalid) || !strings.Contains(err.Error(), "2000 usd left") {
+		t.Fatalf("credit past the invoice: %v, want ErrInvalid saying 2000 usd are left", err)
+	}
+	notes := creditNotesOf(e, inv.StripeID)
+	if len(notes) != 2 || notes[0].RefundAmount != 1500 || notes[1].RefundAmount != 1500 {
+		t.Fatalf("Stripe holds credit notes %+v of %s, want two refunding 1500 each", notes, inv.StripeID)
+	}
+	if got := refundsOf(e, inv.StripeID); len(got) != 2 {
+		t.Fatalf("Stripe holds refunds %+v of the invoice's payment, want two", got)
+	}
+}
+
+// A credit note whose answer was lost and whose key Stripe forgot is found
+// by listing the invoice's credit notes, not made again.
+func TestCreditNotePastTheKeyWindowIsFoundByListingTheInvoicesCreditNotes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	inv, err := e.b.Invoice(ctx, "cus_j", period, &billing.Invoice{Currency: "usd", Lines: []billing.InvoiceLine{{Description: "Plan", Amount: 3000}}})
+	wantHow(t, inv, err, billing.Created)
+	b := e.biller(func(c *billing.Config) { c.Retry.MaxAttempts = 1 })
+	e.srv.FailNext(billingtest.Match{Method: "POST", Path: "/v1/credit_notes"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/credit_notes"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	_, err = b.Refund(ctx, "cus_j", period, "late", 1000)
+	var ce *billing.ChargeError
+	if !errors.Is(err, billing.ErrOutcomeUnknown) || !errors.As(err, &ce) {
+		t.Fatalf("credit note with its answer lost: %v, want ErrOutcomeUnknown", err)
+	}
+	e.ageClaim(ce.Key, 25*time.Hour)
+	e.srv.Advance(25 * time.Hour)
+	r, err := e.b.Refund(ctx, "cus_j", period, "late", 1000)
+	wantHow(t, r, err, billing.Reconciled)
+	if notes := creditNotesOf(e, inv.StripeID); len(notes) != 1 || notes[0].ID != r.StripeID {
+		t.Fatalf("Stripe holds %+v, want the one credit note %s", notes, r.StripeID)
+	}
+}

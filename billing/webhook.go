@@ -71,6 +71,7 @@ var webhookTypes = map[string]bool{
 	"invoice.paid": true, "invoice.payment_failed": true, "invoice.voided": true, "invoice.marked_uncollectible": true,
 	"invoice.finalized":     true,
 	"charge.refund.updated": true, "refund.created": true, "refund.updated": true, "refund.failed": true,
+	"credit_note.created": true, "credit_note.updated": true, "credit_note.voided": true,
 }
 
 // Webhook returns an http.Handler for Stripe's webhook events, to mount on
@@ -399,6 +400,12 @@ func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claimengi
 			return claimengine.Update{}, nil
 		}
 		return updateFromInvoice(string(ev.Type), &in), nil
+	case strings.HasPrefix(string(ev.Type), "credit_note."):
+		var cn stripe.CreditNote
+		if err := json.Unmarshal(raw, &cn); err != nil {
+			return claimengine.Update{}, nil
+		}
+		return updateFromCreditNote(&cn), nil
 	case ev.Type == "charge.refund.updated" || strings.HasPrefix(string(ev.Type), "refund."):
 		var re stripe.Refund
 		if err := json.Unmarshal(raw, &re); err != nil {

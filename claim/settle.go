@@ -44,6 +44,7 @@ const (
 	endpointMeterEvents = "meter_events"
 	endpointInvoices    = "invoices"
 	endpointRefunds     = "refunds"
+	endpointCreditNotes = "credit_notes"
 )
 
 // objectKind names the kind of Stripe object a claim of endpoint stands
@@ -57,6 +58,8 @@ func objectKind(endpoint string) string {
 		return "an invoice"
 	case endpointRefunds:
 		return "a refund"
+	case endpointCreditNotes:
+		return "a credit note"
 	}
 	return "a payment"
 }
