@@ -44,7 +44,7 @@ func validateRequest(r request) error {
 		}
 	}
 	for _, f := range [...]struct{ name, v string }{
-		{"scope", r.Scope}, {"endpoint", r.Endpoint}, {"credential", r.Credential},
+		{"scope", r.Scope}, {"endpoint", r.Endpoint}, {"credential", r.Credential}, {"account", r.Account},
 	} {
 		if f.v != "" {
 			if p := checkID(f.name, f.v); p != "" {
@@ -274,6 +274,11 @@ type Claim struct {
 	// lookup that reopens the key's window clears it.
 	Unsent bool
 
+	// Account is the Stripe account the claim's key goes to: a connected
+	// account's id, or "" for the platform's own (every claim made before
+	// migration 12).
+	Account string
+
 	// RefundOf is, on a refund's claim, the key of the payment claim it
 	// refunds; "" on every other claim. The live refunds of a payment
 	// never add up to more than its amount.
@@ -307,7 +312,7 @@ var (
 // refund, Want the refund's amount).
 // Nothing is charged twice: the caller must investigate.
 type MismatchError struct {
-	Field    string // "key", "customer", "period", "amount", "currency", "window", "scope" or "refund"
+	Field    string // "key", "customer", "period", "amount", "currency", "account", "window", "scope" or "refund"
 	Have     string // the value recorded in Existing
 	Want     string // the value requested
 	Existing Claim  // the conflicting claim
@@ -321,6 +326,12 @@ func (e *MismatchError) Error() string {
 			"the meter would count the overlap twice, so windows of one customer and meter never overlap: report each stretch of time in one window "+
 			"(windows that meet, one ending where the next starts, do not overlap)",
 			e.Want, c.Customer, c.Meter, e.Have, c.Key, c.Period, c.State)
+	case "account":
+		c := e.Existing
+		return fmt.Sprintf("claim: customer %q, period %q is claimed (claim %q, %s) on Stripe account %s, the request is for account %s; "+
+			"a claim's account is never switched, since its key and objects live on the account it went to: bill the period on account %s, "+
+			"or settle that claim first; nothing was claimed, so nothing is sent",
+			c.Customer, c.Period, c.Key, c.State, accountName(e.Have), accountName(e.Want), accountName(e.Have))
 	case "refund":
 		c := e.Existing
 		if c.State != StateSucceeded {
@@ -362,6 +373,7 @@ func overlap(req request, c Claim) *MismatchError {
 // claim it collided with, or nil if they agree.
 func compare(req request, c Claim) *MismatchError {
 	for _, f := range [...]struct{ name, have, want string }{
+		{"account", c.Account, req.Account}, // first: another account's key differs too
 		{"key", c.Key, req.Key},
 		{"customer", c.Customer, req.Customer},
 		{"period", c.Period, req.Period},

@@ -35,4 +35,5 @@ func ExampleMigrations() {
 	// 00009_billonce_claims_failed_periods.sql: -- A declined period is re-billed only from the scope that claimed it: a
 	// 00010_billonce_claims_window_hashes.sql: -- The exclusion constraints that keep a customer's usage windows of one
 	// 00011_billonce_claims_refunds.sql: -- A refund is a claim of its own, of the payment claim it refunds:
+	// 00012_billonce_claims_accounts.sql: -- The Stripe account a claim's key goes to: a connected account's id
 }

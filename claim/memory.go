@@ -115,7 +115,7 @@ func (m *memEngine) claimLocked(req request, now time.Time) result {
 			CreatedAt: now, UpdatedAt: now, FirstSentAt: now,
 			Scope: req.Scope, Attempt: req.Attempt, Endpoint: req.Endpoint, Credential: req.Credential,
 			Meter: req.Meter, WindowStart: req.WindowStart, WindowEnd: req.WindowEnd, MeterID: req.MeterID,
-			RefundOf: req.RefundOf,
+			RefundOf: req.RefundOf, Account: req.Account,
 		}
 		m.byKey[req.Key] = c
 		cp := [2]string{req.Customer, req.Period}

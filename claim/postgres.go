@@ -142,7 +142,7 @@ func colsOf(x string) string {
 	x.scope, x.attempt, x.endpoint, x.credential, x.first_sent_at,
 	(extract(epoch FROM now() - x.first_sent_at) * 1000000)::bigint, x.reconciled_at,
 	x.processing_at, x.settled_at, x.failure_code, x.refunded, x.dispute, x.event_at, x.dispute_at, x.step,
-	x.meter, x.window_start, x.window_end, x.meter_id, x.unsent, x.refund_of`)
+	x.meter, x.window_start, x.window_end, x.meter_id, x.unsent, x.refund_of, x.account`)
 }
 
 // Where a row returned by claimTemplate comes from, most telling first.
@@ -206,13 +206,13 @@ const (
 const claimTemplate = `
 WITH {{fence}}req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-		$8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[]) WITH ORDINALITY
-		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, refund_of, ord){{fenced}}
+		$8::text[], $9::int[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[], $15::text[], $16::text[], $17::text[]) WITH ORDINALITY
+		AS r(customer, period, key, amount, currency, owner, scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, refund_of, account, ord){{fenced}}
 ), ins AS (
 	INSERT INTO {{table}} (customer, period, key, amount, currency, owner, lease_until, scope, attempt, endpoint, credential,
-		meter, window_start, window_end, meter_id, refund_of)
+		meter, window_start, window_end, meter_id, refund_of, account)
 	SELECT customer, period, key, amount, currency, owner, now() + $7 * interval '1 microsecond',
-		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, refund_of FROM req
+		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, refund_of, account FROM req
 	WHERE NOT EXISTS (SELECT FROM {{table}} f
 			WHERE f.customer = req.customer AND f.period = req.period AND f.state = 'failed'
 				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt))
@@ -230,7 +230,7 @@ WITH {{fence}}req AS (
 		lease_until = now() + $7 * interval '1 microsecond', updated_at = now()
 	FROM req
 	WHERE c.key = req.key AND c.state = 'pending' AND c.customer = req.customer AND c.period = req.period
-		AND c.amount = req.amount AND c.currency = req.currency
+		AND c.amount = req.amount AND c.currency = req.currency AND c.account = req.account
 		AND (c.lease_until <= now() OR c.owner = req.owner)
 	RETURNING req.ord, c.*
 )
@@ -263,7 +263,7 @@ SELECT req.ord, 8, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.refund_of
 			WHERE r.refund_of = req.refund_of AND r.state <> 'failed'))`
 
 // fenced returns the claim statement base under fence f, whose token is
-// $17: the lease row that carries it is locked FOR SHARE until the claims
+// $18: the lease row that carries it is locked FOR SHARE until the claims
 // commit, so a takeover of the lease (an UPDATE of that row) either waits
 // for them or, having committed first, leaves no row with the token, and
 // the statement claims nothing. The zero Fence checks nothing.
@@ -272,7 +272,7 @@ func fenced(base string, f claimengine.Fence) string {
 		return strings.NewReplacer("{{fence}}", "", "{{fenced}}", "").Replace(base)
 	}
 	return strings.NewReplacer(
-		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $17 FOR SHARE),\n",
+		"{{fence}}", "fence AS (SELECT FROM "+pgx.Identifier{f.Table}.Sanitize()+" WHERE token = $18 FOR SHARE),\n",
 		"{{fenced}}", "\n\tWHERE EXISTS (SELECT FROM fence)",
 	).Replace(base)
 }
@@ -377,7 +377,7 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 	scopes, endpoints, credentials := make([]string, n), make([]string, n), make([]string, n)
 	amounts, attempts := make([]int64, n), make([]int32, n)
 	meters, starts, ends, meterIDs := make([]*string, n), make([]*time.Time, n), make([]*time.Time, n), make([]*string, n) // NULL but for usage reports
-	refundOf := make([]*string, n)                                                                                         // NULL but for refunds
+	refundOf, accounts := make([]*string, n), make([]string, n)                                                            // NULL but for refunds
 	for j, i := range todo {
 		r := reqs[i]
 		customers[j], periods[j], keys[j], amounts[j], currencies[j], owners[j] = r.Customer, r.Period, r.Key, r.Amount, r.Currency, r.Owner
@@ -391,10 +391,12 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		if r.RefundOf != "" {
 			refundOf[j] = &r.RefundOf
 		}
+		accounts[j] = r.Account
 	}
 	args := []any{customers, periods, keys, amounts, currencies, owners, p.cfg.Lease.Microseconds(),
 		scopes, attempts, endpoints, credentials, meters, starts, ends, meterIDs, refundOf}
 	sql, fence := p.claimSQL, reqs[todo[0]].Fence // one fence per batch: validateBatch
+	args = append(args, accounts)
 	if fence != (claimengine.Fence{}) {
 		sql = fenced(p.claimBase, fence)
 		args = append(args, fence.Token)
@@ -567,7 +569,7 @@ func scanClaim(row pgx.Row, prefix ...any) (Claim, error) {
 		&c.Owner, &c.LeaseUntil, &c.LastError, &c.CreatedAt, &c.UpdatedAt, &ageMicros,
 		&c.Scope, &c.Attempt, &c.Endpoint, &c.Credential, &c.FirstSentAt, &sentMicros, &reconciled,
 		&processing, &settled, &c.FailureCode, &c.Refunded, &c.Dispute, &eventAt, &disputeAt, &c.Step,
-		&meter, &windowStart, &windowEnd, &meterID, &c.Unsent, &refundOf)
+		&meter, &windowStart, &windowEnd, &meterID, &c.Unsent, &refundOf, &c.Account)
 	if err := row.Scan(dest...); err != nil {
 		return Claim{}, err
 	}

@@ -64,6 +64,14 @@ func objectKind(endpoint string) string {
 	return "a payment"
 }
 
+// accountName names a Stripe account in a message: "" is the platform's.
+func accountName(a string) string {
+	if a == "" {
+		return "(the platform's own)"
+	}
+	return a
+}
+
 // rank orders the states a payment moves through: an update never moves a
 // claim to a lower rank, and the two terminal states do not replace each
 // other, but for a failed claim's own payment succeeding (see decide).
@@ -128,6 +136,9 @@ const clockSlack = 5 * time.Minute
 //     the dashboard): it shows nothing billed for the claim's amount, and
 //     the claim's own send reports it for a person.
 func ownSend(c Claim, u update) (claimengine.ApplyOutcome, string) {
+	if c.Account != u.Account {
+		return claimengine.OtherPayment, fmt.Sprintf("the claim's key went to account %s, the update is about an object of account %s", accountName(c.Account), accountName(u.Account))
+	}
 	if have, want := objectKind(c.Endpoint), objectKind(u.Endpoint); have != want {
 		return claimengine.OtherPayment, fmt.Sprintf("the claim is of %s, the update is about %s", have, want)
 	}

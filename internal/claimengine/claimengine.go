@@ -219,6 +219,13 @@ type Request struct {
 	// Optional, and only with Meter.
 	MeterID string
 
+	// Account is the Stripe account the key goes to: a connected
+	// account's id ("acct_…"), or "" for the platform's own. It is part of
+	// the claim's identity: a request for a claim's key, or for its
+	// customer and period, under another account is a
+	// *claim.MismatchError on "account".
+	Account string
+
 	// RefundOf, for a refund, is the key of the payment's claim it
 	// refunds; empty for any other claim. A refund is claimed only while
 	// that claim is succeeded, in the request's currency, and its live
@@ -345,6 +352,12 @@ type Update struct {
 	// update for a claim that has recorded no object of its own yet
 	// (Unproven).
 	Endpoint string
+	// Account is the Stripe account the update's object is on: the
+	// event's account ("acct_…", or "" for the platform's own), or the
+	// account it was read from. An update about another account's object
+	// than the claim's changes nothing (OtherPayment): ids and metadata
+	// mean nothing across accounts.
+	Account string
 	// MeterID, SentFrom, SentTo and ReadAt say what an update about a
 	// usage report's meter event (a meter error report) is about, since
 	// the event's identifier, the claim's key, is whatever its sender
