@@ -18,19 +18,6 @@ import (
 	"github.com/billonce/billonce/retry"
 )
 
-// refusedURL is an address where nothing listens: every connection is
-// refused.
-func refusedURL(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
-}
-
 // A Run against an address that refuses every connection stops with
 // ErrStripeUnreachable after a few rounds of its workers, instead of
 // retrying customer after customer. Nothing was written, so every claim it
