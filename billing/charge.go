@@ -24,6 +24,13 @@ type ChargeOptions struct {
 	// and period with another amount is refused (a [*claim.MismatchError]
 	// in the error), never charged.
 	Price *Price
+	// Account, when set, bills the customer on this connected account
+	// ("acct_…"), with the Stripe-Account header: the customer and the
+	// payment live on it. The account is part of the claim and of the
+	// key: the same customer and period on another account, or on the
+	// platform's own, is refused (a [*claim.MismatchError] on "account"),
+	// never billed again.
+	Account string
 }
 
 func (o *ChargeOptions) price() *Price {
@@ -31,6 +38,13 @@ func (o *ChargeOptions) price() *Price {
 		return nil
 	}
 	return o.Price
+}
+
+func (o *ChargeOptions) account() string {
+	if o == nil {
+		return ""
+	}
+	return o.Account
 }
 
 // Charge bills customer for period exactly once, at the price from
@@ -52,7 +66,7 @@ func (o *ChargeOptions) price() *Price {
 // Every error is a [*ChargeError]; its documentation has the table of what
 // each kind means for the claim and what to do.
 func (b *Biller) Charge(ctx context.Context, customer, period string, opts *ChargeOptions) (Receipt, error) {
-	return b.bill(ctx, customer, period, opts.price(), 1)
+	return b.bill(ctx, opts.account(), customer, period, opts.price(), 1)
 }
 
 // Rebill bills customer for period again after a definitive failure (an
@@ -97,7 +111,7 @@ func (b *Biller) Rebill(ctx context.Context, customer, period string, attempt in
 		return Receipt{}, chargeErr(job{customer: customer, period: period, attempt: attempt}, nil, "",
 			invalid("Rebill attempt %d: re-bills are numbered from 2 (attempt 1 is Charge) to %d", attempt, maxAttempt))
 	}
-	return b.bill(ctx, customer, period, opts.price(), attempt)
+	return b.bill(ctx, opts.account(), customer, period, opts.price(), attempt)
 }
 
 // checkRebill looks at the attempts before a re-bill that has no claim yet.
@@ -119,7 +133,7 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 		return Receipt{}, false, nil // this re-bill is claimed already: resume or report it
 	}
 	for a := 1; a < j.attempt; a++ {
-		key, err := b.keyFor(j.customer, j.period, a)
+		key, err := b.keyFor(j.account, j.customer, j.period, a)
 		if err != nil {
 			return Receipt{}, false, chargeErr(j, nil, "", invalid("%v", err))
 		}
@@ -158,7 +172,7 @@ func (b *Biller) checkRebill(ctx context.Context, j job) (r Receipt, billed bool
 // are the call's answer; its errors are *ChargeError.
 func (b *Biller) checkChain(ctx context.Context, j job, c claim.Claim) (r Receipt, stop bool, err error) {
 	if a := j.attempt - 1; a >= 1 {
-		key, err := b.keyFor(j.customer, j.period, a)
+		key, err := b.keyFor(j.account, j.customer, j.period, a)
 		if err != nil {
 			return Receipt{}, true, chargeErr(j, nil, "", invalid("%v", err))
 		}
@@ -218,9 +232,9 @@ func (b *Biller) afterGap(ctx context.Context, j job, c claim.Claim, a int, gap 
 
 // prepare checks one charge and derives its key. Its errors are
 // *ChargeError.
-func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price, attempt int) (job, error) {
-	j := job{kind: charges{}, customer: customer, period: period, attempt: attempt}
-	if err := checkID("customer ID", customer); err != nil {
+func (b *Biller) prepare(ctx context.Context, account, customer, period string, p *Price, attempt int) (job, error) {
+	j := job{kind: charges{}, account: account, customer: customer, period: period, attempt: attempt}
+	if err := errors.Join(checkAccount(account), checkID("customer ID", customer)); err != nil {
 		return j, chargeErr(j, nil, "", err)
 	}
 	if err := checkPeriod(period); err != nil {
@@ -242,7 +256,7 @@ func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price,
 	if err != nil {
 		return j, chargeErr(j, nil, "", err)
 	}
-	key, err := b.keyFor(customer, period, attempt)
+	key, err := b.keyFor(account, customer, period, attempt)
 	if err != nil {
 		return j, chargeErr(j, nil, "", invalid("%v", err))
 	}
@@ -250,21 +264,33 @@ func (b *Biller) prepare(ctx context.Context, customer, period string, p *Price,
 	return j, nil
 }
 
-// keyFor is the key of (scope, customer, period, attempt), derived once before anything can retry.
-func (b *Biller) keyFor(customer, period string, attempt int) (idemkey.Key, error) {
-	return idemkey.For(b.cfg.Scope, customer, period, strconv.Itoa(attempt))
+// keyFor is the key of (scope, customer, period, attempt) on account,
+// derived once before anything can retry. The platform's own keys (account
+// "") are those billonce has always derived.
+func (b *Biller) keyFor(account, customer, period string, attempt int) (idemkey.Key, error) {
+	return idemkey.For(b.cfg.Scope, onAccountParts(account, customer, period, strconv.Itoa(attempt))...)
+}
+
+// onAccountParts are the parts of a key on account: parts themselves for
+// the platform's own, and the account after them for a connected one.
+func onAccountParts(account string, parts ...string) []string {
+	if account == "" {
+		return parts
+	}
+	return append(parts, "account", account)
 }
 
 // Key returns the idempotency key of customer's charge for period at billing
-// attempt attempt (1 for Charge), which its Stripe object carries in the
-// metadata billonce_key: look a charge up with it before it is made, or
-// match your own records to Stripe's.
+// attempt attempt (1 for Charge), on the platform's own account, which its
+// Stripe object carries in the metadata billonce_key: look a charge up with
+// it before it is made, or match your own records to Stripe's. A charge
+// on a connected account has a key of its own, in its Receipt.Key.
 func (b *Biller) Key(customer, period string, attempt int) (idemkey.Key, error) {
-	return b.keyFor(customer, period, attempt)
+	return b.keyFor("", customer, period, attempt)
 }
 
-func (b *Biller) bill(ctx context.Context, customer, period string, p *Price, attempt int) (Receipt, error) {
-	j, err := b.prepare(ctx, customer, period, p, attempt)
+func (b *Biller) bill(ctx context.Context, account, customer, period string, p *Price, attempt int) (Receipt, error) {
+	j, err := b.prepare(ctx, account, customer, period, p, attempt)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -335,10 +361,10 @@ func (b *Biller) afterFailure(ctx context.Context, j job, failed claim.Claim) (R
 // not.
 func (b *Biller) attemptJob(j job, c claim.Claim) (job, bool) {
 	n := b.attemptOf(c)
-	if n < 1 || n > maxAttempt || c.Customer != j.customer || c.Period != j.period {
+	if n < 1 || n > maxAttempt || c.Customer != j.customer || c.Period != j.period || c.Account != j.account {
 		return job{}, false
 	}
-	key, err := b.keyFor(j.customer, j.period, n)
+	key, err := b.keyFor(j.account, j.customer, j.period, n)
 	if err != nil || key.String() != c.Key {
 		return job{}, false
 	}
@@ -529,7 +555,7 @@ func (b *Biller) cancelIntent(ctx context.Context, w writer, j job, c, earlier c
 func (b *Biller) paidBefore(ctx context.Context, j job, earlier claim.Claim, a int, pi *stripe.PaymentIntent) (Receipt, error) {
 	paid := j
 	paid.attempt, paid.price = a, Price{Amount: earlier.Amount, Currency: earlier.Currency}
-	if k, err := b.keyFor(j.customer, j.period, a); err == nil {
+	if k, err := b.keyFor(j.account, j.customer, j.period, a); err == nil {
 		paid.key = k
 	}
 	if _, other := b.ownHits(paid, []object{intentObject(pi)}); other != nil {

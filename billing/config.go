@@ -332,7 +332,8 @@ func (cfg Config) backend() stripe.Backend {
 		base = t
 	}
 	// Every write leaves with the key from its context, or not at all.
-	hc.Transport = &idemkey.Transport{Base: stripeShaped{base}}
+	// and to the account its context names.
+	hc.Transport = &idemkey.Transport{Base: stripeShaped{accountHeader{base}}}
 	return stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:        stripe.String(cfg.StripeURL),
 		HTTPClient: hc,

@@ -28,7 +28,7 @@ func (b *Biller) abandon(ctx context.Context, j job) {
 // any other claim.
 func (b *Biller) underWay(j job, c claim.Claim) *ChargeError {
 	if c.State != claim.StatePending || c.Key == j.key.String() || c.Scope != b.cfg.Scope ||
-		c.Customer != j.customer || c.Period != j.period {
+		c.Customer != j.customer || c.Period != j.period || c.Account != j.account {
 		return nil
 	}
 	if c.Owner != "" && time.Now().Before(c.LeaseUntil) {
@@ -411,7 +411,8 @@ type writer interface {
 // job is one claim's work: a charge, an invoice or a usage report,
 // prepared and checked.
 type job struct {
-	kind             kind // what is billed
+	kind             kind   // what is billed
+	account          string // the connected account it is billed on; "" for the platform
 	customer, period string
 	price            Price
 	key              idemkey.Key
@@ -444,7 +445,7 @@ type job struct {
 func (b *Biller) request(j job) claimengine.Request {
 	r := claimengine.Request{Customer: j.customer, Period: j.period, Key: j.key.String(),
 		Amount: j.price.Amount, Currency: j.price.Currency, Owner: j.owner,
-		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: j.kind.endpoint(b), Credential: b.credential}
+		Scope: b.cfg.Scope, Attempt: j.attempt, Endpoint: j.kind.endpoint(b), Credential: b.credential, Account: j.account}
 	j.kind.describe(&r)
 	return r
 }
@@ -453,7 +454,7 @@ func (b *Biller) request(j job) claimengine.Request {
 // ready and send it. Its errors are *ChargeError, but errRecording: the
 // recorder settles that claim.
 func (b *Biller) settleClaim(ctx context.Context, j job, res claimResult) (Receipt, error) {
-	r, err := b.act(ctx, j, res)
+	r, err := b.act(onAccount(ctx, j.account), j, res)
 	if err == errRecording {
 		return r, err
 	}

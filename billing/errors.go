@@ -193,6 +193,9 @@ var (
 // left pending, so the next run claims them afresh.
 type ChargeError struct {
 	Customer, Period string
+	// Account is the connected account the customer was billed on; "" for
+	// the platform's own.
+	Account string
 	// Key is the idempotency key of the charge (empty when the input was
 	// refused before a key was made).
 	Key string
@@ -230,13 +233,17 @@ func (e *ChargeError) Error() string {
 	if e.Err != nil {
 		what = strings.TrimPrefix(e.Err.Error(), "billing: ")
 	}
+	customer := e.Customer
+	if e.Account != "" {
+		customer += " on account " + e.Account
+	}
 	switch {
 	case e.Key == "":
-		return fmt.Sprintf("billing: customer %s, period %s: %s", e.Customer, e.Period, what)
+		return fmt.Sprintf("billing: customer %s, period %s: %s", customer, e.Period, what)
 	case e.RequestID != "":
-		return fmt.Sprintf("billing: customer %s, period %s (key %s, attempt %d, request %s): %s", e.Customer, e.Period, e.Key, e.Attempt, e.RequestID, what)
+		return fmt.Sprintf("billing: customer %s, period %s (key %s, attempt %d, request %s): %s", customer, e.Period, e.Key, e.Attempt, e.RequestID, what)
 	}
-	return fmt.Sprintf("billing: customer %s, period %s (key %s, attempt %d): %s", e.Customer, e.Period, e.Key, e.Attempt, what)
+	return fmt.Sprintf("billing: customer %s, period %s (key %s, attempt %d): %s", customer, e.Period, e.Key, e.Attempt, what)
 }
 
 func (e *ChargeError) Unwrap() error { return e.Err }
@@ -278,7 +285,7 @@ func (e *kindError) Unwrap() []error {
 // chargeErr is the *ChargeError of j: kind (nil for a cause that carries its
 // own kind, such as a run-stopping answer), what happened, and the cause.
 func chargeErr(j job, kind error, msg string, cause error) *ChargeError {
-	e := &ChargeError{Customer: j.customer, Period: j.period, Attempt: j.attempt}
+	e := &ChargeError{Customer: j.customer, Period: j.period, Attempt: j.attempt, Account: j.account}
 	if !j.key.IsZero() {
 		e.Key = j.key.String()
 	}

@@ -23,6 +23,10 @@ type Invoice struct {
 	// Currency is the invoice's currency, a three-letter ISO code (any
 	// case), as for a [Price].
 	Currency string
+	// Account, when set, makes the invoice on this connected account
+	// (see ChargeOptions.Account). In a Run, Item.Account names it too;
+	// two different accounts are refused.
+	Account string
 	// Lines are the invoice's lines, 1 to 250, each added to the invoice
 	// as an invoice item of its own.
 	Lines []InvoiceLine
@@ -121,7 +125,7 @@ type InvoiceLine struct {
 // again, which resumes it; or voids the invoice once it is open, and the
 // invoice.voided event fails the claim.
 func (b *Biller) Invoice(ctx context.Context, customer, period string, inv *Invoice) (Receipt, error) {
-	j, err := b.prepareInvoice(ctx, customer, period, inv)
+	j, err := b.prepareInvoice(ctx, "", customer, period, inv)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -130,8 +134,8 @@ func (b *Biller) Invoice(ctx context.Context, customer, period string, inv *Invo
 
 // prepareInvoice checks one invoice and derives its key. Its errors are
 // *ChargeError.
-func (b *Biller) prepareInvoice(ctx context.Context, customer, period string, inv *Invoice) (job, error) {
-	j := job{customer: customer, period: period, attempt: 1}
+func (b *Biller) prepareInvoice(ctx context.Context, account, customer, period string, inv *Invoice) (job, error) {
+	j := job{account: account, customer: customer, period: period, attempt: 1}
 	if err := checkID("customer ID", customer); err != nil {
 		return j, chargeErr(j, nil, "", err)
 	}
@@ -150,11 +154,21 @@ func (b *Biller) prepareInvoice(ctx context.Context, customer, period string, in
 			return j, chargeErr(j, nil, "Config.Invoice", err)
 		}
 	}
+	switch {
+	case account == "":
+		account = v.Account
+	case v.Account != "" && v.Account != account:
+		return j, chargeErr(j, nil, "", invalid("the invoice is for account %s, and the call names account %s: give one", v.Account, account))
+	}
+	j.account = account
+	if err := checkAccount(account); err != nil {
+		return j, chargeErr(j, nil, "", err)
+	}
 	v, total, err := checkInvoice(v)
 	if err != nil {
 		return j, chargeErr(j, nil, "", err)
 	}
-	key, err := idemkey.For(b.cfg.Scope, "invoice", customer, period, "1")
+	key, err := idemkey.For(b.cfg.Scope, onAccountParts(account, "invoice", customer, period, "1")...)
 	if err != nil {
 		return j, chargeErr(j, nil, "", invalid("%v", err))
 	}
@@ -982,14 +996,14 @@ func updateFromInvoice(typ string, in *stripe.Invoice) claimengine.Update {
 // invoiceJob rebuilds the invoice a pending claim stands for, from
 // Config.Invoice: the claim records its total, not its lines.
 func (b *Biller) invoiceJob(ctx context.Context, c claim.Claim) (job, error) {
-	j := job{customer: c.Customer, period: c.Period, attempt: c.Attempt}
+	j := job{account: c.Account, customer: c.Customer, period: c.Period, attempt: c.Attempt}
 	if key, err := idemkey.Parse(c.Key); err == nil {
 		j.key = key
 	}
 	if b.cfg.Invoice == nil {
 		return j, chargeErr(j, ErrNeedsReconciliation, fmt.Sprintf("an invoice claim at step %q (invoice %q) needs Config.Invoice for its lines to be resumed; it was left as it is", c.Step, c.StripeID), nil)
 	}
-	nj, err := b.prepareInvoice(ctx, c.Customer, c.Period, nil)
+	nj, err := b.prepareInvoice(ctx, c.Account, c.Customer, c.Period, nil)
 	if err != nil {
 		return j, err
 	}

@@ -77,7 +77,7 @@ func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Sum
 		}
 		j, err := b.jobFromClaim(ctx, c)
 		if err != nil {
-			j := job{customer: c.Customer, period: c.Period, attempt: c.Attempt}
+			j := job{account: c.Account, customer: c.Customer, period: c.Period, attempt: c.Attempt}
 			r.settled(j, Receipt{}, asChargeError(j, err))
 			continue
 		}
@@ -113,6 +113,13 @@ func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Sum
 // jobFromClaim rebuilds the charge a pending claim stands for, with the
 // claim's own key and price.
 func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
+	j, err := b.claimJob(onAccount(ctx, c.Account), c)
+	j.account = c.Account
+	return j, err
+}
+
+// claimJob is jobFromClaim's work, on the claim's account.
+func (b *Biller) claimJob(ctx context.Context, c claim.Claim) (job, error) {
 	if c.Endpoint == endpointInvoices {
 		return b.invoiceJob(ctx, c)
 	}
@@ -158,7 +165,7 @@ func (b *Biller) attemptOf(c claim.Claim) int {
 		return max(c.Attempt, 1)
 	}
 	for a := 1; a <= maxLegacyAttempt; a++ {
-		if k, err := b.keyFor(c.Customer, c.Period, a); err == nil && k.String() == c.Key {
+		if k, err := b.keyFor(c.Account, c.Customer, c.Period, a); err == nil && k.String() == c.Key {
 			return a
 		}
 	}

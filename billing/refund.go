@@ -101,7 +101,7 @@ func (b *Biller) prepareRefund(ctx context.Context, customer, period, refundID s
 	if err != nil {
 		return j, chargeErr(j, nil, "", invalid("%v", err))
 	}
-	j.kind = refunds{payment: payment, id: refundID}
+	j.kind, j.account = refunds{payment: payment, id: refundID}, payment.Account
 	j.price, j.key, j.owner = Price{Amount: amount, Currency: payment.Currency}, key, b.newOwner()
 	return j, nil
 }
@@ -117,6 +117,7 @@ func (b *Biller) paymentOf(ctx context.Context, customer, period string) (claim.
 	probe := job{kind: charges{}, customer: customer, period: period}
 	var other []string
 	for _, c := range cs {
+		probe.account = c.Account
 		_, charged := b.attemptJob(probe, c)
 		invoiced := c.Endpoint == endpointInvoices && c.Scope == b.cfg.Scope && c.RefundOf == ""
 		if (charged || invoiced) && c.State == claim.StateSucceeded && c.StripeID != "" {
@@ -389,6 +390,6 @@ func (b *Biller) refundJob(ctx context.Context, c claim.Claim) (job, error) {
 	if !ok {
 		return job{}, fmt.Errorf("billing: refund claim %s: its period %q is not its payment's period %q and a refund ID", c.Key, c.Period, payment.Period)
 	}
-	return job{kind: refunds{payment: payment, id: id}, customer: c.Customer, period: c.Period,
+	return job{kind: refunds{payment: payment, id: id}, account: c.Account, customer: c.Customer, period: c.Period,
 		price: Price{Amount: c.Amount, Currency: c.Currency}, key: key, attempt: max(c.Attempt, 1), owner: b.newOwner()}, nil
 }

@@ -48,6 +48,10 @@ type Item struct {
 	// and Config.Price is not, every item without a Price is billed by
 	// Config.Invoice's invoice.
 	Invoice *Invoice
+	// Account, when set, bills the customer on this connected account
+	// (see ChargeOptions.Account); one Run bills items of any number of
+	// accounts, and of the platform's own.
+	Account string
 }
 
 // Customers returns an iterator over customer IDs priced by Config.Price.
@@ -323,13 +327,13 @@ func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2
 		for it, err := range items {
 			p := func(ctx context.Context) (job, error) {
 				if it.Invoice != nil && it.Price != nil {
-					j := job{customer: it.Customer, period: period, attempt: 1}
+					j := job{account: it.Account, customer: it.Customer, period: period, attempt: 1}
 					return j, chargeErr(j, nil, "", invalid("the item has both a Price and an Invoice; give one"))
 				}
 				if it.Invoice != nil || it.Price == nil && b.cfg.Invoice != nil && b.cfg.Price == nil {
-					return b.prepareInvoice(ctx, it.Customer, period, it.Invoice)
+					return b.prepareInvoice(ctx, it.Account, it.Customer, period, it.Invoice)
 				}
-				return b.prepare(ctx, it.Customer, period, it.Price, 1)
+				return b.prepare(ctx, it.Account, it.Customer, period, it.Price, 1)
 			}
 			if !yield(p, err) {
 				return

@@ -155,8 +155,8 @@ func (b *Biller) settleProcessing(ctx context.Context, r *runner) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		j := job{customer: c.Customer, period: c.Period, attempt: c.Attempt, price: Price{Amount: c.Amount, Currency: c.Currency}}
-		a, err := b.poll(ctx, c)
+		j := job{account: c.Account, customer: c.Customer, period: c.Period, attempt: c.Attempt, price: Price{Amount: c.Amount, Currency: c.Currency}}
+		a, err := b.poll(onAccount(ctx, c.Account), c)
 		switch {
 		case err != nil:
 			e := chargeErr(j, nil, "reading processing payment "+c.StripeID, err)
@@ -214,7 +214,7 @@ func (b *Biller) applyRead(ctx context.Context, c claim.Claim, u claimengine.Upd
 	if u.Key != c.Key {
 		return claimApplied{}, fmt.Errorf("payment %s carries key %q in its metadata, not the claim's %q", c.StripeID, u.Key, c.Key)
 	}
-	u.EventType, u.Created = "poll", time.Now()
+	u.EventType, u.Created, u.Account = "poll", time.Now(), accountOf(ctx)
 	a, err := b.claims.Apply(ctx, u)
 	if err != nil {
 		return claimApplied{}, err

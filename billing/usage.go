@@ -99,6 +99,10 @@ type Usage struct {
 	// is the next number (see WindowTotals); the same number with another
 	// total is refused.
 	Attempt int
+	// Account, when set, reports the usage to the meter of this connected
+	// account (see ChargeOptions.Account): the meter and the customer are
+	// the account's.
+	Account string
 }
 
 // Limits on usage reports.
@@ -259,7 +263,7 @@ func (b *Biller) usageFromClaim(ctx context.Context, c claim.Claim) (job, error)
 		return job{}, err
 	}
 	u := Usage{Customer: c.Customer, Meter: c.Meter, Kind: Increments, Start: c.WindowStart.UTC(), End: c.WindowEnd.UTC(),
-		Value: c.Amount, Attempt: max(c.Attempt, 1)}
+		Value: c.Amount, Attempt: max(c.Attempt, 1), Account: c.Account}
 	if m.window != "" {
 		u.Kind = WindowTotals
 	}
@@ -273,17 +277,21 @@ func (b *Biller) usageFromClaim(ctx context.Context, c claim.Claim) (job, error)
 // usageKey is the key, and the meter event's identifier, of a report.
 func (b *Biller) usageKey(u Usage) (idemkey.Key, error) {
 	parts := []string{"usage", u.Meter, u.Customer, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339), u.Kind.String()}
-	return idemkey.For(b.cfg.Scope, append(parts, strconv.Itoa(u.Attempt))...)
+	return idemkey.For(b.cfg.Scope, onAccountParts(u.Account, append(parts, strconv.Itoa(u.Attempt))...)...)
 }
 
 // prepareUsage checks a report and derives its job. Its errors are
 // *ChargeError.
 func (b *Biller) prepareUsage(ctx context.Context, u Usage) (job, error) {
-	j := job{customer: u.Customer, period: "usage " + u.Meter, attempt: u.Attempt}
+	j := job{account: u.Account, customer: u.Customer, period: "usage " + u.Meter, attempt: u.Attempt}
 	u, err := checkUsage(u, time.Now())
+	if err == nil {
+		err = checkAccount(u.Account)
+	}
 	if err != nil {
 		return j, chargeErr(j, nil, "", err)
 	}
+	ctx = onAccount(ctx, u.Account)
 	j.period, j.attempt = usagePeriod(u), u.Attempt
 	m, err := b.meter(ctx, u.Meter)
 	if err != nil {
@@ -305,7 +313,7 @@ func (b *Biller) prepareUsage(ctx context.Context, u Usage) (job, error) {
 // Stripe once per Biller. No such meter is an ErrInvalid.
 func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 	b.usageClients.meters.mu.Lock()
-	m, ok := b.usageClients.meters.by[name]
+	m, ok := b.usageClients.meters.by[accountOf(ctx)+" "+name]
 	b.usageClients.meters.mu.Unlock()
 	if ok {
 		return m, nil
@@ -343,7 +351,7 @@ func (b *Biller) meter(ctx context.Context, name string) (meterInfo, error) {
 		return m, invalid("no active Stripe meter has the event name %q: create the meter first, or check Usage.Meter", name)
 	}
 	b.usageClients.meters.mu.Lock()
-	b.usageClients.meters.by[name] = m
+	b.usageClients.meters.by[accountOf(ctx)+" "+name] = m
 	b.usageClients.meters.mu.Unlock()
 	return m, nil
 }

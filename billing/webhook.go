@@ -255,6 +255,8 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	if ev.Data == nil || len(ev.Data.Raw) == 0 || string(ev.Data.Raw) == "null" {
 		return h.notApplied(ctx, w, ev, "", log, "the event carries no data object", errNoEventData)
 	}
+	// The event's objects, and any read of them, are on its account.
+	ctx = onAccount(ctx, ev.Account)
 	u, err := h.update(ctx, ev)
 	if err != nil {
 		if missingPayment(err) {
@@ -271,7 +273,7 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 		answer(w, http.StatusOK, "ignored: not a billonce payment")
 		return Event{Result: resultIgnored, EventID: ev.ID, StripeID: u.StripeID}
 	}
-	u.EventID, u.EventType, u.Created = ev.ID, string(ev.Type), time.Unix(ev.Created, 0).UTC()
+	u.EventID, u.EventType, u.Created, u.Account = ev.ID, string(ev.Type), time.Unix(ev.Created, 0).UTC(), ev.Account
 	log = append(log, slog.String("key", u.Key), slog.String("stripe_id", u.StripeID))
 	a, err := h.b.claims.Apply(ctx, u)
 	switch {
