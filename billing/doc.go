@@ -171,6 +171,24 @@
 // fails is reported and failed for its id, and refunding again is a
 // person's decision, under a new id.
 //
+// # Connected accounts
+//
+// A platform (Stripe Connect) bills its connected accounts' customers on
+// those accounts: set ChargeOptions.Account, Item.Account (one Run bills
+// items of any number of accounts), Invoice.Account or Usage.Account to
+// the account's id ("acct_…"). Every request made for that customer goes
+// to the account with the Stripe-Account header, the searches, listings
+// and reads that settle a claim included, and a refund goes to its
+// payment's account. The account is part of the claim and of the key (the
+// platform's keys are those billonce always derived, and every claim made
+// before accounts were recorded is the platform's): a period claimed on
+// one account and asked for on another, or on the platform's own, is
+// refused (a [*claim.MismatchError] on "account"), never billed again
+// there, since the first account's payment may exist. A webhook event
+// moves a claim only when its account (Stripe's top-level "account" of
+// a Connect event, "" for the platform's) is the claim's: an id or a key
+// in another account's object proves nothing.
+//
 // # Invariants
 //
 // Whatever the configuration, the retries and the replicas, billonce keeps
