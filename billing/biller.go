@@ -18,7 +18,9 @@ import (
 	"github.com/stripe/stripe-go/v79/invoice"
 	"github.com/stripe/stripe-go/v79/invoiceitem"
 	"github.com/stripe/stripe-go/v79/paymentintent"
+	"github.com/stripe/stripe-go/v79/payout"
 	"github.com/stripe/stripe-go/v79/refund"
+	"github.com/stripe/stripe-go/v79/transfer"
 	"golang.org/x/time/rate"
 
 	"github.com/billonce/billonce/claim"
@@ -66,6 +68,8 @@ type biller struct {
 	intents              *paymentintent.Client
 	refunds              *refund.Client
 	creditNotes          *creditnote.Client
+	transfers            *transfer.Client
+	payouts              *payout.Client
 	invoices             *invoice.Client
 	items                *invoiceitem.Client
 	usageClients
@@ -102,6 +106,8 @@ func New(cfg Config) (*Biller, error) {
 	b.intents = &paymentintent.Client{B: backend, Key: cfg.SecretKey}
 	b.refunds = &refund.Client{B: backend, Key: cfg.SecretKey}
 	b.creditNotes = &creditnote.Client{B: backend, Key: cfg.SecretKey}
+	b.transfers = &transfer.Client{B: backend, Key: cfg.SecretKey}
+	b.payouts = &payout.Client{B: backend, Key: cfg.SecretKey}
 	b.invoices = &invoice.Client{B: backend, Key: cfg.SecretKey}
 	b.items = &invoiceitem.Client{B: backend, Key: cfg.SecretKey}
 	b.usageClients = usageClients{meterList: &meter.Client{B: backend, Key: cfg.SecretKey},

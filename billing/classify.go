@@ -100,7 +100,7 @@ func Classify(err error) retry.Decision {
 // other refusal stops the run instead, with the claims left pending: see
 // the table in Classify's documentation.
 func refusedForItem(se *stripe.Error) bool {
-	if se.Type == stripe.ErrorTypeCard || customerCodes[se.Code] || itemCodes[se.Code] != "" || refundCodes[se.Code] != "" {
+	if se.Type == stripe.ErrorTypeCard || customerCodes[se.Code] || itemCodes[se.Code] != "" || refundCodes[se.Code] != "" || moneyOutCodes[se.Code] != "" {
 		return true
 	}
 	return se.Code == stripe.ErrorCodeResourceMissing && customerParams[se.Param]

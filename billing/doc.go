@@ -171,6 +171,25 @@
 // fails is reported and failed for its id, and refunding again is a
 // person's decision, under a new id.
 //
+// # Transfers and payouts
+//
+// [Biller.Transfer] moves money from the platform's balance to a connected
+// account, and [Biller.Payout] pays a connected account's balance out to
+// its bank, each exactly once per (account, period, attempt): a claim of
+// its own, committed before anything is sent, whose customer is the
+// account and whose period is "transfer <period>" or "payout <period>",
+// so that one transfer and one payout of each account and period live at
+// a time, on every replica. A transfer carries the transfer group
+// "billonce <scope> <period>", and past the key's window it is found by
+// listing the account's transfers of the group; a payout is found by
+// listing the account's payouts since its claim. A balance short of it
+// is Stripe's balance_insufficient: a refusal with what to do, never
+// retried. A payout is processing until paid, and one its bank returns
+// after it was paid (payout.failed, days later) fails its claim and is
+// reported. Paying again is always a person's decision: the next
+// MoneyOutOptions.Attempt, which needs the attempt before it failed. Nor
+// does billonce reverse a transfer.
+//
 // # Connected accounts
 //
 // A platform (Stripe Connect) bills its connected accounts' customers on
@@ -466,6 +485,10 @@
 //	              kind, attempt                     for the window                  identifier the key
 //	refund        scope, the payment's key,         listing the payment's refunds   one: the refund, or the
 //	              refund id                         (credit notes) on billonce_key  invoice's credit note
+//	transfer      scope, account, period, attempt   listing the account's transfers one: the transfer
+//	                                                of its group
+//	payout        scope, account, period, attempt   listing the account's payouts   one: the payout, on the
+//	                                                since the claim                 account
 //
 // # Charges or PaymentIntents
 //

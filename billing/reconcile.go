@@ -129,6 +129,9 @@ func (b *Biller) claimJob(ctx context.Context, c claim.Claim) (job, error) {
 	if c.RefundOf != "" {
 		return b.refundJob(ctx, c)
 	}
+	if c.Endpoint == endpointTransfers || c.Endpoint == endpointPayouts {
+		return b.moneyOutJob(c)
+	}
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {
 		return job{}, fmt.Errorf("billing: claim for customer %s, period %s has an unusable key: %w", c.Customer, c.Period, err)

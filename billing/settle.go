@@ -185,6 +185,12 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 			return claimApplied{}, err
 		}
 		u = updateFromInvoice("", in)
+	case c.Endpoint == endpointPayouts:
+		po, err := b.payouts.Get(c.StripeID, &stripe.PayoutParams{Params: stripe.Params{Context: ctx}})
+		if err != nil {
+			return claimApplied{}, err
+		}
+		u = updateFromPayout(po)
 	case c.RefundOf != "":
 		re, err := b.refunds.Get(c.StripeID, &stripe.RefundParams{Params: stripe.Params{Context: ctx}})
 		if err != nil {

@@ -72,6 +72,7 @@ var webhookTypes = map[string]bool{
 	"invoice.finalized":     true,
 	"charge.refund.updated": true, "refund.created": true, "refund.updated": true, "refund.failed": true,
 	"credit_note.created": true, "credit_note.updated": true, "credit_note.voided": true,
+	"payout.created": true, "payout.updated": true, "payout.paid": true, "payout.failed": true, "payout.canceled": true,
 }
 
 // Webhook returns an http.Handler for Stripe's webhook events, to mount on
@@ -402,6 +403,12 @@ func (h *webhookHandler) update(ctx context.Context, ev stripe.Event) (claimengi
 			return claimengine.Update{}, nil
 		}
 		return updateFromInvoice(string(ev.Type), &in), nil
+	case strings.HasPrefix(string(ev.Type), "payout."):
+		var po stripe.Payout
+		if err := json.Unmarshal(raw, &po); err != nil {
+			return claimengine.Update{}, nil
+		}
+		return updateFromPayout(&po), nil
 	case strings.HasPrefix(string(ev.Type), "credit_note."):
 		var cn stripe.CreditNote
 		if err := json.Unmarshal(raw, &cn); err != nil {

@@ -45,6 +45,8 @@ const (
 	endpointInvoices    = "invoices"
 	endpointRefunds     = "refunds"
 	endpointCreditNotes = "credit_notes"
+	endpointTransfers   = "transfers"
+	endpointPayouts     = "payouts"
 )
 
 // objectKind names the kind of Stripe object a claim of endpoint stands
@@ -60,6 +62,10 @@ func objectKind(endpoint string) string {
 		return "a refund"
 	case endpointCreditNotes:
 		return "a credit note"
+	case endpointTransfers:
+		return "a transfer"
+	case endpointPayouts:
+		return "a payout"
 	}
 	return "a payment"
 }
@@ -235,6 +241,16 @@ func decide(c Claim, u update) change {
 		n.State, n.FailureCode = StateFailed, code
 		n.LastError = "usage event " + u.StripeID + " rejected by Stripe after it was accepted: " + code
 		did = append(did, "succeeded → failed (rejected after acceptance)")
+	case State(u.State) == StateFailed && c.State == StateSucceeded && (c.Endpoint == endpointPayouts || c.Endpoint == endpointRefunds):
+		// A bank returns a paid payout days later, and a succeeded refund
+		// can fail when the customer's card or account is gone: Stripe
+		// reports it failed, and the money is back in the balance. The
+		// claim fails, which frees a refund's amount and lets a person
+		// pay out again under the next attempt; nothing does it on its own.
+		code := cmp.Or(u.FailureCode, "unknown")
+		n.State, n.FailureCode = StateFailed, code
+		n.LastError = objectKind(c.Endpoint)[2:] + " " + u.StripeID + " failed after it succeeded: " + code
+		did = append(did, "succeeded → failed (returned after it succeeded)")
 	case State(u.State) == StateSucceeded && c.State == StateFailed && objectKind(c.Endpoint) == objectKind("") && !u.Created.Before(c.EventAt):
 		// The claim's own payment (ownSend has shown the update is about
 		// the object the claim recorded) succeeded after it failed: Stripe's
