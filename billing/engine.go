@@ -56,6 +56,9 @@ func (b *Biller) underWay(j job, c claim.Claim) *ChargeError {
 // call or a claim of another kind (an invoice of a period a charge paid
 // is refused), and for any other claim.
 func (b *Biller) paidBy(j job, c claim.Claim) (r Receipt, ok bool) {
+	if _, out := j.kind.(moneyOut); out {
+		return b.paidOutBy(j, c)
+	}
 	if _, pays := j.kind.(charges); !pays || c.Endpoint == endpointInvoices || c.Endpoint == endpointMeterEvents {
 		return Receipt{}, false
 	}

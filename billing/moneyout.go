@@ -77,6 +77,22 @@ func (b *Biller) Payout(ctx context.Context, account, period string, p Price, op
 
 func (b *Biller) moveOut(ctx context.Context, k moneyOut, account, period string, p Price, attempt int) (Receipt, error) {
 	start := time.Now()
+	j, err := b.prepareMoneyOut(k, account, period, p, attempt)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if r, done, err := b.earlierMoves(ctx, j); done {
+		if err == nil {
+			b.outcome(j, start, r, nil)
+		}
+		return r, err
+	}
+	return b.claimLoop(ctx, j, start)
+}
+
+// prepareMoneyOut checks a transfer or payout and derives its job. Its
+// errors are *ChargeError.
+func (b *Biller) prepareMoneyOut(k moneyOut, account, period string, p Price, attempt int) (job, error) {
 	j := job{kind: k, customer: account, period: k.what() + " " + period, attempt: attempt}
 	if k.payout {
 		j.account = account
@@ -92,19 +108,13 @@ func (b *Biller) moveOut(ctx context.Context, k moneyOut, account, period string
 		p, err = checkPrice(p, Charges)
 	}
 	if err != nil {
-		return Receipt{}, chargeErr(j, nil, "", err)
+		return j, chargeErr(j, nil, "", err)
 	}
 	if j.key, err = b.moneyOutKey(k, account, period, attempt); err != nil {
-		return Receipt{}, chargeErr(j, nil, "", invalid("%v", err))
+		return j, chargeErr(j, nil, "", invalid("%v", err))
 	}
 	j.price, j.owner = Price{Amount: p.Amount, Currency: p.Currency}, b.newOwner()
-	if r, done, err := b.earlierMoves(ctx, j); done {
-		if err == nil {
-			b.outcome(j, start, r, nil)
-		}
-		return r, err
-	}
-	return b.claimLoop(ctx, j, start)
+	return j, nil
 }
 
 // moneyOutKey is the key of a transfer or payout: (scope, kind, account,
@@ -125,20 +135,10 @@ func (b *Biller) earlierMoves(ctx context.Context, j job) (r Receipt, done bool,
 	}
 	before := j.attempt == 1
 	for _, c := range cs {
-		if c.Scope != b.cfg.Scope || c.Endpoint != j.kind.endpoint(b) || c.Key == j.key.String() {
-			continue
-		}
-		switch {
-		case c.State == claim.StateSucceeded || c.State == claim.StateProcessing:
-			paid := j
-			paid.attempt, paid.price = c.Attempt, Price{Amount: c.Amount, Currency: c.Currency}
-			if k, err := idemkey.Parse(c.Key); err == nil {
-				paid.key = k
-			}
-			r := b.receipt(paid, c.StripeID, AlreadyBilled)
-			r.Processing = c.State == claim.StateProcessing
+		if r, ok := b.paidOutBy(j, c); ok {
 			return r, true, nil
-		case c.Attempt == j.attempt-1 && c.State == claim.StateFailed:
+		}
+		if c.Scope == b.cfg.Scope && c.Endpoint == j.kind.endpoint(b) && c.Attempt == j.attempt-1 && c.State == claim.StateFailed {
 			before = true
 		}
 	}
@@ -150,6 +150,24 @@ func (b *Biller) earlierMoves(ctx context.Context, j job) (r Receipt, done bool,
 			j.kind.(moneyOut).what(), j.attempt, j.attempt-1, b.cfg.Scope, j.kind.(moneyOut).what()))
 	}
 	return Receipt{}, false, nil
+}
+
+// paidOutBy is paidBy for a transfer or payout: c, another attempt of
+// j's account and period, of the same kind and scope, that paid
+// (succeeded or processing), answers with its receipt.
+func (b *Biller) paidOutBy(j job, c claim.Claim) (Receipt, bool) {
+	if c.Scope != b.cfg.Scope || c.Endpoint != j.kind.endpoint(b) || c.Customer != j.customer || c.Period != j.period ||
+		c.Key == j.key.String() || c.State != claim.StateSucceeded && c.State != claim.StateProcessing {
+		return Receipt{}, false
+	}
+	paid := j
+	paid.attempt, paid.price = c.Attempt, Price{Amount: c.Amount, Currency: c.Currency}
+	if k, err := idemkey.Parse(c.Key); err == nil {
+		paid.key = k
+	}
+	r := b.receipt(paid, c.StripeID, AlreadyBilled)
+	r.Processing = c.State == claim.StateProcessing
+	return r, true
 }
 
 // moneyOut is the kind of a transfer (to a connected account) or a payout

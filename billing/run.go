@@ -52,6 +52,13 @@ type Item struct {
 	// (see ChargeOptions.Account); one Run bills items of any number of
 	// accounts, and of the platform's own.
 	Account string
+	// Transfer or Payout, when not nil, makes the item a transfer to
+	// connected account Account, or a payout from its balance, of that
+	// amount for the period (see [Biller.Transfer], [Biller.Payout];
+	// attempt 1), instead of a bill; Customer is then empty. A Run of
+	// them is a payout sweep that pays each account once, however often
+	// it runs.
+	Transfer, Payout *Price
 }
 
 // Customers returns an iterator over customer IDs priced by Config.Price.
@@ -326,6 +333,16 @@ func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2
 	return func(yield func(prepareFunc, error) bool) {
 		for it, err := range items {
 			p := func(ctx context.Context) (job, error) {
+				if out := it.Transfer != nil || it.Payout != nil; out && (it.Transfer == nil) == (it.Payout == nil) || out && (it.Customer != "" || it.Price != nil || it.Invoice != nil) {
+					j := job{account: it.Account, customer: cmp.Or(it.Customer, it.Account), period: period, attempt: 1}
+					return j, chargeErr(j, nil, "", invalid("the item names a Transfer or a Payout and something else: a transfer or payout item has an Account and one amount, and no Customer, Price or Invoice"))
+				}
+				if it.Transfer != nil {
+					return b.prepareMoneyOut(moneyOut{}, it.Account, period, *it.Transfer, 1)
+				}
+				if it.Payout != nil {
+					return b.prepareMoneyOut(moneyOut{payout: true}, it.Account, period, *it.Payout, 1)
+				}
 				if it.Invoice != nil && it.Price != nil {
 					j := job{account: it.Account, customer: it.Customer, period: period, attempt: 1}
 					return j, chargeErr(j, nil, "", invalid("the item has both a Price and an Invoice; give one"))
