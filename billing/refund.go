@@ -47,11 +47,13 @@ const maxRefundID = 200
 //
 // The refund is claimed before it is sent, and sent through the same
 // guard as a charge: one key, derived from the payment's claim and
-// refundID before anything can retry, a lookup before the key is sent
-// again past Stripe's window. Stripe has no search for refunds; past the
-// window, the refund is found by listing the payment's refunds and
-// matching its metadata (billonce_key), and a listing is current at once,
-// so a miss is trusted and the key sent again. A refund Stripe answers
+// refundID before anything can retry. Stripe has no search for refunds:
+// before a call first sends the key, and again past Stripe's window, the
+// refund is looked for by listing the payment's refunds and matching its
+// metadata (billonce_key); one found is recorded, not made again (its
+// claim row may have been lost, a claim table restored from an older
+// copy, after Stripe forgot the key), and a listing is current at once,
+// so a miss is trusted and the key sent. A refund Stripe answers
 // pending (some bank debits and cards) is processing: the receipt says
 // Processing, and the refund's charge.refund.updated event ([Biller.Webhook])
 // or Reconcile's read of it settles it. A refund that fails, then or
@@ -151,14 +153,28 @@ func (refunds) failed(_ context.Context, _ *Biller, j job, c claim.Claim) (Recei
 	return Receipt{}, e
 }
 
-// ready looks a resumed refund up first when its key went with another
-// credential (see Biller.missUntrusted).
+// ready looks a refund up at Stripe before a call first sends it, whether
+// it just won the claim or resumes it: a claim may stand for a refund
+// already made, its row lost (a claim table restored from an older copy,
+// a row deleted by hand) or its answer lost, and Stripe forgets its key a
+// day later. A listing of the payment's refunds is current at once, so a
+// refund it finds is recorded (searchThen) and nothing is sent; so is a
+// resumed one whose key went with another credential, whatever the
+// listing shows (see Biller.missUntrusted). A listing that fails sends
+// nothing: a claim just won is dropped, a resumed one left pending.
 func (k refunds) ready(ctx context.Context, b *Biller, j *job, c claim.Claim) (Receipt, bool, error) {
-	if !j.won && b.moved(*j, c) {
-		r, err := b.searchThen(ctx, *j, c, nil)
-		return r, true, err
+	found, err := readRetried(ctx, b, *j, func(ctx context.Context) ([]object, error) {
+		return k.find(ctx, b, *j)
+	})
+	if err != nil {
+		b.giveUp(ctx, *j, err)
+		return Receipt{}, true, chargeErr(*j, nil, "listing the payment's refunds before refunding failed; nothing was sent: call Refund again", err)
 	}
-	return Receipt{}, false, nil
+	if len(found) == 0 && !b.moved(*j, c) {
+		return Receipt{}, false, nil
+	}
+	r, err := b.searchThen(ctx, *j, c, nil)
+	return r, true, err
 }
 
 func (refunds) lookup(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
