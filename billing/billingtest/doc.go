@@ -108,7 +108,9 @@
 // settles later (Config.Async, [Server.SettleLater]): it then succeeds,
 // or fails with the Async's FailureCode as its failure_reason, [Async].After
 // later on the server's clock, or when [Server.Settle] moves it to
-// succeeded, failed or canceled. A pending refund counts as refunded; a
+// succeeded, failed or canceled; Settle also fails a succeeded refund, as
+// Stripe reports one failed after it succeeded (its customer's bank
+// returned it). A pending refund counts as refunded; a
 // failed or canceled one gives its amount back to the payment and the
 // balance, and the payment can be refunded again. Events follow API
 // 2024-06-20: charge.refunded (the charge, or for a payment intent a

@@ -90,14 +90,15 @@ func (s *Server) refund(p *Payment, amount int64, reason string, md map[string]s
 	return m, nil
 }
 
-// settleRefund moves a pending refund to status and emits
-// charge.refund.updated, the refund's event for API 2024-06-20 (Stripe
-// sent refund.updated and refund.failed for refunds of a charge only from
-// 2024-10-28). A failed or canceled refund gives its amount back. mu is
-// held.
+// settleRefund moves a pending refund to status, or a succeeded one to
+// failed (Stripe reports a refund succeeded and, rarely, failed later: the
+// customer's bank returned it), and emits charge.refund.updated, the
+// refund's event for API 2024-06-20 (Stripe sent refund.updated and
+// refund.failed for refunds of a charge only from 2024-10-28). A failed or
+// canceled refund gives its amount back. mu is held.
 func (s *Server) settleRefund(m *move, status, code string, now time.Time) error {
-	if m.Status != "pending" {
-		return fmt.Errorf("the refund is %s; only a pending refund settles", m.Status)
+	if m.Status != "pending" && (m.Status != "succeeded" || status != "failed") {
+		return fmt.Errorf("the refund is %s; only a pending refund settles, and a succeeded one only fails", m.Status)
 	}
 	switch status {
 	case "succeeded":
