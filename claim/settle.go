@@ -213,14 +213,20 @@ func decide(c Claim, u update) change {
 			}
 		}
 		did = append(did, string(c.State)+" → "+string(u.State))
-	case State(u.State) == StateFailed && c.State == StateSucceeded && c.Endpoint == endpointMeterEvents:
+	case State(u.State) == StateFailed && c.State == StateSucceeded && (c.Endpoint == endpointMeterEvents || c.Endpoint == endpointRefunds):
 		// Stripe accepts a meter event, then validates it as it
 		// aggregates, and reports a rejected one later (a meter error
-		// report): the usage was never counted, so its claim fails.
+		// report): the usage was never counted. A refund Stripe reported
+		// succeeded fails later when its customer's bank returns it: the
+		// money is back in the account. Either way the claim fails.
 		code := cmp.Or(u.FailureCode, "unknown")
 		n.State, n.FailureCode = StateFailed, code
 		n.LastError = "usage event " + u.StripeID + " rejected by Stripe after it was accepted: " + code
 		did = append(did, "succeeded → failed (rejected after acceptance)")
+		if c.Endpoint == endpointRefunds {
+			n.LastError = "refund " + u.StripeID + " failed after it succeeded: " + code
+			did[len(did)-1] = "succeeded → failed (failed after it succeeded)"
+		}
 	case State(u.State) == StateSucceeded && c.State == StateFailed && objectKind(c.Endpoint) == objectKind("") && !u.Created.Before(c.EventAt):
 		// The claim's own payment (ownSend has shown the update is about
 		// the object the claim recorded) succeeded after it failed: Stripe's
