@@ -102,8 +102,9 @@
 // (payment_intent), with an optional amount (what is left by default),
 // reason and metadata. A payment takes several partial refunds, of the
 // same amount or not, until they add up to its amount; then a refund is
-// refused with 400 charge_already_refunded, and one over what is left with
-// 400 amount_too_large. The charge's amount_refunded and refunded follow.
+// refused with 400 charge_already_refunded, one over what is left with
+// 400 amount_too_large, and any refund of a payment with a dispute
+// ([Server.Dispute]) with 400 charge_disputed. The charge's amount_refunded and refunded follow.
 // A refund is succeeded at once, or pending when the payment's customer
 // settles later (Config.Async, [Server.SettleLater]): it then succeeds,
 // or fails with the Async's FailureCode as its failure_reason, [Async].After

@@ -68,6 +68,9 @@ func (s *Server) refund(p *Payment, amount int64, reason string, md map[string]s
 	if !p.Paid {
 		return nil, invalid(param, "", fmt.Sprintf("%s %s is %s: only a succeeded payment can be refunded.", p.Object, p.ID, p.Status))
 	}
+	if p.disputed {
+		return nil, invalid(param, "charge_disputed", fmt.Sprintf("Charge %s has been charged back; cannot issue a refund.", p.ID))
+	}
 	left := p.Amount - p.AmountRefunded
 	if left == 0 {
 		return nil, invalid(param, "charge_already_refunded", fmt.Sprintf("Charge %s has already been refunded.", p.ID))

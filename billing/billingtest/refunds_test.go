@@ -300,3 +300,27 @@ func TestSucceededRefundCanFailLater(t *testing.T) {
 		t.Fatal("a failed refund settled again")
 	}
 }
+
+// A disputed payment is refunded neither by the API nor in the Dashboard.
+func TestDisputedPaymentIsNotRefunded(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	api := newAPI(t, srv, testKey, nil)
+	ch, err := api.Charges.New(chargeParams("cus_1", "2026-09", "charge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Dispute(ch.ID, "fraudulent"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.Refunds.New(refundParams(ch.ID, 1000, "r1"))
+	if se := stripeErr(t, err); se.HTTPStatusCode != 400 || se.Code != stripe.ErrorCodeChargeDisputed {
+		t.Fatalf("refund of a disputed charge: %+v; want 400 charge_disputed", se)
+	}
+	if err := srv.Refund(ch.ID, 1000); err == nil {
+		t.Fatal("a disputed charge was refunded in the Dashboard")
+	}
+	if n := len(srv.Movements("refund")); n != 0 {
+		t.Fatalf("%d refunds of a disputed charge", n)
+	}
+}
