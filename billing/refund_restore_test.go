@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -34,5 +35,29 @@ func TestRefundWhoseClaimRowWasLostIsNotMadeAgainPastTheKeyWindow(t *testing.T) 
 				t.Fatalf("refund again: %+v, %v; want the receipt of %s", again, err, r.StripeID)
 			}
 		})
+	}
+}
+
+// Refund claims lost (a table restored from a copy taken before them),
+// refunds asked for under new ids: the claim table no longer counts the
+// refunds Stripe holds, so Stripe's own limit is what stops them; a
+// refund past what Stripe holds as left fails its claim, and Stripe never
+// holds more refunded than the payment.
+func TestRefundsWhoseClaimRowsWereLostNeverRefundMoreThanThePayment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pay := paidFor(t, e, "cus_n")
+	ctx := context.Background()
+	r, err := e.b.Refund(ctx, "cus_n", period, "rma-1", 2000)
+	wantHow(t, r, err, billing.Created)
+	e.exec("DELETE FROM billonce_claims WHERE refund_of IS NOT NULL")
+	e.srv.Advance(25 * time.Hour)
+	if _, err := e.b.Refund(ctx, "cus_n", period, "rma-2", 2000); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("refund past what Stripe holds as left: %v, want ErrDeclined", err)
+	}
+	r3, err := e.b.Refund(ctx, "cus_n", period, "rma-3", 500)
+	wantHow(t, r3, err, billing.Created)
+	if got := refunded(e, pay); got != amount || len(refundsOf(e, pay)) != 2 {
+		t.Fatalf("Stripe holds %d refunded in %+v, want %d in two refunds", got, refundsOf(e, pay), amount)
 	}
 }
