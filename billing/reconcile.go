@@ -119,7 +119,7 @@ func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
 	if c.Endpoint == endpointMeterEvents {
 		return b.usageFromClaim(ctx, c)
 	}
-	if c.RefundOf != "" {
+	if c.RefundOf != "" || c.Endpoint == endpointRefunds {
 		return b.refundJob(ctx, c)
 	}
 	key, err := idemkey.Parse(c.Key)

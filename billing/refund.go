@@ -293,11 +293,15 @@ func updateFromRefund(re *stripe.Refund) claimengine.Update {
 }
 
 // refundJob rebuilds the refund a pending claim stands for, from its
-// payment's claim.
+// payment's claim. A claim of the refunds endpoint is a refund's, even
+// with its payment's key lost: it is never resumed as anything else.
 func (b *Biller) refundJob(ctx context.Context, c claim.Claim) (job, error) {
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {
 		return job{}, fmt.Errorf("billing: refund claim %s has an unusable key: %w", c.Key, err)
+	}
+	if c.RefundOf == "" {
+		return job{}, fmt.Errorf("billing: refund claim %s names no payment claim (its refund_of is empty): nothing is sent; look its refund up in Stripe by billonce_key, and set refund_of to the key of the payment claim it refunds", c.Key)
 	}
 	payment, err := b.claims.Get(ctx, c.RefundOf)
 	if err != nil {
