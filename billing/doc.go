@@ -164,9 +164,13 @@
 // the refund id, it is committed before anything is sent, and the claim
 // table refuses it, on any replica, when the payment's live refunds and
 // it would add up to more than the payment: [ErrInvalid], naming what is
-// left, before anything is sent. Past the key's deadline the refund is
-// found by listing the payment's refunds, or the invoice's credit notes
-// (Stripe has no search for either), whose answer is current at once. A pending refund is processing
+// left, before anything is sent. Before a call first sends the key, and
+// past its deadline, the refund is looked for by listing the payment's
+// refunds, or the invoice's credit notes (Stripe has no search for
+// either), whose answer is current at
+// once: a refund whose claim row was lost (a table restored from an
+// older copy) is found and recorded, not made again once Stripe has
+// forgotten its key. A pending refund is processing
 // until its charge.refund.updated event or Reconcile settles it; one that
 // fails is reported and failed for its id, and refunding again is a
 // person's decision, under a new id.

@@ -35,7 +35,7 @@ func ExampleBiller_Refund() {
 	}
 
 	// Stripe refunds, then the connection drops; the retry is replayed.
-	srv.FailNext(billingtest.Match{Path: "/v1/refunds"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	srv.FailNext(billingtest.Match{Method: "POST", Path: "/v1/refunds"}, billingtest.Fault{Kind: billingtest.FaultCut})
 	r, err := biller.Refund(ctx, "cus_1", "2026-09", "rma-1001", 1000)
 	fmt.Println(r.Outcome, r.Amount, r.Currency, err)
 	r, err = biller.Refund(ctx, "cus_1", "2026-09", "rma-1001", 1000) // the second click

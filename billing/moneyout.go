@@ -204,12 +204,10 @@ func (k moneyOut) failed(_ context.Context, _ *Biller, j job, c claim.Claim) (Re
 	return Receipt{}, e
 }
 
+// ready looks a transfer or payout up at Stripe before a call first sends
+// it (see Biller.listFirst).
 func (k moneyOut) ready(ctx context.Context, b *Biller, j *job, c claim.Claim) (Receipt, bool, error) {
-	if !j.won && b.moved(*j, c) {
-		r, err := b.searchThen(ctx, *j, c, nil)
-		return r, true, err
-	}
-	return Receipt{}, false, nil
+	return b.listFirst(ctx, k, j, c)
 }
 
 func (moneyOut) lookup(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {

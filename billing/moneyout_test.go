@@ -106,7 +106,7 @@ func TestPayoutWhoseAnswerWasLostPastTheWindowIsFoundNotMadeAgain(t *testing.T) 
 	ctx := context.Background()
 	b := e.biller(func(c *billing.Config) { c.Retry.MaxAttempts = 1 })
 	e.srv.FailNext(billingtest.Match{Method: "POST", Path: "/v1/payouts"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/payouts"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/payouts"}, billingtest.Fault{}, billingtest.Fault{Kind: billingtest.FaultErrorBefore}) // the listing before the send passes, the one after the lost answer fails
 	_, err := b.Payout(ctx, acct, period, usd, nil)
 	var ce *billing.ChargeError
 	if !errors.Is(err, billing.ErrOutcomeUnknown) || !errors.As(err, &ce) {
@@ -194,5 +194,25 @@ func TestMoneyOutOfBadInputIsInvalidAndSendsNothing(t *testing.T) {
 	}
 	if n := len(e.srv.Log()); n != 0 {
 		t.Fatalf("%d requests sent for bad input", n)
+	}
+}
+
+// A transfer whose claim row was lost (a claim table restored from an
+// older copy), asked for again once Stripe forgot its key, is found by
+// the listing before the send and recorded, not made again.
+func TestTransferWhoseClaimRowWasLostIsNotMadeAgainPastTheKeyWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acct := e.srv.CreateAccount()
+	e.srv.SetBalance("", "usd", 100_000)
+	ctx := context.Background()
+	r, err := e.b.Transfer(ctx, acct, period, usd, nil)
+	wantHow(t, r, err, billing.Created)
+	e.exec("DELETE FROM billonce_claims WHERE key = $1", r.Key.String())
+	e.srv.Advance(25 * time.Hour)
+	again, err := e.b.Transfer(ctx, acct, period, usd, nil)
+	wantHow(t, again, err, billing.Reconciled)
+	if got := movementsTo(e, "transfer", acct); len(got) != 1 || again.StripeID != r.StripeID {
+		t.Fatalf("transfers %+v, receipt %+v; want the one transfer %s", got, again, r.StripeID)
 	}
 }

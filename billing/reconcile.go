@@ -126,7 +126,7 @@ func (b *Biller) claimJob(ctx context.Context, c claim.Claim) (job, error) {
 	if c.Endpoint == endpointMeterEvents {
 		return b.usageFromClaim(ctx, c)
 	}
-	if c.RefundOf != "" {
+	if c.RefundOf != "" || c.Endpoint == endpointRefunds {
 		return b.refundJob(ctx, c)
 	}
 	if c.Endpoint == endpointTransfers || c.Endpoint == endpointPayouts {

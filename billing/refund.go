@@ -56,11 +56,13 @@ const maxRefundID = 200
 //
 // The refund is claimed before it is sent, and sent through the same
 // guard as a charge: one key, derived from the payment's claim and
-// refundID before anything can retry, a lookup before the key is sent
-// again past Stripe's window. Stripe has no search for refunds; past the
-// window, the refund is found by listing the payment's refunds and
-// matching its metadata (billonce_key), and a listing is current at once,
-// so a miss is trusted and the key sent again. A refund Stripe answers
+// refundID before anything can retry. Stripe has no search for refunds:
+// before a call first sends the key, and again past Stripe's window, the
+// refund is looked for by listing the payment's refunds and matching its
+// metadata (billonce_key); one found is recorded, not made again (its
+// claim row may have been lost, a claim table restored from an older
+// copy, after Stripe forgot the key), and a listing is current at once,
+// so a miss is trusted and the key sent. A refund Stripe answers
 // pending (some bank debits and cards) is processing: the receipt says
 // Processing, and the refund's charge.refund.updated event ([Biller.Webhook])
 // or Reconcile's read of it settles it. A refund that fails, then or
@@ -170,14 +172,10 @@ func (refunds) failed(_ context.Context, _ *Biller, j job, c claim.Claim) (Recei
 	return Receipt{}, e
 }
 
-// ready looks a resumed refund up first when its key went with another
-// credential (see Biller.missUntrusted).
+// ready looks a refund up at Stripe before a call first sends it (see
+// Biller.listFirst).
 func (k refunds) ready(ctx context.Context, b *Biller, j *job, c claim.Claim) (Receipt, bool, error) {
-	if !j.won && b.moved(*j, c) {
-		r, err := b.searchThen(ctx, *j, c, nil)
-		return r, true, err
-	}
-	return Receipt{}, false, nil
+	return b.listFirst(ctx, k, j, c)
 }
 
 func (refunds) lookup(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
@@ -376,11 +374,15 @@ func updateFromCreditNote(cn *stripe.CreditNote) claimengine.Update {
 }
 
 // refundJob rebuilds the refund a pending claim stands for, from its
-// payment's claim.
+// payment's claim. A claim of the refunds endpoint is a refund's, even
+// with its payment's key lost: it is never resumed as anything else.
 func (b *Biller) refundJob(ctx context.Context, c claim.Claim) (job, error) {
 	key, err := idemkey.Parse(c.Key)
 	if err != nil {
 		return job{}, fmt.Errorf("billing: refund claim %s has an unusable key: %w", c.Key, err)
+	}
+	if c.RefundOf == "" {
+		return job{}, fmt.Errorf("billing: refund claim %s names no payment claim (its refund_of is empty): nothing is sent; look its refund up in Stripe by billonce_key, and set refund_of to the key of the payment claim it refunds", c.Key)
 	}
 	payment, err := b.claims.Get(ctx, c.RefundOf)
 	if err != nil {

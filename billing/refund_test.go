@@ -189,8 +189,9 @@ func TestRefundPastTheKeyWindowIsFoundByListingThePaymentsRefunds(t *testing.T) 
 		t.Helper()
 		b := e.biller(func(c *billing.Config) { c.Retry.MaxAttempts = 1 })
 		e.srv.FailNext(billingtest.Match{Method: "POST", Path: "/v1/refunds"}, billingtest.Fault{Kind: kind})
-		// The one lookup after an unknown outcome fails too.
-		e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/refunds"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+		// The listing before the first send finds nothing; the one lookup
+		// after an unknown outcome fails.
+		e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/refunds"}, billingtest.Fault{}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
 		_, err := b.Refund(context.Background(), "cus_w", period, "late", 900)
 		var ce *billing.ChargeError
 		if !errors.Is(err, billing.ErrOutcomeUnknown) || !errors.As(err, &ce) {
@@ -419,7 +420,7 @@ func TestCreditNotePastTheKeyWindowIsFoundByListingTheInvoicesCreditNotes(t *tes
 	wantHow(t, inv, err, billing.Created)
 	b := e.biller(func(c *billing.Config) { c.Retry.MaxAttempts = 1 })
 	e.srv.FailNext(billingtest.Match{Method: "POST", Path: "/v1/credit_notes"}, billingtest.Fault{Kind: billingtest.FaultCut})
-	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/credit_notes"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/credit_notes"}, billingtest.Fault{}, billingtest.Fault{Kind: billingtest.FaultErrorBefore}) // the listing before the send passes, the one after the lost answer fails
 	_, err = b.Refund(ctx, "cus_j", period, "late", 1000)
 	var ce *billing.ChargeError
 	if !errors.Is(err, billing.ErrOutcomeUnknown) || !errors.As(err, &ce) {

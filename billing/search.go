@@ -109,6 +109,31 @@ func (b *Biller) searchThen(ctx context.Context, j job, c claim.Claim, miss func
 	return j.kind.send(ctx, b, j, c)
 }
 
+// listFirst looks, before a call first sends j's key, whether it just won
+// the claim or resumes it, for what the key made, in the kinds found by a
+// listing (a refund, a credit note, a transfer, a payout): a claim may
+// stand for a write already made, its row lost (a claim table restored
+// from an older copy, a row deleted by hand) or its answer lost, and
+// Stripe forgets its key a day later. A listing is current at once, so
+// what it finds is recorded (searchThen) and nothing is sent; so is a
+// resumed claim whose key went with another credential, whatever the
+// listing shows (see Biller.missUntrusted). A listing that fails sends
+// nothing: a claim just won is dropped, a resumed one left pending.
+func (b *Biller) listFirst(ctx context.Context, f finder, j *job, c claim.Claim) (Receipt, bool, error) {
+	found, err := readRetried(ctx, b, *j, func(ctx context.Context) ([]object, error) {
+		return f.find(ctx, b, *j)
+	})
+	if err != nil {
+		b.giveUp(ctx, *j, err)
+		return Receipt{}, true, chargeErr(*j, nil, "looking at Stripe for what the key made before sending it failed; nothing was sent: call again", err)
+	}
+	if len(found) == 0 && !b.moved(*j, c) {
+		return Receipt{}, false, nil
+	}
+	r, err := b.searchThen(ctx, *j, c, nil)
+	return r, true, err
+}
+
 // findOwn looks once for what j's own write made, for sendOnce: only what
 // is the claim's own (see ownHits) counts, since another writer may copy
 // the claim's metadata onto an object of its own.

@@ -315,3 +315,65 @@ func TestNoSecretInIdentityErrors(t *testing.T) {
 		}
 	}
 }
+
+// No secrets in the refund path: its errors (a lost answer, a 500, an
+// unknown outcome, Stripe's refusal, bad input, a refused key) and its log
+// lines never show the secret key.
+func TestSecretKeyNeverLeaksFromRefunds(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEnv(t, func(c *billing.Config) { c.Logger = logger; c.Retry.MaxAttempts = 2 })
+	ctx := context.Background()
+	pay := paidFor(t, e, "cus_s")
+	var texts []string
+	var errs []string
+	keep := func(err error) {
+		if err != nil {
+			errs = append(errs, err.Error())
+			texts = append(texts, err.Error(), fmt.Sprintf("%v", err), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err))
+		}
+	}
+	post := billingtest.Match{Method: "POST", Path: "/v1/refunds"}
+	five := billingtest.Fault{Kind: billingtest.FaultErrorBefore}
+	e.srv.FailNext(post, billingtest.Fault{Kind: billingtest.FaultCut})
+	_, err := e.b.Refund(ctx, "cus_s", period, "cut", 100)
+	keep(err)
+	e.srv.FailNext(post, billingtest.Fault{Kind: billingtest.FaultErrorAfter})
+	_, err = e.b.Refund(ctx, "cus_s", period, "five-after", 100)
+	keep(err)
+	e.srv.FailNext(post, five, five)
+	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/refunds"}, billingtest.Fault{}, five, five)
+	_, err = e.b.Refund(ctx, "cus_s", period, "unknown", 100)
+	keep(err)
+	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/refunds"}, five, five)
+	_, err = e.b.Refund(ctx, "cus_s", period, "list-down", 100)
+	keep(err)
+	if err := e.srv.Refund(pay, 2000); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.b.Refund(ctx, "cus_s", period, "too-large", 400) // Stripe holds 300 as left
+	keep(err)
+	_, err = e.b.Refund(ctx, "cus_s", period, "bad id", 100)
+	keep(err)
+	_, err = e.b.Refund(ctx, "cus_none", period, "none", 100)
+	keep(err)
+	// A key Stripe refuses, the payment's claim in place.
+	strict := newEnvWith(t, billingtest.Config{APIKeys: []string{secretKey}})
+	paidFor(t, strict, "cus_s")
+	refused := strict.biller(func(c *billing.Config) { c.Logger = logger; c.SecretKey = "sk_test_not_the_billers_key_0000" })
+	_, err = refused.Refund(ctx, "cus_s", period, "refused-key", 100)
+	keep(err)
+	texts = append(texts, logs.String())
+
+	secret := strings.TrimPrefix(secretKey, "sk_test_")
+	secret = secret[:len(secret)-4] // Stripe's own messages show the last four characters
+	for _, s := range texts {
+		if strings.Contains(s, secret) {
+			t.Fatalf("the secret key leaked into: %s", s)
+		}
+	}
+	if len(errs) != 6 || !strings.Contains(logs.String(), "retrying with the same key") {
+		t.Fatalf("errors checked: %q; want 6 (an unknown outcome, a listing down, Stripe's refusal, two bad inputs, a refused key)", errs)
+	}
+}

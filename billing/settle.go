@@ -191,7 +191,7 @@ func (b *Biller) poll(ctx context.Context, c claim.Claim) (claimApplied, error) 
 			return claimApplied{}, err
 		}
 		u = updateFromPayout(po)
-	case c.RefundOf != "":
+	case c.Endpoint == endpointRefunds:
 		re, err := b.refunds.Get(c.StripeID, &stripe.RefundParams{Params: stripe.Params{Context: ctx}})
 		if err != nil {
 			return claimApplied{}, err

@@ -177,9 +177,11 @@ func validateBatch(reqs []request) error {
 // claim: the State of a Claim that was not found.
 type State string
 
-// The states of a claim. Succeeded is terminal. Failed is terminal for its
-// key: only the claim's own recorded payment succeeding after all moves it
-// on, to Succeeded (see the package documentation's States).
+// The states of a claim. Succeeded is terminal, but for a usage report
+// rejected after it was accepted and a refund that failed after it
+// succeeded, which fail. Failed is terminal for its key: only the claim's
+// own recorded payment succeeding after all moves it on, to Succeeded (see
+// the package documentation's States).
 const (
 	StatePending State = "pending"
 	// StateProcessing: the payment exists at Stripe but has not settled (a

@@ -191,6 +191,12 @@
 // processing, keeps it; the claim stays failed, and the update is reported
 // as the period perhaps paid twice.
 //
+// One edge leaves the succeeded state, for what Stripe reports failed
+// after it succeeded, which moved nothing: a usage report's meter event
+// rejected after it was accepted (a meter error report), and a refund
+// whose customer's bank returned it. The claim fails, and its amount no
+// longer counts against its payment's refunds.
+//
 // # What you call, and what billing calls
 //
 // A [Store] is what you hand to billing.Config.Claims, and [Store.Get] is

@@ -361,12 +361,36 @@ func (p *pgEngine) claim(ctx context.Context, reqs []request) ([]result, error) 
 		if run == maxClaimRuns {
 			return nil, fmt.Errorf("claim: %d claims (first %q) still racing other runners after %d runs; claim them again", len(todo), reqs[todo[0]].Key, run)
 		}
-		var err error
-		if todo, err = p.claimRun(ctx, reqs, todo, out); err != nil {
+		now, later := refundsApart(reqs, todo)
+		again, err := p.claimRun(ctx, reqs, now, out)
+		if err != nil {
 			return nil, err
 		}
+		if len(again) == 0 && len(later) > 0 {
+			run-- // refunds waiting their turn, not a race
+		}
+		todo = append(again, later...)
 	}
 	return out, nil
+}
+
+// refundsApart splits todo into what one statement may claim, with at
+// most one refund of each payment, and the refunds left for a later one:
+// one statement reads one snapshot, in which two refunds of a payment
+// would not see each other's amount.
+func refundsApart(reqs []request, todo []int) (now, later []int) {
+	var seen []string
+	for _, i := range todo {
+		if k := reqs[i].RefundOf; k != "" {
+			if slices.Contains(seen, k) {
+				later = append(later, i)
+				continue
+			}
+			seen = append(seen, k)
+		}
+		now = append(now, i)
+	}
+	return now, later
 }
 
 // claimRun runs claimTemplate once for reqs[todo], fills in out and returns

@@ -128,3 +128,19 @@ func TestConcurrentRefundsOfAPaymentNeverAddUpToMoreThanIt(t *testing.T) {
 		}
 	})
 }
+
+// A refund's claim is never sent elsewhere: a build that does not know
+// refunds, reopening the claim's key for charges, is refused by the table.
+func TestRefundClaimCannotBeReopenedForAnotherEndpoint(t *testing.T) {
+	t.Parallel()
+	p, _ := newPostgres(t, claim.Config{Lease: lease})
+	paid(t, p, "pay", 1000)
+	r := refundReq("pay", "a", 100)
+	mustClaim(t, p, r, claimengine.Won)
+	if err := p.Reopen(context.Background(), r.Key, r.Owner, "charges", "cred"); err == nil {
+		t.Fatal("a refund's claim was reopened for charges")
+	}
+	if err := p.Reopen(context.Background(), r.Key, r.Owner, "refunds", "cred"); err != nil {
+		t.Fatalf("reopening for refunds: %v", err)
+	}
+}

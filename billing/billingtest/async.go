@@ -187,7 +187,9 @@ func (s *Server) CaptureIntentPartly(id string, received int64) error {
 }
 
 // Dispute opens a dispute on a succeeded payment and emits
-// charge.dispute.created. It returns the dispute's id.
+// charge.dispute.created; from then on a refund of the payment is refused
+// with 400 charge_disputed, as Stripe refuses to refund a charge that was
+// charged back. It returns the dispute's id.
 func (s *Server) Dispute(id, reason string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,6 +197,7 @@ func (s *Server) Dispute(id, reason string) (string, error) {
 	if p == nil || !p.Paid {
 		return "", fmt.Errorf("billingtest: Dispute(%q): no succeeded payment with this id", id)
 	}
+	p.disputed = true
 	s.objSeq++
 	dp := fmt.Sprintf("dp_%014d", s.objSeq)
 	d := map[string]any{"id": dp, "object": "dispute", "amount": p.Amount, "currency": p.Currency,

@@ -102,13 +102,16 @@
 // (payment_intent), with an optional amount (what is left by default),
 // reason and metadata. A payment takes several partial refunds, of the
 // same amount or not, until they add up to its amount; then a refund is
-// refused with 400 charge_already_refunded, and one over what is left with
-// 400 amount_too_large. The charge's amount_refunded and refunded follow.
+// refused with 400 charge_already_refunded, one over what is left with
+// 400 amount_too_large, and any refund of a payment with a dispute
+// ([Server.Dispute]) with 400 charge_disputed. The charge's amount_refunded and refunded follow.
 // A refund is succeeded at once, or pending when the payment's customer
 // settles later (Config.Async, [Server.SettleLater]): it then succeeds,
 // or fails with the Async's FailureCode as its failure_reason, [Async].After
 // later on the server's clock, or when [Server.Settle] moves it to
-// succeeded, failed or canceled. A pending refund counts as refunded; a
+// succeeded, failed or canceled; Settle also fails a succeeded refund, as
+// Stripe reports one failed after it succeeded (its customer's bank
+// returned it). A pending refund counts as refunded; a
 // failed or canceled one gives its amount back to the payment and the
 // balance, and the payment can be refunded again. Events follow API
 // 2024-06-20: charge.refunded (the charge, or for a payment intent a

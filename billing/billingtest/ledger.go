@@ -30,6 +30,7 @@ type Payment struct {
 
 	settleAt time.Time // when an asynchronous payment settles; zero once settled
 	received int64     // what a partial capture took of Amount; 0 for all of it
+	disputed bool      // a dispute is open on it: Stripe refunds none of it
 }
 
 func (p Payment) clone() Payment {

@@ -112,7 +112,8 @@ func (s *Server) newMove(object, acct, key string, md map[string]string, now tim
 
 // Settle moves a pending refund or payout on now, as its bank would:
 // a refund to "succeeded", "failed" or "canceled" (failed and canceled
-// give its amount back to the payment and the balance); a payout to
+// give its amount back to the payment and the balance), or "failed" once
+// succeeded (its customer's bank returned it); a payout to
 // "in_transit" or "paid", or "failed" (even once paid: a bank may return
 // a payout days later) or "canceled" (while pending), its amount back in
 // the balance. failureCode is a failure's code (Stripe's failure_reason

@@ -68,6 +68,9 @@ func (s *Server) refund(p *Payment, amount int64, reason string, md map[string]s
 	if !p.Paid {
 		return nil, invalid(param, "", fmt.Sprintf("%s %s is %s: only a succeeded payment can be refunded.", p.Object, p.ID, p.Status))
 	}
+	if p.disputed {
+		return nil, invalid(param, "charge_disputed", fmt.Sprintf("Charge %s has been charged back; cannot issue a refund.", p.ID))
+	}
 	left := p.Amount - p.AmountRefunded
 	if left == 0 {
 		return nil, invalid(param, "charge_already_refunded", fmt.Sprintf("Charge %s has already been refunded.", p.ID))
@@ -90,14 +93,15 @@ func (s *Server) refund(p *Payment, amount int64, reason string, md map[string]s
 	return m, nil
 }
 
-// settleRefund moves a pending refund to status and emits
-// charge.refund.updated, the refund's event for API 2024-06-20 (Stripe
-// sent refund.updated and refund.failed for refunds of a charge only from
-// 2024-10-28). A failed or canceled refund gives its amount back. mu is
-// held.
+// settleRefund moves a pending refund to status, or a succeeded one to
+// failed (Stripe reports a refund succeeded and, rarely, failed later: the
+// customer's bank returned it), and emits charge.refund.updated, the
+// refund's event for API 2024-06-20 (Stripe sent refund.updated and
+// refund.failed for refunds of a charge only from 2024-10-28). A failed or
+// canceled refund gives its amount back. mu is held.
 func (s *Server) settleRefund(m *move, status, code string, now time.Time) error {
-	if m.Status != "pending" {
-		return fmt.Errorf("the refund is %s; only a pending refund settles", m.Status)
+	if m.Status != "pending" && (m.Status != "succeeded" || status != "failed") {
+		return fmt.Errorf("the refund is %s; only a pending refund settles, and a succeeded one only fails", m.Status)
 	}
 	switch status {
 	case "succeeded":

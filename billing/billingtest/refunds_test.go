@@ -272,3 +272,55 @@ func TestDashboardRefundIsARefund(t *testing.T) {
 		t.Fatalf("refunds = %+v; want 4000 then 200, with no key", ms)
 	}
 }
+
+// A refund reported succeeded can fail later, as Stripe's can: its amount
+// is refundable again.
+func TestSucceededRefundCanFailLater(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	api := newAPI(t, srv, testKey, nil)
+	ch, err := api.Charges.New(chargeParams("cus_1", "2026-09", "charge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := api.Refunds.New(refundParams(ch.ID, 2000, "r1"))
+	if err != nil || r.Status != "succeeded" {
+		t.Fatalf("refund = %+v, %v", r, err)
+	}
+	if err := srv.Settle(r.ID, "failed", "lost_or_stolen_card"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := api.Refunds.Get(r.ID, nil); got.Status != "failed" || got.FailureReason != "lost_or_stolen_card" {
+		t.Fatalf("refund after failing = %+v", got)
+	}
+	if got, _ := api.Charges.Get(ch.ID, nil); got.AmountRefunded != 0 {
+		t.Fatalf("amount refunded after the refund failed = %d; want 0", got.AmountRefunded)
+	}
+	if err := srv.Settle(r.ID, "succeeded", ""); err == nil {
+		t.Fatal("a failed refund settled again")
+	}
+}
+
+// A disputed payment is refunded neither by the API nor in the Dashboard.
+func TestDisputedPaymentIsNotRefunded(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	api := newAPI(t, srv, testKey, nil)
+	ch, err := api.Charges.New(chargeParams("cus_1", "2026-09", "charge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Dispute(ch.ID, "fraudulent"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.Refunds.New(refundParams(ch.ID, 1000, "r1"))
+	if se := stripeErr(t, err); se.HTTPStatusCode != 400 || se.Code != stripe.ErrorCodeChargeDisputed {
+		t.Fatalf("refund of a disputed charge: %+v; want 400 charge_disputed", se)
+	}
+	if err := srv.Refund(ch.ID, 1000); err == nil {
+		t.Fatal("a disputed charge was refunded in the Dashboard")
+	}
+	if n := len(srv.Movements("refund")); n != 0 {
+		t.Fatalf("%d refunds of a disputed charge", n)
+	}
+}

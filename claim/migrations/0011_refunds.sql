@@ -9,6 +9,11 @@
 -- refunds of one payment are claimed one after the other, on any number
 -- of replicas. The index finds a payment's refunds for that sum.
 --
+-- A refund's claim is sent to refunds or credit notes, never elsewhere: a
+-- build of billonce from before refunds, which does not know refund_of,
+-- would resume a pending refund's claim as a charge, and the check makes
+-- its reopening of the claim's key fail before anything is sent.
+--
 -- A nullable column with no default is added without rewriting the
 -- table; every existing row is NULL, which the index leaves out, so
 -- building it reads the table once under its SHARE lock, a moment. A
@@ -17,7 +22,7 @@
 ALTER TABLE billonce_claims ADD COLUMN IF NOT EXISTS refund_of text;  -- the key of the payment claim a refund refunds; NULL for other claims
 ALTER TABLE billonce_claims
     DROP CONSTRAINT IF EXISTS refund_known,
-    ADD CONSTRAINT refund_known CHECK (length(refund_of) <= 255 AND refund_of <> key) NOT VALID;
+    ADD CONSTRAINT refund_known CHECK (refund_of IS NULL OR length(refund_of) <= 255 AND refund_of <> key AND endpoint IN ('refunds', 'credit_notes')) NOT VALID;
 CREATE INDEX IF NOT EXISTS billonce_claims_refunds ON billonce_claims (refund_of) WHERE refund_of IS NOT NULL;
 
 INSERT INTO billonce_claims_migrations (version, name) VALUES (11, 'refunds') ON CONFLICT (version) DO NOTHING;
