@@ -14,12 +14,14 @@
 //	billonce reconcile [-json] [-customers FILE]
 //	billonce rebill -customer C -period P -attempt N -amount N -currency C [-yes]
 //	billonce refund -customer C -period P -id ID -amount N [-yes]
+//	billonce transfer -account A -period P -amount N -currency C [-attempt N] [-yes]
+//	billonce payout -account A -period P -amount N -currency C [-attempt N] [-yes]
 //	billonce resolve -key K -payment (pi_…|ch_…|none)
 //	billonce export -period P [-format csv|json]
 //
 // Every subcommand works on the database named by -database-url or
 // DATABASE_URL; there is no default, and no throwaway database. Those that
-// call Stripe (run, usage, reconcile, rebill, refund, resolve) take the secret key from
+// call Stripe (run, usage, reconcile, rebill, refund, transfer, payout, resolve) take the secret key from
 // STRIPE_SECRET_KEY (never from a flag, so that it stays out of process
 // listings and shell history) and Stripe's URL from -stripe-url or
 // STRIPE_URL (defaults to https://api.stripe.com); run -vault-proxy-url
@@ -116,6 +118,8 @@ func init() {
 		"reconcile": {"settle the claims runners left pending, under the lock", cmdReconcile},
 		"rebill":    {"bill one customer again under a new attempt (needs -yes)", cmdRebill},
 		"refund":    {"refund a customer's payment for a period, once per refund id (needs -yes)", cmdRefund},
+		"transfer":  {"transfer to a connected account for a period, once per attempt (needs -yes)", cmdTransfer},
+		"payout":    {"pay a connected account's balance out for a period, once per attempt (needs -yes)", cmdPayout},
 		"resolve":   {"settle a pending claim with a payment a person verified", cmdResolve},
 		"export":    {"a period's claims as CSV or JSON, for accounting", cmdExport},
 		"usage":     {"report a file of usage to Stripe's meters, each row once, under the lock", cmdUsage},

@@ -377,3 +377,27 @@ func TestRefundPrintsFirstAndRefundsOncePerIDOnlyWithYes(t *testing.T) {
 	}
 	billingtest.RequireChargedOnce(t, e.fake, "cus_a", period)
 }
+
+func TestTransferAndPayoutPayEachAccountOncePerAttemptOnlyWithYes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	acct := e.fake.CreateAccount()
+	e.fake.SetBalance("", "usd", 10_000)
+	for _, what := range []string{"transfer", "payout"} {
+		args := []string{what, "-account", acct, "-period", period, "-amount", "3000", "-currency", "usd"}
+		r := e.billonce("", args...).want(t, exitUsage)
+		if !strings.Contains(r.stdout, "will ") || !strings.Contains(r.stderr, "pass -yes") {
+			t.Errorf("%s without -yes:\nstdout:\n%s\nstderr:\n%s", what, r.stdout, r.stderr)
+		}
+		for range 2 {
+			e.billonce("", append(args, "-yes")...).want(t, exitOK)
+		}
+		if n := len(e.fake.Movements(what)); n != 1 {
+			t.Fatalf("%d %ss at the fake, want 1", n, what)
+		}
+	}
+	if b := e.fake.Balance(acct, "usd"); b != 0 {
+		t.Fatalf("account balance %d, want 0: 3000 in, 3000 paid out", b)
+	}
+	e.billonce("", "transfer", "-account", "cus_x", "-period", period, "-amount", "1", "-currency", "usd", "-yes").want(t, exitUsage)
+}
