@@ -11,9 +11,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/payout"
 	"github.com/stripe/stripe-go/v79/refund"
 
+	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
+	"github.com/billonce/billonce/claim"
 )
 
 // The refund rows charge the customer once, then refund part of it; the
@@ -50,6 +53,14 @@ func refundScenarios() []scenario {
 			naive:     naiveRefundAmountKey,
 			billonce:  billonceRefundAmountKey,
 			count:     countRefunds,
+		},
+		{
+			id:        "payout-25h",
+			name:      "payout swept again after an unknown outcome, 25 hours later",
+			customers: []string{"the account"},
+			naive:     naivePayoutSweep,
+			billonce:  billoncePayoutSweep,
+			count:     countPayouts,
 		},
 	}
 }
@@ -153,5 +164,85 @@ func billonceRefundAmountKey(ctx context.Context, e *env) error {
 		r, err := b.Refund(ctx, "cus_refund_merge", period, rma, refundAmount)
 		e.logf("billonce: Refund(%s): %s %s, err=%v", rma, r.Outcome, r.StripeID, err)
 	}
+	return nil
+}
+
+// ---- payout swept again past 24 hours ----
+
+// payoutAccount makes the connected account the payout rows pay out of,
+// with a balance of two payouts, and returns its id.
+func payoutAccount(e *env) string {
+	acct := e.stripe.CreateAccount()
+	e.stripe.SetBalance(acct, currency, 2*payoutAmount)
+	return acct
+}
+
+const payoutAmount = 9000
+
+var postPayouts = billingtest.Match{Method: http.MethodPost, Path: "/v1/payouts"}
+
+func countPayouts(fake *billingtest.Server, account string) int {
+	n := 0
+	for _, m := range fake.Movements("payout") {
+		if m.Status != "failed" && m.Status != "canceled" {
+			n++
+		}
+	}
+	return n
+}
+
+// naivePayoutSweep pays each account out once a day with a stable key per
+// account and period. The first night Stripe makes the payout and the
+// answer is lost, then Stripe fails; the sweep marks the payout failed and
+// releases it. The next night's sweep sends the same key, which Stripe has
+// forgotten: a second payout.
+func naivePayoutSweep(ctx context.Context, e *env) error {
+	acct := payoutAccount(e)
+	e.stripe.FailNext(postPayouts, billingtest.Fault{Kind: billingtest.FaultCut}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	b := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		URL:               stripe.String(e.stripe.URL),
+		HTTPClient:        &http.Client{Transport: newTransport(), Timeout: 30 * time.Second},
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     quiet{},
+	})
+	payouts := payout.Client{B: b, Key: secretKey}
+	key := "payout-" + acct + "-" + period // stable, and reused the next night
+	pay := func() error {
+		p := &stripe.PayoutParams{Amount: stripe.Int64(payoutAmount), Currency: stripe.String(currency)}
+		p.Context, p.IdempotencyKey = ctx, stripe.String(key)
+		p.SetStripeAccount(acct)
+		_, err := payouts.New(p)
+		return err
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		e.logf("unsafe code: night 1, attempt %d: %v", attempt, pay())
+	}
+	e.stripe.Advance(day)
+	e.logf("unsafe code: night 2, same key: %v", pay())
+	return nil
+}
+
+func billoncePayoutSweep(ctx context.Context, e *env) error {
+	acct := payoutAccount(e)
+	e.stripe.FailNext(postPayouts, billingtest.Fault{Kind: billingtest.FaultCut}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	// The listing before the send passes; the one after the unknown
+	// outcome fails too.
+	e.stripe.FailNext(billingtest.Match{Method: http.MethodGet, Path: "/v1/payouts"}, billingtest.Fault{}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	b, err := e.biller(ctx, "sweep-night-1", func(c *billing.Config, _ *claim.Config) { c.Retry.MaxAttempts = 2 })
+	if err != nil {
+		return err
+	}
+	p := billing.Price{Amount: payoutAmount, Currency: currency}
+	_, err = b.Payout(ctx, acct, period, p, nil)
+	e.logf("billonce: night 1: %v", err)
+	e.stripe.Advance(day)
+	if _, err := e.pool.Exec(ctx, "UPDATE "+e.schema+"."+claim.DefaultTable+" SET created_at = created_at - make_interval(secs => $1), first_sent_at = first_sent_at - make_interval(secs => $1)", day.Seconds()); err != nil {
+		return err
+	}
+	if b, err = e.biller(ctx, "sweep-night-2", nil); err != nil {
+		return err
+	}
+	r, err := b.Payout(ctx, acct, period, p, nil)
+	e.logf("billonce: night 2: %s %s, err=%v", r.Outcome, r.StripeID, err)
 	return nil
 }
