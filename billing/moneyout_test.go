@@ -216,3 +216,37 @@ func TestTransferWhoseClaimRowWasLostIsNotMadeAgainPastTheKeyWindow(t *testing.T
 		t.Fatalf("transfers %+v, receipt %+v; want the one transfer %s", got, again, r.StripeID)
 	}
 }
+
+// Without webhooks, Reconcile reads a payout on its way once it has been
+// processing for Config.SettleAfter, on its account, and settles it; a
+// payout left pending by a crashed sweep is resumed with its key.
+func TestReconcileSettlesPayoutsOnTheirAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acct := e.srv.CreateAccount()
+	e.srv.SetBalance(acct, "usd", 100_000)
+	ctx := context.Background()
+	r, err := e.b.Payout(ctx, acct, period, usd, nil)
+	wantHow(t, r, err, billing.Created)
+	// A second sweep's payout of the next period crashed after its claim.
+	crashed := e.biller(func(c *billing.Config) { c.Claims = crashAfterClaim{wrapStore(e.store)} })
+	if _, err := crashed.Payout(ctx, acct, "2026-10", usd, nil); !errors.Is(err, errCrashed) {
+		t.Fatalf("crashing sweep: %v", err)
+	}
+	e.exec("UPDATE billonce_claims SET lease_until = now() - interval '1 second', processing_at = processing_at - interval '2 hours'")
+	e.srv.Advance(10 * 24 * time.Hour)
+	sum, err := e.b.Reconcile(ctx, nil)
+	if err != nil || sum.AlreadyBilled != 1 || sum.Created+sum.Processing != 1 {
+		t.Fatalf("Reconcile = %+v, %v; want the paid payout read and the crashed one made", sum.Progress, err)
+	}
+	if c, _ := e.store.Get(ctx, r.Key.String()); c.State != claim.StateSucceeded {
+		t.Fatalf("the paid payout's claim is %s, want succeeded", c.State)
+	}
+	if got := movementsTo(e, "payout", acct); len(got) != 2 {
+		t.Fatalf("payouts %+v, want two: one per period", got)
+	}
+	sum, err = e.b.Reconcile(ctx, nil)
+	if err != nil || len(movementsTo(e, "payout", acct)) != 2 {
+		t.Fatalf("Reconcile again = %+v, %v, %d payouts", sum.Progress, err, len(movementsTo(e, "payout", acct)))
+	}
+}
