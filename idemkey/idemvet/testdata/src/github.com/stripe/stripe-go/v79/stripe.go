@@ -88,3 +88,31 @@ type Invoice struct{ ID string }
 type InvoiceItem struct{ ID string }
 type BillingMeterEvent struct{ Identifier string }
 type BillingMeterEventAdjustment struct{ ID string }
+
+type RefundParams struct {
+	Params `form:"*"`
+	Amount *int64
+	Charge *string
+}
+
+type CreditNoteParams struct {
+	Params  `form:"*"`
+	Invoice *string
+	Amount  *int64
+}
+
+type TransferParams struct {
+	Params      `form:"*"`
+	Amount      *int64
+	Destination *string
+}
+
+type PayoutParams struct {
+	Params `form:"*"`
+	Amount *int64
+}
+
+type Refund struct{ ID string }
+type CreditNote struct{ ID string }
+type Transfer struct{ ID string }
+type Payout struct{ ID string }

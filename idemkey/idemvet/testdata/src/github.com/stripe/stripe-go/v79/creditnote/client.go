@@ -1,0 +1,12 @@
+package creditnote
+
+import stripe "github.com/stripe/stripe-go/v79"
+
+type Client struct{ Key string }
+
+func (c Client) New(p *stripe.CreditNoteParams) (*stripe.CreditNote, error) { return nil, nil }
+func (c Client) Get(id string, p *stripe.CreditNoteParams) (*stripe.CreditNote, error) {
+	return nil, nil
+}
+
+func New(p *stripe.CreditNoteParams) (*stripe.CreditNote, error) { return Client{}.New(p) }
