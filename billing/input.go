@@ -1,6 +1,8 @@
 package billing
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -44,11 +46,23 @@ func (p Price) Validate(api API) error {
 }
 
 // Validate reports whether it can be billed with api: a customer ID of 1
-// to 255 bytes without white space or control characters, and, when it
-// carries one, a price that passes [Price.Validate]. Use it to check a
-// whole input file before a run; Run checks every item itself.
+// to 255 bytes without white space or control characters, an Account
+// that is empty or a connected account's id, and, when it carries one, a
+// price that passes [Price.Validate]; or, for a transfer or payout item,
+// an Account, one amount, and nothing else. Use it to check a whole input
+// file before a run; Run checks every item itself.
 func (it Item) Validate(api API) error {
-	if err := checkID("customer ID", it.Customer); err != nil {
+	if it.Transfer != nil || it.Payout != nil {
+		if (it.Transfer == nil) == (it.Payout == nil) || it.Customer != "" || it.Price != nil || it.Invoice != nil || it.Account == "" {
+			return invalid("a transfer or payout item has an Account and one of Transfer and Payout, and no Customer, Price or Invoice")
+		}
+		if err := checkAccount(it.Account); err != nil {
+			return err
+		}
+		_, err := checkPrice(*cmp.Or(it.Transfer, it.Payout), Charges)
+		return err
+	}
+	if err := errors.Join(checkAccount(it.Account), checkID("customer ID", it.Customer)); err != nil {
 		return err
 	}
 	if it.Invoice != nil {

@@ -250,3 +250,38 @@ func TestReconcileSettlesPayoutsOnTheirAccount(t *testing.T) {
 		t.Fatalf("Reconcile again = %+v, %v, %d payouts", sum.Progress, err, len(movementsTo(e, "payout", acct)))
 	}
 }
+
+func TestTransferAndPayoutItemsValidateAndRunOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a1, a2 := e.srv.CreateAccount(), e.srv.CreateAccount()
+	e.srv.SetBalance("", "usd", 100_000)
+	e.srv.SetBalance(a2, "usd", 100_000)
+	items := []billing.Item{{Account: a1, Transfer: &usd}, {Account: a2, Payout: &usd}}
+	for _, it := range items {
+		if err := it.Validate(billing.Charges); err != nil {
+			t.Fatalf("Validate(%+v): %v", it, err)
+		}
+	}
+	for _, bad := range []billing.Item{{Transfer: &usd}, {Account: a1, Transfer: &usd, Payout: &usd}, {Account: a1, Customer: "cus_1", Payout: &usd},
+		{Account: "cus_1", Transfer: &usd}, {Account: a1, Transfer: &billing.Price{Amount: -1, Currency: "usd"}}} {
+		if err := bad.Validate(billing.Charges); !errors.Is(err, billing.ErrInvalid) {
+			t.Errorf("Validate(%+v): %v, want ErrInvalid", bad, err)
+		}
+	}
+	seq := func(yield func(billing.Item, error) bool) {
+		for _, it := range items {
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+	for range 2 {
+		if sum, err := e.b.Run(context.Background(), period, seq, nil); err != nil || !sum.Complete() {
+			t.Fatalf("Run = %+v, %v", sum, err)
+		}
+	}
+	if n, m := len(movementsTo(e, "transfer", a1)), len(movementsTo(e, "payout", a2)); n != 1 || m != 1 {
+		t.Fatalf("%d transfers and %d payouts, want one each", n, m)
+	}
+}
