@@ -1010,28 +1010,13 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 	p.arm(op.crash, op.crashAt, op.crashStep, cancel)
 	defer p.arm(simCrashNone, 0, "", nil)
 	var errs []error
-	switch {
-	case w.mode == simUsage:
+	switch w.mode {
+	case simUsage:
 		out, errs = w.usageStep(ctx, b, op)
-	case w.mode == simInvoices:
+	case simInvoices:
 		out, errs = w.invoiceStep(ctx, b, op)
-	case op.kind == simCharge:
-		rc, err := b.Charge(ctx, op.customer, op.period, nil)
-		out, errs = simReceipt(rc, err), []error{err}
-	case op.kind == simRun:
-		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
-		out, errs = simSummary(sum, err), append(sum.Failures, err)
-	case op.kind == simReconcile:
-		sum, err := b.Reconcile(ctx, nil)
-		out, errs = simSummary(sum, err), append(sum.Failures, err)
-	case op.kind == simRebill:
-		rc, err := b.Charge(ctx, op.customer, op.period, nil)
-		out, errs = "charge: "+simReceipt(rc, err), []error{err}
-		var fe *billing.ChargeError
-		if errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined) {
-			rc, err = b.Rebill(ctx, op.customer, op.period, fe.Attempt+1, nil)
-			out, errs = fmt.Sprintf("rebill attempt %d: %s", fe.Attempt+1, simReceipt(rc, err)), []error{err}
-		}
+	default:
+		out, errs = w.chargeStep(ctx, b, op)
 	}
 	crashed, late := p.dead.Load(), ctx.Err() != nil
 	if op.crash != simCrashNone && !crashed {
@@ -1048,4 +1033,29 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 		}
 	}
 	return p.name + ": " + out
+}
+
+// chargeStep runs one runner's step of a charge scenario: a charge or a
+// run bills, a re-bill bills again with the next attempt a period that
+// declined.
+func (w *simWorld) chargeStep(ctx context.Context, b *billing.Biller, op simOp) (string, []error) {
+	switch op.kind {
+	case simRun:
+		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
+		return simSummary(sum, err), append(sum.Failures, err)
+	case simReconcile:
+		sum, err := b.Reconcile(ctx, nil)
+		return simSummary(sum, err), append(sum.Failures, err)
+	case simRebill:
+		rc, err := b.Charge(ctx, op.customer, op.period, nil)
+		out := "charge: " + simReceipt(rc, err)
+		var fe *billing.ChargeError
+		if errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined) {
+			rc, err = b.Rebill(ctx, op.customer, op.period, fe.Attempt+1, nil)
+			out = fmt.Sprintf("rebill attempt %d: %s", fe.Attempt+1, simReceipt(rc, err))
+		}
+		return out, []error{err}
+	}
+	rc, err := b.Charge(ctx, op.customer, op.period, nil)
+	return simReceipt(rc, err), []error{err}
 }
