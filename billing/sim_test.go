@@ -55,13 +55,14 @@ func TestSimulation(t *testing.T) {
 }
 
 // simMode is what a scenario's runners bill: charges (or payment intents),
-// or usage reports to a meter.
+// usage reports to a meter, invoices, or charges and refunds of them.
 type simMode int
 
 const (
 	simCharges simMode = iota
 	simUsage
 	simInvoices
+	simRefunds
 )
 
 // simTest plays the seeds of BILLONCE_SIM_SEEDS (or BILLONCE_SIM_SEED) in
@@ -170,6 +171,10 @@ func simulate(pool *pgxpool.Pool, seed uint64, mode simMode, faults map[simFault
 	case simInvoices:
 		w.settleInvoices(ctx)
 		res.violations = w.checkInvoices(ctx)
+		return res
+	case simRefunds:
+		w.settleRefunds(ctx)
+		res.violations = w.checkRefunds(ctx)
 		return res
 	}
 	w.settle(ctx)
@@ -836,12 +841,17 @@ func (w *simWorld) play(ctx context.Context) {
 			w.armHold(w.runners[rd.ops[0].runner].proc, or.hold)
 		}
 		w.arm(rd.faults)
+		w.round = i
 		for j, op := range rd.ops {
-			if w.mode == simInvoices && (op.crash == simCrashBeforeAnswer || op.crash == simCrashBeforeRecord) {
+			switch {
+			case w.mode == simInvoices && (op.crash == simCrashBeforeAnswer || op.crash == simCrashBeforeRecord):
 				// An invoice takes several writes: the crash falls on
 				// one of a step, each step as likely.
 				steps := []string{"invoice draft", "invoice line", "invoice finalize", "invoice pay"}
 				rd.ops[j].crashStep = steps[rand.New(rand.NewPCG(w.plan.seed, uint64(i*simRunnerCount+j))).IntN(len(steps))]
+				op = rd.ops[j]
+			case w.mode == simRefunds && op.crash != simCrashNone:
+				rd.ops[j].crashStep = w.refundCrashStep(i, j)
 				op = rd.ops[j]
 			}
 			r := w.runners[op.runner]
@@ -870,8 +880,11 @@ func (w *simWorld) play(ctx context.Context) {
 			w.srv.AggregateNow()
 		}
 		w.actOthers(ctx, or)
-		if w.mode == simUsage {
+		switch w.mode {
+		case simUsage:
 			w.srv.AggregateNow()
+		case simRefunds:
+			w.endRefundRound(ctx, i)
 		}
 		if w.others.hooks {
 			w.deliverWebhooks(ctx)
@@ -1015,6 +1028,8 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 		out, errs = w.usageStep(ctx, b, op)
 	case simInvoices:
 		out, errs = w.invoiceStep(ctx, b, op)
+	case simRefunds:
+		out, errs = w.refundStep(ctx, b, op)
 	default:
 		out, errs = w.chargeStep(ctx, b, op)
 	}
