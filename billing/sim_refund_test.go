@@ -25,7 +25,7 @@ import (
 // scope) with refunds after the charges: each step charges its customers
 // as TestSimulation's does, then refunds them for the period by refund
 // ids the application asks for one after the other. Each customer and
-// period has two to five refunds: partial ones, two of the same amount
+// period has three to five refunds: partial ones, two of the same amount
 // under two ids, one that with those before it comes to more than the
 // payment (which billonce must refuse, ErrInvalid, before Stripe sees it)
 // and, for some, one of exactly what is left. Calls are repeated as an
@@ -50,7 +50,9 @@ import (
 // amount_refunded, and Stripe never refused a refund billonce sent. The
 // charges are checked as TestSimulation checks them, and the refunds'
 // claims against the fake: a succeeded claim names its refund, a failed
-// one names none that moved money, none is left unsettled.
+// one names none that moved money, none is left unsettled; and a period
+// whose payment claim is succeeded is never refused as having no payment
+// to refund once settled.
 //
 // BILLONCE_SIM_SEEDS and BILLONCE_SIM_SEED choose the seeds as for
 // TestSimulation.
@@ -703,14 +705,25 @@ func (w *simWorld) checkRefunds(ctx context.Context) []simViolation {
 	for k, ms := range byKey {
 		add(simRefundOf(ms[0]), "refund without claim", "%s: no claim has its key %s", describe(ms), w.keyLabel(k))
 	}
-	// Every refund asked for is settled for the application.
+	// Every refund asked for is settled for the application, and a
+	// period paid has a payment to refund.
+	paid := map[[2]string]bool{}
+	for _, c := range claims {
+		if simPaymentClaim(c) && c.State == string(claim.StateSucceeded) {
+			paid[[2]string{c.Customer, c.Period}] = true
+		}
+	}
 	w.rf.mu.Lock()
 	for _, cp := range w.rf.order {
 		for _, q := range w.rf.asked[cp] {
 			id := simRefundID{cp[0], cp[1], q.id}
-			if o := w.rf.last[id]; (o == simRefundUnsettled || o == simRefundProcessing) && !w.refundHeld(id) {
+			switch o := w.rf.last[id]; {
+			case (o == simRefundUnsettled || o == simRefundProcessing) && !w.refundHeld(id):
 				out = append(out, simViolation{Kind: "unsettled refund", Cause: w.cause(id.customer, id.period),
 					Detail: fmt.Sprintf("%s: its last call after settling reported %s", id, simRefundOutcomeNames[o])})
+			case o == simRefundNotPaid && paid[cp]:
+				out = append(out, simViolation{Kind: "payment not found", Cause: w.cause(id.customer, id.period),
+					Detail: fmt.Sprintf("%s: its last call after settling found no payment to refund, yet the period's payment claim is succeeded", id)})
 			}
 		}
 	}
