@@ -174,8 +174,10 @@ func (w *simWorld) refundWorld() {
 		r.cron = append(r.cron, rng.IntN(100) < 35)
 	}
 	w.rf = r
-	for c, d := range r.delay {
-		w.logf("%s pays and is refunded by bank debit: pending for %s", c, simDur(d))
+	for _, c := range w.plan.customers {
+		if d := r.delay[c]; d > 0 {
+			w.logf("%s pays and is refunded by bank debit: pending for %s", c, simDur(d))
+		}
 	}
 	for _, cp := range r.order {
 		var parts []string
