@@ -239,14 +239,19 @@ type simWorld struct {
 	mode      simMode
 	others    *simOthers
 	ow        simOtherState
-	hooks     simHooks  // when others.hooks
-	usageBase time.Time // mode simUsage: the start of the first window, on the wall clock
-	oldBase   time.Time // mode simUsage: the start of the window from 34 days ago, on the wall clock
+	hooks     simHooks     // when others.hooks
+	usageBase time.Time    // mode simUsage: the start of the first window, on the wall clock
+	oldBase   time.Time    // mode simUsage: the start of the window from 34 days ago, on the wall clock
+	rf        *simRefunder // mode simRefunds: the refunds asked for, and what their calls reported
 	pool      *pgxpool.Pool
 	table     string
 	srv       *billingtest.Server
 	base      *http.Transport
 	t0        time.Time // the fake's clock when the scenario starts
+
+	// Set by the goroutine that plays the scenario only, before the
+	// round's steps start.
+	round int // the round being played, from 0
 
 	// Used by the goroutine that plays the scenario only.
 	runners   []*simRunner
@@ -302,8 +307,11 @@ func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan, mode si
 	w.base = http.DefaultTransport.(*http.Transport).Clone()
 	w.base.MaxIdleConnsPerHost = 16
 	w.t0 = w.srv.Now()
-	if mode == simUsage {
+	switch mode {
+	case simUsage:
 		w.usageWorld()
+	case simRefunds:
+		w.refundWorld()
 	}
 	if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{w.table}.Sanitize()); err != nil {
 		w.close()
@@ -408,6 +416,9 @@ func (w *simWorld) learn(cfg simConfig, b *billing.Biller) {
 			for a := 1; a <= 6; a++ {
 				if k, err := b.Key(c, p, a); err == nil {
 					w.labels[k.String()] = fmt.Sprintf("%s/%s#%d%s", c, p, a, scopeTag(cfg.Scope))
+					if w.rf != nil {
+						w.rf.label(w.labels, cfg.Scope, k, c, p, a)
+					}
 				}
 			}
 		}
@@ -592,9 +603,16 @@ func (s *simStore) alive() error {
 	return nil
 }
 
-// claimed runs one claim call under the claim crash points.
-func (s *simStore) claimed(what string, call func() error) error {
+// claimed runs one claim call of step (simStep: "refund" for a refund's
+// claim, "" for any other) under the claim crash points, which count the
+// claim calls of the operation's crash step alone when it has one.
+func (s *simStore) claimed(what, step string, call func() error) error {
 	if err := s.alive(); err != nil {
+		return err
+	}
+	if !s.p.counts(step) {
+		err := call()
+		s.p.w.claimed(what)
 		return err
 	}
 	n := s.p.next(false)
@@ -615,7 +633,11 @@ func (s *simStore) claimed(what string, call func() error) error {
 
 func (s *simStore) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
 	var res claimResult
-	err := s.claimed(s.p.w.keyLabel(req.Key), func() (err error) {
+	step := ""
+	if req.RefundOf != "" {
+		step = "refund"
+	}
+	err := s.claimed(s.p.w.keyLabel(req.Key), step, func() (err error) {
 		res, err = s.inner.Claim(ctx, req)
 		s.noteResumed(res)
 		if err == nil {
@@ -631,7 +653,7 @@ func (s *simStore) Claim(ctx context.Context, req claimengine.Request) (claimRes
 
 func (s *simStore) ClaimBatch(ctx context.Context, reqs []claimengine.Request) ([]claimResult, error) {
 	var res []claimResult
-	err := s.claimed(fmt.Sprintf("a batch of %d", len(reqs)), func() (err error) {
+	err := s.claimed(fmt.Sprintf("a batch of %d", len(reqs)), "", func() (err error) {
 		res, err = s.inner.ClaimBatch(ctx, reqs)
 		s.noteResumed(res...)
 		return err
@@ -751,12 +773,12 @@ func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, c
 	return s.inner.(claimengine.Batcher).CheckSendSucceed(ctx, window, checks, done)
 }
 
-// simCreate reports whether a POST to path creates what is billed, or
-// takes a step of an invoice: the crash points around Stripe's answer
-// fire on them.
+// simCreate reports whether a POST to path creates what is billed or
+// refunded, or takes a step of an invoice: the crash points around
+// Stripe's answer fire on them.
 func simCreate(path string) bool {
 	switch path {
-	case "/v1/charges", "/v1/payment_intents", meterEvents, "/v1/invoices", "/v1/invoiceitems":
+	case "/v1/charges", "/v1/payment_intents", meterEvents, "/v1/invoices", "/v1/invoiceitems", "/v1/refunds":
 		return true
 	}
 	return strings.HasPrefix(path, "/v1/invoices/") && (strings.HasSuffix(path, "/finalize") || strings.HasSuffix(path, "/pay"))
@@ -1151,8 +1173,9 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 	}
 
 	// Every succeeded claim is a live payment of its amount and currency.
+	// A refund's claim is checked with the refunds (checkRefunds).
 	for _, c := range claims {
-		if c.State != string(claim.StateSucceeded) {
+		if c.State != string(claim.StateSucceeded) || c.Endpoint == simRefundsEndpoint {
 			continue
 		}
 		p, ok := payByID[c.StripeID]

@@ -107,7 +107,7 @@ const (
 
 // simFaultModes says which simulations play each fault type.
 var simFaultModes = map[simFault][]simMode{
-	simRotateInFlight:    {simCharges, simInvoices, simUsage},
+	simRotateInFlight:    {simCharges, simInvoices, simUsage, simRefunds},
 	simDashboardItem:     {simInvoices},
 	simDashboardPay:      {simInvoices},
 	simDashboardVoid:     {simInvoices},
@@ -226,6 +226,8 @@ func newSimOthers(plan *simPlan, mode simMode, on map[simFault]bool) *simOthers 
 		steps = []string{"invoice draft", "invoice line", "invoice line", "invoice finalize", "invoice pay"}
 	case simUsage:
 		steps = []string{"meter event"}
+	case simRefunds:
+		steps = []string{"payment", "refund"}
 	}
 	for _, rd := range plan.rounds {
 		var or simOtherRound

@@ -55,13 +55,14 @@ func TestSimulation(t *testing.T) {
 }
 
 // simMode is what a scenario's runners bill: charges (or payment intents),
-// or usage reports to a meter.
+// usage reports to a meter, invoices, or charges and refunds of them.
 type simMode int
 
 const (
 	simCharges simMode = iota
 	simUsage
 	simInvoices
+	simRefunds
 )
 
 // simTest plays the seeds of BILLONCE_SIM_SEEDS (or BILLONCE_SIM_SEED) in
@@ -170,6 +171,10 @@ func simulate(pool *pgxpool.Pool, seed uint64, mode simMode, faults map[simFault
 	case simInvoices:
 		w.settleInvoices(ctx)
 		res.violations = w.checkInvoices(ctx)
+		return res
+	case simRefunds:
+		w.settleRefunds(ctx)
+		res.violations = w.checkRefunds(ctx)
 		return res
 	}
 	w.settle(ctx)
@@ -836,12 +841,17 @@ func (w *simWorld) play(ctx context.Context) {
 			w.armHold(w.runners[rd.ops[0].runner].proc, or.hold)
 		}
 		w.arm(rd.faults)
+		w.round = i
 		for j, op := range rd.ops {
-			if w.mode == simInvoices && (op.crash == simCrashBeforeAnswer || op.crash == simCrashBeforeRecord) {
+			switch {
+			case w.mode == simInvoices && (op.crash == simCrashBeforeAnswer || op.crash == simCrashBeforeRecord):
 				// An invoice takes several writes: the crash falls on
 				// one of a step, each step as likely.
 				steps := []string{"invoice draft", "invoice line", "invoice finalize", "invoice pay"}
 				rd.ops[j].crashStep = steps[rand.New(rand.NewPCG(w.plan.seed, uint64(i*simRunnerCount+j))).IntN(len(steps))]
+				op = rd.ops[j]
+			case w.mode == simRefunds && op.crash != simCrashNone:
+				rd.ops[j].crashStep = w.refundCrashStep(i, j)
 				op = rd.ops[j]
 			}
 			r := w.runners[op.runner]
@@ -870,8 +880,11 @@ func (w *simWorld) play(ctx context.Context) {
 			w.srv.AggregateNow()
 		}
 		w.actOthers(ctx, or)
-		if w.mode == simUsage {
+		switch w.mode {
+		case simUsage:
 			w.srv.AggregateNow()
+		case simRefunds:
+			w.endRefundRound(ctx, i)
 		}
 		if w.others.hooks {
 			w.deliverWebhooks(ctx)
@@ -1010,28 +1023,15 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 	p.arm(op.crash, op.crashAt, op.crashStep, cancel)
 	defer p.arm(simCrashNone, 0, "", nil)
 	var errs []error
-	switch {
-	case w.mode == simUsage:
+	switch w.mode {
+	case simUsage:
 		out, errs = w.usageStep(ctx, b, op)
-	case w.mode == simInvoices:
+	case simInvoices:
 		out, errs = w.invoiceStep(ctx, b, op)
-	case op.kind == simCharge:
-		rc, err := b.Charge(ctx, op.customer, op.period, nil)
-		out, errs = simReceipt(rc, err), []error{err}
-	case op.kind == simRun:
-		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
-		out, errs = simSummary(sum, err), append(sum.Failures, err)
-	case op.kind == simReconcile:
-		sum, err := b.Reconcile(ctx, nil)
-		out, errs = simSummary(sum, err), append(sum.Failures, err)
-	case op.kind == simRebill:
-		rc, err := b.Charge(ctx, op.customer, op.period, nil)
-		out, errs = "charge: "+simReceipt(rc, err), []error{err}
-		var fe *billing.ChargeError
-		if errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined) {
-			rc, err = b.Rebill(ctx, op.customer, op.period, fe.Attempt+1, nil)
-			out, errs = fmt.Sprintf("rebill attempt %d: %s", fe.Attempt+1, simReceipt(rc, err)), []error{err}
-		}
+	case simRefunds:
+		out, errs = w.refundStep(ctx, b, op)
+	default:
+		out, errs = w.chargeStep(ctx, b, op)
 	}
 	crashed, late := p.dead.Load(), ctx.Err() != nil
 	if op.crash != simCrashNone && !crashed {
@@ -1048,4 +1048,29 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 		}
 	}
 	return p.name + ": " + out
+}
+
+// chargeStep runs one runner's step of a charge scenario: a charge or a
+// run bills, a re-bill bills again with the next attempt a period that
+// declined.
+func (w *simWorld) chargeStep(ctx context.Context, b *billing.Biller, op simOp) (string, []error) {
+	switch op.kind {
+	case simRun:
+		sum, err := b.Run(ctx, op.period, billing.Customers(op.run...), &billing.RunOptions{Concurrency: op.conc, BatchSize: op.batch})
+		return simSummary(sum, err), append(sum.Failures, err)
+	case simReconcile:
+		sum, err := b.Reconcile(ctx, nil)
+		return simSummary(sum, err), append(sum.Failures, err)
+	case simRebill:
+		rc, err := b.Charge(ctx, op.customer, op.period, nil)
+		out := "charge: " + simReceipt(rc, err)
+		var fe *billing.ChargeError
+		if errors.As(err, &fe) && errors.Is(err, billing.ErrDeclined) {
+			rc, err = b.Rebill(ctx, op.customer, op.period, fe.Attempt+1, nil)
+			out = fmt.Sprintf("rebill attempt %d: %s", fe.Attempt+1, simReceipt(rc, err))
+		}
+		return out, []error{err}
+	}
+	rc, err := b.Charge(ctx, op.customer, op.period, nil)
+	return simReceipt(rc, err), []error{err}
 }

@@ -8,7 +8,8 @@
 // charged exactly once at its price, none missing but the declined, every
 // paid charge named by a succeeded claim (Check); or invoiced once, each
 // line once (CheckInvoices); or each usage window counted once at the
-// fake's meter (CheckUsage).
+// fake's meter (CheckUsage); or charged once and each refund made once,
+// none past the payment (CheckRefunds).
 //
 // What the children run, and how a run knows it is over, is each
 // example's own. A run goes:

@@ -21,12 +21,14 @@ func TestMain(m *testing.M) {
 
 // TestChaosSmall runs the harness at CI size, in each mode: three runner
 // processes bill 300 customers (or invoice 60, or report two usage
-// windows for each of 60) while about 10% of requests fail, two runners
-// are killed, PostgreSQL restarts once and the runners' backends are
-// terminated once. The fake's ledger must show every customer charged
-// exactly once; or invoiced once, each line once, the invoice finalized
-// once and paid once (open for a declined card); or every usage window
-// counted exactly once and none of a rejected customer's.
+// windows for each of 60, or charge 60 and refund each four times) while
+// about 10% of requests fail, two runners are killed, PostgreSQL restarts
+// once and the runners' backends are terminated once. The fake's ledger
+// must show every customer charged exactly once; or invoiced once, each
+// line once, the invoice finalized once and paid once (open for a
+// declined card); or every usage window counted exactly once and none of
+// a rejected customer's; or each refund made exactly once, but the one
+// past the payment, refused.
 func TestChaosSmall(t *testing.T) {
 	testenv.Long(t) // starts PostgreSQL and three runner processes per mode
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -44,6 +46,7 @@ func TestChaosSmall(t *testing.T) {
 		{ModeCharges, 300, 0, 0.03},
 		{ModeInvoices, 60, 0, 0.06},
 		{ModeUsage, 60, 2, 0.06},
+		{ModeRefunds, 60, 0, 0.06},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			// The modes run one after another, each on a database of its
@@ -90,6 +93,9 @@ func TestChaosSmall(t *testing.T) {
 			}
 			if want := fig.Paid * tc.windows; tc.mode == ModeUsage && fig.Reports != want {
 				t.Errorf("%d usage windows counted once, want %d", fig.Reports, want)
+			}
+			if want := fig.Paid * (len(chaos.Refunds(0)) - 1); tc.mode == ModeRefunds && (fig.Reports != want || fig.RefundsRefused != fig.Paid) {
+				t.Errorf("%d refunds made once and %d refused past the payment, want %d and %d", fig.Reports, fig.RefundsRefused, want, fig.Paid)
 			}
 			// The chaos must really have happened, or the test proves nothing.
 			if fig.Kills == 0 || fig.DBRestarts == 0 || fig.BackendTerminations == 0 {

@@ -33,7 +33,20 @@ const (
 	// rejected by Stripe later, in error reports delivered to the
 	// webhook.
 	ModeUsage = "usage"
+	// ModeRefunds bills each customer once for the period, as
+	// ModeCharges, then refunds each payment by chaos.Refunds: three
+	// partial refunds, and one that with them comes to more than the
+	// payment, which billonce refuses.
+	ModeRefunds = "refunds"
 )
+
+// waitsOutWindow reports whether the runners of mode stop once all they
+// have left waits on outcomes Stripe keeps answering unknown, which the
+// harness settles after moving time a day on: usage reports and invoice
+// steps, which their lookups cannot settle within the key's window.
+// Charges and refunds are settled by the final run's resends and
+// lookups.
+func waitsOutWindow(mode string) bool { return mode == ModeUsage || mode == ModeInvoices }
 
 // DefaultMeterDelay is Config.MeterDelay's default: shorter than the
 // fake's own minute, so that a run of any size meets meter error reports
@@ -46,7 +59,8 @@ const webhookSecret = "whsec_chaosHarnessSigningSecret0000"
 
 // Config is one chaos run.
 type Config struct {
-	// Mode is ModeCharges (or empty), ModeInvoices or ModeUsage.
+	// Mode is ModeCharges (or empty), ModeInvoices, ModeUsage or
+	// ModeRefunds.
 	Mode string
 	// Windows is the number of usage windows per customer (ModeUsage).
 	Windows      int
@@ -108,6 +122,9 @@ type Figures struct {
 	LogDir                 string
 	RunnerFailures         int // runner processes that exited with an error on their own
 	UnsettledAfterFinalRun int
+	// RefundsRefused counts the refunds past the payment the final pass
+	// asked for again, each refused (ModeRefunds).
+	RefundsRefused int
 }
 
 // OK reports whether every invariant held.
@@ -139,11 +156,16 @@ func (f Figures) String() string {
 		row("customers invoiced, paid", f.Paid)
 		row("invoices open, declined", f.Declined)
 		row("invoice lines", f.Reports)
+	case ModeRefunds:
+		row("customers charged", f.Paid)
+		row("customers declined", f.Declined)
+		row("refunds made once", f.Reports)
+		row("refused past the payment", f.RefundsRefused)
 	default:
 		row("customers charged", f.Paid)
 		row("customers declined", f.Declined)
 	}
-	if f.Mode != ModeCharges {
+	if waitsOutWindow(f.Mode) {
 		row("pending, settled a day later", f.PendingPastWindow)
 	}
 	row("final clean run: created", f.FinalRunCreated)
@@ -172,7 +194,7 @@ func (c *Config) check() error {
 	switch c.Mode {
 	case "":
 		c.Mode = ModeCharges
-	case ModeCharges, ModeInvoices:
+	case ModeCharges, ModeInvoices, ModeRefunds:
 	case ModeUsage:
 		if c.Windows < 1 {
 			return errors.New("usage mode needs at least 1 window per customer")
@@ -182,7 +204,7 @@ func (c *Config) check() error {
 		}
 		c.MeterDelay = cmp.Or(c.MeterDelay, DefaultMeterDelay)
 	default:
-		return fmt.Errorf("unknown mode %q: use %s, %s or %s", c.Mode, ModeCharges, ModeInvoices, ModeUsage)
+		return fmt.Errorf("unknown mode %q: use %s, %s, %s or %s", c.Mode, ModeCharges, ModeInvoices, ModeUsage, ModeRefunds)
 	}
 	return chaos.CheckConfig(c.Period, c.AttemptTimeout, c.Lease, c.DeclineFraction)
 }
@@ -220,6 +242,12 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		progress = func() int { return int(env.Fake.Stats().Created) / cfg.Windows }
 	case ModeInvoices:
 		progress = func() int { return len(env.Fake.Invoices("")) }
+	case ModeRefunds:
+		// Progress is in customers' worth of objects created: a charge
+		// and its refunds but the one past the payment, as many as
+		// chaos.Refunds has.
+		perCustomer := len(chaos.Refunds(0))
+		progress = func() int { return int(env.Fake.Stats().Created) / perCustomer }
 	}
 
 	deadline := time.Now().Add(cfg.Timeout)
@@ -386,7 +414,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 			}
 		}
 	}
-	if cfg.Mode != ModeCharges {
+	if waitsOutWindow(cfg.Mode) {
 		// Reports and invoice steps whose outcome stayed unknown (a 500
 		// Stripe stored for their key) wait out their key's window: time
 		// passes on both clocks, and the final run settles them from what
@@ -408,6 +436,8 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		fig.Ledger, err = env.CheckUsage(ctx, base, cfg.Windows)
 	case ModeInvoices:
 		fig.Ledger, err = env.CheckInvoices(ctx, cfg.Period)
+	case ModeRefunds:
+		fig.Ledger, err = env.CheckRefunds(ctx, cfg.Period)
 	default:
 		fig.Ledger, err = env.Check(ctx, cfg.Period, map[string]int{cfg.Period: cfg.Customers})
 	}
@@ -454,6 +484,11 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	if cfg.Mode == ModeRefunds {
+		if err := finalRefunds(ctx, cfg, env, b, deadline, fig); err != nil {
+			return err
+		}
+	}
 	sum, err := b.Reconcile(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("chaos: reconcile pass: %w", err)
@@ -463,6 +498,37 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller
 	env.Fake.AggregateNow() // the meter error reports, as Stripe sends them within minutes
 	fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
 	return nil
+}
+
+// finalRefunds asks for every customer's refunds again with faults off,
+// pass after pass until none is left unsettled (refunds of killed runners
+// wait out their lease) or deadline passes. What is left unsettled is
+// logged to final.log.
+func finalRefunds(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, deadline time.Time, fig *Figures) error {
+	f, err := os.OpenFile(filepath.Join(env.LogDir, "final.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	logger := slog.New(slog.NewJSONHandler(f, nil))
+	for pass := 1; ; pass++ {
+		p := refundAll(ctx, b, cfg.Period, cfg.Customers, 0, cfg.Concurrency, logger)
+		fig.RefundsRefused = p.Refused
+		if p.Left == 0 {
+			env.Logf("final refund pass %d: %d refunds made, %d refused past the payment, %d customers with no payment", pass, p.Made, p.Refused, p.Unpaid)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			fig.UnsettledAfterFinalRun += p.Left
+			env.Logf("final refund pass %d: %d customers' refunds still unsettled; giving up", pass, p.Left)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // finalBiller is the Biller of the harness itself: its webhook endpoint,

@@ -8,12 +8,14 @@
 // exactly once at the right amount, none missing but the declined, and
 // every charge matched by a succeeded claim. It exits 1 if any of that fails.
 // With -mode invoices the runners bill by invoice, with -mode usage they
-// report usage windows to a meter, and the check counts invoices and their
-// lines, or meter events, at the fake.
+// report usage windows to a meter, with -mode refunds they bill and then
+// refund every payment by a few refund ids, and the check counts invoices
+// and their lines, meter events, or refunds, at the fake.
 //
 //	go run ./internal/cmd/chaos
 //	go run ./internal/cmd/chaos -customers 10000 -kills 5 -db-restarts 1 -cut 0.15
 //	go run ./internal/cmd/chaos -mode usage -windows 3
+//	go run ./internal/cmd/chaos -mode refunds
 package main
 
 import (
@@ -32,7 +34,7 @@ import (
 func main() {
 	chaos.Child(runnerEnv, runnerMain)
 	cfg := Config{Rates: map[billingtest.FaultKind]float64{}}
-	flag.StringVar(&cfg.Mode, "mode", ModeCharges, "what the runners do: "+ModeCharges+" (bill the period), "+ModeInvoices+" (bill it by invoice) or "+ModeUsage+" (report usage windows to a meter)")
+	flag.StringVar(&cfg.Mode, "mode", ModeCharges, "what the runners do: "+ModeCharges+" (bill the period), "+ModeInvoices+" (bill it by invoice), "+ModeUsage+" (report usage windows to a meter) or "+ModeRefunds+" (bill the period, then refund every payment by a few refund ids)")
 	flag.IntVar(&cfg.Windows, "windows", 3, "usage windows per customer, in -mode "+ModeUsage)
 	flag.IntVar(&cfg.Customers, "customers", 2000, "customers to bill")
 	flag.IntVar(&cfg.Runners, "runners", 3, "runner processes billing the same period at once")
@@ -82,6 +84,9 @@ func main() {
 		return
 	case ModeInvoices:
 		fmt.Println("OK: every customer invoiced exactly once, each line once")
+		return
+	case ModeRefunds:
+		fmt.Println("OK: every customer charged exactly once, each refund made exactly once, none past the payment")
 		return
 	}
 	fmt.Println("OK: every customer charged exactly once")

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,7 +44,8 @@ type runnerConfig struct {
 	Deadline                               time.Time
 	// Mode is what the runner does: ModeCharges bills the period,
 	// ModeInvoices bills it by invoice, ModeUsage reports Windows usage
-	// windows per customer, starting at Base, with RunUsage.
+	// windows per customer, starting at Base, with RunUsage, ModeRefunds
+	// bills the period and then refunds every customer's payment.
 	Mode    string
 	Windows int
 	Base    time.Time
@@ -153,6 +155,9 @@ func runnerMain(cfg runnerConfig) int {
 		logger.Info("chaos runner: run finished", "run", run, "created", sum.Created, "already_done", sum.AlreadyBilled,
 			"failed", sum.Declined, "pending", sum.Pending, "invalid", sum.Invalid, "elapsed", sum.Elapsed, "error", err)
 		if err == nil && sum.Pending == 0 && sum.Invalid == 0 && sum.Done == total {
+			if cfg.Mode == ModeRefunds {
+				return refundsMain(ctx, cfg, b, logger, start)
+			}
 			return 0
 		}
 		// Usage reports and invoice steps whose outcome Stripe keeps
@@ -164,7 +169,7 @@ func runnerMain(cfg runnerConfig) int {
 		// after the events, so within any longer run), are settled.
 		// Waiting longer than a lease lets claims of killed runners be
 		// resumed here first.
-		if cfg.Mode != ModeCharges && err == nil && sum.Created == 0 && sum.Pending > 0 && onlyWaiting(sum.Failures) {
+		if waitsOutWindow(cfg.Mode) && err == nil && sum.Created == 0 && sum.Pending > 0 && onlyWaiting(sum.Failures) {
 			if stuck.IsZero() {
 				stuck = time.Now()
 			}
@@ -196,4 +201,104 @@ func onlyWaiting(errs []error) bool {
 		}
 	}
 	return true
+}
+
+// refundsMain refunds every customer's payment by chaos.Refunds, pass
+// after pass, until a pass leaves none unsettled, then exits 0. It exits
+// 2 if the deadline passes first.
+func refundsMain(ctx context.Context, cfg runnerConfig, b *billing.Biller, logger *slog.Logger, start int) int {
+	for pass := 1; ; pass++ {
+		p := refundAll(ctx, b, cfg.Period, cfg.Customers, start, cfg.Concurrency, logger)
+		logger.Info("chaos runner: refund pass finished", "pass", pass, "made", p.Made, "refused", p.Refused, "unpaid", p.Unpaid, "left", p.Left)
+		if p.Left == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			logger.Error("chaos runner: deadline passed with refunds still unsettled", "left", p.Left)
+			return 2
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// refundPass is what one pass of refundAll found.
+type refundPass struct {
+	Made    int // refunds made, or found made
+	Refused int // refunds refused, past what is left of the payment
+	Unpaid  int // customers with no payment to refund: declined
+	Left    int // customers with a refund not settled: to try again
+}
+
+// refundAll asks for the refunds of customers start, start+1, … n-1, 0,
+// … start-1 with concurrency workers, each customer's in order: a refund
+// past the payment is asked for only once those before it are made, and
+// is refused. A customer whose refund met an error (a crash elsewhere
+// holding its claim, an unknown outcome, the database down) is left for
+// the next pass.
+func refundAll(ctx context.Context, b *billing.Biller, period string, n, start, concurrency int, logger *slog.Logger) refundPass {
+	var mu sync.Mutex
+	var pass refundPass
+	todo := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, concurrency) {
+		wg.Go(func() {
+			for i := range todo {
+				p := refundCustomer(ctx, b, period, i, logger)
+				mu.Lock()
+				pass.Made, pass.Refused, pass.Unpaid, pass.Left = pass.Made+p.Made, pass.Refused+p.Refused, pass.Unpaid+p.Unpaid, pass.Left+p.Left
+				mu.Unlock()
+			}
+		})
+	}
+	for k := range n {
+		select {
+		case todo <- (start + k) % n:
+		case <-ctx.Done():
+			pass.Left += n - k
+			close(todo)
+			wg.Wait()
+			return pass
+		}
+	}
+	close(todo)
+	wg.Wait()
+	return pass
+}
+
+// refundCustomer asks for customer i's refunds, in order, until one is
+// left unsettled. A refund refused, failed or contradicted by its claim
+// is settled for good, as a person would find it: the check says what
+// should have been.
+func refundCustomer(ctx context.Context, b *billing.Biller, period string, i int, logger *slog.Logger) refundPass {
+	var p refundPass
+	c := chaos.CustomerID(i)
+	for _, r := range chaos.Refunds(i) {
+		_, err := b.Refund(ctx, c, period, r.ID, r.Amount)
+		var m *claim.MismatchError
+		switch {
+		case err == nil:
+			p.Made++
+			if r.Past {
+				logger.Error("chaos runner: a refund past the payment was made", "customer", c, "refund", r.ID, "amount", r.Amount)
+			}
+		case errors.Is(err, billing.ErrInvalid) && errors.As(err, &m) && m.Field == "refund":
+			p.Refused++
+			if !r.Past {
+				logger.Error("chaos runner: a refund within the payment was refused", "customer", c, "refund", r.ID, "error", err)
+			}
+		case errors.Is(err, billing.ErrInvalid) && !errors.As(err, &m):
+			// No payment to refund: every customer's charge is settled
+			// (the runner's Run left none pending), so it declined.
+			p.Unpaid++
+			return p
+		case errors.Is(err, billing.ErrDeclined), errors.As(err, &m):
+			logger.Error("chaos runner: refund failed, or refused by its claim", "customer", c, "refund", r.ID, "error", err)
+		default:
+			logger.Warn("chaos runner: refund not settled", "customer", c, "refund", r.ID, "error", err)
+			p.Left++
+			return p
+		}
+	}
+	return p
 }
