@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -183,6 +184,16 @@ func (e *Env) start(ctx context.Context) error {
 		return err
 	}
 	e.Fake = billingtest.NewServer(billingtest.Config{Script: random, MeterDelay: e.s.MeterDelay})
+	// The seeded draws depend on the requests' keys, and a usage report's
+	// key on its window, which moves with the day: a small run may draw no
+	// fault of a kind at all. The first writes get one lost answer and one
+	// 500 after commit each, whenever their rates are set, so that every
+	// run meets them.
+	for _, k := range []billingtest.FaultKind{billingtest.FaultCut, billingtest.FaultErrorAfter} {
+		if e.s.Rates[k] > 0 {
+			e.Fake.FailNext(billingtest.Match{Method: http.MethodPost}, billingtest.Fault{Kind: k})
+		}
+	}
 	e.Declined = map[string]bool{}
 	for i := range e.s.Customers {
 		if e.Rand.Float64() < e.s.DeclineFraction {
