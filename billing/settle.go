@@ -104,8 +104,14 @@ func (b *Biller) applied(ctx context.Context, source string, a claimApplied) {
 		switch c.State {
 		case claim.StateFailed:
 			e.Err = failedFrom(c)
-			b.log.LogAttrs(ctx, slogWarn, "billonce: payment failed after it was sent; the claim is failed and is not billed again without a Rebill",
-				append(log, slog.String("failure_code", c.FailureCode), slog.String("was", string(a.Before.State)))...)
+			msg := "billonce: payment failed after it was sent; the claim is failed and is not billed again without a Rebill"
+			switch {
+			case c.RefundOf != "":
+				msg = "billonce: refund failed after it was sent; nothing is refunded by its id: refunding again is a person's decision, under a new refund ID"
+			case c.Endpoint == endpointTransfers || c.Endpoint == endpointPayouts:
+				msg = "billonce: " + strings.TrimSuffix(c.Endpoint, "s") + " failed after it was sent; paying again is a person's decision, under the next attempt"
+			}
+			b.log.LogAttrs(ctx, slogWarn, msg, append(log, slog.String("failure_code", c.FailureCode), slog.String("was", string(a.Before.State)))...)
 		case claim.StateSucceeded:
 			b.log.LogAttrs(ctx, slogInfo, "billonce: payment settled", append(log, slog.String("was", string(a.Before.State)))...)
 		default:
