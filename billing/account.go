@@ -36,19 +36,24 @@ func accountOf(ctx context.Context) string {
 }
 
 // accountHeader is the transport that sends each request to the account
-// its context names: the Stripe-Account header, set, or removed for the
-// platform's own, so that no request goes to an account its job did not
-// name.
+// its context names: the Stripe-Account header on Stripe's v1 API, the
+// Stripe-Context header on v2, set, or removed for the platform's own,
+// so that no request goes to an account its job did not name.
 type accountHeader struct{ base http.RoundTripper }
 
 func (t accountHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 	a := accountOf(r.Context())
-	if r.Header.Get("Stripe-Account") != a {
+	h, other := "Stripe-Account", "Stripe-Context"
+	if strings.HasPrefix(r.URL.Path, "/v2/") {
+		h, other = other, h
+	}
+	if r.Header.Get(h) != a || r.Header.Get(other) != "" {
 		r = r.Clone(r.Context())
+		r.Header.Del(other)
 		if a == "" {
-			r.Header.Del("Stripe-Account")
+			r.Header.Del(h)
 		} else {
-			r.Header.Set("Stripe-Account", a)
+			r.Header.Set(h, a)
 		}
 	}
 	return t.base.RoundTrip(r)

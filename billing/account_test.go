@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/billing/meter"
+
 	"github.com/billonce/billonce/billing"
 	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/claim"
@@ -209,5 +212,49 @@ func TestBadAccountIsInvalidBeforeAnythingIsSent(t *testing.T) {
 	}
 	if n := len(e.srv.Log()); n != 0 || e.claimRows() != 0 {
 		t.Fatalf("%d requests sent, %d claims written for bad accounts", n, e.claimRows())
+	}
+}
+
+// Usage on a connected account goes to that account's meter, and the
+// account's meter error report (a v2 event whose context is the account)
+// fails the claim; the same report as the platform's moves nothing.
+func TestUsageOnAConnectedAccountIsFailedByItsAccountsErrorReport(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	acct := h.srv.CreateAccount()
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{URL: stripe.String(h.srv.URL),
+		LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull}})
+	mp := &stripe.BillingMeterParams{DisplayName: stripe.String("API calls"), EventName: stripe.String("api_calls"),
+		DefaultAggregation: &stripe.BillingMeterDefaultAggregationParams{Formula: stripe.String("sum")}}
+	mp.SetStripeAccount(acct)
+	if _, err := (&meter.Client{B: backend, Key: secretKey}).New(mp); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.RejectUsage("cus_1", "meter_event_customer_not_found")
+	ctx := context.Background()
+	u := usage("cus_1", 9)
+	u.Account = acct
+	r, err := h.b.ReportUsage(ctx, u)
+	wantHow(t, r, err, billing.Created)
+	h.srv.AggregateNow()
+	var reports []billingtest.Event
+	for _, ev := range h.srv.Events() {
+		if ev.Type == "v1.billing.meter.error_report_triggered" {
+			reports = append(reports, ev)
+		}
+	}
+	if len(reports) != 1 || reports[0].Account != acct {
+		t.Fatalf("error reports %+v, want one on %s", reports, acct)
+	}
+	platform := reports[0]
+	platform.ID += "_platform"
+	platform.Body = []byte(strings.Replace(strings.Replace(string(platform.Body), `"context":"`+acct+`",`, "", 1), reports[0].ID, platform.ID, 1))
+	h.deliver(platform)
+	if c, _ := h.store.Get(ctx, r.Key.String()); c.State != claim.StateSucceeded {
+		t.Fatalf("claim %s after the platform's report, want succeeded", c.State)
+	}
+	body := h.deliver(reports[0])
+	if c, _ := h.store.Get(ctx, r.Key.String()); c.State != claim.StateFailed {
+		t.Fatalf("claim %s after its account's report (answered %q; %s), want failed", c.State, body, reports[0].Body)
 	}
 }

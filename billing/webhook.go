@@ -490,6 +490,9 @@ type thinEvent struct {
 	Object  string    `json:"object"`
 	Type    string    `json:"type"`
 	Created time.Time `json:"created"`
+	// Context is the connected account the event happened on; "" for
+	// the platform's own.
+	Context string `json:"context"`
 }
 
 // meterErrorReport is the type of the event that reports meter events
@@ -542,6 +545,8 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 		answer(w, http.StatusOK, "ignored: event type not handled")
 		return Event{Result: resultIgnored, EventID: env.ID}
 	}
+	// The report, and the meter and events it names, are its account's.
+	ctx = onAccount(ctx, env.Context)
 	rep, err := h.readReport(ctx, env.ID)
 	if err != nil {
 		if missingPayment(err) {
@@ -575,7 +580,8 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 			named++
 			u := claimengine.Update{EventID: env.ID + "/" + id, EventType: env.Type, Key: id, StripeID: id,
 				Created: cmp.Or(env.Created, time.Now()), State: string(claim.StateFailed), FailureCode: t.Code, Endpoint: endpointMeterEvents,
-				MeterID: meterID, SentFrom: rep.Data.ValidationStart, SentTo: cmp.Or(rep.Data.ValidationEnd, rep.Data.ValidationStart), ReadAt: stripeNow(rep.LastResponse)}
+				MeterID: meterID, SentFrom: rep.Data.ValidationStart, SentTo: cmp.Or(rep.Data.ValidationEnd, rep.Data.ValidationStart), ReadAt: stripeNow(rep.LastResponse),
+				Account: env.Context}
 			a, err := h.b.claims.Apply(ctx, u)
 			switch {
 			case errors.Is(err, claim.ErrNotFound), errors.Is(err, claim.ErrInvalid):
