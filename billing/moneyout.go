@@ -64,7 +64,7 @@ func (b *Biller) Transfer(ctx context.Context, account, period string, p Price, 
 // for period, exactly once per (account, period, attempt), as a payout
 // made on the account (the Stripe-Account header), with the claim's key
 // in its metadata. It is claimed before it is sent; past the key's window
-// it is found by listing the account's payouts created since the claim.
+// it is found by listing the account's payouts.
 // A pending or in-transit payout is processing; paid, it succeeds, and a
 // payout the bank returns later (Stripe's payout.failed after paid, by
 // webhook or Reconcile's read) fails its claim and is reported (an
@@ -280,8 +280,9 @@ func payoutStatus(s stripe.PayoutStatus) string {
 }
 
 // find lists what j's key may have made: the account's transfers of the
-// group, or the account's payouts created since a day before the claim,
-// and returns those that carry the key.
+// group, or every payout of the account (a claim made again after its row
+// was lost may be much younger than what its key made), and returns those
+// that carry the key.
 func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return nil, err
@@ -289,11 +290,9 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 	var out []object
 	var last *stripe.APIResponse
 	if k.payout {
-		c, err := b.claims.Get(ctx, j.key.String())
-		if err != nil {
-			return nil, err
-		}
-		params := &stripe.PayoutListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: c.CreatedAt.Add(-24 * time.Hour).Unix()}}
+		// Every payout of the account, however old: a claim made again
+		// after its row was lost may be days younger than its payout.
+		params := &stripe.PayoutListParams{}
 		params.Context = ctx
 		it := b.payouts.List(params)
 		for it.Next() {
