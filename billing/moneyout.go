@@ -355,6 +355,21 @@ func updateFromPayout(po *stripe.Payout) claimengine.Update {
 	return u
 }
 
+// claimAccount is the account c's key went to: a payout's is its
+// customer, the account it pays out of, and a transfer's the platform's,
+// whatever the claim's account column says (a row restored from a copy
+// made before the column existed, or edited by hand); any other claim's
+// is its column.
+func claimAccount(c claim.Claim) string {
+	switch c.Endpoint {
+	case endpointPayouts:
+		return c.Customer
+	case endpointTransfers:
+		return ""
+	}
+	return c.Account
+}
+
 // moneyOutJob rebuilds the transfer or payout a pending claim stands for.
 func (b *Biller) moneyOutJob(c claim.Claim) (job, error) {
 	key, err := idemkey.Parse(c.Key)

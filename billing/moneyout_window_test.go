@@ -2,10 +2,13 @@ package billing_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/billing/billingtest"
 	"github.com/billonce/billonce/internal/claimengine"
 )
 
@@ -45,4 +48,39 @@ func TestPayoutWhoseClaimRowWasLostIsFoundDaysLater(t *testing.T) {
 		t.Fatalf("payouts %+v after the claim was made again %v later (receipt %+v, %v); want the one payout %s", got, later, again, err, r.StripeID)
 	}
 	wantHow(t, again, err, billing.Reconciled)
+}
+
+// A payout's claim whose account column was lost (a row restored from a
+// copy made before the column existed, or edited by hand) still stands
+// for a payout on its account, its customer: Reconcile reports the claim
+// whose row disagrees, and never pays out of the platform's balance.
+func TestPayoutClaimWithoutItsAccountColumnIsReconciledOnItsAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acct := e.srv.CreateAccount()
+	e.srv.SetBalance(acct, "usd", 100_000)
+	e.srv.SetBalance("", "usd", 100_000)
+	ctx := context.Background()
+	b := e.biller(func(c *billing.Config) { c.Retry.MaxAttempts = 1 })
+	e.srv.FailNext(billingtest.Match{Method: "POST", Path: "/v1/payouts"}, billingtest.Fault{Kind: billingtest.FaultCut})
+	e.srv.FailNext(billingtest.Match{Method: "GET", Path: "/v1/payouts"}, billingtest.Fault{}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	_, err := b.Payout(ctx, acct, period, usd, nil)
+	var ce *billing.ChargeError
+	if !errors.Is(err, billing.ErrOutcomeUnknown) || !errors.As(err, &ce) {
+		t.Fatalf("payout with its answer lost: %v, want ErrOutcomeUnknown", err)
+	}
+	e.exec("UPDATE billonce_claims SET account = '' WHERE key = $1", ce.Key)
+	e.ageClaim(ce.Key, 25*time.Hour)
+	e.srv.Advance(25 * time.Hour)
+	sum, rerr := e.b.Reconcile(ctx, nil)
+	all := e.srv.Movements("payout")
+	if len(all) != 1 || all[0].Account != acct {
+		t.Fatalf("payouts %+v after Reconcile (%+v, %v); want the one payout on %s", all, sum, rerr, acct)
+	}
+	if len(sum.Failures) != 1 || !strings.Contains(sum.Failures[0].Error(), "account") {
+		t.Fatalf("Reconcile: %+v, %v; want the claim's account reported", sum, rerr)
+	}
+	if bal := e.srv.Balance("", "usd"); bal != 100_000 {
+		t.Fatalf("platform balance %d, want 100000: nothing paid out of it", bal)
+	}
 }
