@@ -282,7 +282,8 @@ func payoutStatus(s stripe.PayoutStatus) string {
 // find lists what j's key may have made: the account's transfers of the
 // group, or every payout of the account (a claim made again after its row
 // was lost may be much younger than what its key made), and returns those
-// that carry the key.
+// that carry the key, and those of another attempt of the period that
+// did not fail (see moneyOutAttempt), which a send must never pay again.
 func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return nil, err
@@ -300,8 +301,8 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 			if po.ID == "" || po.Status == "" {
 				return nil, notAPayment(it.PayoutList().LastResponse)
 			}
-			if po.Metadata[MetaKey] == j.key.String() {
-				out = append(out, object{id: po.ID, status: payoutStatus(po.Status), customer: j.customer, amount: po.Amount, currency: string(po.Currency)})
+			if n, mine := b.moneyOutAttempt(k, j, po.Metadata); mine && (n == j.attempt || po.Status != stripe.PayoutStatusFailed && po.Status != stripe.PayoutStatusCanceled) {
+				out = append(out, object{id: po.ID, status: payoutStatus(po.Status), customer: j.customer, amount: po.Amount, currency: string(po.Currency), paidBy: otherAttempt(j, n)})
 			}
 		}
 		if err := it.Err(); err != nil {
@@ -319,8 +320,8 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 			if tr.ID == "" {
 				return nil, notAPayment(it.TransferList().LastResponse)
 			}
-			if tr.Metadata[MetaKey] == j.key.String() {
-				out = append(out, object{id: tr.ID, status: "succeeded", customer: j.customer, amount: tr.Amount, currency: string(tr.Currency)})
+			if n, mine := b.moneyOutAttempt(k, j, tr.Metadata); mine {
+				out = append(out, object{id: tr.ID, status: "succeeded", customer: j.customer, amount: tr.Amount, currency: string(tr.Currency), paidBy: otherAttempt(j, n)})
 			}
 		}
 		if err := it.Err(); err != nil {
@@ -334,6 +335,35 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 		return nil, notASearchResult(last)
 	}
 	return out, nil
+}
+
+// moneyOutAttempt tells which attempt of j's account and period, in this
+// Biller's scope, made the transfer or payout whose metadata is md: j's
+// own, or another whose claim row may be lost (a claim table restored
+// from an older copy), and which pays the period unless it failed.
+func (b *Biller) moneyOutAttempt(k moneyOut, j job, md map[string]string) (int, bool) {
+	key := md[MetaKey]
+	if key == j.key.String() {
+		return j.attempt, true
+	}
+	period := strings.TrimPrefix(j.period, k.what()+" ")
+	if key == "" || md[MetaCustomer] != j.customer || md[MetaPeriod] != period {
+		return 0, false
+	}
+	for n := 1; n <= maxAttempt; n++ {
+		if other, err := b.moneyOutKey(k, j.customer, period, n); err == nil && other.String() == key {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// otherAttempt is an object's paidBy: n, when it is not j's attempt.
+func otherAttempt(j job, n int) int {
+	if n == j.attempt {
+		return 0
+	}
+	return n
 }
 
 // updateFromPayout is what a payout says about its claim: on its way is

@@ -84,3 +84,30 @@ func TestPayoutClaimWithoutItsAccountColumnIsReconciledOnItsAccount(t *testing.T
 		t.Fatalf("platform balance %d, want 100000: nothing paid out of it", bal)
 	}
 }
+
+// A claim table restored from a copy made before a period's transfers
+// has lost both attempts: attempt 1, refused for a short balance, and
+// attempt 2, which transferred. A sweep that asks for attempt 1 again, a
+// day later, finds the period's transfer by listing and never transfers
+// a second time.
+func TestTransferOfAnotherAttemptFoundByListingAfterARestoreIsNotMadeAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acct := e.srv.CreateAccount()
+	ctx := context.Background()
+	if _, err := e.b.Transfer(ctx, acct, period, usd, nil); !errors.Is(err, billing.ErrDeclined) {
+		t.Fatalf("transfer without balance: %v, want ErrDeclined", err)
+	}
+	e.srv.SetBalance("", "usd", 100_000)
+	r2, err := e.b.Transfer(ctx, acct, period, usd, &billing.MoneyOutOptions{Attempt: 2})
+	wantHow(t, r2, err, billing.Created)
+	e.exec("DELETE FROM billonce_claims")
+	e.srv.Advance(25 * time.Hour)
+	again, err := e.b.Transfer(ctx, acct, period, usd, nil)
+	if got := movementsTo(e, "transfer", acct); len(got) != 1 {
+		t.Fatalf("transfers %+v after attempt 1 was asked for again (%+v, %v); want attempt 2's transfer %s alone", got, again, err, r2.StripeID)
+	}
+	if !errors.Is(err, billing.ErrNeedsReconciliation) || !strings.Contains(err.Error(), r2.StripeID) {
+		t.Fatalf("attempt 1 asked for again: %+v, %v; want ErrNeedsReconciliation naming attempt 2's transfer", again, err)
+	}
+}
