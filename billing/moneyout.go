@@ -52,7 +52,10 @@ func (o *MoneyOutOptions) attempt() int {
 // ("billonce <scope> <period>") and the claim's key in its metadata. It
 // is claimed before it is sent, and sent through the same guard as a
 // charge; past the key's window it is found by listing the account's
-// transfers of the group. A platform balance short of it is Stripe's
+// transfers of the group; one made by another attempt of the period that
+// the claim table has no record of (rows lost, or restored from an older
+// copy) stops it, ErrNeedsReconciliation, and nothing is sent (the same
+// for a payout, unless that payout failed). A platform balance short of it is Stripe's
 // balance_insufficient: the claim fails, with what to do, and nothing is
 // retried; transferring again is the next attempt. Reversing a transfer
 // is a person's decision too: billonce never reverses one.
