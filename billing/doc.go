@@ -492,7 +492,7 @@
 //	transfer      scope, account, period, attempt   listing the account's transfers one: the transfer
 //	                                                of its group
 //	payout        scope, account, period, attempt   listing the account's payouts   one: the payout, on the
-//	                                                since the claim                 account
+//	                                                                                account
 //
 // # Charges or PaymentIntents
 //

@@ -155,6 +155,10 @@ type object struct {
 	customer string
 	amount   int64
 	currency string
+	// paidBy is, for a transfer or payout found by listing, the attempt
+	// of the same account and period whose key it carries when that is
+	// not the claim's: it pays the period, and is never the claim's own.
+	paidBy int
 	// requestID is Stripe's id of the request that answered.
 	requestID string
 }

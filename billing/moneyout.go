@@ -52,7 +52,10 @@ func (o *MoneyOutOptions) attempt() int {
 // ("billonce <scope> <period>") and the claim's key in its metadata. It
 // is claimed before it is sent, and sent through the same guard as a
 // charge; past the key's window it is found by listing the account's
-// transfers of the group. A platform balance short of it is Stripe's
+// transfers of the group; one made by another attempt of the period that
+// the claim table has no record of (rows lost, or restored from an older
+// copy) stops it, ErrNeedsReconciliation, and nothing is sent (the same
+// for a payout, unless that payout failed). A platform balance short of it is Stripe's
 // balance_insufficient: the claim fails, with what to do, and nothing is
 // retried; transferring again is the next attempt. Reversing a transfer
 // is a person's decision too: billonce never reverses one.
@@ -64,7 +67,7 @@ func (b *Biller) Transfer(ctx context.Context, account, period string, p Price, 
 // for period, exactly once per (account, period, attempt), as a payout
 // made on the account (the Stripe-Account header), with the claim's key
 // in its metadata. It is claimed before it is sent; past the key's window
-// it is found by listing the account's payouts created since the claim.
+// it is found by listing the account's payouts.
 // A pending or in-transit payout is processing; paid, it succeeds, and a
 // payout the bank returns later (Stripe's payout.failed after paid, by
 // webhook or Reconcile's read) fails its claim and is reported (an
@@ -280,8 +283,10 @@ func payoutStatus(s stripe.PayoutStatus) string {
 }
 
 // find lists what j's key may have made: the account's transfers of the
-// group, or the account's payouts created since a day before the claim,
-// and returns those that carry the key.
+// group, or every payout of the account (a claim made again after its row
+// was lost may be much younger than what its key made), and returns those
+// that carry the key, and those of another attempt of the period that
+// did not fail (see moneyOutAttempt), which a send must never pay again.
 func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return nil, err
@@ -289,11 +294,9 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 	var out []object
 	var last *stripe.APIResponse
 	if k.payout {
-		c, err := b.claims.Get(ctx, j.key.String())
-		if err != nil {
-			return nil, err
-		}
-		params := &stripe.PayoutListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: c.CreatedAt.Add(-24 * time.Hour).Unix()}}
+		// Every payout of the account, however old: a claim made again
+		// after its row was lost may be days younger than its payout.
+		params := &stripe.PayoutListParams{}
 		params.Context = ctx
 		it := b.payouts.List(params)
 		for it.Next() {
@@ -301,8 +304,8 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 			if po.ID == "" || po.Status == "" {
 				return nil, notAPayment(it.PayoutList().LastResponse)
 			}
-			if po.Metadata[MetaKey] == j.key.String() {
-				out = append(out, object{id: po.ID, status: payoutStatus(po.Status), customer: j.customer, amount: po.Amount, currency: string(po.Currency)})
+			if n, mine := b.moneyOutAttempt(k, j, po.Metadata); mine && (n == j.attempt || po.Status != stripe.PayoutStatusFailed && po.Status != stripe.PayoutStatusCanceled) {
+				out = append(out, object{id: po.ID, status: payoutStatus(po.Status), customer: j.customer, amount: po.Amount, currency: string(po.Currency), paidBy: otherAttempt(j, n)})
 			}
 		}
 		if err := it.Err(); err != nil {
@@ -320,8 +323,8 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 			if tr.ID == "" {
 				return nil, notAPayment(it.TransferList().LastResponse)
 			}
-			if tr.Metadata[MetaKey] == j.key.String() {
-				out = append(out, object{id: tr.ID, status: "succeeded", customer: j.customer, amount: tr.Amount, currency: string(tr.Currency)})
+			if n, mine := b.moneyOutAttempt(k, j, tr.Metadata); mine {
+				out = append(out, object{id: tr.ID, status: "succeeded", customer: j.customer, amount: tr.Amount, currency: string(tr.Currency), paidBy: otherAttempt(j, n)})
 			}
 		}
 		if err := it.Err(); err != nil {
@@ -335,6 +338,35 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 		return nil, notASearchResult(last)
 	}
 	return out, nil
+}
+
+// moneyOutAttempt tells which attempt of j's account and period, in this
+// Biller's scope, made the transfer or payout whose metadata is md: j's
+// own, or another whose claim row may be lost (a claim table restored
+// from an older copy), and which pays the period unless it failed.
+func (b *Biller) moneyOutAttempt(k moneyOut, j job, md map[string]string) (int, bool) {
+	key := md[MetaKey]
+	if key == j.key.String() {
+		return j.attempt, true
+	}
+	period := strings.TrimPrefix(j.period, k.what()+" ")
+	if key == "" || md[MetaCustomer] != j.customer || md[MetaPeriod] != period {
+		return 0, false
+	}
+	for n := 1; n <= maxAttempt; n++ {
+		if other, err := b.moneyOutKey(k, j.customer, period, n); err == nil && other.String() == key {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// otherAttempt is an object's paidBy: n, when it is not j's attempt.
+func otherAttempt(j job, n int) int {
+	if n == j.attempt {
+		return 0
+	}
+	return n
 }
 
 // updateFromPayout is what a payout says about its claim: on its way is
@@ -354,6 +386,21 @@ func updateFromPayout(po *stripe.Payout) claimengine.Update {
 		}
 	}
 	return u
+}
+
+// claimAccount is the account c's key went to: a payout's is its
+// customer, the account it pays out of, and a transfer's the platform's,
+// whatever the claim's account column says (a row restored from a copy
+// made before the column existed, or edited by hand); any other claim's
+// is its column.
+func claimAccount(c claim.Claim) string {
+	switch c.Endpoint {
+	case endpointPayouts:
+		return c.Customer
+	case endpointTransfers:
+		return ""
+	}
+	return c.Account
 }
 
 // moneyOutJob rebuilds the transfer or payout a pending claim stands for.

@@ -113,6 +113,7 @@ func (b *Biller) reconcileAll(ctx context.Context, progress func(Progress)) (Sum
 // jobFromClaim rebuilds the charge a pending claim stands for, with the
 // claim's own key and price.
 func (b *Biller) jobFromClaim(ctx context.Context, c claim.Claim) (job, error) {
+	c.Account = claimAccount(c)
 	j, err := b.claimJob(onAccount(ctx, c.Account), c)
 	j.account = c.Account
 	return j, err

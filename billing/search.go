@@ -256,7 +256,7 @@ func (b *Biller) search(ctx context.Context, key idemkey.Key) ([]object, error) 
 // and never counts as a miss either.
 func (b *Biller) ownHits(j job, found []object) (own, foreign []object) {
 	for _, h := range found {
-		if h.customer == j.customer && h.amount == j.price.Amount && strings.EqualFold(h.currency, j.price.Currency) {
+		if h.paidBy == 0 && h.customer == j.customer && h.amount == j.price.Amount && strings.EqualFold(h.currency, j.price.Currency) {
 			own = append(own, h)
 		} else {
 			foreign = append(foreign, h)
@@ -282,6 +282,9 @@ func foreignReason(foreign []object) string {
 	ids := make([]string, len(foreign))
 	for i, h := range foreign {
 		ids[i] = fmt.Sprintf("%s (%s, %d %s)", h.id, h.customer, h.amount, h.currency)
+		if h.paidBy > 0 {
+			return fmt.Sprintf("%s, made by attempt %d of the same account and period, pays the period, and the claim table has no record of it (rows lost or restored from an older copy): nothing was sent; check it in Stripe, then record this attempt with billonce resolve", ids[i], h.paidBy)
+		}
 	}
 	return "Stripe search found only payments that carry the key's metadata but not its request's customer, amount and currency, made by other code holding the key: " +
 		strings.Join(ids, ", ") + "; check in Stripe whether the key's own payment exists, then record it with billonce resolve"

@@ -161,8 +161,8 @@ func (b *Biller) settleProcessing(ctx context.Context, r *runner) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		j := job{account: c.Account, customer: c.Customer, period: c.Period, attempt: c.Attempt, price: Price{Amount: c.Amount, Currency: c.Currency}}
-		a, err := b.poll(onAccount(ctx, c.Account), c)
+		j := job{account: claimAccount(c), customer: c.Customer, period: c.Period, attempt: c.Attempt, price: Price{Amount: c.Amount, Currency: c.Currency}}
+		a, err := b.poll(onAccount(ctx, j.account), c)
 		switch {
 		case err != nil:
 			e := chargeErr(j, nil, "reading processing payment "+c.StripeID, err)

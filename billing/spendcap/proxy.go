@@ -346,7 +346,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reserves nothing only if it is the same request: the upstream executes a
 // request with other parameters afresh when it never stored the key (a
 // 5xx before execution, a connection lost before arrival), so a key
-// counted for one request must not let another through unreserved.
+// counted for one request must not let another through unreserved. The
+// account the request acts on (Stripe-Account, Stripe-Context on /v2) is
+// part of it, since Stripe keeps keys per account: one key sent to two
+// accounts executes twice.
 func countedKey(keyID string, r *http.Request, body []byte) string {
 	k := r.Header.Get("Idempotency-Key")
 	if k == "" {
@@ -355,6 +358,11 @@ func countedKey(keyID string, r *http.Request, body []byte) string {
 	canon := string(body)
 	if q, err := url.ParseQuery(canon); err == nil {
 		canon = q.Encode() // sorted: parameters in another order are the same request
+	}
+	for _, h := range []string{"Stripe-Account", "Stripe-Context"} {
+		if a := r.Header.Get(h); a != "" {
+			canon = h + ": " + a + "\n" + canon // the platform's requests are named as before
+		}
 	}
 	h := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\n" + canon))
 	return keyID + " " + hex.EncodeToString(h[:16]) + " " + k
