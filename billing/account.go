@@ -68,7 +68,7 @@ func checkAccount(account string) error {
 	if err := checkID("account", account); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(account, "acct_") {
+	if !strings.HasPrefix(account, "acct_") || len(account) == len("acct_") {
 		return invalid("account %q: a connected account's id starts with acct_ (leave it empty for the platform's own account)", clip(account))
 	}
 	return nil

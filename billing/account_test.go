@@ -204,7 +204,7 @@ func TestInvoiceOnAConnectedAccountIsMadeThere(t *testing.T) {
 func TestBadAccountIsInvalidBeforeAnythingIsSent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for _, acct := range []string{"cus_x", "acct x", strings.Repeat("a", 300)} {
+	for _, acct := range []string{"cus_x", "acct x", "acct_", strings.Repeat("a", 300)} {
 		_, err := e.b.Charge(context.Background(), "cus_a", period, &billing.ChargeOptions{Account: acct})
 		if !errors.Is(err, billing.ErrInvalid) {
 			t.Fatalf("account %q: %v, want ErrInvalid", acct, err)
