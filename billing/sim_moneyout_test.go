@@ -357,7 +357,7 @@ func (w *simWorld) endMoveRound(ctx context.Context, round int) {
 
 // returnPayouts fails, as their bank does days after, the paid payouts
 // the plan has the bank return: the first one of each.
-func (w *simWorld) returnPayouts(when string) {
+func (w *simWorld) returnPayouts(when string) (n int) {
 	for _, m := range w.srv.Movements("payout") {
 		id := simMoveID{m.Account, m.Metadata[billing.MetaPeriod], "payout"}
 		w.mo.mu.Lock()
@@ -379,9 +379,11 @@ func (w *simWorld) returnPayouts(when string) {
 			w.mo.last[id] = simMoveUnsettled
 		}
 		w.mo.mu.Unlock()
+		n++
 		w.count("payouts returned by the bank after they were paid", 1)
 		w.logf("  the bank returns payout %s (%s, key %s) %s", m.ID, id, w.keyLabel(m.IdempotencyKey), when)
 	}
+	return n
 }
 
 // topUp funds the platform with every transfer.
@@ -436,9 +438,9 @@ func (w *simWorld) readBalances(when string) {
 
 // settleMoves ends a money-out scenario: the charges settle as
 // TestSimulation's do, the platform is funded, then clean Billers make
-// every transfer and payout again, at once and again after every payout
-// had time to be paid and the bank to return those it returns, until
-// nothing is on its way.
+// every transfer and payout again, then again after every payout had time
+// to be paid and the bank to return those it returns, until every call
+// reported done and the bank returned nothing meanwhile.
 func (w *simWorld) settleMoves(ctx context.Context) {
 	w.settle(ctx)
 	w.logf("settle the money out at %s", simAt(w.now()))
@@ -448,12 +450,12 @@ func (w *simWorld) settleMoves(ctx context.Context) {
 	if short {
 		w.topUp("before settling")
 	}
-	for pass := 1; ; pass++ {
+	for pass := 1; pass <= 6; pass++ {
 		pending := w.moveEveryone(ctx, fmt.Sprintf("pass %d", pass))
 		w.quiet(0)
 		w.move(ctx, simPayoutPaid, "until every payout is paid")
 		w.deliverWebhooks(ctx)
-		w.returnPayouts("while settling")
+		returned := w.returnPayouts("while settling")
 		w.deliverWebhooks(ctx)
 		w.mu.Lock()
 		configs := slices.Clone(w.configs)
@@ -466,8 +468,7 @@ func (w *simWorld) settleMoves(ctx context.Context) {
 		}
 		w.nextAttempts()
 		w.readBalances(fmt.Sprintf("settling, pass %d", pass))
-		if pending == 0 || pass == 5 {
-			w.moveEveryone(ctx, "last pass")
+		if pending == 0 && returned == 0 {
 			return
 		}
 	}
