@@ -344,14 +344,8 @@ func (w *simWorld) endMoveRound(ctx context.Context, round int) {
 	}
 	w.nextAttempts()
 	w.readBalances(fmt.Sprintf("after round %d", round+1))
-	if !w.mo.cron[round] {
-		return
-	}
-	cfg := w.runners[0].cfg
-	if b := w.clean(cfg); b != nil {
-		sum, err := b.Reconcile(ctx, nil)
-		w.count("reconciles between rounds", 1)
-		w.logf("  cron, %s: reconcile: %s", cfg.where(), simSummary(sum, err))
+	if w.mo.cron[round] {
+		w.cronReconcile(ctx)
 	}
 }
 
