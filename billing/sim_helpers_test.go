@@ -243,6 +243,7 @@ type simWorld struct {
 	usageBase time.Time    // mode simUsage: the start of the first window, on the wall clock
 	oldBase   time.Time    // mode simUsage: the start of the window from 34 days ago, on the wall clock
 	rf        *simRefunder // mode simRefunds: the refunds asked for, and what their calls reported
+	mo        *simMover    // mode simMoneyOut: the connected accounts, and what the calls reported
 	pool      *pgxpool.Pool
 	table     string
 	srv       *billingtest.Server
@@ -312,6 +313,8 @@ func newSimWorld(ctx context.Context, pool *pgxpool.Pool, plan *simPlan, mode si
 		w.usageWorld()
 	case simRefunds:
 		w.refundWorld()
+	case simMoneyOut:
+		w.moveWorld()
 	}
 	if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{w.table}.Sanitize()); err != nil {
 		w.close()
@@ -410,6 +413,9 @@ func (w *simWorld) learn(cfg simConfig, b *billing.Biller) {
 	defer w.mu.Unlock()
 	if !slices.ContainsFunc(w.configs, func(c simConfig) bool { return c.where() == cfg.where() }) {
 		w.configs = append(w.configs, cfg)
+	}
+	if w.mo != nil {
+		w.mo.label(w.labels, cfg.Scope)
 	}
 	for _, c := range w.plan.customers {
 		for _, p := range w.plan.periods {
@@ -634,8 +640,11 @@ func (s *simStore) claimed(what, step string, call func() error) error {
 func (s *simStore) Claim(ctx context.Context, req claimengine.Request) (claimResult, error) {
 	var res claimResult
 	step := ""
-	if req.RefundOf != "" {
+	switch {
+	case req.RefundOf != "":
 		step = "refund"
+	case req.Endpoint == "transfers" || req.Endpoint == "payouts":
+		step = strings.TrimSuffix(req.Endpoint, "s")
 	}
 	err := s.claimed(s.p.w.keyLabel(req.Key), step, func() (err error) {
 		res, err = s.inner.Claim(ctx, req)
@@ -778,7 +787,7 @@ func (s *simStore) CheckSendSucceed(ctx context.Context, window time.Duration, c
 // Stripe's answer fire on them.
 func simCreate(path string) bool {
 	switch path {
-	case "/v1/charges", "/v1/payment_intents", meterEvents, "/v1/invoices", "/v1/invoiceitems", "/v1/refunds":
+	case "/v1/charges", "/v1/payment_intents", meterEvents, "/v1/invoices", "/v1/invoiceitems", "/v1/refunds", "/v1/transfers", "/v1/payouts":
 		return true
 	}
 	return strings.HasPrefix(path, "/v1/invoices/") && (strings.HasSuffix(path, "/finalize") || strings.HasSuffix(path, "/pay"))
@@ -1173,9 +1182,10 @@ func (w *simWorld) check(ctx context.Context) []simViolation {
 	}
 
 	// Every succeeded claim is a live payment of its amount and currency.
-	// A refund's claim is checked with the refunds (checkRefunds).
+	// A refund's claim is checked with the refunds (checkRefunds), a
+	// transfer's or payout's with them (checkMoves).
 	for _, c := range claims {
-		if c.State != string(claim.StateSucceeded) || c.Endpoint == simRefundsEndpoint {
+		if c.State != string(claim.StateSucceeded) || c.Endpoint == simRefundsEndpoint || simMoveEndpoint(c.Endpoint) {
 			continue
 		}
 		p, ok := payByID[c.StripeID]

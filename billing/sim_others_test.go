@@ -107,7 +107,7 @@ const (
 
 // simFaultModes says which simulations play each fault type.
 var simFaultModes = map[simFault][]simMode{
-	simRotateInFlight:    {simCharges, simInvoices, simUsage, simRefunds},
+	simRotateInFlight:    {simCharges, simInvoices, simUsage, simRefunds, simMoneyOut},
 	simDashboardItem:     {simInvoices},
 	simDashboardPay:      {simInvoices},
 	simDashboardVoid:     {simInvoices},
@@ -228,6 +228,8 @@ func newSimOthers(plan *simPlan, mode simMode, on map[simFault]bool) *simOthers 
 		steps = []string{"meter event"}
 	case simRefunds:
 		steps = []string{"payment", "refund"}
+	case simMoneyOut:
+		steps = []string{"payment", "transfer", "payout"}
 	}
 	for _, rd := range plan.rounds {
 		var or simOtherRound

@@ -441,9 +441,14 @@ func (w *simWorld) callRefund(ctx context.Context, b *billing.Biller, cp [2]stri
 // plan says so.
 func (w *simWorld) endRefundRound(ctx context.Context, round int) {
 	w.returnRefunds("at the end of the round")
-	if !w.rf.cron[round] {
-		return
+	if w.rf.cron[round] {
+		w.cronReconcile(ctx)
 	}
+}
+
+// cronReconcile is a job that reconciles between rounds: a clean Biller
+// of the first runner's configuration.
+func (w *simWorld) cronReconcile(ctx context.Context) {
 	cfg := w.runners[0].cfg
 	if b := w.clean(cfg); b != nil {
 		sum, err := b.Reconcile(ctx, nil)

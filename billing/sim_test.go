@@ -55,7 +55,8 @@ func TestSimulation(t *testing.T) {
 }
 
 // simMode is what a scenario's runners bill: charges (or payment intents),
-// usage reports to a meter, invoices, or charges and refunds of them.
+// usage reports to a meter, invoices, charges and refunds of them, or
+// charges and money out to connected accounts.
 type simMode int
 
 const (
@@ -63,6 +64,7 @@ const (
 	simUsage
 	simInvoices
 	simRefunds
+	simMoneyOut
 )
 
 // simTest plays the seeds of BILLONCE_SIM_SEEDS (or BILLONCE_SIM_SEED) in
@@ -175,6 +177,10 @@ func simulate(pool *pgxpool.Pool, seed uint64, mode simMode, faults map[simFault
 	case simRefunds:
 		w.settleRefunds(ctx)
 		res.violations = w.checkRefunds(ctx)
+		return res
+	case simMoneyOut:
+		w.settleMoves(ctx)
+		res.violations = w.checkMoves(ctx)
 		return res
 	}
 	w.settle(ctx)
@@ -853,6 +859,9 @@ func (w *simWorld) play(ctx context.Context) {
 			case w.mode == simRefunds && op.crash != simCrashNone:
 				rd.ops[j].crashStep = w.refundCrashStep(i, j)
 				op = rd.ops[j]
+			case w.mode == simMoneyOut && op.crash != simCrashNone:
+				rd.ops[j].crashStep = w.moveCrashStep(i, j)
+				op = rd.ops[j]
 			}
 			r := w.runners[op.runner]
 			w.logf("  %c) %s.%d (%s key#%d%s) %s", 'a'+j, r.name, r.life, r.cfg.API, r.cfg.Secret, scopeTag(r.cfg.Scope), op)
@@ -885,6 +894,8 @@ func (w *simWorld) play(ctx context.Context) {
 			w.srv.AggregateNow()
 		case simRefunds:
 			w.endRefundRound(ctx, i)
+		case simMoneyOut:
+			w.endMoveRound(ctx, i)
 		}
 		if w.others.hooks {
 			w.deliverWebhooks(ctx)
@@ -1030,6 +1041,8 @@ func (w *simWorld) runOp(ctx context.Context, op simOp) (out string) {
 		out, errs = w.invoiceStep(ctx, b, op)
 	case simRefunds:
 		out, errs = w.refundStep(ctx, b, op)
+	case simMoneyOut:
+		out, errs = w.moveStep(ctx, b, op)
 	default:
 		out, errs = w.chargeStep(ctx, b, op)
 	}
