@@ -35,7 +35,7 @@ const (
 type Config struct {
 	Customers  int
 	Workers    int // worker processes
-	MaxWorkers int // River workers (jobs at once) per process
+	MaxWorkers int // River workers (charge jobs at once) per process; each job bills billing.DefaultConcurrency customers at once
 	Period     string
 	Seed       int64
 	Kills      int
@@ -109,8 +109,8 @@ func (f Figures) String() string {
 			return fmt.Sprintf("%d charged in %v, %.0f charges/s", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
 		}
 		row("throughput, faults off", fmt.Sprintf("%d customers each", f.ThroughputCustomers))
-		row(fmt.Sprintf("  one Biller.Run (concurrency %d)", f.Workers*f.MaxWorkers), rate(f.RunCharged, f.RunTime))
-		row(fmt.Sprintf("  River, %d processes x %d", f.Workers, f.MaxWorkers), rate(f.RiverPaid, f.RiverTime))
+		row(fmt.Sprintf("  one Biller.Run (concurrency %d)", f.inFlight()), rate(f.RunCharged, f.RunTime))
+		row(fmt.Sprintf("  River (%d processes, %d x %d each)", f.Workers, f.MaxWorkers, billing.DefaultConcurrency), rate(f.RiverPaid, f.RiverTime))
 	}
 	row("wall time", f.WallTime.Round(time.Millisecond))
 	for _, p := range f.Problems {
@@ -118,6 +118,12 @@ func (f Figures) String() string {
 	}
 	return b.String()
 }
+
+// inFlight is how many customers the River workers bill at once, all
+// processes together: each River worker works a charge job, whose Run
+// bills billing.DefaultConcurrency of its customers at once. The
+// throughput comparison's Run bills as many at once.
+func (f Figures) inFlight() int { return f.Workers * f.MaxWorkers * billing.DefaultConcurrency }
 
 func (c *Config) check() error {
 	switch {
@@ -332,8 +338,9 @@ func progress(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, pe
 }
 
 // throughput bills ThroughputCustomers once with one Biller.Run in this
-// process and once with the River workers, on the same fake with faults
-// off, and times both.
+// process and once with the River workers, as many customers at once
+// (see Figures.inFlight), on the same fake with faults off, and times
+// both.
 func throughput(ctx context.Context, cfg Config, fig *Figures, env *chaos.Env, store *claim.Postgres, inserter *river.Client[pgx.Tx]) error {
 	n := cfg.ThroughputCustomers
 	b, err := biller(env.Pool, env.Fake.URL, "river-chaos-run", cfg.Lease, cfg.AttemptTimeout, nil)
@@ -341,7 +348,7 @@ func throughput(ctx context.Context, cfg Config, fig *Figures, env *chaos.Env, s
 		return err
 	}
 	t0 := time.Now()
-	sum, err := b.Run(ctx, runPeriod, customers(n), &billing.RunOptions{Concurrency: cfg.Workers * cfg.MaxWorkers, BatchSize: 200})
+	sum, err := b.Run(ctx, runPeriod, customers(n), &billing.RunOptions{Concurrency: fig.inFlight(), BatchSize: 200})
 	fig.RunTime, fig.RunCharged = time.Since(t0), sum.Created
 	if err != nil {
 		return fmt.Errorf("river-chaos: throughput run: %w", err)
