@@ -69,7 +69,7 @@ type Figures struct {
 	WorkerFailures                  int // worker processes that exited on their own (and were restarted)
 	Jobs                            map[rivertype.JobState]int
 	JobRuns                         int // attempts over all charge jobs of the period
-	RepairInserted                  int // jobs re-inserted by a fan-out after all jobs were final
+	RepairInserted                  int // customers whose jobs a fan-out re-inserted after all jobs were final
 	ChaosTime, WallTime             time.Duration
 
 	ThroughputCustomers   int
@@ -99,7 +99,7 @@ func (f Figures) String() string {
 		}
 	}
 	row("charge job runs (attempts)", f.JobRuns)
-	row("re-inserted by a repair fan-out", f.RepairInserted)
+	row("customers re-inserted (repair)", f.RepairInserted)
 	row("duplicates (must be 0)", f.Duplicates)
 	row("missing (must be 0)", f.Missing)
 	row("mismatches (must be 0)", f.Mismatches)
@@ -245,7 +245,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 				res, err := riverbilling.FanOut(ctx, inserter, pool, cfg.Period, customers(cfg.Customers), 0)
 				if err == nil {
 					fig.RepairInserted += res.Inserted
-					env.Logf("repair fan-out: %d jobs re-inserted, %d duplicates", res.Inserted, res.Duplicates)
+					env.Logf("repair fan-out: jobs of %d customers re-inserted, %d duplicates", res.Inserted, res.Duplicates)
 				}
 				idleSince = time.Time{}
 			}
