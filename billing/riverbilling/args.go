@@ -50,10 +50,13 @@ type ChargeArgs struct {
 	// is cancelled as invalid.
 	Invoice bool `json:"invoice,omitempty"`
 	// Customers, instead of Customer, bills each of these customers for
-	// the first time, attempt 1 and by charge, in one [billing.Biller.Run]:
-	// their claims are made in one statement and their outcomes recorded
-	// together, and every customer that Run does not bill gets a job of
-	// its own (see [Worker]). At most 1,000; [FanOut] makes such jobs.
+	// the first time (attempt 1) in one [billing.Biller.Run], as Run bills
+	// an item without a Price or an Invoice: by a charge at Config.Price,
+	// or by Config.Invoice's invoice on a Biller with Config.Invoice and no
+	// Config.Price. Their claims are made in one statement and their
+	// outcomes recorded together, and every customer that Run does not
+	// bill gets a job of its own (see [Worker]). At most 1,000; [FanOut]
+	// makes such jobs.
 	Customers []string `json:"customers,omitempty"`
 }
 

@@ -82,7 +82,7 @@ func TestJobOfSeveralHandsOnWhatItDoesNotBill(t *testing.T) {
 	jobs := e.oneJobs()
 	t.Logf("jobs of one: %v", jobs)
 	if len(jobs) != 3 {
-		t.Errorf("jobs of one customer: %v; want cus_d, cus_held and cus_lost only", jobs)
+		t.Fatalf("jobs of one customer: %v; want cus_d, cus_held and cus_lost only", jobs)
 	}
 	if j := jobs["cus_d"]; j.state != rivertype.JobStateAvailable {
 		t.Errorf("the decline's job is %s, want available at once", j.state)
@@ -257,9 +257,9 @@ func TestJobOfSeveralRefusesWhatItCannotBill(t *testing.T) {
 		args riverbilling.ChargeArgs
 		want string
 	}{
-		{"a customer as well", riverbilling.ChargeArgs{Customer: "cus_3", Customers: two, Period: period}, "no Customer"},
-		{"an invoice", riverbilling.ChargeArgs{Customers: two, Period: period, Invoice: true}, "by charge"},
-		{"a re-bill", riverbilling.ChargeArgs{Customers: two, Period: period, Attempt: 2}, "Attempt above 1"},
+		{"a customer as well", riverbilling.ChargeArgs{Customer: "cus_3", Customers: two, Period: period}, "takes no Customer, Invoice or Attempt above 1"},
+		{"an invoice", riverbilling.ChargeArgs{Customers: two, Period: period, Invoice: true}, "takes no Customer, Invoice or Attempt above 1"},
+		{"a re-bill", riverbilling.ChargeArgs{Customers: two, Period: period, Attempt: 2}, "takes no Customer, Invoice or Attempt above 1"},
 		{"too many", riverbilling.ChargeArgs{Customers: customers(1001), Period: period}, "at most 1000"},
 		{"an empty customer ID", riverbilling.ChargeArgs{Customers: []string{"cus_1", ""}, Period: period}, "customer 2 of"},
 	} {

@@ -243,7 +243,7 @@ func (w *Worker) workMany(ctx context.Context, job *river.Job[ChargeArgs]) error
 	var err error
 	switch {
 	case a.Customer != "" || a.Invoice || a.Attempt > 1:
-		err = fmt.Errorf("%w: a charge job of several customers (period %s) bills each for the first time, by charge: it has no Customer, Invoice or Attempt above 1", billing.ErrInvalid, a.Period)
+		err = fmt.Errorf("%w: a charge job of several customers (period %s) bills each for the first time, as Biller.Run does: it takes no Customer, Invoice or Attempt above 1", billing.ErrInvalid, a.Period)
 	case len(a.Customers) > maxJobCustomers:
 		err = fmt.Errorf("%w: a charge job of %d customers (period %s): at most %d", billing.ErrInvalid, len(a.Customers), a.Period, maxJobCustomers)
 	case cerr != nil:
