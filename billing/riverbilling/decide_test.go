@@ -56,8 +56,9 @@ func TestDecide(t *testing.T) {
 
 // The default retry schedule of an unknown outcome, at its longest (full
 // jitter, every run taking the whole job timeout), ends well before the
-// key's deadline: retries within it resend the key while Stripe still
-// knows it.
+// key's deadline, even twice over (a job of several customers, then the
+// job of one a customer is handed on to): retries within it resend the
+// key while Stripe still knows it.
 func TestDefaultRetryBudgetFitsKeyWindow(t *testing.T) {
 	t.Parallel()
 	w, err := NewWorker(&billing.Biller{}, WorkerConfig{})
@@ -78,5 +79,10 @@ func TestDefaultRetryBudgetFitsKeyWindow(t *testing.T) {
 	t.Logf("first run to last, at most: %v", total)
 	if total > 4*time.Hour+15*time.Minute || total >= billing.DefaultWindowMargin {
 		t.Errorf("the default retry budget is %v; the documented figure is about 4 h 12 min, within the %v deadline", total, billing.DefaultWindowMargin)
+	}
+	// A customer of a job of several: that job's runs, then those of the
+	// job of its own it is handed on to.
+	if 2*total >= billing.DefaultWindowMargin {
+		t.Errorf("twice the default retry budget is %v, not within the %v deadline", 2*total, billing.DefaultWindowMargin)
 	}
 }

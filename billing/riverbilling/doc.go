@@ -26,7 +26,8 @@
 //	river.AddWorker(workers, charge)
 //	river.AddWorker(workers, fanOut)
 //	client, _ := river.NewClient(riverpgxv5.New(pool), &river.Config{
-//		Queues:  map[string]river.QueueConfig{riverbilling.DefaultQueue: {MaxWorkers: 20}},
+//		// Each job bills up to billing.DefaultConcurrency (8) customers at once.
+//		Queues:  map[string]river.QueueConfig{riverbilling.DefaultQueue: {MaxWorkers: 4}},
 //		Workers: workers,
 //		PeriodicJobs: []*river.PeriodicJob{riverbilling.PeriodicFanOut(
 //			river.PeriodicInterval(time.Hour),
@@ -36,9 +37,13 @@
 //
 // Run the same program on every machine. River's leader inserts the
 // period's [FanOutArgs] job once; its [FanOutWorker] streams the period's
-// customers (the iterator [billing.Biller.Run] takes) and inserts one
-// [ChargeArgs] job per customer, a batch per transaction; every machine's
-// [Worker] works them.
+// customers (the iterator [billing.Biller.Run] takes) and inserts a
+// [ChargeArgs] job for each hundred of them (FanOutConfig.BatchSize), a
+// thousand customers per transaction; every machine's [Worker] works
+// them, each job's customers in one [billing.Biller.Run], whose claims are
+// made and outcomes recorded in batches (a job per customer costs a claim
+// statement and a record statement per customer, and bills a period
+// several times slower).
 //
 // # Outcomes
 //
@@ -53,10 +58,22 @@
 // permission or configuration answer cancels the job and pauses the
 // queue. [Worker] has the details.
 //
+// A job of several customers keeps those outcomes for each of them: it
+// completes once its Run went through, and every customer the Run did not
+// bill (declined, held by another runner, outcome unknown) is handed on to
+// a job of its own, inserted before the job of several completes: at once
+// for a decline (that job meets the failed claim and is cancelled with the
+// reason, without calling Stripe), scheduled for the other runner's lease
+// or the first retry otherwise. A Run cut short (the job's timeout, the
+// database) retries the job, and a spend cap cancels it and pauses the
+// queue, as for a job of one.
+//
 // A job may run again long after it first ran: a retry, a rescue, a job
-// inserted again by a fan-out once River cleaned the first one away. Every
-// run derives the same key and meets the same claim, so it replays,
-// waits, finds or searches; it never sends a second charge.
+// inserted again by a fan-out. Every run derives the same keys and meets
+// the same claims, so it replays, waits, finds or searches; it never sends
+// a second charge. A job of several customers run again finds the ones
+// billed already billed, in one claim statement, and hands on the ones
+// another run holds.
 //
 // # Invoices
 //
@@ -95,7 +112,8 @@
 // # Watching a period
 //
 // [State] counts a period's jobs by River state and its claims by state,
-// for an operator or a dashboard next to River UI.
+// for an operator or a dashboard next to River UI: the claims count
+// customers, the jobs count jobs (a job of several customers once).
 //
 // # Run or River
 //

@@ -19,9 +19,10 @@ import (
 	"github.com/billonce/billonce/internal/pgtest"
 )
 
-// Bill a period through River: the fan-out inserts one job per customer, a
-// worker charges each, a declined card cancels its job. Fanning out again
-// inserts nothing new.
+// Bill a period through River: the fan-out inserts one job for the three
+// customers (up to 100 go in one), which a worker bills in one Biller.Run;
+// the declined customer gets a job of its own, cancelled with the reason.
+// Fanning out again while the job waits inserts nothing new.
 func Example() {
 	ctx := context.Background()
 	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool
@@ -79,7 +80,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	for range 3 {
+	for range 2 { // the job of three completed, the decline's own job cancelled
 		<-done
 	}
 	stopCtx, cancelStop := context.WithTimeout(ctx, 10*time.Second)
@@ -94,7 +95,7 @@ func Example() {
 	// Output:
 	// fan-out: 3 inserted, 0 duplicates, <nil>
 	// again: 0 inserted, 3 duplicates, <nil>
-	// period 2026-09: jobs cancelled=1 completed=2; claims failed=1 succeeded=2
+	// period 2026-09: jobs cancelled=1 completed=1; claims failed=1 succeeded=2
 	// cus_1 charges at Stripe: 1
 	// cus_2 charges at Stripe: 1
 	// cus_3 charges at Stripe: 0

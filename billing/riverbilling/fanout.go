@@ -17,15 +17,21 @@ import (
 
 // Defaults for [FanOutConfig].
 const (
-	DefaultFanOutBatch = 1000
+	// DefaultFanOutBatch is how many customers one charge job bills: a
+	// claim batch of [billing.Biller.Run].
+	DefaultFanOutBatch = billing.DefaultBatchSize
 	// DefaultFanOutTimeout bounds one run of a fan-out job. It is also how
 	// long River's rescuer leaves the job of a killed machine alone before
-	// retrying it. A run cut short loses nothing: its batches are
-	// committed, and the retry skips them as duplicates and goes on.
+	// retrying it. A run cut short loses nothing: its transactions are
+	// committed, and the retry skips the jobs still waiting or running as
+	// duplicates and goes on.
 	DefaultFanOutTimeout = 5 * time.Minute
-	// maxFanOutBatch bounds FanOutConfig.BatchSize: one InsertMany of this
-	// many jobs is one transaction and one statement.
-	maxFanOutBatch = 10_000
+	// maxFanOutBatch bounds FanOutConfig.BatchSize: a job of at most this
+	// many customers (see maxJobCustomers).
+	maxFanOutBatch = maxJobCustomers
+	// fanOutTx is how many customers' jobs one transaction inserts, in one
+	// InsertMany.
+	fanOutTx = 1000
 )
 
 // maxFanOutErrors bounds FanOutResult.Errors.
@@ -39,16 +45,16 @@ type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// FanOutResult counts what a fan-out did.
+// FanOutResult counts what a fan-out did, in customers.
 type FanOutResult struct {
 	Period string `json:"period"`
 	// Customers is how many items the iterator yielded.
 	Customers int `json:"customers"`
-	// Inserted is how many charge jobs were inserted.
+	// Inserted is how many customers are in the charge jobs inserted.
 	Inserted int `json:"inserted"`
-	// Duplicates is how many were skipped because a job for the customer
-	// and period already exists (see [ChargeArgs]), or the customer came
-	// twice from the iterator.
+	// Duplicates is how many were skipped because their job already
+	// exists (see [ChargeArgs]), or the customer came twice from the
+	// iterator.
 	Duplicates int `json:"duplicates"`
 	// Invalid is how many items were skipped as unusable; Errors says why,
 	// for the first hundred.
@@ -56,31 +62,36 @@ type FanOutResult struct {
 	Errors  []string `json:"errors,omitempty"`
 }
 
-// FanOut inserts one [ChargeArgs] job per customer of items for period, in
-// batches of batchSize (0 means DefaultFanOutBatch), each batch one
-// transaction of db with ins.InsertManyTx. items is the iterator
+// FanOut inserts [ChargeArgs] jobs for the customers of items for period:
+// one job for each batchSize customers billed by charge (0 means
+// DefaultFanOutBatch; 1, one job per customer), one job for each customer
+// billed by invoice. The jobs of about a thousand customers are one
+// transaction of db, with ins.InsertManyTx. items is the iterator
 // [billing.Biller.Run] takes; it is read as the fan-out goes, so no more
-// than a batch of customers is ever held in memory.
+// than a transaction's customers are ever held in memory.
 //
 // Jobs are unique by their arguments (see [ChargeArgs]), so a second
-// fan-out of the same period inserts nothing new while the first one's jobs
-// are in River's table, declined ones included: each is counted in
-// Duplicates. Jobs discarded after their last retry are inserted again:
-// their claims are pending, and the new job resumes them with the same key
-// (or settles them by search past the key's deadline). So are jobs River
-// has cleaned away (CompletedJobRetentionPeriod and
-// CancelledJobRetentionPeriod, 24 h by default), which costs one claim
-// lookup, not a charge: the new job finds the customer's claim succeeded
-// (and completes without calling Stripe) or failed (and is cancelled
-// again).
+// fan-out of the same period, with the customers in the same order,
+// inserts nothing new while the first one's jobs wait or run; nor, for
+// jobs of one customer, while they are kept in River's table, declined
+// ones included: each customer skipped is counted in Duplicates. Jobs of
+// several customers that are final, and jobs of one customer discarded
+// after their last retry, are inserted again; so are jobs River has
+// cleaned away (CompletedJobRetentionPeriod and
+// CancelledJobRetentionPeriod, 24 h by default). That costs a look at
+// their claims, not a charge: each customer billed is found billed (a job
+// completes without calling Stripe), each declined one declined again (its
+// job is cancelled again), and each claim left pending, by a job discarded
+// or cancelled, is resumed with its key (or settled by search past the
+// key's deadline).
 //
 // Items with a Price are refused (counted in Invalid): a job carries
 // identity only, and the Biller's Config.Price prices it when it runs.
 // An item whose Invoice is &billing.Invoice{} (empty) makes an invoice job
 // ([ChargeArgs].Invoice): the Biller's Config.Invoice makes that invoice
 // when the job runs; an item with an invoice of its own is refused. An
-// error from items stops the fan-out after the batches already committed;
-// running it again continues where it stopped.
+// error from items stops the fan-out after the transactions already
+// committed; running it again continues where it stopped.
 func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string, items iter.Seq2[billing.Item, error], batchSize int) (FanOutResult, error) {
 	res := FanOutResult{Period: period}
 	switch {
@@ -89,7 +100,7 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 	case items == nil:
 		return res, fmt.Errorf("%w: FanOut needs an iterator of customers (billing.Customers for a fixed list)", billing.ErrInvalid)
 	case batchSize < 0 || batchSize > maxFanOutBatch:
-		return res, fmt.Errorf("%w: fan-out batch size %d must be between 1 and %d (0 means %d)", billing.ErrInvalid, batchSize, maxFanOutBatch, DefaultFanOutBatch)
+		return res, fmt.Errorf("%w: fan-out batch size %d (customers per charge job) must be between 1 and %d (0 means %d)", billing.ErrInvalid, batchSize, maxFanOutBatch, DefaultFanOutBatch)
 	}
 	if err := billing.ValidatePeriod(period); err != nil {
 		return res, err
@@ -97,25 +108,58 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 	if batchSize == 0 {
 		batchSize = DefaultFanOutBatch
 	}
-	batch := make([]river.InsertManyParams, 0, batchSize)
-	seen := make(map[string]bool, batchSize)
-	flush := func() error {
-		if len(batch) == 0 {
+	var (
+		jobs    []river.InsertManyParams // of the transaction
+		sizes   []int                    // customers in each of jobs
+		pending int                      // customers in jobs
+		many    []string                 // the customers of the next job of several
+		seen    = make(map[string]bool, fanOutTx)
+	)
+	add := func(a ChargeArgs, n int) {
+		jobs, sizes, pending = append(jobs, river.InsertManyParams{Args: a}), append(sizes, n), pending+n
+	}
+	// closeJob makes a job of the customers gathered.
+	closeJob := func() {
+		switch len(many) {
+		case 0:
+			return
+		case 1:
+			add(ChargeArgs{Customer: many[0], Period: period}, 1)
+		default:
+			add(ChargeArgs{Customers: many, Period: period}, len(many))
+		}
+		many = make([]string, 0, batchSize)
+	}
+	// flush inserts the jobs made so far; the customers gathered for the
+	// next job wait for the next transaction, unless this is the last.
+	flush := func(last bool) error {
+		if last {
+			closeJob()
+		}
+		if len(jobs) == 0 {
 			return nil
 		}
-		n, err := insertBatch(ctx, ins, db, batch)
+		skipped, err := insertBatch(ctx, ins, db, jobs)
 		if err != nil {
 			return fmt.Errorf("riverbilling: fan-out of period %s after %d customers: %w", period, res.Customers, err)
 		}
-		res.Inserted += n
-		res.Duplicates += len(batch) - n
-		batch = batch[:0]
+		for i, n := range sizes {
+			if skipped[i] {
+				res.Duplicates += n
+			} else {
+				res.Inserted += n
+			}
+		}
+		jobs, sizes, pending = jobs[:0], sizes[:0], 0
 		clear(seen)
+		for _, c := range many {
+			seen[c] = true
+		}
 		return nil
 	}
 	for it, err := range items {
 		if err != nil {
-			if ferr := flush(); ferr != nil {
+			if ferr := flush(true); ferr != nil {
 				return res, errors.Join(ferr, err)
 			}
 			return res, fmt.Errorf("riverbilling: reading the customers of period %s after %d: %w", period, res.Customers, err)
@@ -137,14 +181,18 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 			continue
 		}
 		seen[it.Customer] = true
-		batch = append(batch, river.InsertManyParams{Args: ChargeArgs{Customer: it.Customer, Period: period, Invoice: it.Invoice != nil}})
-		if len(batch) == batchSize {
-			if err := flush(); err != nil {
+		if it.Invoice != nil {
+			add(ChargeArgs{Customer: it.Customer, Period: period, Invoice: true}, 1)
+		} else if many = append(many, it.Customer); len(many) == batchSize {
+			closeJob()
+		}
+		if pending >= fanOutTx {
+			if err := flush(false); err != nil {
 				return res, err
 			}
 		}
 	}
-	return res, flush()
+	return res, flush(true)
 }
 
 // emptyInvoice reports whether inv is the empty invoice that marks a fan-out
@@ -160,28 +208,29 @@ func (r *FanOutResult) invalid(format string, args ...any) {
 	}
 }
 
-// insertBatch inserts one batch in one transaction and returns how many
-// jobs were new.
-func insertBatch(ctx context.Context, ins *river.Client[pgx.Tx], db DB, batch []river.InsertManyParams) (int, error) {
+// insertBatch inserts jobs in one transaction and reports which of them
+// were skipped as duplicates.
+func insertBatch(ctx context.Context, ins *river.Client[pgx.Tx], db DB, jobs []river.InsertManyParams) ([]bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	out, err := ins.InsertManyTx(ctx, tx, batch)
+	out, err := ins.InsertManyTx(ctx, tx, jobs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
-	for _, r := range out {
-		if !r.UniqueSkippedAsDuplicate {
-			n++
-		}
+	if len(out) != len(jobs) {
+		return nil, fmt.Errorf("riverbilling: River answered %d inserts for %d jobs", len(out), len(jobs))
 	}
-	return n, nil
+	skipped := make([]bool, len(out))
+	for i, r := range out {
+		skipped[i] = r.UniqueSkippedAsDuplicate
+	}
+	return skipped, nil
 }
 
 // FanOutConfig configures a [FanOutWorker].
@@ -193,9 +242,9 @@ type FanOutConfig struct {
 	// [billing.Biller.Run] takes; an item whose Invoice is
 	// &billing.Invoice{} makes an invoice job (see [FanOut]). Required.
 	Customers func(ctx context.Context, period string) iter.Seq2[billing.Item, error]
-	// BatchSize is how many jobs one transaction inserts. Defaults to
-	// DefaultFanOutBatch; at most 10,000 (one InsertMany of that many jobs is
-	// one transaction and one statement).
+	// BatchSize is how many customers one charge job bills (in one
+	// [billing.Biller.Run]; see [Worker]). Defaults to DefaultFanOutBatch;
+	// 1 makes a job of each customer; at most 1,000.
 	BatchSize int
 	// Timeout bounds one run, and is how long a fan-out job of a killed
 	// machine waits for River's rescuer. Defaults to DefaultFanOutTimeout.
@@ -222,7 +271,7 @@ func NewFanOutWorker(cfg FanOutConfig) (*FanOutWorker, error) {
 	case cfg.Customers == nil:
 		return nil, fmt.Errorf("%w: FanOutConfig.Customers is nil: pass the function that lists a period's customers", billing.ErrInvalid)
 	case cfg.BatchSize < 0 || cfg.BatchSize > maxFanOutBatch:
-		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d must be between 0 (the default, %d) and %d", billing.ErrInvalid, cfg.BatchSize, DefaultFanOutBatch, maxFanOutBatch)
+		return nil, fmt.Errorf("%w: FanOutConfig.BatchSize %d (customers per charge job) must be between 0 (the default, %d) and %d", billing.ErrInvalid, cfg.BatchSize, DefaultFanOutBatch, maxFanOutBatch)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("%w: FanOutConfig.Timeout must not be negative", billing.ErrInvalid)
 	case cfg.Logger != nil && nilness.Is(cfg.Logger.Handler()):

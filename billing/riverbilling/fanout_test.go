@@ -3,7 +3,9 @@ package riverbilling_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,10 +17,12 @@ import (
 	"github.com/billonce/billonce/billing/riverbilling"
 )
 
-// The periodic fan-out inserts one job per customer; the jobs bill
-// everyone once. A second fan-out inserts nothing. Once River has cleaned
-// the completed jobs away a fan-out inserts them all again, and the claims
-// make those jobs complete without a request to Stripe.
+// The periodic fan-out inserts a job per 50 customers; the jobs bill
+// everyone once, and the declined customer gets a job of its own, which
+// is cancelled. A fan-out once those jobs have completed inserts them
+// again, and so does one after River has cleaned every job away: the
+// claims make them complete without a request to Stripe, and the decline's
+// job is cancelled again.
 func TestFanOutTwiceChargesOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, billingtest.Config{Declines: map[string]string{"cus_00007": "insufficient_funds"}})
@@ -28,31 +32,32 @@ func TestFanOutTwiceChargesOnce(t *testing.T) {
 		func(time.Time) string { return period }, &river.PeriodicJobOpts{RunOnStart: true})}
 	c := e.client(cfg)
 	e.start(c)
-	st := e.waitFinished(len(ids))
-	if st.Jobs[rivertype.JobStateCompleted] != len(ids)-1 || st.Jobs[rivertype.JobStateCancelled] != 1 {
-		t.Fatalf("after the periodic fan-out: %v; want %d completed, 1 cancelled (the decline)", st, len(ids)-1)
+	st := e.waitSettled(len(ids))
+	if st.Jobs[rivertype.JobStateCompleted] != len(ids)/50 || st.Jobs[rivertype.JobStateCancelled] != 1 {
+		t.Fatalf("after the periodic fan-out: %v; want %d completed, 1 cancelled (the decline's own job)", st, len(ids)/50)
+	}
+	var declined string
+	if err := e.pool.QueryRow(context.Background(), `SELECT args->>'customer' FROM river_job WHERE state = 'cancelled'`).Scan(&declined); err != nil || declined != "cus_00007" {
+		t.Errorf("the cancelled job is for %q (%v), want cus_00007", declined, err)
 	}
 
 	ctx := context.Background()
-	res, err := riverbilling.FanOut(ctx, c, e.pool, period, billing.Customers(ids...), 100)
-	if err != nil {
-		t.Fatal(err)
+	creates := len(e.srv.Log())
+	again := func(when string) {
+		t.Helper()
+		res, err := riverbilling.FanOut(ctx, c, e.pool, period, billing.Customers(ids...), 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Inserted != len(ids) || res.Duplicates != 0 {
+			t.Errorf("fan-out %s = %+v; want %d inserted", when, res, len(ids))
+		}
+		e.waitSettled(len(ids))
 	}
-	if res.Inserted != 0 || res.Duplicates != len(ids) {
-		t.Errorf("second fan-out = %+v; want nothing inserted, %d duplicates", res, len(ids))
-	}
-
+	again("once the jobs have completed")
 	// River's job cleaner deletes completed and cancelled jobs after a day.
 	e.exec(`DELETE FROM river_job WHERE kind = $1`, riverbilling.ChargeArgs{}.Kind())
-	creates := len(e.srv.Log())
-	res, err = riverbilling.FanOut(ctx, c, e.pool, period, billing.Customers(ids...), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Inserted != len(ids) || res.Duplicates != 0 {
-		t.Errorf("fan-out after cleaning = %+v; want %d inserted", res, len(ids))
-	}
-	st = e.waitFinished(len(ids))
+	again("after cleaning")
 	for _, id := range ids {
 		want := 1
 		if id == "cus_00007" {
@@ -65,7 +70,9 @@ func TestFanOutTwiceChargesOnce(t *testing.T) {
 	if n := len(e.srv.Log()) - creates; n != 0 {
 		t.Errorf("%d requests to Stripe after the re-inserted jobs, want 0", n)
 	}
-	t.Log(st)
+	if st := e.state(); st.Jobs[rivertype.JobStateCancelled] != 1 {
+		t.Errorf("after cleaning: %v; want the decline's job cancelled again", st)
+	}
 }
 
 // FanOut reads the iterator batch by batch, skips duplicates and unusable
@@ -92,16 +99,85 @@ func TestFanOutInput(t *testing.T) {
 	if res.Customers != 5 || res.Inserted != 2 || res.Duplicates != 1 || res.Invalid != 2 || len(res.Errors) != 2 {
 		t.Errorf("FanOut = %+v; want 5 read, 2 inserted, 1 duplicate, 2 invalid", res)
 	}
-	if n := sum(e.state().Jobs); n != 2 {
-		t.Errorf("%d jobs in River, want 2", n)
+	var jobs []string
+	rows, err := e.pool.Query(ctx, `SELECT args::text FROM river_job ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var a string
+		if err := rows.Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, a)
+	}
+	if len(jobs) != 1 || !strings.Contains(jobs[0], `"customers": ["cus_1", "cus_3"]`) {
+		t.Errorf("jobs in River: %q; want one job of cus_1 and cus_3", jobs)
+	}
+	// While that job waits, the same fan-out inserts nothing.
+	res, _ = riverbilling.FanOut(ctx, c, e.pool, period, iter.Seq2[billing.Item, error](items), 2)
+	if res.Inserted != 0 || res.Duplicates != 3 {
+		t.Errorf("FanOut again = %+v; want nothing inserted, 3 duplicates", res)
 	}
 	for _, bad := range []struct {
 		period string
 		batch  int
-	}{{"2026-13", 0}, {period, -1}, {period, 10_001}} {
+	}{{"2026-13", 0}, {period, -1}, {period, 1001}} {
 		if _, err := riverbilling.FanOut(ctx, c, e.pool, bad.period, billing.Customers("cus_9"), bad.batch); !errors.Is(err, billing.ErrInvalid) {
 			t.Errorf("FanOut(%q, batch %d) = %v, want ErrInvalid", bad.period, bad.batch, err)
 		}
+	}
+}
+
+// FanOut puts the customers billed by charge in jobs of batchSize, the
+// last one of the period with what is left (one customer alone is a job
+// of one), and each customer billed by invoice in a job of its own.
+func TestFanOutMakesJobsOfBatchSize(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	c := e.client(e.riverConfig(e.biller(), nil))
+	items := func(yield func(billing.Item, error) bool) {
+		for i, id := range customers(201) {
+			if !yield(billing.Item{Customer: id}, nil) {
+				return
+			}
+			if i == 150 && !yield(billing.Item{Customer: "cus_inv1", Invoice: &billing.Invoice{}}, nil) {
+				return
+			}
+		}
+		yield(billing.Item{Customer: "cus_inv2", Invoice: &billing.Invoice{}}, nil)
+	}
+	res, err := riverbilling.FanOut(context.Background(), c, e.pool, period, items, 100)
+	if err != nil || res.Customers != 203 || res.Inserted != 203 {
+		t.Fatalf("FanOut = %+v, %v; want 203 customers inserted", res, err)
+	}
+	rows, err := e.pool.Query(context.Background(), `SELECT coalesce(jsonb_array_length(args->'customers'), 0), args->>'customer', (args->>'invoice')::bool
+		FROM river_job ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var (
+			n       int
+			one     *string
+			invoice *bool
+		)
+		if err := rows.Scan(&n, &one, &invoice); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case n > 0:
+			got = append(got, fmt.Sprintf("%d customers", n))
+		case invoice != nil && *invoice:
+			got = append(got, "invoice "+*one)
+		default:
+			got = append(got, "charge "+*one)
+		}
+	}
+	want := []string{"100 customers", "invoice cus_inv1", "100 customers", "invoice cus_inv2", "charge cus_00200"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("jobs = %q, want %q", got, want)
 	}
 }
 

@@ -191,6 +191,22 @@ func (e *env) waitFinished(n int) riverbilling.PeriodState {
 	}
 }
 
+// waitSettled waits until n claims of the period are settled (succeeded
+// or failed) and no charge job of it is waiting or running: the jobs of
+// several customers and the jobs of one that they handed on are final.
+func (e *env) waitSettled(n int) riverbilling.PeriodState {
+	e.tb.Helper()
+	for {
+		st := e.state()
+		j := st.Jobs
+		final := j[rivertype.JobStateCompleted] + j[rivertype.JobStateCancelled] + j[rivertype.JobStateDiscarded]
+		if st.Claims["succeeded"]+st.Claims["failed"] == n && final == sum(j) {
+			return st
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func sum[K comparable](m map[K]int) int {
 	n := 0
 	for _, v := range m {

@@ -12,7 +12,8 @@ import (
 )
 
 // PeriodState is an operator's view of a period billed through River: its
-// charge jobs by River state and its claims by state.
+// charge jobs by River state (a job of several customers counts once) and
+// its claims, one per customer, by state.
 //
 // Read together: claims succeeded is who is billed; claims failed is who
 // was declined (and cancelled jobs, with their errors, say why); claims

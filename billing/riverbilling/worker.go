@@ -27,7 +27,10 @@ import (
 // jitter and at most 3 h 22 min with it, plus at most 10 runs of
 // DefaultJobTimeout (5 min each, 50 min): about 4 h 12 min from the first
 // run to the last, far inside the Biller's key deadline (WindowMargin, 23 h
-// by default, Stripe's window being 24 h).
+// by default, Stripe's window being 24 h). A customer of a job of several
+// may have its key sent by every run of that job and then by every run of
+// the job of its own it is handed on to: twice the budget, about 8 h 24
+// min, still inside it.
 //
 // The budget keeps retries within the window when the queue flows. Nothing
 // bounds how long a job waits in a queue behind others, how long River's
@@ -43,7 +46,9 @@ const (
 	// DefaultJobTimeout bounds one run of a charge job. It must cover the
 	// Biller's whole Charge: its Retry.MaxElapsed (2 min by default), its
 	// InProgressWait and a reconciliation search. Keep it below River's
-	// RescueStuckJobsAfter (1 h by default).
+	// RescueStuckJobsAfter (1 h by default). A job of several customers
+	// cut short by it loses nothing: the customers billed stay billed, and
+	// its retry bills the others.
 	DefaultJobTimeout = 5 * time.Minute
 )
 
@@ -90,12 +95,28 @@ type WorkerConfig struct {
 //     the request itself: the job is cancelled, the error is logged, and
 //     the job's queue is paused, since every other job would meet the same
 //     answer. Fix the cause, resume the queue (river.Client.QueueResume),
-//     and retry the cancelled jobs (River UI, or river.Client.JobRetry), or
-//     finish the period with [billing.Biller.Run]: it shares the claims.
+//     and retry the cancelled jobs (River UI, or river.Client.JobRetry),
+//     fan the period out again (a cancelled job of several customers does
+//     not block its own arguments), or finish the period with
+//     [billing.Biller.Run]: it shares the claims.
+//
+// A job of several customers ([ChargeArgs].Customers) bills them in one
+// [billing.Biller.Run], with Run's default options (so up to
+// billing.DefaultConcurrency of them at once, and their claims made and
+// their outcomes recorded in batches), and is told apart as a whole: it
+// completes when Run went through, is cancelled (and its queue paused)
+// when Run stopped on a spend cap or a refused key, and is retried when
+// Run was cut short. Each of its customers keeps the outcomes above: one
+// that Run did not bill (declined, held by another runner, outcome
+// unknown, refused) gets a job of its own, inserted before the job of
+// several completes, available at once or scheduled as a snooze or a
+// first retry would be, and from then on it is that job's.
 //
 // A job may run more than once, even twice at the same time: River delivers
 // at least once. The Biller's claims make every run after the first find
-// the charge, or wait for it, instead of making another.
+// the charge, or wait for it, instead of making another; a run of a job
+// of several customers finds the customers billed so far already billed,
+// and hands on the ones another run holds.
 type Worker struct {
 	river.WorkerDefaults[ChargeArgs]
 	runner
@@ -167,11 +188,13 @@ func (w *runner) retryWait(attempt int) time.Duration {
 	return d + rand.N(d/10+1)
 }
 
-// Work bills the job's customer for its period.
+// Work bills the job's customer, or customers, for its period.
 func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	a := job.Args
 	var err error
 	switch {
+	case len(a.Customers) > 0:
+		return w.workMany(ctx, job)
 	case a.Invoice && a.Attempt > 1:
 		err = fmt.Errorf("%w: an invoice job for customer %s, period %s has attempt %d: invoices are billed once, as attempt 0 or 1", billing.ErrInvalid, a.Customer, a.Period, a.Attempt)
 	case a.Invoice:
@@ -195,6 +218,85 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	}
 	return w.finish(ctx, job.JobRow, err, "charge",
 		"customer", a.Customer, "period", a.Period, "attempt", a.Attempt, "invoice", a.Invoice)
+}
+
+// maxJobCustomers bounds ChargeArgs.Customers: a Run's Summary.Failures
+// names at most 1,000 customers, and every customer a job's Run does not
+// bill must be named to get a job of its own.
+const maxJobCustomers = 1000
+
+// workMany bills the customers of a job of several in one Run. River is
+// told what became of the Run as a whole, as [decide] says for its error:
+// a Run stopped by a spend cap cancels the job and pauses its queue, one
+// cut short (the job's timeout, the database) is retried, and the retry's
+// Run finds every customer billed so far already billed. A Run that went
+// through completes the job, once every customer it did not bill has a
+// job of its own, inserted as decide says for that customer's error:
+// available at once for a decline or a refusal (it meets the failed claim
+// and is cancelled with the reason, without a request to Stripe),
+// scheduled for when another runner's lease ends, or for the first retry
+// of an unknown outcome. From then on each of them is a job of one
+// customer, with its own retries.
+func (w *Worker) workMany(ctx context.Context, job *river.Job[ChargeArgs]) error {
+	a := job.Args
+	client, cerr := river.ClientFromContextSafely[pgx.Tx](ctx)
+	var err error
+	switch {
+	case a.Customer != "" || a.Invoice || a.Attempt > 1:
+		err = fmt.Errorf("%w: a charge job of several customers (period %s) bills each for the first time, as Biller.Run does: it takes no Customer, Invoice or Attempt above 1", billing.ErrInvalid, a.Period)
+	case len(a.Customers) > maxJobCustomers:
+		err = fmt.Errorf("%w: a charge job of %d customers (period %s): at most %d", billing.ErrInvalid, len(a.Customers), a.Period, maxJobCustomers)
+	case cerr != nil:
+		err = fmt.Errorf("%w: a charge job of several customers runs on a River client with the pgx driver, which inserts the jobs of the customers it does not bill: %w", billing.ErrInvalid, cerr)
+	}
+	for i, c := range a.Customers {
+		if err != nil {
+			break
+		}
+		if verr := (billing.Item{Customer: c}).Validate(billing.Charges); verr != nil {
+			err = fmt.Errorf("customer %d of a charge job of %d (period %s): %w", i+1, len(a.Customers), a.Period, verr)
+		}
+	}
+	if err == nil {
+		var sum billing.Summary
+		sum, err = w.biller.Run(ctx, a.Period, billing.Customers(a.Customers...), nil)
+		if err == nil {
+			err = w.handOn(ctx, client, a.Period, len(a.Customers), sum)
+		}
+	}
+	return w.finish(ctx, job.JobRow, err, "charge", "period", a.Period, "customers", len(a.Customers))
+}
+
+// handOn inserts a job of one customer for every customer that the Run
+// summed up in sum did not bill, of a job of n customers for period.
+func (w *runner) handOn(ctx context.Context, client *river.Client[pgx.Tx], period string, n int, sum billing.Summary) error {
+	if sum.Done != n {
+		return fmt.Errorf("riverbilling: the run of %d customers for %s settled %d; the job is run again", n, period, sum.Done)
+	}
+	now := time.Now()
+	jobs := make([]river.InsertManyParams, 0, len(sum.Failures))
+	for _, f := range sum.Failures {
+		var ce *billing.ChargeError
+		if !errors.As(f, &ce) || ce.Customer == "" {
+			return fmt.Errorf("riverbilling: the run for %s answered for no customer: %v; the job is run again", period, f)
+		}
+		var at time.Time // at once
+		switch act := decide(f, now); act.kind {
+		case snooze:
+			at = now.Add(act.snooze)
+		case retry:
+			at = now.Add(w.retryWait(1))
+		}
+		jobs = append(jobs, river.InsertManyParams{Args: ChargeArgs{Customer: ce.Customer, Period: period},
+			InsertOpts: &river.InsertOpts{ScheduledAt: at}})
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	if _, err := client.InsertMany(ctx, jobs); err != nil {
+		return fmt.Errorf("riverbilling: inserting the jobs of the %d customers not billed for %s: %w", len(jobs), period, err)
+	}
+	return nil
 }
 
 // finish tells River what became of one run of a job whose Biller call

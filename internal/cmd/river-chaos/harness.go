@@ -35,7 +35,7 @@ const (
 type Config struct {
 	Customers  int
 	Workers    int // worker processes
-	MaxWorkers int // River workers (jobs at once) per process
+	MaxWorkers int // River workers (charge jobs at once) per process; each job bills billing.DefaultConcurrency customers at once
 	Period     string
 	Seed       int64
 	Kills      int
@@ -69,7 +69,7 @@ type Figures struct {
 	WorkerFailures                  int // worker processes that exited on their own (and were restarted)
 	Jobs                            map[rivertype.JobState]int
 	JobRuns                         int // attempts over all charge jobs of the period
-	RepairInserted                  int // jobs re-inserted by a fan-out after all jobs were final
+	RepairInserted                  int // customers whose jobs a fan-out re-inserted after all jobs were final
 	ChaosTime, WallTime             time.Duration
 
 	ThroughputCustomers   int
@@ -99,7 +99,7 @@ func (f Figures) String() string {
 		}
 	}
 	row("charge job runs (attempts)", f.JobRuns)
-	row("re-inserted by a repair fan-out", f.RepairInserted)
+	row("customers re-inserted (repair)", f.RepairInserted)
 	row("duplicates (must be 0)", f.Duplicates)
 	row("missing (must be 0)", f.Missing)
 	row("mismatches (must be 0)", f.Mismatches)
@@ -109,8 +109,8 @@ func (f Figures) String() string {
 			return fmt.Sprintf("%d charged in %v, %.0f charges/s", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
 		}
 		row("throughput, faults off", fmt.Sprintf("%d customers each", f.ThroughputCustomers))
-		row(fmt.Sprintf("  one Biller.Run (concurrency %d)", f.Workers*f.MaxWorkers), rate(f.RunCharged, f.RunTime))
-		row(fmt.Sprintf("  River, %d processes x %d", f.Workers, f.MaxWorkers), rate(f.RiverPaid, f.RiverTime))
+		row(fmt.Sprintf("  one Biller.Run (concurrency %d)", f.inFlight()), rate(f.RunCharged, f.RunTime))
+		row(fmt.Sprintf("  River (%d processes, %d x %d each)", f.Workers, f.MaxWorkers, billing.DefaultConcurrency), rate(f.RiverPaid, f.RiverTime))
 	}
 	row("wall time", f.WallTime.Round(time.Millisecond))
 	for _, p := range f.Problems {
@@ -118,6 +118,12 @@ func (f Figures) String() string {
 	}
 	return b.String()
 }
+
+// inFlight is how many customers the River workers bill at once, all
+// processes together: each River worker works a charge job, whose Run
+// bills billing.DefaultConcurrency of its customers at once. The
+// throughput comparison's Run bills as many at once.
+func (f Figures) inFlight() int { return f.Workers * f.MaxWorkers * billing.DefaultConcurrency }
 
 func (c *Config) check() error {
 	switch {
@@ -239,7 +245,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 				res, err := riverbilling.FanOut(ctx, inserter, pool, cfg.Period, customers(cfg.Customers), 0)
 				if err == nil {
 					fig.RepairInserted += res.Inserted
-					env.Logf("repair fan-out: %d jobs re-inserted, %d duplicates", res.Inserted, res.Duplicates)
+					env.Logf("repair fan-out: jobs of %d customers re-inserted, %d duplicates", res.Inserted, res.Duplicates)
 				}
 				idleSince = time.Time{}
 			}
@@ -332,8 +338,9 @@ func progress(ctx context.Context, pool *pgxpool.Pool, store *claim.Postgres, pe
 }
 
 // throughput bills ThroughputCustomers once with one Biller.Run in this
-// process and once with the River workers, on the same fake with faults
-// off, and times both.
+// process and once with the River workers, as many customers at once
+// (see Figures.inFlight), on the same fake with faults off, and times
+// both.
 func throughput(ctx context.Context, cfg Config, fig *Figures, env *chaos.Env, store *claim.Postgres, inserter *river.Client[pgx.Tx]) error {
 	n := cfg.ThroughputCustomers
 	b, err := biller(env.Pool, env.Fake.URL, "river-chaos-run", cfg.Lease, cfg.AttemptTimeout, nil)
@@ -341,7 +348,7 @@ func throughput(ctx context.Context, cfg Config, fig *Figures, env *chaos.Env, s
 		return err
 	}
 	t0 := time.Now()
-	sum, err := b.Run(ctx, runPeriod, customers(n), &billing.RunOptions{Concurrency: cfg.Workers * cfg.MaxWorkers, BatchSize: 200})
+	sum, err := b.Run(ctx, runPeriod, customers(n), &billing.RunOptions{Concurrency: fig.inFlight(), BatchSize: 200})
 	fig.RunTime, fig.RunCharged = time.Since(t0), sum.Created
 	if err != nil {
 		return fmt.Errorf("river-chaos: throughput run: %w", err)
@@ -349,18 +356,25 @@ func throughput(ctx context.Context, cfg Config, fig *Figures, env *chaos.Env, s
 	env.Logf("one Biller.Run: %d charged in %v", sum.Created, fig.RunTime.Round(time.Millisecond))
 
 	// The workers fan out any period whose fan-out job they are given.
+	// The wait watches the fake, in this process, until every customer's
+	// payment exists (faults are off: one object each, declines included),
+	// and only then the claims: counting the claims all along costs the
+	// database what the workers need.
+	created := env.Fake.Stats().Created
 	t0 = time.Now()
 	if _, err := inserter.Insert(ctx, riverbilling.FanOutArgs{Period: riverPeriod}, nil); err != nil {
 		return err
 	}
 	for {
-		st, err := store.Count(ctx, riverPeriod)
-		if err != nil {
-			return err
-		}
-		if st[claim.StateSucceeded]+st[claim.StateFailed] == n {
-			fig.RiverTime, fig.RiverPaid = time.Since(t0), st[claim.StateSucceeded]
-			break
+		if env.Fake.Stats().Created-created >= int64(n) {
+			st, err := store.Count(ctx, riverPeriod)
+			if err != nil {
+				return err
+			}
+			if st[claim.StateSucceeded]+st[claim.StateFailed] == n {
+				fig.RiverTime, fig.RiverPaid = time.Since(t0), st[claim.StateSucceeded]
+				break
+			}
 		}
 		select {
 		case <-ctx.Done():

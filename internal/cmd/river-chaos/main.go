@@ -31,7 +31,7 @@ func main() {
 	cfg := Config{Rates: map[billingtest.FaultKind]float64{}}
 	flag.IntVar(&cfg.Customers, "customers", 10000, "customers to bill")
 	flag.IntVar(&cfg.Workers, "workers", 3, "worker processes, each a River client")
-	flag.IntVar(&cfg.MaxWorkers, "river-workers", 8, "River workers (jobs at once) per process")
+	flag.IntVar(&cfg.MaxWorkers, "river-workers", 1, "River workers (charge jobs at once, each billing 8 customers at once) per process")
 	flag.StringVar(&cfg.Period, "period", "2026-09", "billing period")
 	flag.Int64Var(&cfg.Seed, "seed", 1, "seed of the faults, declines and chaos events")
 	flag.IntVar(&cfg.Kills, "kills", 2, "worker processes to SIGKILL (and restart) at seeded points of the run")

@@ -109,7 +109,6 @@ func workerMain(cfg workerConfig) int {
 			}
 			return customers(cfg.Customers)
 		},
-		BatchSize: 500,
 		// A fan-out cut short by the timeout is retried and goes on where
 		// it stopped; a short timeout gets a killed leader's fan-out
 		// rescued quickly.
