@@ -58,6 +58,12 @@ type ChargeArgs struct {
 	// bill gets a job of its own (see [Worker]). At most 1,000; [FanOut]
 	// makes such jobs.
 	Customers []string `json:"customers,omitempty"`
+	// Account, when set, bills the customer (or every customer of
+	// Customers) on this connected account (see
+	// billing.ChargeOptions.Account): the account is part of the claim and
+	// of the key. Invoice jobs are the platform's: a job with Invoice and
+	// an Account is cancelled as invalid.
+	Account string `json:"account,omitempty"`
 }
 
 // Kind is "billonce_charge".

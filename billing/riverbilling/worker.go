@@ -195,6 +195,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	switch {
 	case len(a.Customers) > 0:
 		return w.workMany(ctx, job)
+	case a.Invoice && a.Account != "":
+		err = fmt.Errorf("%w: an invoice job for customer %s, period %s names account %s: invoice jobs bill on the platform's own account", billing.ErrInvalid, a.Customer, a.Period, a.Account)
 	case a.Invoice && a.Attempt > 1:
 		err = fmt.Errorf("%w: an invoice job for customer %s, period %s has attempt %d: invoices are billed once, as attempt 0 or 1", billing.ErrInvalid, a.Customer, a.Period, a.Attempt)
 	case a.Invoice:
@@ -202,10 +204,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 		// collect: the receipt is processing, and the job completes.
 		_, err = w.biller.Invoice(ctx, a.Customer, a.Period, nil)
 	case a.Attempt <= 1:
-		_, err = w.biller.Charge(ctx, a.Customer, a.Period, nil)
+		_, err = w.biller.Charge(ctx, a.Customer, a.Period, &billing.ChargeOptions{Account: a.Account})
 	default:
 		var r billing.Receipt
-		r, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, nil)
+		r, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, &billing.ChargeOptions{Account: a.Account})
 		if err == nil && r.Processing && r.Attempt < a.Attempt {
 			// An earlier attempt is still processing: the period is
 			// not billed yet. Completing the job would leave a
@@ -253,13 +255,20 @@ func (w *Worker) workMany(ctx context.Context, job *river.Job[ChargeArgs]) error
 		if err != nil {
 			break
 		}
-		if verr := (billing.Item{Customer: c}).Validate(billing.Charges); verr != nil {
+		if verr := (billing.Item{Customer: c, Account: a.Account}).Validate(billing.Charges); verr != nil {
 			err = fmt.Errorf("customer %d of a charge job of %d (period %s): %w", i+1, len(a.Customers), a.Period, verr)
 		}
 	}
 	if err == nil {
 		var sum billing.Summary
-		sum, err = w.biller.Run(ctx, a.Period, billing.Customers(a.Customers...), nil)
+		items := func(yield func(billing.Item, error) bool) {
+			for _, c := range a.Customers {
+				if !yield(billing.Item{Customer: c, Account: a.Account}, nil) {
+					return
+				}
+			}
+		}
+		sum, err = w.biller.Run(ctx, a.Period, items, nil)
 		if err == nil {
 			err = w.handOn(ctx, client, a.Period, len(a.Customers), sum)
 		}
@@ -287,7 +296,7 @@ func (w *runner) handOn(ctx context.Context, client *river.Client[pgx.Tx], perio
 		case retry:
 			at = now.Add(w.retryWait(1))
 		}
-		jobs = append(jobs, river.InsertManyParams{Args: ChargeArgs{Customer: ce.Customer, Period: period},
+		jobs = append(jobs, river.InsertManyParams{Args: ChargeArgs{Customer: ce.Customer, Period: period, Account: ce.Account},
 			InsertOpts: &river.InsertOpts{ScheduledAt: at}})
 	}
 	if len(jobs) == 0 {
