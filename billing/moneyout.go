@@ -291,53 +291,29 @@ func (k moneyOut) find(ctx context.Context, b *Biller, j job) ([]object, error) 
 	if err := b.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	var out []object
-	var last *stripe.APIResponse
 	if k.payout {
 		// Every payout of the account, however old: a claim made again
 		// after its row was lost may be days younger than its payout.
 		params := &stripe.PayoutListParams{}
 		params.Context = ctx
-		it := b.payouts.List(params)
-		for it.Next() {
-			po := it.Payout()
-			if po.ID == "" || po.Status == "" {
-				return nil, notAPayment(it.PayoutList().LastResponse)
+		return listed(b.payouts.List(params).Iter, func(po *stripe.Payout) (object, bool, bool) {
+			if po == nil || po.ID == "" || po.Status == "" {
+				return object{}, false, false
 			}
-			if n, mine := b.moneyOutAttempt(k, j, po.Metadata); mine && (n == j.attempt || po.Status != stripe.PayoutStatusFailed && po.Status != stripe.PayoutStatusCanceled) {
-				out = append(out, object{id: po.ID, status: payoutStatus(po.Status), customer: j.customer, amount: po.Amount, currency: string(po.Currency), paidBy: otherAttempt(j, n)})
-			}
-		}
-		if err := it.Err(); err != nil {
-			return nil, err
-		}
-		if l := it.PayoutList(); l != nil {
-			last = l.LastResponse
-		}
-	} else {
-		params := &stripe.TransferListParams{Destination: stripe.String(j.customer), TransferGroup: stripe.String(b.group(j))}
-		params.Context = ctx
-		it := b.transfers.List(params)
-		for it.Next() {
-			tr := it.Transfer()
-			if tr.ID == "" {
-				return nil, notAPayment(it.TransferList().LastResponse)
-			}
-			if n, mine := b.moneyOutAttempt(k, j, tr.Metadata); mine {
-				out = append(out, object{id: tr.ID, status: "succeeded", customer: j.customer, amount: tr.Amount, currency: string(tr.Currency), paidBy: otherAttempt(j, n)})
-			}
-		}
-		if err := it.Err(); err != nil {
-			return nil, err
-		}
-		if l := it.TransferList(); l != nil {
-			last = l.LastResponse
-		}
+			n, mine := b.moneyOutAttempt(k, j, po.Metadata)
+			return object{id: po.ID, status: payoutStatus(po.Status), customer: j.customer, amount: po.Amount, currency: string(po.Currency), paidBy: otherAttempt(j, n)},
+				mine && (n == j.attempt || po.Status != stripe.PayoutStatusFailed && po.Status != stripe.PayoutStatusCanceled), true
+		})
 	}
-	if !isList(last) {
-		return nil, notASearchResult(last)
-	}
-	return out, nil
+	params := &stripe.TransferListParams{Destination: stripe.String(j.customer), TransferGroup: stripe.String(b.group(j))}
+	params.Context = ctx
+	return listed(b.transfers.List(params).Iter, func(tr *stripe.Transfer) (object, bool, bool) {
+		if tr == nil || tr.ID == "" {
+			return object{}, false, false
+		}
+		n, mine := b.moneyOutAttempt(k, j, tr.Metadata)
+		return object{id: tr.ID, status: "succeeded", customer: j.customer, amount: tr.Amount, currency: string(tr.Currency), paidBy: otherAttempt(j, n)}, mine, true
+	})
 }
 
 // moneyOutAttempt tells which attempt of j's account and period, in this

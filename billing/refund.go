@@ -203,30 +203,14 @@ func (k refunds) find(ctx context.Context, b *Biller, j job) ([]object, error) {
 	if err := b.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	var out []object
-	it := b.refunds.List(params)
-	for it.Next() {
-		re := it.Refund()
-		if re.ID == "" || re.Status == "" {
-			return nil, notAPayment(it.RefundList().LastResponse)
-		}
-		if re.Metadata[MetaKey] != j.key.String() {
-			continue
+	return listed(b.refunds.List(params).Iter, func(re *stripe.Refund) (object, bool, bool) {
+		if re == nil || re.ID == "" || re.Status == "" {
+			return object{}, false, false
 		}
 		// Listed by the payment: each is of the claim's customer.
-		out = append(out, object{id: re.ID, status: refundStatus(re.Status), customer: j.customer, amount: re.Amount, currency: string(re.Currency)})
-	}
-	if err := it.Err(); err != nil {
-		return nil, err
-	}
-	if l := it.RefundList(); l == nil || !isList(l.LastResponse) {
-		var last *stripe.APIResponse
-		if l != nil {
-			last = l.LastResponse
-		}
-		return nil, notASearchResult(last)
-	}
-	return out, nil
+		return object{id: re.ID, status: refundStatus(re.Status), customer: j.customer, amount: re.Amount, currency: string(re.Currency)},
+			re.Metadata[MetaKey] == j.key.String(), true
+	})
 }
 
 // findCreditNotes lists the credit notes of the claim's invoice and
@@ -237,29 +221,12 @@ func (k refunds) findCreditNotes(ctx context.Context, b *Biller, j job) ([]objec
 	if err := b.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	var out []object
-	it := b.creditNotes.List(params)
-	for it.Next() {
-		cn := it.CreditNote()
-		if cn.ID == "" || cn.Status == "" {
-			return nil, notAPayment(it.CreditNoteList().LastResponse)
+	return listed(b.creditNotes.List(params).Iter, func(cn *stripe.CreditNote) (object, bool, bool) {
+		if cn == nil || cn.ID == "" || cn.Status == "" {
+			return object{}, false, false
 		}
-		if cn.Metadata[MetaKey] != j.key.String() {
-			continue
-		}
-		out = append(out, creditNoteObject(cn, j.customer))
-	}
-	if err := it.Err(); err != nil {
-		return nil, err
-	}
-	if l := it.CreditNoteList(); l == nil || !isList(l.LastResponse) {
-		var last *stripe.APIResponse
-		if l != nil {
-			last = l.LastResponse
-		}
-		return nil, notASearchResult(last)
-	}
-	return out, nil
+		return creditNoteObject(cn, j.customer), cn.Metadata[MetaKey] == j.key.String(), true
+	})
 }
 
 // creditNoteObject is what credit note cn says about the refund it makes,

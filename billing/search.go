@@ -304,6 +304,56 @@ func isSearchResult(r *stripe.APIResponse) bool {
 	return json.Unmarshal(r.RawJSON, &v) == nil && v.Object == "search_result"
 }
 
+// listed reads a Stripe listing to its end, turning each item, of type T,
+// into an object with keep, which says whether the item is one to return
+// (ok) and whether it is a Stripe object at all (valid: it has its id and
+// status). An item that is not, or an answer that is not a list, stops
+// the run (notAPayment, notASearchResult) and is no evidence that the key
+// made nothing: no miss is read from it.
+func listed[T any](it *stripe.Iter, keep func(T) (o object, ok, valid bool)) ([]object, error) {
+	var out []object
+	for it.Next() {
+		v, _ := it.Current().(T)
+		o, ok, valid := keep(v)
+		if !valid {
+			return nil, notAPayment(lastPage(it.List()))
+		}
+		if ok {
+			out = append(out, o)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	if last := lastPage(it.List()); !isList(last) {
+		return nil, notASearchResult(last)
+	}
+	return out, nil
+}
+
+// lastPage is Stripe's last answer to a listing, nil when there is none.
+func lastPage(l stripe.ListContainer) *stripe.APIResponse {
+	switch l := l.(type) {
+	case *stripe.RefundList:
+		if l != nil {
+			return l.LastResponse
+		}
+	case *stripe.CreditNoteList:
+		if l != nil {
+			return l.LastResponse
+		}
+	case *stripe.TransferList:
+		if l != nil {
+			return l.LastResponse
+		}
+	case *stripe.PayoutList:
+		if l != nil {
+			return l.LastResponse
+		}
+	}
+	return nil
+}
+
 // isList reports whether r is Stripe's answer to a listing: an object
 // "list" (see isSearchResult).
 func isList(r *stripe.APIResponse) bool {
