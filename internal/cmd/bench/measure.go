@@ -129,6 +129,15 @@ func concurrently(conc, n int, do func(i int) error) (elapsed, selfCPU time.Dura
 	return elapsed, (self1 - self0) / time.Duration(n), nil
 }
 
+// medianOf is the median of f over rs.
+func medianOf(rs []result, f func(result) float64) float64 {
+	var xs []float64
+	for _, r := range rs {
+		xs = append(xs, f(r))
+	}
+	return median(xs)
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -298,13 +307,7 @@ func benchRun(ctx context.Context, e *env, o options, t *table) error {
 		}
 		safe, naive = append(safe, s), append(naive, nv)
 	}
-	med := func(rs []result, f func(result) float64) float64 {
-		var xs []float64
-		for _, r := range rs {
-			xs = append(xs, f(r))
-		}
-		return median(xs)
-	}
+	med := medianOf
 	rate := func(r result) float64 { return r.rate }
 	self := func(r result) float64 { return float64(r.selfCPU.Microseconds()) }
 	pg := func(r result) float64 { return float64(r.pgCPU.Microseconds()) }

@@ -175,13 +175,7 @@ func benchUsage(ctx context.Context, e *env, o options, t *table) error {
 		}
 		safe, naive = append(safe, s), append(naive, nv)
 	}
-	med := func(rs []result, f func(result) float64) float64 {
-		var xs []float64
-		for _, r := range rs {
-			xs = append(xs, f(r))
-		}
-		return median(xs)
-	}
+	med := medianOf
 	rate := func(r result) float64 { return r.rate }
 	self := func(r result) float64 { return float64(r.selfCPU.Microseconds()) }
 	pg := func(r result) float64 { return float64(r.pgCPU.Microseconds()) }
