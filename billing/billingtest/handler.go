@@ -2,7 +2,9 @@ package billingtest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -241,7 +243,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.finish(w, &e, errResult(http.StatusUnauthorized, *authErr), Fault{})
 		return
 	}
-	if err := r.ParseForm(); err != nil {
+	if err := r.ParseForm(); errors.Is(err, io.ErrUnexpectedEOF) {
+		// The client went away while it sent the body (a process killed
+		// mid-write): no request arrived, and no one is left to answer.
+		s.mu.Lock()
+		e.Time = s.now()
+		s.log = append(s.log, e)
+		s.mu.Unlock()
+		return
+	} else if err != nil {
 		s.finish(w, &e, errResult(http.StatusBadRequest, apiErr{Type: "invalid_request_error", Message: "Could not parse the request body as application/x-www-form-urlencoded: " + err.Error()}), Fault{})
 		return
 	}

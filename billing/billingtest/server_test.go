@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -863,4 +864,39 @@ func TestCloseDoesNotWaitForUnusedConnections(t *testing.T) {
 	done := make(chan struct{})
 	go func() { srv.Close(); close(done) }()
 	<-done // a Close that waited for the connection would never return: it stays open until the test ends
+}
+
+// A client that dies while it sends a request's body (a process killed
+// mid-write) leaves a request no one can answer: Stripe never received
+// it, so the log shows it without a status, not as a 400 the client was
+// refused with, and nothing is stored under its key.
+func TestBodyCutByTheClientIsNoRequest(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := "amount=100&charge=ch_1"
+	fmt.Fprintf(conn, "POST /v1/refunds HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nIdempotency-Key: kcut\r\n"+
+		"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s", testKey, len(body), body[:7])
+	conn.Close()
+
+	deadline := time.Now().Add(time.Minute)
+	var log []billingtest.Entry
+	for len(log) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		log = srv.Log()
+	}
+	if len(log) != 1 {
+		t.Fatalf("log holds %d entries, want the one cut request", len(log))
+	}
+	if e := log[0]; e.Status != 0 || e.IdempotencyKey != "kcut" || e.Path != "/v1/refunds" {
+		t.Fatalf("cut request logged as %+v, want POST /v1/refunds key kcut without a status", e)
+	}
+	// The key holds nothing: the whole request, sent now, is executed.
+	resp, b := do(t, srv, http.MethodPost, "/v1/refunds", "kcut", url.Values{"amount": {"100"}, "charge": {"ch_1"}})
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("full request after the cut: %d %s, want 404 for the unknown charge", resp.StatusCode, b)
+	}
 }
