@@ -95,7 +95,7 @@ var scenarios = append([]scenario{
 		naive:     naive25h,
 		billonce:  billonce25h,
 	},
-}, append(append(meterScenarios(), invoiceScenarios()...), refundScenarios()...)...)
+}, append(append(append(meterScenarios(), invoiceScenarios()...), refundScenarios()...), accountScenarios()...)...)
 
 // cutNextCharge makes the fake commit the next charge and cut the
 // connection before the client has the answer.
