@@ -203,6 +203,16 @@ const (
 // With a fence (see fenced), req is empty unless the lease row still
 // carries the fence's token: the statement then claims nothing and
 // returns no row.
+//
+// Every read of the table is a probe of the rows one request names, by
+// an index: the subqueries end in OFFSET 0, which keeps the planner from
+// turning them into joins. A connection caches one generic plan for the
+// statement, made while the table may have been small; a join planned
+// then (a hash of the whole table, or of all its failed claims) would
+// read the table once per batch ever after, however large it grew
+// (TestClaimBatchReadsNoMoreWhenTheTableGrows). Probes keep a claim's
+// cost flat in the table's size, and make the cached plan right for a
+// single claim too. Only took reads more: the pending claims.
 const claimTemplate = `
 WITH {{fence}}req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
@@ -215,14 +225,14 @@ WITH {{fence}}req AS (
 		scope, attempt, endpoint, credential, meter, window_start, window_end, meter_id, refund_of, account FROM req
 	WHERE NOT EXISTS (SELECT FROM {{table}} f
 			WHERE f.customer = req.customer AND f.period = req.period AND f.state = 'failed'
-				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt))
+				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt) OFFSET 0)
 		AND NOT EXISTS (SELECT FROM {{table}} f
 			WHERE f.customer = req.customer AND f.period = req.period AND f.state <> 'failed'
-				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt))
+				AND (req.scope <> '' AND f.scope NOT IN ('', req.scope) OR f.scope = req.scope AND f.attempt > req.attempt) OFFSET 0)
 		AND (req.refund_of IS NULL OR EXISTS (SELECT FROM {{table}} p
 			WHERE p.key = req.refund_of AND p.state = 'succeeded' AND p.currency = req.currency
 				AND p.amount - req.amount >= (SELECT coalesce(sum(r.amount), 0) FROM {{table}} r
-					WHERE r.refund_of = req.refund_of AND r.state <> 'failed')))
+					WHERE r.refund_of = req.refund_of AND r.state <> 'failed') OFFSET 0))
 	ON CONFLICT DO NOTHING
 	RETURNING *
 ), took AS (
@@ -238,27 +248,31 @@ SELECT req.ord, 1, {{cols_x}} FROM ins x JOIN req ON req.key = x.key
 UNION ALL
 SELECT x.ord, 2, {{cols_x}} FROM took x
 UNION ALL
-SELECT req.ord, 3, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.key
+SELECT req.ord, 3, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+	WHERE x.key = req.key OFFSET 0) x
 UNION ALL
-SELECT req.ord, 4, {{cols_x}} FROM req JOIN {{table}} x
-	ON hashtextextended(x.customer || ' ' || x.meter, 0) = hashtextextended(req.customer || ' ' || req.meter, 0)
+SELECT req.ord, 4, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+	WHERE hashtextextended(x.customer || ' ' || x.meter, 0) = hashtextextended(req.customer || ' ' || req.meter, 0)
 		AND x.customer = req.customer AND x.meter = req.meter AND x.state <> 'failed' AND x.window_end IS NOT NULL
 		AND tstzrange(x.window_start, x.window_end) && tstzrange(req.window_start, req.window_end)
-		AND (x.window_start <> req.window_start OR x.window_end <> req.window_end)
+		AND (x.window_start <> req.window_start OR x.window_end <> req.window_end) OFFSET 0) x
+	WHERE req.meter IS NOT NULL
 UNION ALL
-SELECT req.ord, 5, {{cols_x}} FROM req JOIN {{table}} x
-	ON x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key
+SELECT req.ord, 5, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+	WHERE x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key OFFSET 0) x
 UNION ALL
-SELECT req.ord, 6, {{cols_x}} FROM req JOIN {{table}} x
-	ON x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
-		AND req.scope <> '' AND x.scope NOT IN ('', req.scope)
+SELECT req.ord, 6, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+	WHERE x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
+		AND x.scope NOT IN ('', req.scope) OFFSET 0) x
+	WHERE req.scope <> ''
 UNION ALL
-SELECT req.ord, 7, {{cols_x}} FROM req JOIN {{table}} x
-	ON x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
-		AND x.scope = req.scope AND x.attempt > req.attempt
+SELECT req.ord, 7, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+	WHERE x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
+		AND x.scope = req.scope AND x.attempt > req.attempt OFFSET 0) x
 UNION ALL
-SELECT req.ord, 8, {{cols_x}} FROM req JOIN {{table}} x ON x.key = req.refund_of
-	WHERE NOT (x.state = 'succeeded' AND x.currency = req.currency
+SELECT req.ord, 8, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+	WHERE x.key = req.refund_of OFFSET 0) x
+	WHERE req.refund_of IS NOT NULL AND NOT (x.state = 'succeeded' AND x.currency = req.currency
 		AND x.amount - req.amount >= (SELECT coalesce(sum(r.amount), 0) FROM {{table}} r
 			WHERE r.refund_of = req.refund_of AND r.state <> 'failed'))`
 
@@ -424,13 +438,6 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 	if fence != (claimengine.Fence{}) {
 		sql = fenced(p.claimBase, fence)
 		args = append(args, fence.Token)
-	}
-	if n == 1 {
-		// A single claim runs as an unnamed statement, planned for its one
-		// request: a cached generic plan is about three times slower for it
-		// (BenchmarkClaim). Batches use the connection's default mode; with
-		// pgx's cached statements their generic plan is the faster one.
-		args = append([]any{pgx.QueryExecModeExec}, args...)
 	}
 	var q querier = p.db
 	if locks := refundLocks(reqs, todo); locks != nil {
