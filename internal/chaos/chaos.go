@@ -9,7 +9,8 @@
 // paid charge named by a succeeded claim (Check); or invoiced once, each
 // line once (CheckInvoices); or each usage window counted once at the
 // fake's meter (CheckUsage); or charged once and each refund made once,
-// none past the payment (CheckRefunds).
+// none past the payment (CheckRefunds); or each connected account paid
+// one transfer and one payout (CheckMoneyOut).
 //
 // What the children run, and how a run knows it is over, is each
 // example's own. A run goes:
@@ -135,6 +136,9 @@ type Env struct {
 
 	delivered int                 // the fake's events delivered by DeliverWebhooks
 	redeliver []billingtest.Event // and those refused, delivered again next time
+
+	accounts   []string       // the connected accounts of CreateAccounts, by customer
+	accountIdx map[string]int // and the customer of each
 }
 
 // Start starts PostgreSQL with a fresh database and serves the fake with

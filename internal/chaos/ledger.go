@@ -187,11 +187,11 @@ func toLedger(payments []billingtest.Payment) []ledger.Payment {
 	return out
 }
 
-var customerRE = regexp.MustCompile(`cus_[0-9]+|bo1_[0-9a-f]+`)
+var customerRE = regexp.MustCompile(`cus_[0-9]+|acct_[0-9]+|bo1_[0-9a-f]+`)
 
 // evidence collects what happened to the first few customers (or
-// idempotency keys) named in problems: the fake's request log and every
-// log line that names them.
+// accounts, or idempotency keys) named in problems: the fake's request
+// log and every log line that names them.
 func evidence(problems []string, reqs []billingtest.Entry, logDir string) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -204,7 +204,7 @@ func evidence(problems []string, reqs []billingtest.Entry, logDir string) []stri
 		seen[cust] = true
 		out = append(out, "== "+cust+": requests at the fake")
 		for _, e := range reqs {
-			if e.Customer == cust || e.IdempotencyKey == cust {
+			if e.Customer == cust || e.Account == cust || e.IdempotencyKey == cust {
 				out = append(out, fmt.Sprintf("%s %s %s key=%s status=%d replayed=%v fault=%q object=%s",
 					e.Time.Format("15:04:05.000000"), e.Method, e.Path, e.IdempotencyKey, e.Status, e.Replayed, e.Fault, e.ObjectID))
 			}

@@ -21,14 +21,17 @@ func TestMain(m *testing.M) {
 
 // TestChaosSmall runs the harness at CI size, in each mode: three runner
 // processes bill 300 customers (or invoice 60, or report two usage
-// windows for each of 60, or charge 60 and refund each four times) while
-// about 10% of requests fail, two runners are killed, PostgreSQL restarts
-// once and the runners' backends are terminated once. The fake's ledger
-// must show every customer charged exactly once; or invoiced once, each
-// line once, the invoice finalized once and paid once (open for a
-// declined card); or every usage window counted exactly once and none of
-// a rejected customer's; or each refund made exactly once, but the one
-// past the payment, refused.
+// windows for each of 60, or charge 60 and refund each four times, or
+// transfer to 60 connected accounts and pay each out) while about 10% of
+// requests fail, two runners are killed, PostgreSQL restarts once and the
+// runners' backends are terminated once. The fake's ledger must show
+// every customer charged exactly once; or invoiced once, each line once,
+// the invoice finalized once and paid once (open for a declined card); or
+// every usage window counted exactly once and none of a rejected
+// customer's; or each refund made exactly once, but the one past the
+// payment, refused; or each account paid one transfer and one payout,
+// none refused, every balance emptied, and a payout the bank returned
+// after it was paid failed and not paid again.
 func TestChaosSmall(t *testing.T) {
 	testenv.Long(t) // starts PostgreSQL and three runner processes per mode
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -47,6 +50,7 @@ func TestChaosSmall(t *testing.T) {
 		{ModeInvoices, 60, 0, 0.06},
 		{ModeUsage, 60, 2, 0.06},
 		{ModeRefunds, 60, 0, 0.06},
+		{ModeMoneyOut, 60, 0, 0.06},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			// The modes run one after another, each on a database of its
@@ -96,6 +100,10 @@ func TestChaosSmall(t *testing.T) {
 			}
 			if want := fig.Paid * (len(chaos.Refunds(0)) - 1); tc.mode == ModeRefunds && (fig.Reports != want || fig.RefundsRefused != fig.Paid) {
 				t.Errorf("%d refunds made once and %d refused past the payment, want %d and %d", fig.Reports, fig.RefundsRefused, want, fig.Paid)
+			}
+			if tc.mode == ModeMoneyOut && (fig.Reports != cfg.Customers || fig.PayoutsReturned != fig.Declined || fig.ReturnedReported != fig.Declined) {
+				t.Errorf("%d transfers made once, %d payouts returned by the bank, %d of them reported failed; want %d transfers and %d payouts returned, all reported",
+					fig.Reports, fig.PayoutsReturned, fig.ReturnedReported, cfg.Customers, fig.Declined)
 			}
 			// The chaos must really have happened, or the test proves nothing.
 			if fig.Kills == 0 || fig.DBRestarts == 0 || fig.BackendTerminations == 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,14 +39,26 @@ const (
 	// partial refunds, and one that with them comes to more than the
 	// payment, which billonce refuses.
 	ModeRefunds = "refunds"
+	// ModeMoneyOut makes each customer i a connected account, transfers
+	// Price(i) to it from the platform's balance and, once that transfer
+	// succeeded, pays the same amount out of the account's balance to its
+	// bank; the declined customers' payouts are returned by the bank after
+	// they were paid, and billonce fails their claims and pays nothing
+	// more.
+	ModeMoneyOut = "moneyout"
 )
+
+// payoutsPaid is how far the final phase of ModeMoneyOut moves time on:
+// past the arrival of a standard payout (two days after it was made, at
+// the fake as at Stripe), so that every payout is paid.
+const payoutsPaid = 50 * time.Hour
 
 // waitsOutWindow reports whether the runners of mode stop once all they
 // have left waits on outcomes Stripe keeps answering unknown, which the
 // harness settles after moving time a day on: usage reports and invoice
 // steps, which their lookups cannot settle within the key's window.
-// Charges and refunds are settled by the final run's resends and
-// lookups.
+// Charges, refunds, transfers and payouts are settled by the final
+// run's resends and lookups.
 func waitsOutWindow(mode string) bool { return mode == ModeUsage || mode == ModeInvoices }
 
 // DefaultMeterDelay is Config.MeterDelay's default: shorter than the
@@ -59,8 +72,8 @@ const webhookSecret = "whsec_chaosHarnessSigningSecret0000"
 
 // Config is one chaos run.
 type Config struct {
-	// Mode is ModeCharges (or empty), ModeInvoices, ModeUsage or
-	// ModeRefunds.
+	// Mode is ModeCharges (or empty), ModeInvoices, ModeUsage,
+	// ModeRefunds or ModeMoneyOut.
 	Mode string
 	// Windows is the number of usage windows per customer (ModeUsage).
 	Windows      int
@@ -74,7 +87,9 @@ type Config struct {
 	Terminations int
 	// Rates are the fake's seeded fault probabilities per request.
 	Rates map[billingtest.FaultKind]float64
-	// DeclineFraction of customers have a card that always declines.
+	// DeclineFraction of customers have a card that always declines; in
+	// ModeMoneyOut, their accounts' payouts are returned by the bank
+	// after they were paid.
 	DeclineFraction float64
 	// MeterDelay is how long after acceptance the fake counts a meter
 	// event or rejects it into an error report (ModeUsage); zero is
@@ -125,6 +140,11 @@ type Figures struct {
 	// RefundsRefused counts the refunds past the payment the final pass
 	// asked for again, each refused (ModeRefunds).
 	RefundsRefused int
+	// PayoutsReturned counts the paid payouts the harness had the bank
+	// return (the declined customers' accounts), and ReturnedReported
+	// those a last Run of every payout then reported failed after
+	// processing, sending nothing more (ModeMoneyOut).
+	PayoutsReturned, ReturnedReported int
 }
 
 // OK reports whether every invariant held.
@@ -134,7 +154,11 @@ func (f Figures) String() string {
 	var b strings.Builder
 	row := func(name string, v any) { fmt.Fprintf(&b, "  %-28s %v\n", name, v) }
 	row("mode", f.Mode)
-	row("customers", f.Customers)
+	if f.Mode == ModeMoneyOut {
+		row("connected accounts", f.Customers)
+	} else {
+		row("customers", f.Customers)
+	}
 	if f.Mode == ModeUsage {
 		row("usage windows", f.Customers*f.Windows)
 	}
@@ -161,6 +185,12 @@ func (f Figures) String() string {
 		row("customers declined", f.Declined)
 		row("refunds made once", f.Reports)
 		row("refused past the payment", f.RefundsRefused)
+	case ModeMoneyOut:
+		row("transfers made once", f.Reports)
+		row("payouts made once", f.Paid+f.Declined)
+		row("  paid", f.Paid)
+		row("  returned after paid", f.Declined)
+		row("returned, reported failed", f.ReturnedReported)
 	default:
 		row("customers charged", f.Paid)
 		row("customers declined", f.Declined)
@@ -194,7 +224,7 @@ func (c *Config) check() error {
 	switch c.Mode {
 	case "":
 		c.Mode = ModeCharges
-	case ModeCharges, ModeInvoices, ModeRefunds:
+	case ModeCharges, ModeInvoices, ModeRefunds, ModeMoneyOut:
 	case ModeUsage:
 		if c.Windows < 1 {
 			return errors.New("usage mode needs at least 1 window per customer")
@@ -204,7 +234,7 @@ func (c *Config) check() error {
 		}
 		c.MeterDelay = cmp.Or(c.MeterDelay, DefaultMeterDelay)
 	default:
-		return fmt.Errorf("unknown mode %q: use %s, %s, %s or %s", c.Mode, ModeCharges, ModeInvoices, ModeUsage, ModeRefunds)
+		return fmt.Errorf("unknown mode %q: use %s, %s, %s, %s or %s", c.Mode, ModeCharges, ModeInvoices, ModeUsage, ModeRefunds, ModeMoneyOut)
 	}
 	return chaos.CheckConfig(c.Period, c.AttemptTimeout, c.Lease, c.DeclineFraction)
 }
@@ -234,6 +264,8 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		return fig, err
 	}
 	var base time.Time
+	var accounts []string // ModeMoneyOut's, by customer
+	var accountsFile string
 	progress := func() int { return int(env.Fake.Stats().Paid) }
 	switch cfg.Mode {
 	case ModeUsage:
@@ -248,6 +280,19 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		// chaos.Refunds has.
 		perCustomer := len(chaos.Refunds(0))
 		progress = func() int { return int(env.Fake.Stats().Created) / perCustomer }
+	case ModeMoneyOut:
+		accounts = env.CreateAccounts()
+		raw, err := json.Marshal(accounts)
+		if err != nil {
+			return fig, err
+		}
+		accountsFile = filepath.Join(env.LogDir, "accounts.json")
+		if err := os.WriteFile(accountsFile, raw, 0o644); err != nil {
+			return fig, err
+		}
+		// Progress is in accounts' worth of objects created: a transfer
+		// and a payout, beyond the accounts themselves.
+		progress = func() int { return (int(env.Fake.Stats().Created) - len(accounts)) / 2 }
 	}
 
 	deadline := time.Now().Add(cfg.Timeout)
@@ -259,7 +304,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 			BatchSize: cfg.BatchSize, Lease: cfg.Lease, AttemptTimeout: cfg.AttemptTimeout,
 			RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax, RetryAttempts: cfg.RetryAttempts,
 			LogPath: filepath.Join(env.LogDir, fmt.Sprintf("runner-%d.log", index)), Deadline: deadline,
-			Mode: cfg.Mode, Windows: cfg.Windows, Base: base,
+			Mode: cfg.Mode, Windows: cfg.Windows, Base: base, Accounts: accountsFile,
 		})
 		if err == nil {
 			fig.RunnerStarts++
@@ -428,7 +473,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		}
 		env.Fake.AggregateNow()
 	}
-	if err := finalRun(ctx, cfg, env, final, hook, base, &fig); err != nil {
+	if err := finalRun(ctx, cfg, env, final, hook, base, accounts, &fig); err != nil {
 		return fig, err
 	}
 	switch cfg.Mode {
@@ -438,6 +483,8 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		fig.Ledger, err = env.CheckInvoices(ctx, cfg.Period)
 	case ModeRefunds:
 		fig.Ledger, err = env.CheckRefunds(ctx, cfg.Period)
+	case ModeMoneyOut:
+		fig.Ledger, err = env.CheckMoneyOut(ctx, cfg.Period)
 	default:
 		fig.Ledger, err = env.Check(ctx, cfg.Period, map[string]int{cfg.Period: cfg.Customers})
 	}
@@ -452,9 +499,41 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 // finalRun bills every customer once more with faults off, until nothing is
 // pending (claims of killed runners wait out their lease), then reconciles.
 // Then the fake's last events (the meter error reports among them) reach
-// the webhook.
-func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, hook http.Handler, base time.Time, fig *Figures) error {
+// the webhook. ModeMoneyOut transfers and pays out instead, moves time on
+// until the payouts are paid, and has the bank return some after.
+func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, hook http.Handler, base time.Time, accounts []string, fig *Figures) error {
 	deadline := time.Now().Add(cfg.Lease + time.Minute)
+	var err error
+	if cfg.Mode == ModeMoneyOut {
+		err = finalMoneyOut(ctx, cfg, env, b, hook, accounts, deadline, fig)
+	} else {
+		err = finalBills(ctx, cfg, env, b, base, deadline, fig)
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.Mode == ModeRefunds {
+		if err := finalRefunds(ctx, cfg, env, b, deadline, fig); err != nil {
+			return err
+		}
+	}
+	sum, err := b.Reconcile(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("chaos: reconcile pass: %w", err)
+	}
+	fig.Reconciled = sum.Created + sum.AlreadyBilled
+	env.Logf("reconcile pass: %d stale claims, %d settled", sum.Total, fig.Reconciled)
+	env.Fake.AggregateNow() // the meter error reports, as Stripe sends them within minutes
+	fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
+	if cfg.Mode == ModeMoneyOut {
+		return returnPayouts(ctx, cfg, env, b, hook, accounts, fig)
+	}
+	return nil
+}
+
+// finalBills bills every customer once more with faults off, Run after
+// Run until nothing is pending or deadline passes.
+func finalBills(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, base, deadline time.Time, fig *Figures) error {
 	for run := 1; ; run++ {
 		var sum billing.Summary
 		var err error
@@ -471,12 +550,12 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller
 		fig.FinalRunAlreadyDone = sum.AlreadyBilled
 		if err == nil && sum.Pending == 0 {
 			env.Logf("final clean run %d: created %d, already done %d, failed %d", run, sum.Created, sum.AlreadyBilled, sum.Declined)
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			fig.UnsettledAfterFinalRun = sum.Pending
 			env.Logf("final clean run %d: %d still pending (%v); giving up", run, sum.Pending, err)
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -484,20 +563,83 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if cfg.Mode == ModeRefunds {
-		if err := finalRefunds(ctx, cfg, env, b, deadline, fig); err != nil {
-			return err
+}
+
+// finalMoneyOut transfers to every account again with faults off, Run
+// after Run until none is pending or deadline passes, then pays out of
+// every account whose transfer succeeded the same way. Then time passes
+// until the payouts are paid, and their events reach the webhook.
+func finalMoneyOut(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, hook http.Handler, accounts []string, deadline time.Time, fig *Figures) error {
+	logger, closeLog, err := finalLogger(env)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	again := func() bool {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+			return true
 		}
 	}
-	sum, err := b.Reconcile(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("chaos: reconcile pass: %w", err)
+	var unpaid map[string]bool
+	for _, payout := range []bool{false, true} {
+		what := map[bool]string{false: "transfers", true: "payouts"}[payout]
+		sum, err := moveOutAll(ctx, b, cfg.Period, accounts, 0, payout, unpaid, billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize}, logger, again)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fig.FinalRunCreated += sum.Created
+		fig.FinalRunAlreadyDone += sum.AlreadyBilled + sum.Processing
+		failed, all := notPaid(sum)
+		if err != nil || sum.Pending > 0 || !all {
+			fig.UnsettledAfterFinalRun += sum.Pending
+			env.Logf("final %s: %d still pending, %d failed (%v); giving up", what, sum.Pending, len(failed), err)
+			return nil // the check says what is missing
+		}
+		env.Logf("final %s: created %d, already done %d, processing %d, failed %d", what, sum.Created, sum.AlreadyBilled, sum.Processing, len(failed))
+		unpaid = failed
 	}
-	fig.Reconciled = sum.Created + sum.AlreadyBilled
-	env.Logf("reconcile pass: %d stale claims, %d settled", sum.Total, fig.Reconciled)
-	env.Fake.AggregateNow() // the meter error reports, as Stripe sends them within minutes
+	if err := env.PassTime(ctx, payoutsPaid); err != nil {
+		return err
+	}
 	fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
 	return nil
+}
+
+// returnPayouts has the bank return the paid payouts of the declined
+// customers' accounts, delivers the payout.failed events to the webhook,
+// and runs every payout once more: the returned ones must be reported
+// failed after processing, and nothing more sent.
+func returnPayouts(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, hook http.Handler, accounts []string, fig *Figures) error {
+	n, err := env.ReturnPayouts(cfg.Period)
+	if err != nil {
+		return err
+	}
+	fig.PayoutsReturned = n
+	fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)
+	sum, err := b.Run(ctx, cfg.Period, moneyOutItems(accounts, 0, true, nil), &billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize})
+	if err != nil {
+		return fmt.Errorf("chaos: the payouts' last run: %w", err)
+	}
+	fig.ReturnedReported = sum.DeclinedAfterProcessing
+	env.Logf("%d payouts returned by the bank; every payout once more: created %d, already done %d, failed after processing %d, pending %d",
+		n, sum.Created, sum.AlreadyBilled, sum.DeclinedAfterProcessing, sum.Pending)
+	return nil
+}
+
+// finalLogger is a logger to final.log, which the final Biller logs to
+// as well, and what closes it.
+func finalLogger(env *chaos.Env) (*slog.Logger, func() error, error) {
+	f, err := os.OpenFile(filepath.Join(env.LogDir, "final.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slog.New(slog.NewJSONHandler(f, nil)), f.Close, nil
 }
 
 // finalRefunds asks for every customer's refunds again with faults off,
@@ -505,12 +647,11 @@ func finalRun(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller
 // wait out their lease) or deadline passes. What is left unsettled is
 // logged to final.log.
 func finalRefunds(ctx context.Context, cfg Config, env *chaos.Env, b *billing.Biller, deadline time.Time, fig *Figures) error {
-	f, err := os.OpenFile(filepath.Join(env.LogDir, "final.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logger, closeLog, err := finalLogger(env)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	logger := slog.New(slog.NewJSONHandler(f, nil))
+	defer closeLog()
 	for pass := 1; ; pass++ {
 		p := refundAll(ctx, b, cfg.Period, cfg.Customers, 0, cfg.Concurrency, logger)
 		fig.RefundsRefused = p.Refused

@@ -9,13 +9,16 @@
 // every charge matched by a succeeded claim. It exits 1 if any of that fails.
 // With -mode invoices the runners bill by invoice, with -mode usage they
 // report usage windows to a meter, with -mode refunds they bill and then
-// refund every payment by a few refund ids, and the check counts invoices
-// and their lines, meter events, or refunds, at the fake.
+// refund every payment by a few refund ids, with -mode moneyout they
+// transfer to connected accounts and pay each out, and the check counts
+// invoices and their lines, meter events, refunds, or transfers and
+// payouts, at the fake.
 //
 //	go run ./internal/cmd/chaos
 //	go run ./internal/cmd/chaos -customers 10000 -kills 5 -db-restarts 1 -cut 0.15
 //	go run ./internal/cmd/chaos -mode usage -windows 3
 //	go run ./internal/cmd/chaos -mode refunds
+//	go run ./internal/cmd/chaos -mode moneyout -customers 500
 package main
 
 import (
@@ -34,7 +37,7 @@ import (
 func main() {
 	chaos.Child(runnerEnv, runnerMain)
 	cfg := Config{Rates: map[billingtest.FaultKind]float64{}}
-	flag.StringVar(&cfg.Mode, "mode", ModeCharges, "what the runners do: "+ModeCharges+" (bill the period), "+ModeInvoices+" (bill it by invoice), "+ModeUsage+" (report usage windows to a meter) or "+ModeRefunds+" (bill the period, then refund every payment by a few refund ids)")
+	flag.StringVar(&cfg.Mode, "mode", ModeCharges, "what the runners do: "+ModeCharges+" (bill the period), "+ModeInvoices+" (bill it by invoice), "+ModeUsage+" (report usage windows to a meter), "+ModeRefunds+" (bill the period, then refund every payment by a few refund ids) or "+ModeMoneyOut+" (transfer to a connected account per customer, then pay each out)")
 	flag.IntVar(&cfg.Windows, "windows", 3, "usage windows per customer, in -mode "+ModeUsage)
 	flag.IntVar(&cfg.Customers, "customers", 2000, "customers to bill")
 	flag.IntVar(&cfg.Runners, "runners", 3, "runner processes billing the same period at once")
@@ -48,7 +51,7 @@ func main() {
 		billingtest.FaultCut: 0.05, billingtest.FaultDrop: 0, billingtest.FaultSlow: 0.01, billingtest.FaultErrorBefore: 0.02,
 		billingtest.FaultErrorAfter: 0.02, billingtest.FaultInFlight: 0.02, billingtest.FaultLockTimeout: 0.02,
 	})
-	flag.Float64Var(&cfg.DeclineFraction, "declines", 0.02, "fraction of customers whose card always declines")
+	flag.Float64Var(&cfg.DeclineFraction, "declines", 0.02, "fraction of customers whose card always declines (in -mode "+ModeMoneyOut+": whose account's payout the bank returns after it was paid)")
 	flag.DurationVar(&cfg.MeterDelay, "meter-delay", 0, "how long after acceptance the fake counts a meter event or rejects it into an error report, in -mode "+ModeUsage+" (0: DefaultMeterDelay)")
 	flag.IntVar(&cfg.Concurrency, "concurrency", 8, "charges in flight per runner")
 	flag.IntVar(&cfg.BatchSize, "batch", 200, "claims per database round trip")
@@ -87,6 +90,9 @@ func main() {
 		return
 	case ModeRefunds:
 		fmt.Println("OK: every customer charged exactly once, each refund made exactly once, none past the payment")
+		return
+	case ModeMoneyOut:
+		fmt.Println("OK: every account paid one transfer and one payout exactly once, each returned payout failed and not paid again")
 		return
 	}
 	fmt.Println("OK: every customer charged exactly once")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -45,10 +46,13 @@ type runnerConfig struct {
 	// Mode is what the runner does: ModeCharges bills the period,
 	// ModeInvoices bills it by invoice, ModeUsage reports Windows usage
 	// windows per customer, starting at Base, with RunUsage, ModeRefunds
-	// bills the period and then refunds every customer's payment.
-	Mode    string
-	Windows int
-	Base    time.Time
+	// bills the period and then refunds every customer's payment,
+	// ModeMoneyOut transfers to every account of the file Accounts and
+	// then pays each out.
+	Mode     string
+	Windows  int
+	Base     time.Time
+	Accounts string
 }
 
 // items yields customers start, start+1, … n-1, 0, … start-1, each with its
@@ -134,6 +138,9 @@ func runnerMain(cfg runnerConfig) int {
 		return 3
 	}
 	start := cfg.Index * cfg.Customers / max(1, cfg.Runners)
+	if cfg.Mode == ModeMoneyOut {
+		return moneyOutMain(ctx, cfg, b, logger, start)
+	}
 	var stuck time.Time // since when runs have only waited
 	for run := 1; ; run++ {
 		var sum billing.Summary
@@ -301,4 +308,114 @@ func refundCustomer(ctx context.Context, b *billing.Biller, period string, i int
 		}
 	}
 	return p
+}
+
+// moneyOutMain transfers to every account its customer's price, Run
+// after Run until one leaves none pending, then pays out the same amount
+// from each account whose transfer that Run saw succeed, Run after Run
+// until none is pending, and exits 0. So no payout is sent before its
+// account's transfer succeeded: Stripe would refuse it for the balance,
+// and its claim would fail for good. It exits 1 if a transfer or payout
+// did not succeed (the check says which), 2 if the deadline passes first.
+func moneyOutMain(ctx context.Context, cfg runnerConfig, b *billing.Biller, logger *slog.Logger, start int) int {
+	accounts, err := readAccounts(cfg.Accounts)
+	if err != nil {
+		logger.Error("chaos runner: accounts", "error", err)
+		return 3
+	}
+	opts := billing.RunOptions{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize}
+	wait := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+			return true
+		}
+	}
+	code := 0
+	var unpaid map[string]bool
+	for _, payout := range []bool{false, true} {
+		sum, err := moveOutAll(ctx, b, cfg.Period, accounts, start, payout, unpaid, opts, logger, wait)
+		if err != nil || sum.Pending > 0 {
+			logger.Error("chaos runner: deadline passed with money out still pending", "payouts", payout, "pending", sum.Pending, "error", err)
+			return 2
+		}
+		failed, all := notPaid(sum)
+		for _, err := range sum.Failures {
+			logger.Error("chaos runner: not paid", "payouts", payout, "error", err)
+		}
+		if len(failed) > 0 || !all {
+			code = 1
+		}
+		if !all {
+			return code // which accounts' transfers failed is not known: none is paid out
+		}
+		unpaid = failed
+	}
+	return code
+}
+
+// readAccounts reads the accounts of a run, as the harness wrote them
+// (JSON, in the customers' order).
+func readAccounts(path string) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var accounts []string
+	return accounts, json.Unmarshal(raw, &accounts)
+}
+
+// moneyOutItems yields accounts start, start+1, … n-1, 0, … start-1 but
+// those of skip, each with a transfer of its customer's price, or a
+// payout of it.
+func moneyOutItems(accounts []string, start int, payout bool, skip map[string]bool) iter.Seq2[billing.Item, error] {
+	return func(yield func(billing.Item, error) bool) {
+		for k := range accounts {
+			i := (start + k) % len(accounts)
+			if skip[accounts[i]] {
+				continue
+			}
+			p := chaos.Price(i)
+			it := billing.Item{Account: accounts[i], Transfer: &p}
+			if payout {
+				it = billing.Item{Account: accounts[i], Payout: &p}
+			}
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+}
+
+// moveOutAll runs the transfers, or the payouts, of accounts but skip,
+// Run after Run, until one leaves none pending or again reports false,
+// and returns the last Run's summary and error. A processing payout (on
+// its way to the bank) is settled: nothing more is sent for it.
+func moveOutAll(ctx context.Context, b *billing.Biller, period string, accounts []string, start int, payout bool, skip map[string]bool,
+	opts billing.RunOptions, logger *slog.Logger, again func() bool) (billing.Summary, error) {
+	opts.Total = len(accounts) - len(skip)
+	for run := 1; ; run++ {
+		sum, err := b.Run(ctx, period, moneyOutItems(accounts, start, payout, skip), &opts)
+		logger.Info("chaos runner: money-out run finished", "payouts", payout, "run", run, "created", sum.Created, "already_done", sum.AlreadyBilled,
+			"processing", sum.Processing, "failed", sum.Declined+sum.DeclinedAfterProcessing, "pending", sum.Pending, "invalid", sum.Invalid, "error", err)
+		if err == nil && sum.Pending == 0 || !again() {
+			return sum, err
+		}
+	}
+}
+
+// notPaid names the accounts of a Run of transfers or payouts that left
+// none pending whose transfer or payout did not succeed: failed, or
+// refused. all is false when Summary.Failures was cut short, and not
+// every one is named.
+func notPaid(sum billing.Summary) (failed map[string]bool, all bool) {
+	failed = map[string]bool{}
+	for _, err := range sum.Failures {
+		var ce *billing.ChargeError
+		if errors.As(err, &ce) {
+			failed[ce.Customer] = true
+		}
+	}
+	return failed, len(failed) == sum.Declined+sum.DeclinedAfterProcessing+sum.Invalid
 }
