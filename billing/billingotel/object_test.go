@@ -121,3 +121,35 @@ func TestWritesAreToldApartByObject(t *testing.T) {
 	}
 	equal(t, "spans by object", spans, map[string]int{"charge": 1, "invoice": 1, "meter_event": 1, "transfer": 1, "payout": 1, "refund": 1})
 }
+
+// An invoice is one span, whose events are the calls of all its steps
+// (each step sends a key of its own): a Run of its period leaves no call
+// behind as a span without an outcome.
+func TestInvoiceSpanHoldsTheCallsOfEveryStep(t *testing.T) {
+	t.Parallel()
+	tel := newTelemetry(t)
+	b, srv := newBiller(t, tel)
+	inv := &billing.Invoice{Currency: "usd", Lines: []billing.InvoiceLine{{Description: "Plan", Amount: 1000}, {Description: "Seats", Amount: 250}}}
+	items := func(yield func(billing.Item, error) bool) { yield(billing.Item{Customer: "cus_i", Invoice: inv}, nil) }
+	sum, err := b.Run(context.Background(), period, items, nil)
+	if err != nil || sum.Created != 1 {
+		t.Fatalf("Run: %+v, %v; want the invoice created", sum.Progress, err)
+	}
+	posts := 0
+	for _, l := range srv.Log() {
+		if l.Method == http.MethodPost {
+			posts++
+		}
+	}
+	spans := tel.spans.Ended()
+	if len(spans) != 1 {
+		for _, sp := range spans {
+			t.Logf("span %s, status %v, %d events", sp.Name(), sp.Status(), len(sp.Events()))
+		}
+		t.Fatalf("%d spans; want the invoice's one", len(spans))
+	}
+	sp := spans[0]
+	if !hasAttr(sp.Attributes(), "billonce.object", "invoice") || sp.Status().Code != 0 || len(sp.Events()) != posts || posts < 4 {
+		t.Fatalf("span %s %v, status %v, %d events; want the invoice's, with no error and its %d Stripe calls", sp.Name(), sp.Attributes(), sp.Status(), len(sp.Events()), posts)
+	}
+}
