@@ -12,8 +12,8 @@ import (
 	"github.com/billonce/billonce/billing/billingtest"
 )
 
-// Every event about a claim names the kind of write the claim is about,
-// by Stripe's name of its object: the Stripe calls and the outcome of a
+// Every event about a claim names the claim's key and the kind of write
+// the claim is about, by Stripe's name of its object: the Stripe calls and the outcome of a
 // charge, a payment intent, an invoice, a usage report, a refund, a credit
 // note, a transfer and a payout, and the webhook deliveries and updates
 // that settle them later, a refund's as "refund" and the refunded
@@ -44,8 +44,8 @@ func TestEveryKindsEventsNameItsObject(t *testing.T) {
 			case billing.EventOutcome:
 				outcomes++
 			}
-			if ev.Object != object {
-				t.Errorf("%s: %v event of key %s names object %q; want %q", what, ev.Kind, ev.Key, ev.Object, object)
+			if ev.Object != object || ev.Key != r.Key.String() {
+				t.Errorf("%s: %v event of key %s names object %q; want %q of the claim's key %s", what, ev.Kind, ev.Key, ev.Object, object, r.Key)
 			}
 		}
 		if calls == 0 || outcomes != 1 {

@@ -48,7 +48,8 @@ type Event struct {
 	// Key is the idempotency key of the claim the event concerns (every
 	// kind but EventNotApplied and EventRun; empty for an outcome refused
 	// before a key was made, and for an EventWebhook before its claim was
-	// known).
+	// known). An EventStripeCall names the claim's key, also for a call
+	// that sends a key of its own (an invoice's step).
 	Key string
 	// RequestID is Stripe's request id ("req_…") of the call an
 	// EventStripeCall reports (empty when no answer came), and of the

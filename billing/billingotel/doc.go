@@ -84,8 +84,9 @@
 // billonce.period, billonce.key, billonce.outcome, billonce.attempt and
 // billonce.request_id of a failure, error.type, and an error status
 // when it was not billed. Each HTTP call to Stripe is an event of the span,
-// "billonce.stripe.call", at the time the call started, with billonce.key,
-// billonce.http_attempt (from 1 within one send), billonce.duration_s,
+// "billonce.stripe.call", at the time the call started, with billonce.key
+// (the write's, for every step of an invoice too), billonce.http_attempt
+// (from 1 within one send), billonce.duration_s,
 // http.response.status_code and error.type of an error answer, and
 // billonce.request_id when Stripe answered. No attribute holds a secret:
 // billing's events carry none.
