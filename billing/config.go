@@ -184,8 +184,10 @@ type Config struct {
 	// settled, was refunded or was disputed (EventSettled, EventRefunded,
 	// EventDisputed), or that a webhook event cannot be applied
 	// (EventNotApplied); once per webhook delivery, with its result
-	// (EventWebhook); and once when a Run ends (EventRun). It must be fast
-	// and safe for concurrent use.
+	// (EventWebhook); and once when a Run ends (EventRun). Every event about
+	// a claim names its kind of write in Event.Object ("charge", "invoice",
+	// "refund", "payout", …), so refunds or payouts can be told from
+	// charges. It must be fast and safe for concurrent use.
 	Observe func(Event)
 
 	// SettleAfter is how long a payment may be processing (a bank debit

@@ -125,7 +125,7 @@ func (b *Biller) settle(ctx context.Context, j job, res claimResult) (Receipt, e
 
 // outcome reports a charge's outcome to Config.Observe.
 func (b *Biller) outcome(j job, start time.Time, r Receipt, err error) {
-	e := Event{Kind: EventOutcome, Customer: j.customer, Period: j.period, Duration: time.Since(start), Err: err}
+	e := Event{Kind: EventOutcome, Object: j.object(b), Customer: j.customer, Period: j.period, Duration: time.Since(start), Err: err}
 	if !j.key.IsZero() {
 		e.Key = j.key.String()
 	}
@@ -446,6 +446,15 @@ type job struct {
 	// timeout only, so that it gets Stripe's answer instead of leaving
 	// an outcome unknown.
 	caller context.Context
+}
+
+// object is the Object of j's events: what its kind's writes make, or
+// "" for a job refused before its kind was known.
+func (j job) object(b *Biller) string {
+	if j.kind == nil {
+		return ""
+	}
+	return objectOf(j.kind.endpoint(b))
 }
 
 // request is the claim of j, recording where its key goes.

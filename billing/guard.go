@@ -198,7 +198,10 @@ func (b *Biller) attempt(ctx context.Context, j *job, key idemkey.Key, n int,
 	if errors.As(err, &se) {
 		rid = se.RequestID
 	}
-	b.observe(Event{Kind: EventStripeCall, Customer: j.customer, Period: j.period, Key: key.String(), RequestID: rid,
+	// The event names the claim's key, not the one this call sent (an
+	// invoice's step, a PaymentIntent's cancel send keys of their own):
+	// a call is the claim's, as its outcome is.
+	b.observe(Event{Kind: EventStripeCall, Object: j.object(b), Customer: j.customer, Period: j.period, Key: j.key.String(), RequestID: rid,
 		StripeID: j.holds, Attempt: n, Duration: time.Since(start), Err: err})
 	tr := attemptTrace{writes: int(wrote.Load()), called: true, answered: err == nil || answered.Load() || httpAnswer(err)}
 	if tr.writes == 0 && (!b.traced || !asked.Load() || connected.Load()) {

@@ -544,7 +544,7 @@ func (v *invoiceSteps) declined(ctx context.Context, se *stripe.Error) (Receipt,
 func (b *Biller) invoiceDeclined(ctx context.Context, key string, e *ChargeError) {
 	b.log.LogAttrs(ctx, slogWarn, "billonce: an invoice's payment failed; the invoice stays open, Stripe keeps collecting it, and the claim is processing until it is paid or voided",
 		attrs(job{customer: e.Customer, period: e.Period}, "key", key, "invoice", e.StripeID, "code", e.Code, "decline_code", e.DeclineCode)...)
-	b.observe(Event{Kind: EventSettled, Customer: e.Customer, Period: e.Period, Key: key, StripeID: e.StripeID,
+	b.observe(Event{Kind: EventSettled, Object: objectOf(endpointInvoices), Customer: e.Customer, Period: e.Period, Key: key, StripeID: e.StripeID,
 		State: string(claim.StateProcessing), Err: e})
 }
 

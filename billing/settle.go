@@ -96,7 +96,7 @@ func (b *Biller) applied(ctx context.Context, source string, a claimApplied) {
 	c := a.Claim
 	log := []slog.Attr{slog.String("customer", c.Customer), slog.String("period", c.Period), slog.String("key", c.Key),
 		slog.String("stripe_id", c.StripeID), slog.String("source", source)}
-	base := Event{Customer: c.Customer, Period: c.Period, Key: c.Key, StripeID: c.StripeID}
+	base := Event{Object: objectOf(c.Endpoint), Customer: c.Customer, Period: c.Period, Key: c.Key, StripeID: c.StripeID}
 	if a.Before.State != c.State {
 		e := base
 		e.Kind = EventSettled

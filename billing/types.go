@@ -36,10 +36,20 @@ type Event struct {
 	Kind     EventKind
 	Customer string
 	Period   string
+	// Object is the kind of write of the claim the event concerns, by
+	// Stripe's name of the object it makes: "charge", "payment_intent",
+	// "invoice", "meter_event", "refund", "credit_note", "transfer" or
+	// "payout". It is set on EventStripeCall, EventOutcome, EventSettled,
+	// EventRefunded and EventDisputed, and on EventWebhook and
+	// EventNotApplied once their claim is known; it is empty on an
+	// EventRun, and for a claim made before claims recorded their
+	// endpoint.
+	Object string
 	// Key is the idempotency key of the claim the event concerns (every
 	// kind but EventNotApplied and EventRun; empty for an outcome refused
 	// before a key was made, and for an EventWebhook before its claim was
-	// known).
+	// known). An EventStripeCall names the claim's key, also for a call
+	// that sends a key of its own (an invoice's step).
 	Key string
 	// RequestID is Stripe's request id ("req_…") of the call an
 	// EventStripeCall reports (empty when no answer came), and of the
@@ -145,12 +155,13 @@ type Receipt struct {
 }
 
 const (
-	// EventStripeCall: one HTTP call creating a charge or payment intent,
-	// or making a step of an invoice, finished (Attempt, Duration, Err).
-	// Searches and reads are not reported.
+	// EventStripeCall: one HTTP call of a write finished (Attempt,
+	// Duration, Err): creating a charge, payment intent, meter event,
+	// refund, credit note, transfer or payout, or making a step of an
+	// invoice (Object says which). Searches and reads are not reported.
 	EventStripeCall EventKind = iota + 1
-	// EventOutcome: one customer's charge finished (Outcome on success, Err
-	// otherwise).
+	// EventOutcome: one claim's write finished, a customer's charge or any
+	// other kind (Object; Outcome on success, Err otherwise).
 	EventOutcome
 	// EventSettled: a webhook or Reconcile moved a claim: its payment is
 	// processing, or a payment settled (State, Err).
@@ -193,3 +204,29 @@ const (
 	// Stripe's search. Progress counts it as AlreadyBilled.
 	Reconciled
 )
+
+// objectOf is the Object of the events of a claim whose writes go to
+// endpoint (a kind's endpoint, a claim's Endpoint): the one mapping from
+// where a kind writes to what an Event names. It is "" for an endpoint
+// it does not know (a claim that records none).
+func objectOf(endpoint string) string {
+	switch endpoint {
+	case string(Charges):
+		return "charge"
+	case string(PaymentIntents):
+		return "payment_intent"
+	case endpointInvoices:
+		return "invoice"
+	case endpointMeterEvents:
+		return "meter_event"
+	case endpointRefunds:
+		return "refund"
+	case endpointCreditNotes:
+		return "credit_note"
+	case endpointTransfers:
+		return "transfer"
+	case endpointPayouts:
+		return "payout"
+	}
+	return ""
+}

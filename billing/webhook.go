@@ -254,14 +254,14 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 		return Event{Result: resultIgnored, EventID: ev.ID}
 	}
 	if ev.Data == nil || len(ev.Data.Raw) == 0 || string(ev.Data.Raw) == "null" {
-		return h.notApplied(ctx, w, ev, "", log, "the event carries no data object", errNoEventData)
+		return h.notApplied(ctx, w, ev, "", "", log, "the event carries no data object", errNoEventData)
 	}
 	// The event's objects, and any read of them, are on its account.
 	ctx = onAccount(ctx, ev.Account)
 	u, err := h.update(ctx, ev)
 	if err != nil {
 		if missingPayment(err) {
-			return h.notApplied(ctx, w, ev, "", log, "its payment does not exist on this Stripe account (check that Config.SecretKey is of the account and mode the endpoint is registered in)", err)
+			return h.notApplied(ctx, w, ev, "", "", log, "its payment does not exist on this Stripe account (check that Config.SecretKey is of the account and mode the endpoint is registered in)", err)
 		}
 		// Reading the payment from Stripe failed for now: let Stripe
 		// deliver the event again.
@@ -285,7 +285,7 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 	case errors.Is(err, claim.ErrInvalid):
 		// What the claim table refuses is the event's content, which a
 		// redelivery repeats: no answer but 200 stops them.
-		return h.notApplied(ctx, w, ev, u.StripeID, log, strings.TrimPrefix(err.Error(), claim.ErrInvalid.Error()+": "), err)
+		return h.notApplied(ctx, w, ev, u.StripeID, "", log, strings.TrimPrefix(err.Error(), claim.ErrInvalid.Error()+": "), err)
 	case err != nil:
 		h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied; Stripe will deliver it again", append(log, slog.Any("error", err))...)
 		answer(w, http.StatusInternalServerError, "billonce webhook: the claim store failed; deliver again")
@@ -293,7 +293,7 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 			Err: fmt.Errorf("billing: webhook event %s: applying it to the claim store: %w", ev.ID, err)}
 	}
 	log = append(log, slog.String("customer", a.Claim.Customer), slog.String("period", a.Claim.Period), slog.String("outcome", a.Outcome.String()))
-	e := Event{EventID: ev.ID, Key: u.Key, StripeID: u.StripeID, Customer: a.Claim.Customer, Period: a.Claim.Period}
+	e := Event{EventID: ev.ID, Object: objectOf(a.Claim.Endpoint), Key: u.Key, StripeID: u.StripeID, Customer: a.Claim.Customer, Period: a.Claim.Period}
 	switch a.Outcome {
 	case claimengine.Changed:
 		h.b.applied(ctx, ev.ID, a)
@@ -302,7 +302,7 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 		h.b.log.LogAttrs(ctx, slogWarn, "billonce: webhook event names another payment than the claim's; nothing changed", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultOtherPayment
 	case claimengine.PaidTwice:
-		return h.notApplied(ctx, w, ev, u.StripeID, log, a.Reason+"; a person decides what to refund (billonce bills nobody again for it)", errPaidTwice)
+		return h.notApplied(ctx, w, ev, u.StripeID, e.Object, log, a.Reason+"; a person decides what to refund (billonce bills nobody again for it)", errPaidTwice)
 	case claimengine.Unproven:
 		h.b.log.LogAttrs(ctx, slogInfo, "billonce: webhook event is not shown to be about the claim's own send; nothing changed, and the claim's own resume settles it with its key", append(log, slog.String("reason", a.Reason))...)
 		e.Result = resultUnproven
@@ -330,11 +330,12 @@ func (h *webhookHandler) serve(w http.ResponseWriter, r *http.Request) Event {
 // notApplied acknowledges a signed event that cannot be applied, now or
 // on any redelivery: 200, so that Stripe does not deliver it again for
 // days (and disable the endpoint), an error in the log and an
-// EventNotApplied to Config.Observe, saying why.
-func (h *webhookHandler) notApplied(ctx context.Context, w http.ResponseWriter, ev stripe.Event, stripeID string, log []slog.Attr, why string, err error) Event {
+// EventNotApplied to Config.Observe, saying why. object is the Object of
+// the event's claim, "" when no claim is known.
+func (h *webhookHandler) notApplied(ctx context.Context, w http.ResponseWriter, ev stripe.Event, stripeID, object string, log []slog.Attr, why string, err error) Event {
 	h.b.log.LogAttrs(ctx, slogError, "billonce: webhook event not applied and acknowledged; Stripe will not deliver it again",
 		append(log, slog.String("reason", why), slog.Any("error", err))...)
-	e := Event{Kind: EventNotApplied, EventID: ev.ID, StripeID: stripeID,
+	e := Event{Kind: EventNotApplied, EventID: ev.ID, StripeID: stripeID, Object: object,
 		Err: fmt.Errorf("billing: webhook event %s (%s) not applied: %s: %w", ev.ID, ev.Type, why, err)}
 	h.b.observe(e)
 	answer(w, http.StatusOK, "not applied: "+why)
@@ -611,7 +612,7 @@ func (h *webhookHandler) thin(ctx context.Context, w http.ResponseWriter, env th
 		return Event{Result: resultUnchanged, EventID: env.ID}
 	}
 	answer(w, http.StatusOK, fmt.Sprintf("applied: %d usage reports failed", failed))
-	return Event{Result: resultApplied, EventID: env.ID}
+	return Event{Result: resultApplied, EventID: env.ID, Object: objectOf(endpointMeterEvents)}
 }
 
 // stripeNow is the time on Stripe's clock when it answered r, from the

@@ -22,8 +22,8 @@ import (
 // ScopeName is the instrumentation scope of the meter and the tracer.
 const ScopeName = "github.com/billonce/billonce/billing/billingotel"
 
-// maxPending bounds the charges whose Stripe calls are kept until their
-// outcome; maxCalls bounds the calls kept per charge.
+// maxPending bounds the writes whose Stripe calls are kept until their
+// outcome; maxCalls bounds the calls kept per write.
 const (
 	maxPending = 10_000
 	maxCalls   = 64
@@ -38,7 +38,7 @@ type Config struct {
 	// otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// API is the Biller's billing.Config.API, recorded as billonce.api on
-	// every charge metric and span (a billing.Event does not carry it).
+	// every write metric and span (a billing.Event does not carry it).
 	// Defaults to billing.Charges.
 	API billing.API
 	// Next, when set, is called with every event after the Observer has
@@ -53,7 +53,7 @@ type Observer struct {
 	api    attribute.KeyValue
 	next   func(billing.Event)
 
-	charges      metric.Int64Counter
+	writes       metric.Int64Counter
 	callDuration metric.Float64Histogram
 	retries      metric.Int64Counter
 	updates      metric.Int64Counter
@@ -64,13 +64,14 @@ type Observer struct {
 	proxy        metric.Int64Counter
 
 	mu      sync.Mutex
-	pending map[string]*charge // by idempotency key
+	pending map[string]*write // by idempotency key
 }
 
-// charge is what is known of a charge between its first Stripe call and
-// its outcome.
-type charge struct {
+// write is what is known of a claim's write (a charge, a refund, a
+// payout, …) between its first Stripe call and its outcome.
+type write struct {
 	customer, period string
+	object           string // billing.Event.Object
 	start            time.Time
 	calls            []call
 	dropped          int
@@ -96,14 +97,14 @@ func New(cfg Config) (*Observer, error) {
 		tracer:  tp.Tracer(ScopeName),
 		api:     attribute.String("billonce.api", apiName(cfg.API)),
 		next:    cfg.Next,
-		pending: make(map[string]*charge),
+		pending: make(map[string]*write),
 	}
 	var errs [9]error
-	o.charges, errs[0] = m.Int64Counter("billonce.charges", metric.WithUnit("{charge}"),
-		metric.WithDescription("Charges finished, by outcome and error kind."))
+	o.writes, errs[0] = m.Int64Counter("billonce.writes", metric.WithUnit("{write}"),
+		metric.WithDescription("Writes finished (charges, invoices, usage reports, refunds, transfers, payouts), by object, outcome and error kind."))
 	o.callDuration, errs[1] = m.Float64Histogram("billonce.stripe.call.duration", metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30),
-		metric.WithDescription("Duration of the HTTP calls that create a charge or payment intent at Stripe."))
+		metric.WithDescription("Duration of the HTTP calls of writes to Stripe, by object."))
 	o.retries, errs[2] = m.Int64Counter("billonce.stripe.retries", metric.WithUnit("{call}"),
 		metric.WithDescription("HTTP calls to Stripe that retried an earlier one with the same key."))
 	o.updates, errs[3] = m.Int64Counter("billonce.payment.updates", metric.WithUnit("{update}"),
@@ -136,11 +137,11 @@ func (o *Observer) Observe(e billing.Event) {
 	case billing.EventOutcome:
 		o.outcome(ctx, now, e)
 	case billing.EventSettled:
-		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "settled"), attribute.String("billonce.state", e.State)))
+		o.updates.Add(ctx, 1, metric.WithAttributes(withObject(e, attribute.String("billonce.update", "settled"), attribute.String("billonce.state", e.State))...))
 	case billing.EventRefunded:
-		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "refunded")))
+		o.updates.Add(ctx, 1, metric.WithAttributes(withObject(e, attribute.String("billonce.update", "refunded"))...))
 	case billing.EventDisputed:
-		o.updates.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.update", "disputed")))
+		o.updates.Add(ctx, 1, metric.WithAttributes(withObject(e, attribute.String("billonce.update", "disputed"))...))
 	case billing.EventWebhook:
 		o.webhook.Add(ctx, 1, metric.WithAttributes(attribute.String("billonce.result", e.Result)))
 	case billing.EventRun:
@@ -152,7 +153,7 @@ func (o *Observer) Observe(e billing.Event) {
 }
 
 func (o *Observer) stripeCall(ctx context.Context, now time.Time, e billing.Event) {
-	attrs := []attribute.KeyValue{o.api}
+	attrs := withObject(e, o.api)
 	if e.Err != nil {
 		attrs = append(attrs, attribute.String("error.type", callErrorType(e.Err)))
 	}
@@ -161,14 +162,14 @@ func (o *Observer) stripeCall(ctx context.Context, now time.Time, e billing.Even
 	}
 	o.callDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(attrs...))
 	if e.Attempt > 1 {
-		o.retries.Add(ctx, 1, metric.WithAttributes(o.api))
+		o.retries.Add(ctx, 1, metric.WithAttributes(withObject(e, o.api)...))
 	}
 	if e.Key == "" {
 		return
 	}
 	start := now.Add(-e.Duration)
 	var evictedKey string
-	var evicted *charge
+	var evicted *write
 	o.mu.Lock()
 	c := o.pending[e.Key]
 	if c == nil {
@@ -176,7 +177,7 @@ func (o *Observer) stripeCall(ctx context.Context, now time.Time, e billing.Even
 			evictedKey, evicted = o.oldest()
 			delete(o.pending, evictedKey)
 		}
-		c = &charge{customer: e.Customer, period: e.Period, start: start}
+		c = &write{customer: e.Customer, period: e.Period, object: e.Object, start: start}
 		o.pending[e.Key] = c
 	}
 	if len(c.calls) < maxCalls {
@@ -190,11 +191,11 @@ func (o *Observer) stripeCall(ctx context.Context, now time.Time, e billing.Even
 	}
 }
 
-// oldest returns the charge waiting longest for its outcome. o.mu is
+// oldest returns the write waiting longest for its outcome. o.mu is
 // held and o.pending is not empty.
-func (o *Observer) oldest() (string, *charge) {
+func (o *Observer) oldest() (string, *write) {
 	var key string
-	var oldest *charge
+	var oldest *write
 	for k, c := range o.pending {
 		if oldest == nil || c.start.Before(oldest.start) {
 			key, oldest = k, c
@@ -204,18 +205,18 @@ func (o *Observer) oldest() (string, *charge) {
 }
 
 // errNoOutcome is the status of a span ended without its outcome.
-var errNoOutcome = errors.New("billingotel: no outcome reported for this charge")
+var errNoOutcome = errors.New("billingotel: no outcome reported for this write")
 
 func (o *Observer) outcome(ctx context.Context, now time.Time, e billing.Event) {
-	attrs := []attribute.KeyValue{o.api, attribute.String("billonce.outcome", outcomeWord(e))}
+	attrs := withObject(e, o.api, attribute.String("billonce.outcome", outcomeWord(e)))
 	if e.Err != nil {
 		attrs = append(attrs, attribute.String("error.type", billing.ErrorKind(e.Err)))
 	}
-	o.charges.Add(ctx, 1, metric.WithAttributes(attrs...))
+	o.writes.Add(ctx, 1, metric.WithAttributes(attrs...))
 
 	start := now.Add(-e.Duration)
-	var c *charge
-	// ErrInProgress is another caller's charge of the same key: its
+	var c *write
+	// ErrInProgress is another caller's write of the same key: its
 	// calls are not this outcome's.
 	if e.Key != "" && !errors.Is(e.Err, billing.ErrInProgress) {
 		o.mu.Lock()
@@ -224,19 +225,25 @@ func (o *Observer) outcome(ctx context.Context, now time.Time, e billing.Event) 
 		o.mu.Unlock()
 	}
 	if c == nil {
-		c = &charge{customer: e.Customer, period: e.Period, start: start}
+		c = &write{customer: e.Customer, period: e.Period, start: start}
 	} else if start.Before(c.start) {
 		c.start = start
+	}
+	if e.Object != "" {
+		c.object = e.Object
 	}
 	o.span(e.Key, c, c.start, now, &e, e.Err)
 }
 
-// span records one charge's span, from start to end, with an event per
+// span records one write's span, from start to end, with an event per
 // Stripe call. out is the outcome event, nil for a span ended without
 // one.
-func (o *Observer) span(key string, c *charge, start, end time.Time, out *billing.Event, err error) {
-	attrs := []attribute.KeyValue{o.api,
-		attribute.String("billonce.customer", c.customer), attribute.String("billonce.period", c.period)}
+func (o *Observer) span(key string, c *write, start, end time.Time, out *billing.Event, err error) {
+	attrs := []attribute.KeyValue{o.api}
+	if c.object != "" {
+		attrs = append(attrs, attribute.String("billonce.object", c.object))
+	}
+	attrs = append(attrs, attribute.String("billonce.customer", c.customer), attribute.String("billonce.period", c.period))
 	if key != "" {
 		attrs = append(attrs, attribute.String("billonce.key", key))
 	}
@@ -253,7 +260,7 @@ func (o *Observer) span(key string, c *charge, start, end time.Time, out *billin
 	if c.dropped > 0 {
 		attrs = append(attrs, attribute.Int("billonce.calls_dropped", c.dropped))
 	}
-	_, sp := o.tracer.Start(context.Background(), "billonce.charge", trace.WithTimestamp(start),
+	_, sp := o.tracer.Start(context.Background(), "billonce.write", trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	for _, cl := range c.calls {
 		ea := []attribute.KeyValue{attribute.String("billonce.key", cl.e.Key),
@@ -312,7 +319,7 @@ func (o *Observer) run(ctx context.Context, now time.Time, e billing.Event) {
 			o.runCustomers.Add(ctx, int64(n.n), metric.WithAttributes(o.api, attribute.String("billonce.outcome", n.outcome)))
 		}
 	}
-	left := make(map[string]*charge)
+	left := make(map[string]*write)
 	o.mu.Lock()
 	for k, c := range o.pending {
 		if c.period == e.Period {
@@ -337,6 +344,15 @@ func (o *Observer) ObserveProxy(e spendcap.Entry) {
 		result = "admitted"
 	}
 	o.proxy.Add(context.Background(), 1, metric.WithAttributes(attribute.String("billonce.result", result)))
+}
+
+// withObject is attrs with billonce.object, the kind of write e is about
+// (billing.Event.Object, one of eight words), when e names one.
+func withObject(e billing.Event, attrs ...attribute.KeyValue) []attribute.KeyValue {
+	if e.Object == "" {
+		return attrs
+	}
+	return append(attrs, attribute.String("billonce.object", e.Object))
 }
 
 // outcomeWord is an outcome as an attribute value: "created",

@@ -174,17 +174,18 @@ func TestRunMetricsAndSpans(t *testing.T) {
 
 	m := tel.metrics(t)
 	api := "billonce.api=charges"
-	equal(t, "billonce.charges", sums(t, m["billonce.charges"]), map[string]int64{
-		api + ",billonce.outcome=created":                        2,
-		api + ",billonce.outcome=replayed":                       1,
-		api + ",billonce.outcome=not_billed,error.type=declined": 1,
+	charge := api + ",billonce.object=charge"
+	equal(t, "billonce.writes", sums(t, m["billonce.writes"]), map[string]int64{
+		charge + ",billonce.outcome=created":                        2,
+		charge + ",billonce.outcome=replayed":                       1,
+		charge + ",billonce.outcome=not_billed,error.type=declined": 1,
 	})
-	equal(t, "billonce.stripe.retries", sums(t, m["billonce.stripe.retries"]), map[string]int64{api: 2})
+	equal(t, "billonce.stripe.retries", sums(t, m["billonce.stripe.retries"]), map[string]int64{charge: 2})
 	equal(t, "billonce.stripe.call.duration", counts(t, m["billonce.stripe.call.duration"]), map[string]uint64{
-		api: 3, // cus_ok, and the second calls of cus_500 and cus_cut
-		api + ",error.type=card_error,http.response.status_code=402": 1,
-		api + ",error.type=api_error,http.response.status_code=500":  1,
-		api + ",error.type=transport":                                1,
+		charge: 3, // cus_ok, and the second calls of cus_500 and cus_cut
+		charge + ",error.type=card_error,http.response.status_code=402": 1,
+		charge + ",error.type=api_error,http.response.status_code=500":  1,
+		charge + ",error.type=transport":                                1,
 	})
 	equal(t, "billonce.runs", sums(t, m["billonce.runs"]), map[string]int64{api + ",billonce.result=incomplete": 1})
 	equal(t, "billonce.run.duration", counts(t, m["billonce.run.duration"]), map[string]uint64{api + ",billonce.result=incomplete": 1})
@@ -225,8 +226,8 @@ func TestRunMetricsAndSpans(t *testing.T) {
 		attrs := attribute.NewSet(sp.Attributes()...)
 		cust, _ := attrs.Value("billonce.customer")
 		w, ok := wants[cust.AsString()]
-		if !ok || sp.Name() != "billonce.charge" {
-			t.Fatalf("span %s of customer %q", sp.Name(), cust.AsString())
+		if !ok || sp.Name() != "billonce.write" || !hasAttr(sp.Attributes(), "billonce.object", "charge") {
+			t.Fatalf("span %s of customer %q, attributes %v; want a billonce.write of a charge", sp.Name(), cust.AsString(), sp.Attributes())
 		}
 		key, err := b.Key(cust.AsString(), period, 1)
 		if err != nil {

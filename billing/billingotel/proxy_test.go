@@ -72,8 +72,8 @@ func TestProxyRequests(t *testing.T) {
 	equal(t, "billonce.proxy.requests", sums(t, m["billonce.proxy.requests"]), map[string]int64{
 		"billonce.result=admitted": 1, "billonce.result=cap": 1,
 	})
-	equal(t, "billonce.charges", sums(t, m["billonce.charges"]), map[string]int64{
-		"billonce.api=charges,billonce.outcome=created":                                 1,
-		"billonce.api=charges,billonce.outcome=not_billed,error.type=spend_cap_reached": 1,
+	equal(t, "billonce.writes", sums(t, m["billonce.writes"]), map[string]int64{
+		"billonce.api=charges,billonce.object=charge,billonce.outcome=created":                                 1,
+		"billonce.api=charges,billonce.object=charge,billonce.outcome=not_billed,error.type=spend_cap_reached": 1,
 	})
 }

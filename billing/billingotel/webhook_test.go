@@ -115,7 +115,7 @@ func TestWebhookResults(t *testing.T) {
 		"billonce.result=retry": 1, "billonce.result=applied": 1, "billonce.result=duplicate": 1,
 		"billonce.result=ignored": 1, "billonce.result=not_applied": 1, "billonce.result=rejected": 2,
 	})
-	equal(t, "billonce.payment.updates", sums(t, m["billonce.payment.updates"]), map[string]int64{"billonce.update=disputed": 1})
+	equal(t, "billonce.payment.updates", sums(t, m["billonce.payment.updates"]), map[string]int64{"billonce.object=charge,billonce.update=disputed": 1})
 }
 
 // event is a Stripe event body of type typ about object.
