@@ -166,6 +166,9 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		}
 		res.Customers++
 		switch {
+		case it.Refund != nil || it.Transfer != nil || it.Payout != nil:
+			res.invalid("item %d: a refund, transfer or payout item cannot be fanned out: a fan-out makes charge jobs; insert a MoneyOutArgs job for it", res.Customers)
+			continue
 		case billing.Item{Customer: it.Customer}.Validate(billing.Charges) != nil:
 			// The customer ID alone: a Price is refused below.
 			res.invalid("item %d: %v", res.Customers, billing.Item{Customer: it.Customer}.Validate(billing.Charges))
