@@ -87,6 +87,8 @@ type FanOutResult struct {
 //
 // Items with a Price are refused (counted in Invalid): a job carries
 // identity only, and the Biller's Config.Price prices it when it runs.
+// So are refund, transfer and payout items: a fan-out makes charge jobs;
+// insert a [MoneyOutArgs] job for each of those.
 // An item whose Invoice is &billing.Invoice{} (empty) makes an invoice job
 // ([ChargeArgs].Invoice): the Biller's Config.Invoice makes that invoice
 // when the job runs; an item with an invoice of its own is refused. An
