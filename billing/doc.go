@@ -106,7 +106,14 @@
 // nobody twice; pass a [lock.Locker] in [RunOptions] so that only one of
 // them does the work. Under a [lock.Lease], a run's claims check the
 // lease's fencing token: a run that stalled while another took the lease
-// over claims nothing more, and stops.
+// over claims nothing more, and stops. An item may also move money out,
+// through the same claims, batches and guard: one with a Refund refunds
+// the payment that billed its customer for the period ([Biller.Refund];
+// a Run of them is a mass refund, each payment refunded once per refund
+// id, and the refunds of one payment claimed in turn, so that they never
+// add up to more than it), one with a Transfer or a Payout pays a
+// connected account ([Biller.Transfer], [Biller.Payout]). Progress counts
+// them as it counts charges (Created: made by this run).
 // [Biller.Reconcile] settles claims that crashed runners left pending, of
 // its own Config.Scope only, reads payments that have been processing
 // longer than Config.SettleAfter, and prunes the records of webhook events

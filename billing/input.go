@@ -48,14 +48,16 @@ func (p Price) Validate(api API) error {
 // Validate reports whether it can be billed with api: a customer ID of 1
 // to 255 bytes without white space or control characters, an Account
 // that is empty or a connected account's id, and, when it carries one, a
-// price that passes [Price.Validate]; or, for a transfer or payout item,
-// an Account, one amount, and nothing else. Use it to check a whole input
-// file before a run; Run checks every item itself.
+// price that passes [Price.Validate]; for a refund item, a customer, a
+// refund id and a positive amount (whether its period was paid, and how
+// much of it is left, is Run's to find); or, for a transfer or payout
+// item, an Account, one amount, and nothing else. Use it to check a whole
+// input file before a run; Run checks every item itself.
 func (it Item) Validate(api API) error {
+	if err := it.mixed(); err != nil {
+		return err
+	}
 	if it.Transfer != nil || it.Payout != nil {
-		if (it.Transfer == nil) == (it.Payout == nil) || it.Customer != "" || it.Price != nil || it.Invoice != nil || it.Account == "" {
-			return invalid("a transfer or payout item has an Account and one of Transfer and Payout, and no Customer, Price or Invoice")
-		}
 		if err := checkAccount(it.Account); err != nil {
 			return err
 		}
@@ -64,6 +66,11 @@ func (it Item) Validate(api API) error {
 	}
 	if err := errors.Join(checkAccount(it.Account), checkID("customer ID", it.Customer)); err != nil {
 		return err
+	}
+	if it.Refund != nil {
+		if err := checkRefund(it.Refund.ID, it.Refund.Amount); err != nil {
+			return fmt.Errorf("customer %s: %w", it.Customer, err)
+		}
 	}
 	if it.Invoice != nil {
 		if _, _, err := checkInvoice(*it.Invoice); err != nil {
@@ -74,6 +81,23 @@ func (it Item) Validate(api API) error {
 		if err := it.Price.Validate(api); err != nil {
 			return fmt.Errorf("customer %s: %w", it.Customer, err)
 		}
+	}
+	return nil
+}
+
+// mixed reports an item that names more than one thing to do: a bill
+// (a Price, an Invoice or neither), a refund, a transfer, a payout.
+func (it Item) mixed() error {
+	out := it.Transfer != nil || it.Payout != nil
+	switch {
+	case out && ((it.Transfer == nil) == (it.Payout == nil) || it.Customer != "" || it.Price != nil || it.Invoice != nil || it.Refund != nil):
+		return invalid("the item names a Transfer or a Payout and something else: a transfer or payout item has an Account and one amount, and no Customer, Price, Invoice or Refund")
+	case out && it.Account == "":
+		return invalid("account is empty: a transfer or payout item goes to a connected account (acct_…)")
+	case it.Refund != nil && (it.Price != nil || it.Invoice != nil):
+		return invalid("the item has a Refund and a Price or an Invoice: a refund item has a Customer and a Refund, and refunds the payment that billed the period")
+	case it.Invoice != nil && it.Price != nil:
+		return invalid("the item has both a Price and an Invoice; give one")
 	}
 	return nil
 }

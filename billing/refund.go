@@ -71,7 +71,8 @@ const maxRefundID = 200
 // new refundID.
 //
 // Every error is a [*ChargeError], whose Period is the refund claim's
-// period: period, " refund " and refundID.
+// period: period, " refund " and refundID. A [Biller.Run] item with a
+// Refund makes the same refund, among many.
 func (b *Biller) Refund(ctx context.Context, customer, period, refundID string, amount int64) (Receipt, error) {
 	start := time.Now()
 	j, err := b.prepareRefund(ctx, customer, period, refundID, amount)
@@ -85,14 +86,7 @@ func (b *Biller) Refund(ctx context.Context, customer, period, refundID string, 
 // the refund's key. Its errors are *ChargeError.
 func (b *Biller) prepareRefund(ctx context.Context, customer, period, refundID string, amount int64) (job, error) {
 	j := job{customer: customer, period: period + " refund " + refundID, attempt: 1}
-	err := errors.Join(checkID("customer ID", customer), checkPeriod(period), checkID("refund ID", refundID))
-	if err == nil && len(refundID) > maxRefundID {
-		err = invalid("refund ID is %d bytes long; the limit is %d", len(refundID), maxRefundID)
-	}
-	if err == nil && amount <= 0 {
-		err = invalid("refund amount %d: must be a positive number of the currency's smallest unit (cents)", amount)
-	}
-	if err != nil {
+	if err := errors.Join(checkID("customer ID", customer), checkPeriod(period), checkRefund(refundID, amount)); err != nil {
 		return j, chargeErr(j, nil, "", err)
 	}
 	payment, err := b.paymentOf(ctx, customer, period)
@@ -106,6 +100,18 @@ func (b *Biller) prepareRefund(ctx context.Context, customer, period, refundID s
 	j.kind, j.account = refunds{payment: payment, id: refundID}, payment.Account
 	j.price, j.key, j.owner = Price{Amount: amount, Currency: payment.Currency}, key, b.newOwner()
 	return j, nil
+}
+
+// checkRefund checks a refund's id and amount.
+func checkRefund(refundID string, amount int64) error {
+	err := checkID("refund ID", refundID)
+	if err == nil && len(refundID) > maxRefundID {
+		err = invalid("refund ID is %d bytes long; the limit is %d", len(refundID), maxRefundID)
+	}
+	if err == nil && amount <= 0 {
+		err = invalid("refund amount %d: must be a positive number of the currency's smallest unit (cents)", amount)
+	}
+	return err
 }
 
 // paymentOf returns the claim of the payment that paid customer's period

@@ -59,6 +59,22 @@ type Item struct {
 	// them is a payout sweep that pays each account once, however often
 	// it runs.
 	Transfer, Payout *Price
+	// Refund, when not nil, makes the item a refund of the payment that
+	// billed Customer for the period (see [Biller.Refund]) instead of a
+	// bill: a Run of them is a mass refund that refunds each payment once
+	// per refund id, however often it runs. Price, Invoice, Transfer and
+	// Payout are then nil; Account may be left empty (the refund goes to
+	// its payment's account) and, when set, must be that account.
+	Refund *Refund
+}
+
+// Refund is a refund of a [Biller.Run] item: ID is the caller's name for
+// it (an RMA, an outage's credit number), which with the payment makes the
+// refund's identity, and Amount is what it refunds, in the smallest unit
+// of the payment's currency.
+type Refund struct {
+	ID     string
+	Amount int64
 }
 
 // Customers returns an iterator over customer IDs priced by Config.Price.
@@ -332,31 +348,37 @@ type prepareFunc func(ctx context.Context) (job, error)
 func (b *Biller) itemJobs(period string, items iter.Seq2[Item, error]) iter.Seq2[prepareFunc, error] {
 	return func(yield func(prepareFunc, error) bool) {
 		for it, err := range items {
-			p := func(ctx context.Context) (job, error) {
-				if out := it.Transfer != nil || it.Payout != nil; out && (it.Transfer == nil) == (it.Payout == nil) || out && (it.Customer != "" || it.Price != nil || it.Invoice != nil) {
-					j := job{account: it.Account, customer: cmp.Or(it.Customer, it.Account), period: period, attempt: 1}
-					return j, chargeErr(j, nil, "", invalid("the item names a Transfer or a Payout and something else: a transfer or payout item has an Account and one amount, and no Customer, Price or Invoice"))
-				}
-				if it.Transfer != nil {
-					return b.prepareMoneyOut(moneyOut{}, it.Account, period, *it.Transfer, 1)
-				}
-				if it.Payout != nil {
-					return b.prepareMoneyOut(moneyOut{payout: true}, it.Account, period, *it.Payout, 1)
-				}
-				if it.Invoice != nil && it.Price != nil {
-					j := job{account: it.Account, customer: it.Customer, period: period, attempt: 1}
-					return j, chargeErr(j, nil, "", invalid("the item has both a Price and an Invoice; give one"))
-				}
-				if it.Invoice != nil || it.Price == nil && b.cfg.Invoice != nil && b.cfg.Price == nil {
-					return b.prepareInvoice(ctx, it.Account, it.Customer, period, it.Invoice)
-				}
-				return b.prepare(ctx, it.Account, it.Customer, period, it.Price, 1)
-			}
+			p := func(ctx context.Context) (job, error) { return b.prepareItem(ctx, period, it) }
 			if !yield(p, err) {
 				return
 			}
 		}
 	}
+}
+
+// prepareItem checks it and derives its job for period: a bill, a
+// refund, a transfer or a payout. Its errors are *ChargeError.
+func (b *Biller) prepareItem(ctx context.Context, period string, it Item) (job, error) {
+	if err := it.mixed(); err != nil {
+		j := job{account: it.Account, customer: cmp.Or(it.Customer, it.Account), period: period, attempt: 1}
+		return j, chargeErr(j, nil, "", err)
+	}
+	switch {
+	case it.Transfer != nil:
+		return b.prepareMoneyOut(moneyOut{}, it.Account, period, *it.Transfer, 1)
+	case it.Payout != nil:
+		return b.prepareMoneyOut(moneyOut{payout: true}, it.Account, period, *it.Payout, 1)
+	case it.Refund != nil:
+		j, err := b.prepareRefund(ctx, it.Customer, period, it.Refund.ID, it.Refund.Amount)
+		if err == nil && it.Account != "" && it.Account != j.account {
+			err = chargeErr(j, nil, "", invalid("the item names account %s, and the payment it refunds was made on %s: a refund goes to its payment's account; leave Account empty or name that one",
+				it.Account, cmp.Or(j.account, "the platform's own")))
+		}
+		return j, err
+	case it.Invoice != nil || it.Price == nil && b.cfg.Invoice != nil && b.cfg.Price == nil:
+		return b.prepareInvoice(ctx, it.Account, it.Customer, period, it.Invoice)
+	}
+	return b.prepare(ctx, it.Account, it.Customer, period, it.Price, 1)
 }
 
 // run bills what items prepares, claiming under fence; period names the

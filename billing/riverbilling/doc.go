@@ -109,6 +109,33 @@
 //		Customer: "cus_1", Meter: "api_calls", Kind: billing.Increments,
 //		Start: hour, End: hour.Add(time.Hour), Value: 1200}}, nil)
 //
+// # Refunds, transfers and payouts
+//
+// Money going out has one job kind: a [MoneyOutArgs] job makes one refund
+// of a customer's payment of a period (its refund id, the caller's name
+// for it), one transfer to a connected account, or one payout made on
+// that account, and a [MoneyOutWorker] beside the others, with the same
+// [WorkerConfig], makes it through [billing.Biller.Refund],
+// [billing.Biller.Transfer] or [billing.Biller.Payout]. Their claims and
+// keys make every run of a job, every retry and a job inserted again move
+// the money at most once, and their answers go to River as a charge's do:
+// made now or before completes the job, a pending refund or a payout on
+// its way included (its webhook or Reconcile settles it); a refusal of
+// the movement itself (balance_insufficient, a disputed payment, a refund
+// of more than is left of its payment) cancels it with the reason, never
+// retried; an unknown outcome is retried with the same key, and past the
+// key's deadline found by listing instead of sent again. Paying again is
+// a new job: the next Attempt of a transfer or payout, or a new refund
+// id. A mass refund or a payout sweep is a job per movement, or one
+// [billing.Biller.Run] of items with a Refund, Transfer or Payout.
+//
+//	moneyOut, _ := riverbilling.NewMoneyOutWorker(biller, riverbilling.WorkerConfig{})
+//	river.AddWorker(workers, moneyOut)
+//	_, _ = client.Insert(ctx, riverbilling.MoneyOutArgs{Period: "2026-11",
+//		Customer: "cus_1", Refund: "outage-2026-11", Amount: 500}, nil)
+//	_, _ = client.Insert(ctx, riverbilling.MoneyOutArgs{Period: "2026-11",
+//		Payout: true, Account: "acct_1", Amount: 40000, Currency: "usd"}, nil)
+//
 // # Watching a period
 //
 // [State] counts a period's jobs by River state and its claims by state,

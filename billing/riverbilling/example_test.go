@@ -183,6 +183,100 @@ func ExampleUsageWorker() {
 	// hour's total: 1200
 }
 
+// Refund a payment and pay a connected account out through River: a job
+// per movement, the refund inserted twice (the second is a duplicate),
+// each made once at Stripe. The payout is on its way to the bank when its
+// job completes; its webhook or Reconcile settles it.
+func ExampleMoneyOutWorker() {
+	ctx := context.Background()
+	pool, stop, err := pgtest.StartPool(ctx) // a throwaway PostgreSQL; use your own pool
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	srv := billingtest.NewServer(billingtest.Config{})
+	defer srv.Close()
+	acct := srv.CreateAccount() // a connected account, with funds
+	srv.SetBalance(acct, "usd", 10_000)
+
+	if err := migrate(ctx, pool); err != nil {
+		fmt.Println(err)
+		return
+	}
+	store, _ := claim.NewPostgres(pool, claim.Config{})
+	biller, err := billing.New(billing.Config{
+		SecretKey: "sk_test_example",
+		StripeURL: srv.URL, // omit in production
+		Claims:    store,
+		Price: func(ctx context.Context, customer, period string) (billing.Price, error) {
+			return billing.Price{Amount: 2500, Currency: "usd"}, nil
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := biller.Charge(ctx, "cus_1", "2026-09", nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	moneyOut, err := riverbilling.NewMoneyOutWorker(biller, riverbilling.WorkerConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, moneyOut)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{riverbilling.DefaultQueue: {MaxWorkers: 10}},
+		Workers: workers,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	refund := riverbilling.MoneyOutArgs{Period: "2026-09", Customer: "cus_1", Refund: "outage-2026-09", Amount: 500}
+	payout := riverbilling.MoneyOutArgs{Period: "2026-09", Payout: true, Account: acct, Amount: 4000, Currency: "usd"}
+	for _, a := range []riverbilling.MoneyOutArgs{refund, refund, payout} {
+		res, err := client.Insert(ctx, a, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("inserted, duplicate:", res.UniqueSkippedAsDuplicate)
+	}
+
+	done, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled)
+	defer cancel()
+	if err := client.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 2 {
+		fmt.Println("job:", (<-done).Kind)
+	}
+	stopCtx, cancelStop := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelStop()
+	_ = client.Stop(stopCtx)
+
+	for _, object := range []string{"refund", "payout"} {
+		for _, m := range srv.Movements(object) {
+			fmt.Println(m.Object, m.Amount, m.Currency, "on the connected account:", m.Account == acct)
+		}
+	}
+	// Output:
+	// inserted, duplicate: false
+	// inserted, duplicate: true
+	// inserted, duplicate: false
+	// job: job_completed
+	// job: job_completed
+	// refund 500 usd on the connected account: false
+	// payout 4000 usd on the connected account: true
+}
+
 // migrate applies River's migrations and the claim table's.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)

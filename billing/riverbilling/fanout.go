@@ -87,6 +87,8 @@ type FanOutResult struct {
 //
 // Items with a Price are refused (counted in Invalid): a job carries
 // identity only, and the Biller's Config.Price prices it when it runs.
+// So are refund, transfer and payout items: a fan-out makes charge jobs;
+// insert a [MoneyOutArgs] job for each of those.
 // An item whose Invoice is &billing.Invoice{} (empty) makes an invoice job
 // ([ChargeArgs].Invoice): the Biller's Config.Invoice makes that invoice
 // when the job runs; an item with an invoice of its own is refused. An
@@ -166,6 +168,9 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		}
 		res.Customers++
 		switch {
+		case it.Refund != nil || it.Transfer != nil || it.Payout != nil:
+			res.invalid("item %d: a refund, transfer or payout item cannot be fanned out: a fan-out makes charge jobs; insert a MoneyOutArgs job for it", res.Customers)
+			continue
 		case billing.Item{Customer: it.Customer}.Validate(billing.Charges) != nil:
 			// The customer ID alone: a Price is refused below.
 			res.invalid("item %d: %v", res.Customers, billing.Item{Customer: it.Customer}.Validate(billing.Charges))

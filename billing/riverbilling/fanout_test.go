@@ -76,7 +76,7 @@ func TestFanOutTwiceChargesOnce(t *testing.T) {
 }
 
 // FanOut reads the iterator batch by batch, skips duplicates and unusable
-// items, and stops on the iterator's error after committing what it read.
+// items (a priced item, a refund item), and stops on the iterator's error after committing what it read.
 func TestFanOutInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, billingtest.Config{})
@@ -85,7 +85,8 @@ func TestFanOutInput(t *testing.T) {
 	boom := errors.New("customer source down")
 	items := func(yield func(billing.Item, error) bool) {
 		for _, it := range []billing.Item{{Customer: "cus_1"}, {Customer: "cus_1"}, {Customer: ""},
-			{Customer: "cus_2", Price: &billing.Price{Amount: 1, Currency: "usd"}}, {Customer: "cus_3"}} {
+			{Customer: "cus_2", Price: &billing.Price{Amount: 1, Currency: "usd"}},
+			{Customer: "cus_4", Refund: &billing.Refund{ID: "rma-1", Amount: 100}}, {Customer: "cus_3"}} {
 			if !yield(it, nil) {
 				return
 			}
@@ -96,8 +97,8 @@ func TestFanOutInput(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Errorf("FanOut error = %v, want the iterator's", err)
 	}
-	if res.Customers != 5 || res.Inserted != 2 || res.Duplicates != 1 || res.Invalid != 2 || len(res.Errors) != 2 {
-		t.Errorf("FanOut = %+v; want 5 read, 2 inserted, 1 duplicate, 2 invalid", res)
+	if res.Customers != 6 || res.Inserted != 2 || res.Duplicates != 1 || res.Invalid != 3 || len(res.Errors) != 3 {
+		t.Errorf("FanOut = %+v; want 6 read, 2 inserted, 1 duplicate, 3 invalid (a refund item is no charge job)", res)
 	}
 	var jobs []string
 	rows, err := e.pool.Query(ctx, `SELECT args::text FROM river_job ORDER BY id`)

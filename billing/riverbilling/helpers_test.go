@@ -115,13 +115,14 @@ func (e *env) usageWorker(b *billing.Biller) *riverbilling.UsageWorker {
 	return w
 }
 
-// riverConfig is a River configuration with the charge and usage workers
-// on b and a fan-out worker over customers.
+// riverConfig is a River configuration with the charge, usage and
+// money-out workers on b and a fan-out worker over customers.
 func (e *env) riverConfig(b *billing.Biller, customers []string) *river.Config {
 	e.tb.Helper()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, e.worker(b))
 	river.AddWorker(workers, e.usageWorker(b))
+	river.AddWorker(workers, e.moneyOutWorker(b))
 	fo, err := riverbilling.NewFanOutWorker(riverbilling.FanOutConfig{
 		DB: e.pool,
 		Customers: func(context.Context, string) iter.Seq2[billing.Item, error] {

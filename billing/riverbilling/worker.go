@@ -122,8 +122,9 @@ type Worker struct {
 	runner
 }
 
-// runner is what [Worker] and [UsageWorker] share: the Biller, the
-// configuration, and the mapping of the Biller's answers to River.
+// runner is what [Worker], [UsageWorker] and [MoneyOutWorker] share: the
+// Biller, the configuration, and the mapping of the Biller's answers to
+// River.
 type runner struct {
 	biller *billing.Biller
 	cfg    WorkerConfig
@@ -353,16 +354,17 @@ func (k kind) String() string {
 	return [...]string{"kind(0)", "complete", "cancel", "snooze", "retry"}[k]
 }
 
-// action is the River outcome of one run of a charge or usage job.
+// action is the River outcome of one run of a job.
 type action struct {
 	kind   kind
 	snooze time.Duration // with snooze
 	stop   bool          // with cancel: no other job of the queue can succeed
 }
 
-// decide maps the result of a Charge, Rebill or ReportUsage to River. It is
-// the one place where billing's outcomes meet River's: a usage report's
-// errors are the same *billing.ChargeError kinds as a charge's.
+// decide maps the result of a Charge, Rebill, ReportUsage, Refund,
+// Transfer or Payout to River. It is the one place where billing's
+// outcomes meet River's: the errors of every kind are the same
+// *billing.ChargeError kinds as a charge's.
 func decide(err error, now time.Time) action {
 	var (
 		ce       *billing.ChargeError
@@ -374,8 +376,9 @@ func decide(err error, now time.Time) action {
 		// Created, Replayed, AlreadyBilled or Reconciled: billed.
 		return action{kind: complete}
 	case errors.Is(err, billing.ErrDeclined):
-		// A decline, a payment that failed when it settled, or a usage
-		// report Stripe rejected.
+		// A decline, a payment that failed when it settled, a usage
+		// report Stripe rejected, or a refund, transfer or payout Stripe
+		// refused for itself (balance_insufficient, charge_disputed).
 		return action{kind: cancel}
 	case billing.StopsRun(err):
 		return action{kind: cancel, stop: true}
