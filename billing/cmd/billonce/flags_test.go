@@ -103,6 +103,10 @@ func TestBadFlagsAreRefusedBeforeAnyConnection(t *testing.T) {
 		{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2"},
 		{"transfer", "-period", period, "-amount", "100", "-currency", "usd"},
 		{"payout", "-period", period, "-amount", "100", "-currency", "usd"},
+		{"status", "-period", period},
+		{"inspect", "-customer", "cus_a", "-period", period},
+		{"inspect", "-period", period},
+		{"export", "-period", period},
 	} {
 		for _, bad := range []struct{ account, want string }{
 			{"", "-account is empty"},
