@@ -132,3 +132,29 @@ func TestUsageWithAccountReportsToTheAccountsMeterOnce(t *testing.T) {
 		t.Errorf("%d meter event requests; want one, the second run sending nothing", sent)
 	}
 }
+
+// resolve reads the payment on the claim's account: a charge made on a
+// connected account exists only there.
+func TestResolveReadsThePaymentOnTheClaimsAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	acct := e.fake.CreateAccount()
+	e.billonce("cus_a,100,usd\n", "run", "-period", period, "-account", acct).want(t, exitOK)
+	key := e.keyOf("cus_a", period, 1)
+	ch := e.getClaim(key).StripeID
+	// cus_a was charged but its claim does not know it, and search failed.
+	e.exec(`UPDATE billonce_claims SET state = 'pending', stripe_id = '', lease_until = now(),
+		last_error = 'reconciliation: Stripe search failed: boom' WHERE key = $1`, key)
+	e.billonce("", "resolve", "-key", key, "-payment", ch).want(t, exitOK)
+	if c := e.getClaim(key); c.State != "succeeded" || c.StripeID != ch {
+		t.Errorf("claim %s %s; want succeeded with %s", c.State, c.StripeID, ch)
+	}
+	for _, ev := range e.fake.Log() {
+		if ev.Method == "GET" && ev.Account != acct {
+			t.Errorf("resolve read %s on account %q; want %s", ev.Path, ev.Account, acct)
+		}
+	}
+	if n := e.paidOn(acct, "cus_a"); n != 1 {
+		t.Errorf("cus_a paid %d times on %s; want once", n, acct)
+	}
+}
