@@ -100,3 +100,49 @@ func TestListByPeriodAndCustomer(t *testing.T) {
 		t.Errorf("List of a period without claims = %v, %v; want none", none, err)
 	}
 }
+
+// ListPeriods reads the claims of several periods, and of the periods
+// that start with a prefix, in one query: byte for byte, so that a
+// prefix's _ or % is no wildcard and a longer period is not its own.
+func TestListPeriodsMatchesPeriodsAndPrefixesExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := claim.NewPostgres(pgtest.Pool(t), claim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []string{"2026-09", "transfer 2026-09", "2026-09 refund a_%", "2026-09 refund b",
+		"2026-09-15", "2026-09-15 refund c", "transfer 2026-09-15", "2026-0 refund d", "2026-09 refunds e", "x2026-09 refund f"} {
+		r := req("cus_"+string(rune('a'+i)), "key_"+string(rune('a'+i)), "run-1")
+		r.Period = p
+		mustClaim(t, engineOf(store), r, claimengine.Won)
+	}
+	periods := func(cs []claim.Claim) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Period)
+		}
+		return out
+	}
+	got, err := store.ListPeriods(ctx, []string{"2026-09", "transfer 2026-09"}, []string{"2026-09 refund "}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"2026-09", "transfer 2026-09", "2026-09 refund a_%", "2026-09 refund b"}, periods(got)); diff != "" {
+		t.Errorf("ListPeriods (-want +got):\n%s", diff)
+	}
+	got, err = store.ListPeriods(ctx, nil, []string{"2026-09 refund a_"}, "")
+	if err != nil || len(got) != 1 || got[0].Period != "2026-09 refund a_%" {
+		t.Errorf("ListPeriods of the prefix %q = %v, %v; want the one claim whose period starts so", "2026-09 refund a_", periods(got), err)
+	}
+	got, err = store.ListPeriods(ctx, []string{"2026-09"}, []string{"2026-09 refund "}, "cus_d")
+	if err != nil || len(got) != 1 || got[0].Period != "2026-09 refund b" {
+		t.Errorf("ListPeriods of cus_d = %v, %v; want its refund", periods(got), err)
+	}
+	if got, err := store.ListPeriods(ctx, nil, nil, ""); err != nil || len(got) != 0 {
+		t.Errorf("ListPeriods of nothing = %v, %v; want none", periods(got), err)
+	}
+}

@@ -1,8 +1,8 @@
 // Package claimread holds the reads of the claim table that billonce's
 // operators' command needs and the library does not offer: the events
-// applied to a claim, the customers of a list that have no claim, and the
-// database's clock. Claims themselves are read
-// with package claim (Get, List), which owns the row's shape.
+// applied to claims and the customers of a list that have no claim.
+// Claims themselves are read with package claim (Get, List, ListPeriods),
+// which owns the row's shape.
 package claimread
 
 import (
@@ -50,30 +50,24 @@ type Event struct {
 	ReceivedAt time.Time `json:"received_at"`
 }
 
-// Events returns the events recorded for key in table's events table,
-// oldest first.
-func Events(ctx context.Context, db Querier, table, key string) ([]Event, error) {
-	q := "SELECT id, type, stripe_id, created, result, received_at FROM " + pgx.Identifier{table + "_events"}.Sanitize() +
-		" WHERE key = $1 ORDER BY created, received_at, id"
-	rows, err := db.Query(ctx, q, key)
+// Events returns the events recorded for each of keys in table's events
+// table, oldest first, by key: the events of several claims in one query.
+func Events(ctx context.Context, db Querier, table string, keys []string) (map[string][]Event, error) {
+	q := "SELECT key, id, type, stripe_id, created, result, received_at FROM " + pgx.Identifier{table + "_events"}.Sanitize() +
+		" WHERE key = ANY($1::text[]) ORDER BY key, created, received_at, id"
+	rows, err := db.Query(ctx, q, keys)
 	if err != nil {
-		return nil, fmt.Errorf("listing the events of key %s: %w", key, err)
+		return nil, fmt.Errorf("listing the events of %d claims: %w", len(keys), err)
 	}
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
-		var e Event
-		err := r.Scan(&e.ID, &e.Type, &e.StripeID, &e.Created, &e.Result, &e.ReceivedAt)
-		return e, err
+	out := map[string][]Event{}
+	var key string
+	var e Event
+	_, err = pgx.ForEachRow(rows, []any{&key, &e.ID, &e.Type, &e.StripeID, &e.Created, &e.Result, &e.ReceivedAt}, func() error {
+		out[key] = append(out[key], e)
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing the events of key %s: %w", key, err)
+		return nil, fmt.Errorf("listing the events of %d claims: %w", len(keys), err)
 	}
-	return evs, nil
-}
-
-// Now returns the database's clock, on which claims' leases and ages are
-// measured.
-func Now(ctx context.Context, db Querier) (time.Time, error) {
-	var t time.Time
-	err := db.QueryRow(ctx, "SELECT now()").Scan(&t)
-	return t, err
+	return out, nil
 }

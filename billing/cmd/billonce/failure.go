@@ -13,9 +13,12 @@ import (
 // JSON.
 type failure struct {
 	Customer string `json:"customer"`
-	Period   string `json:"period"`
-	Key      string `json:"key"`
-	Attempt  int    `json:"attempt"`
+	// Account is the connected account the claim is on; "" for the
+	// platform's own.
+	Account string `json:"account,omitempty"`
+	Period  string `json:"period"`
+	Key     string `json:"key"`
+	Attempt int    `json:"attempt"`
 	// Kind is billing.ErrorKind of the error: one word, such as
 	// declined, outcome_unknown or spend_cap_reached.
 	Kind string `json:"kind"`
@@ -40,7 +43,7 @@ func failureOf(period string, err error) failure {
 	f := failure{Period: period, Message: err.Error()}
 	var ce *billing.ChargeError
 	if errors.As(err, &ce) {
-		f.Customer, f.Period, f.Key, f.Attempt = ce.Customer, ce.Period, ce.Key, ce.Attempt
+		f.Customer, f.Account, f.Period, f.Key, f.Attempt = ce.Customer, ce.Account, ce.Period, ce.Key, ce.Attempt
 		f.StripeCode, f.DeclineCode, f.StripeID, f.RequestID = ce.Code, ce.DeclineCode, ce.StripeID, ce.RequestID
 		if !ce.Until.IsZero() {
 			u := ce.Until.UTC()
@@ -54,7 +57,7 @@ func failureOf(period string, err error) failure {
 // claimFailure describes a claim that is not billed (failed, or pending
 // with a recorded reason) as a failure.
 func claimFailure(c claim.Claim) failure {
-	f := failure{Customer: c.Customer, Period: c.Period, Key: c.Key, Attempt: c.Attempt, StripeID: c.StripeID, Message: c.LastError}
+	f := failure{Customer: c.Customer, Account: c.Account, Period: c.Period, Key: c.Key, Attempt: c.Attempt, StripeID: c.StripeID, Message: c.LastError}
 	switch {
 	case c.State == claim.StateFailed && !c.ProcessingAt.IsZero():
 		f.Kind, f.StripeCode = "failed_after_settlement", c.FailureCode

@@ -78,7 +78,7 @@ func TestBadFlagsAreRefusedBeforeAnyConnection(t *testing.T) {
 	vault := []string{"-vault-proxy-url", "http://" + proxy.addr(), "-credential", "acct_test/key"}
 	start, end := lastHour()
 	usageFile := customersFile(t, usageRow("cus_a", "api_calls", "increments", start, end, 1))
-	for _, c := range []struct {
+	cases := []struct {
 		args []string
 		want string
 	}{
@@ -91,7 +91,38 @@ func TestBadFlagsAreRefusedBeforeAnyConnection(t *testing.T) {
 		{[]string{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2", "-scope", "billonce "}, "Config.Scope"},
 		{[]string{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2", "-amount", "100", "-currency", "dollars"}, "currency"},
 		{[]string{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2", "-amount", "100"}, "-amount and -currency go together"},
+	}
+	// -account is checked as billing checks an account, before anything
+	// is opened, wherever it is taken.
+	long := "acct_" + strings.Repeat("x", 300)
+	for _, args := range [][]string{
+		{"run", "-period", period, "-amount", "100", "-currency", "usd"},
+		append([]string{"run", "-period", period, "-amount", "100", "-currency", "usd"}, vault...),
+		{"run", "-period", period, "-amount", "100", "-currency", "usd", "-invoice"},
+		{"usage", "-file", usageFile},
+		{"rebill", "-customer", "cus_a", "-period", period, "-attempt", "2"},
+		{"transfer", "-period", period, "-amount", "100", "-currency", "usd"},
+		{"payout", "-period", period, "-amount", "100", "-currency", "usd"},
+		{"status", "-period", period},
+		{"inspect", "-customer", "cus_a", "-period", period},
+		{"inspect", "-period", period},
+		{"export", "-period", period},
 	} {
+		for _, bad := range []struct{ account, want string }{
+			{"", "-account is empty"},
+			{" \t ", "-account is empty"},
+			{"cus_x", `-account "cus_x": a connected account's id starts with acct_`},
+			{"acct_", `-account "acct_": a connected account's id starts with acct_`},
+			{" acct_1", "white space"},
+			{long, "-account is 305 bytes long; the limit is 255"},
+		} {
+			cases = append(cases, struct {
+				args []string
+				want string
+			}{append(append([]string{}, args...), "-account", bad.account), bad.want})
+		}
+	}
+	for _, c := range cases {
 		r := e.billonce("cus_a\n", c.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, r.code, r.stderr, exitUsage, c.want)

@@ -7,17 +7,23 @@
 //	go install github.com/billonce/billonce/billing/cmd/billonce@latest
 //
 //	billonce migrate [-dry-run]
-//	billonce run -period P [-customers FILE | -amount N -currency C] [-invoice [-days-until-due N]] [-json]
-//	billonce usage -file FILE [-json]
-//	billonce status -period P [-customers FILE] [-json]
-//	billonce inspect (-key K | -customer C -period P) [-json]
+//	billonce run -period P [-customers FILE | -amount N -currency C] [-account A] [-invoice [-days-until-due N]] [-json]
+//	billonce usage -file FILE [-account A] [-json]
+//	billonce status -period P [-account A] [-customers FILE] [-json]
+//	billonce inspect (-key K | -customer C -period P [-account A] | -account A -period P) [-json]
 //	billonce reconcile [-json] [-customers FILE]
-//	billonce rebill -customer C -period P -attempt N -amount N -currency C [-yes]
+//	billonce rebill -customer C -period P -attempt N [-amount N -currency C] [-account A] [-yes]
 //	billonce refund -customer C -period P -id ID -amount N [-yes]
 //	billonce transfer -account A -period P -amount N -currency C [-attempt N] [-yes]
 //	billonce payout -account A -period P -amount N -currency C [-attempt N] [-yes]
 //	billonce resolve -key K -payment (pi_…|ch_…|none)
-//	billonce export -period P [-format csv|json]
+//	billonce export -period P [-account A] [-format csv|json]
+//
+// -account A is a connected account (acct_…): run, usage and rebill bill
+// on it (the Stripe-Account header), and status, inspect and export show
+// only the claims on it and the transfers to it. A period's refunds and
+// credit notes, transfers and payouts are shown with it by status,
+// inspect and export, each claim with its kind and account.
 //
 // Every subcommand works on the database named by -database-url or
 // DATABASE_URL; there is no default, and no throwaway database. Those that

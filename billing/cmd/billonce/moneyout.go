@@ -25,13 +25,16 @@ func moneyOutCommand(ctx context.Context, a *app, args []string, what, verb stri
 	f := newFlags(a, what, what+" -account acct_… -period P -amount N -currency C [-attempt N] [-yes] [flags]")
 	var b biller
 	b.register(f)
-	account := f.String("account", "", "the connected account (acct_…); required")
+	account := accountFlag(f, "the connected account (acct_…); required")
 	period := f.String("period", "", "the period paid for; required")
 	amount := f.Int64("amount", 0, "amount, in the currency's smallest unit; required")
 	currency := f.String("currency", "", "currency, as usd; required")
 	attempt := f.Int("attempt", 1, "the attempt: 2 and up only after the one before it failed")
 	yes := f.Bool("yes", false, "pay; without it the command only prints what it would do")
 	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := checkAccount(f, *account); err != nil {
 		return err
 	}
 	if err := required("account", *account, "period", *period, "currency", *currency); err != nil {

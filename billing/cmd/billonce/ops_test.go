@@ -258,6 +258,9 @@ func TestExportCSVCellsNeverStartAFormula(t *testing.T) {
 	}
 	e.billed(rows)
 	e.exec(`UPDATE billonce_claims SET last_error = E'\t=cmd', dispute = E'\r=2' WHERE customer = '-1'`)
+	// A refund's row has the cells of its customer too, and its own.
+	e.billonce("", "refund", "-customer", "=1+2", "-period", period, "-id", "=rma", "-amount", "10", "-yes").want(t, exitOK)
+	e.exec(`UPDATE billonce_claims SET last_error = '@refund' WHERE refund_of IS NOT NULL`)
 
 	r := e.billonce("", "export", "-period", period).want(t, exitOK)
 	recs, err := csv.NewReader(strings.NewReader(r.stdout)).ReadAll()
@@ -265,8 +268,20 @@ func TestExportCSVCellsNeverStartAFormula(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string][]string{}
+	refunds := 0
 	for _, rec := range recs[1:] {
-		got[rec[0]] = rec
+		switch rec[15] {
+		case "charge":
+			got[rec[0]] = rec
+		case "refund":
+			refunds++
+			if rec[0] != "'=1+2" || rec[11] != "'@refund" {
+				t.Errorf("refund row %q: want its customer and last error after a '", rec)
+			}
+		}
+	}
+	if refunds != 1 {
+		t.Errorf("%d refund rows; want 1", refunds)
 	}
 	for _, c := range customers {
 		rec, ok := got["'"+c]

@@ -12,10 +12,10 @@ import (
 // cmdRebill bills one customer again for a period, under a new attempt
 // number and so a new key: a person's decision after a decline, a failed
 // bank debit or a refund. It prints what it will do, and does it only with
-// -yes. The price defaults to that of the customer's latest claim for the
-// period.
+// -yes. The price, and the connected account billed (-account), default
+// to those of the customer's latest claim for the period.
 func cmdRebill(ctx context.Context, a *app, args []string) error {
-	f := newFlags(a, "rebill", "rebill -customer C -period P -attempt N [-amount N -currency C] [-yes] [flags]")
+	f := newFlags(a, "rebill", "rebill -customer C -period P -attempt N [-amount N -currency C] [-account acct_…] [-yes] [flags]")
 	var b biller
 	b.register(f)
 	customer := f.String("customer", "", "customer ID; required")
@@ -24,6 +24,7 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	amount := f.Int64("amount", 0, "amount in the currency's smallest unit (default: the latest claim's)")
 	currency := f.String("currency", "", "currency (default: the latest claim's)")
 	pm := f.String("payment-method", "", "payment method, pm_… (payment_intents)")
+	account := accountFlag(f, "the connected account (acct_…) to bill on (default: the latest claim's; the platform's own without one)")
 	yes := f.Bool("yes", false, "bill; without it the command only prints what it would do")
 	if err := f.parse(args); err != nil {
 		return err
@@ -36,6 +37,9 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	}
 	if *attempt < 2 {
 		return usageError("-attempt %d: re-bills are numbered from 2 (attempt 1 is the run's charge); see billonce inspect -customer %s -period %s", *attempt, *customer, *period)
+	}
+	if err := checkAccount(f, *account); err != nil {
+		return err
 	}
 	if f.set("amount") != f.set("currency") {
 		return usageError("-amount and -currency go together: the re-bill's price; without either, it is the latest claim's")
@@ -61,7 +65,10 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	var latest *claim.Claim
 	for _, c := range claims {
 		latest = &c
-		fmt.Fprintf(a.stdout, "attempt %d: %s, %d %s, key %s %s\n", c.Attempt, c.State, c.Amount, c.Currency, c.Key, c.StripeID)
+		fmt.Fprintf(a.stdout, "attempt %d: %s, %d %s%s, key %s %s\n", c.Attempt, c.State, c.Amount, c.Currency, onText(c.Account), c.Key, c.StripeID)
+	}
+	if latest != nil && !f.set("account") {
+		*account = latest.Account
 	}
 	p := billing.Price{Amount: *amount, Currency: *currency, PaymentMethod: *pm}
 	if latest != nil && !f.set("amount") && !f.set("currency") {
@@ -74,11 +81,17 @@ func cmdRebill(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return usageError("%s", reason(err))
 	}
-	fmt.Fprintf(a.stdout, "will charge customer %s %d %s for %s as attempt %d, key %s\n", *customer, p.Amount, p.Currency, *period, *attempt, key)
+	keyText := "key " + key.String()
+	if *account != "" {
+		// Biller.Key is the platform's; a charge on a connected account
+		// has a key of its own, on its receipt.
+		keyText = "its key printed once billed"
+	}
+	fmt.Fprintf(a.stdout, "will charge customer %s %d %s for %s%s as attempt %d, %s\n", *customer, p.Amount, p.Currency, *period, onText(*account), *attempt, keyText)
 	if !*yes {
 		return usageError("nothing was charged: pass -yes to bill")
 	}
-	rc, err := s.biller.Rebill(ctx, *customer, *period, *attempt, &billing.ChargeOptions{Price: &p})
+	rc, err := s.biller.Rebill(ctx, *customer, *period, *attempt, &billing.ChargeOptions{Price: &p, Account: *account})
 	if err != nil {
 		fl := failureOf(*period, err)
 		if errors.Is(err, billing.ErrDeclined) || errors.Is(err, billing.ErrOutcomeUnknown) || errors.Is(err, billing.ErrInProgress) {

@@ -93,13 +93,16 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 			c.SentAge.Round(time.Minute), retry.KeyWindow)
 	}
 
+	// A payment on a connected account is read there.
+	sr.account = c.Account
+
 	// Take the claim's lease, as a runner resuming it would.
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("billonce-resolve/%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
 	var res claimengine.Result[claim.Claim]
 	err = db(ctx, func(ctx context.Context) (err error) {
 		res, err = eng.Claim(ctx, claimengine.Request{Customer: c.Customer, Period: c.Period, Key: c.Key, Amount: c.Amount,
-			Currency: c.Currency, Owner: owner, Scope: c.Scope, Attempt: c.Attempt, Endpoint: c.Endpoint, Credential: c.Credential})
+			Currency: c.Currency, Owner: owner, Scope: c.Scope, Attempt: c.Attempt, Endpoint: c.Endpoint, Credential: c.Credential, Account: c.Account})
 		return err
 	})
 	if err != nil {
@@ -299,6 +302,9 @@ func fetchPayment(ctx context.Context, sr *stripeReader, id string) (*payment, e
 type stripeReader struct {
 	*biller
 	timeout bound
+	// account is the connected account the claim's payment is on, read
+	// with the Stripe-Account header; "" for the platform's own.
+	account string
 }
 
 // get reads path (with its query) from Stripe, with the key of
@@ -318,6 +324,9 @@ func (sr *stripeReader) get(ctx context.Context, path, what string) ([]byte, err
 		return nil, usageError("the Stripe URL does not parse: want an absolute URL such as https://api.stripe.com")
 	}
 	req.Header.Set("Authorization", "Bearer "+b.a.getenv("STRIPE_SECRET_KEY"))
+	if sr.account != "" {
+		req.Header.Set("Stripe-Account", sr.account)
+	}
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	var body []byte
 	var status int

@@ -29,7 +29,7 @@ import (
 // customer's default payment method at once, or with -days-until-due N
 // sent to the customer, due in N days.
 func cmdRun(ctx context.Context, a *app, args []string) (err error) {
-	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [-invoice [-days-until-due N] [-description TEXT]] [-vault-proxy-url URL -credential NAME] [flags]")
+	f := newFlags(a, "run", "run -period P [-customers FILE] [-amount N -currency C] [-account acct_…] [-invoice [-days-until-due N] [-description TEXT]] [-vault-proxy-url URL -credential NAME] [flags]")
 	var b biller
 	b.register(f)
 	period := f.String("period", "", "billing period: a month (2026-09) or a day (2026-09-15); required")
@@ -41,6 +41,7 @@ func cmdRun(ctx context.Context, a *app, args []string) (err error) {
 	byInvoice := f.Bool("invoice", false, "bill each customer by one Stripe invoice with one line of its amount, instead of a charge")
 	daysUntilDue := f.Int("days-until-due", 0, "with -invoice: send the invoice to the customer, due in this many days (1 to 365); 0 charges it at once")
 	description := f.String("description", "", "with -invoice: the invoice's memo, at most 500 bytes")
+	account := accountFlag(f, "bill every customer of the run on this connected account (acct_…), with the Stripe-Account header; default the platform's own")
 	var vault vaultFlags
 	vault.register(f)
 	if err := f.parse(args); err != nil {
@@ -58,6 +59,9 @@ func cmdRun(ctx context.Context, a *app, args []string) (err error) {
 		return err
 	}
 	if err := checkPeriod(*period, false); err != nil {
+		return err
+	}
+	if err := checkAccount(f, *account); err != nil {
 		return err
 	}
 	var fp *flat
@@ -89,6 +93,9 @@ func cmdRun(ctx context.Context, a *app, args []string) (err error) {
 	if err != nil {
 		return usageError("%v; fix the input and run again; nothing was charged", err)
 	}
+	for i := range items {
+		items[i].Account = *account
+	}
 
 	if vault.proxyURL != "" {
 		b.vault = &vaultRun{flags: &vault, period: *period, items: items}
@@ -101,10 +108,11 @@ func cmdRun(ctx context.Context, a *app, args []string) (err error) {
 	if s.vault != nil {
 		defer s.vault.end(ctx, a)
 	}
+	on := onText(*account)
 	if inv != nil {
-		fmt.Fprintf(a.stderr, "invoicing %d customers for %s, scope %q\n", len(items), *period, b.scope)
+		fmt.Fprintf(a.stderr, "invoicing %d customers for %s%s, scope %q\n", len(items), *period, on, b.scope)
 	} else {
-		fmt.Fprintf(a.stderr, "billing %d customers for %s with the %s API, scope %q\n", len(items), *period, b.api, b.scope)
+		fmt.Fprintf(a.stderr, "billing %d customers for %s%s with the %s API, scope %q\n", len(items), *period, on, b.api, b.scope)
 	}
 	started = true
 	sum, err := s.biller.Run(ctx, *period, func(yield func(billing.Item, error) bool) {

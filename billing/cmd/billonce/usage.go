@@ -17,12 +17,13 @@ import (
 // reporter at a time. Run it again after any stop: reports already
 // delivered are skipped, pending ones resume with their keys.
 func cmdUsage(ctx context.Context, a *app, args []string) (err error) {
-	f := newFlags(a, "usage", "usage -file FILE [-json] [flags]")
+	f := newFlags(a, "usage", "usage -file FILE [-account acct_…] [-json] [flags]")
 	var b biller
 	b.register(f)
 	file := f.String("file", "-", "CSV of customer ID, meter event name, kind (increments or totals), window start and end (RFC 3339, whole minutes), value; - reads standard input")
 	concurrency := f.Int("concurrency", billing.DefaultConcurrency, "reports sent at once")
 	asJSON := f.Bool("json", false, "print one JSON object on standard output; progress and warnings stay on standard error")
+	account := accountFlag(f, "report every row to the meters of this connected account (acct_…), with the Stripe-Account header; default the platform's own")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -41,6 +42,9 @@ func cmdUsage(ctx context.Context, a *app, args []string) (err error) {
 	if err := (billing.RunOptions{Concurrency: *concurrency}).Validate(); err != nil {
 		return usageError("-concurrency: %s", reason(err))
 	}
+	if err := checkAccount(f, *account); err != nil {
+		return err
+	}
 	in, name, done, err := openInput(a, "file", *file, "usage")
 	if err != nil {
 		return err
@@ -49,6 +53,9 @@ func cmdUsage(ctx context.Context, a *app, args []string) (err error) {
 	reports, err := readUsage(in, name)
 	if err != nil {
 		return usageError("%v; fix the input and run again; nothing was sent", err)
+	}
+	for i := range reports {
+		reports[i].Account = *account
 	}
 
 	s, err := b.open(ctx, nil)
