@@ -85,6 +85,11 @@ type FanOutResult struct {
 // or cancelled, is resumed with its key (or settled by search past the
 // key's deadline).
 //
+// An item's Account is its job's ([ChargeArgs].Account): a job of several
+// customers holds items of one account, so that each customer is billed
+// on its own, and a customer on two accounts is two customers. An invoice
+// item on an account is refused, as an invoice job on one is.
+//
 // Items with a Price are refused (counted in Invalid): a job carries
 // identity only, and the Biller's Config.Price prices it when it runs.
 // So are refund, transfer and payout items: a fan-out makes charge jobs;
@@ -111,11 +116,12 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		batchSize = DefaultFanOutBatch
 	}
 	var (
-		jobs    []river.InsertManyParams // of the transaction
-		sizes   []int                    // customers in each of jobs
-		pending int                      // customers in jobs
-		many    []string                 // the customers of the next job of several
-		seen    = make(map[string]bool, fanOutTx)
+		jobs    []river.InsertManyParams                // of the transaction
+		sizes   []int                                   // customers in each of jobs
+		pending int                                     // customers in jobs
+		many    []string                                // the customers of the next job of several
+		account string                                  // their account
+		seen    = make(map[billing.Item]bool, fanOutTx) // by customer and account
 	)
 	add := func(a ChargeArgs, n int) {
 		jobs, sizes, pending = append(jobs, river.InsertManyParams{Args: a}), append(sizes, n), pending+n
@@ -126,9 +132,9 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		case 0:
 			return
 		case 1:
-			add(ChargeArgs{Customer: many[0], Period: period}, 1)
+			add(ChargeArgs{Customer: many[0], Period: period, Account: account}, 1)
 		default:
-			add(ChargeArgs{Customers: many, Period: period}, len(many))
+			add(ChargeArgs{Customers: many, Period: period, Account: account}, len(many))
 		}
 		many = make([]string, 0, batchSize)
 	}
@@ -155,7 +161,7 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		jobs, sizes, pending = jobs[:0], sizes[:0], 0
 		clear(seen)
 		for _, c := range many {
-			seen[c] = true
+			seen[billing.Item{Customer: c, Account: account}] = true
 		}
 		return nil
 	}
@@ -171,9 +177,9 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		case it.Refund != nil || it.Transfer != nil || it.Payout != nil:
 			res.invalid("item %d: a refund, transfer or payout item cannot be fanned out: a fan-out makes charge jobs; insert a MoneyOutArgs job for it", res.Customers)
 			continue
-		case billing.Item{Customer: it.Customer}.Validate(billing.Charges) != nil:
-			// The customer ID alone: a Price is refused below.
-			res.invalid("item %d: %v", res.Customers, billing.Item{Customer: it.Customer}.Validate(billing.Charges))
+		case billing.Item{Customer: it.Customer, Account: it.Account}.Validate(billing.Charges) != nil:
+			// The customer ID and account alone: a Price is refused below.
+			res.invalid("item %d: %v", res.Customers, billing.Item{Customer: it.Customer, Account: it.Account}.Validate(billing.Charges))
 			continue
 		case it.Price != nil:
 			res.invalid("customer %s: an item with its own Price cannot be fanned out: jobs carry identity only; price it with the Biller's Config.Price", it.Customer)
@@ -181,14 +187,24 @@ func FanOut(ctx context.Context, ins *river.Client[pgx.Tx], db DB, period string
 		case it.Invoice != nil && !emptyInvoice(*it.Invoice):
 			res.invalid("customer %s: an item's own invoice cannot be fanned out: jobs carry identity only; the Biller's Config.Invoice makes the invoice when the job runs (give Invoice: &billing.Invoice{} to bill by invoice)", it.Customer)
 			continue
-		case seen[it.Customer]:
+		case it.Invoice != nil && it.Account != "":
+			res.invalid("customer %s: an invoice item on account %s cannot be fanned out: invoice jobs bill on the platform's own account", it.Customer, it.Account)
+			continue
+		case seen[billing.Item{Customer: it.Customer, Account: it.Account}]:
 			res.Duplicates++
 			continue
 		}
-		seen[it.Customer] = true
+		seen[billing.Item{Customer: it.Customer, Account: it.Account}] = true
 		if it.Invoice != nil {
 			add(ChargeArgs{Customer: it.Customer, Period: period, Invoice: true}, 1)
-		} else if many = append(many, it.Customer); len(many) == batchSize {
+			continue
+		}
+		if it.Account != account {
+			// A job of several bills on one account.
+			closeJob()
+			account = it.Account
+		}
+		if many = append(many, it.Customer); len(many) == batchSize {
 			closeJob()
 		}
 		if pending >= fanOutTx {
