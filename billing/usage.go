@@ -686,7 +686,6 @@ type usageClients struct {
 }
 
 func (*usageReport) endpoint(*Biller) string { return endpointMeterEvents }
-func (*usageReport) localFirstSend() bool    { return false }
 
 // describe records the report's meter and window on its claim, which
 // keeps the live windows of a customer and meter apart, and the meter's
