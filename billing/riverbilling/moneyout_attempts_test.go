@@ -2,6 +2,7 @@ package riverbilling_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -76,5 +77,54 @@ func TestPayoutJobOfTheNextAttemptWaitsForTheAttemptInTransit(t *testing.T) {
 				t.Errorf("Stripe holds %d payouts, %d not failed; want %d, %d not failed", len(all), paid, tc.wantTotal, tc.wantPaid)
 			}
 		})
+	}
+}
+
+// A payout job for attempt 2 run while attempt 1 is pending with an
+// unknown outcome waits for it, as a re-bill job does, instead of being
+// cancelled (a cancelled job is held by River's uniqueness against the
+// same job queued again): once attempt 1 is refused, the waiting job pays
+// the account out once.
+func TestPayoutJobOfTheNextAttemptWaitsWhileTheFirstIsPending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, billingtest.Config{})
+	acct := e.srv.CreateAccount()
+	e.srv.SetBalance(acct, "usd", 100_000)
+	c := e.client(e.riverConfig(e.biller(), nil))
+	first := riverbilling.MoneyOutArgs{Period: period, Payout: true, Account: acct, Amount: 5000, Currency: "usd"}
+	// Attempt 1's answer is a 500 before Stripe stored anything, and the
+	// listing after it fails: its outcome is unknown, its job retried.
+	e.srv.FailNext(billingtest.Match{Method: http.MethodPost, Path: "/v1/payouts"}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	e.srv.FailNext(billingtest.Match{Method: http.MethodGet, Path: "/v1/payouts"}, billingtest.Fault{}, billingtest.Fault{Kind: billingtest.FaultErrorBefore})
+	res1 := work(e, e.moneyOutWorker(e.biller(oneAttempt)), e.insertMoneyOut(c, first))
+	if res1.EventKind != river.EventKindJobFailed {
+		t.Fatalf("attempt 1: %s %v; want failed, to be retried", res1.EventKind, res1.Job.Errors)
+	}
+	second := first
+	second.Attempt = 2
+	res2 := work(e, e.moneyOutWorker(e.biller()), e.insertMoneyOut(c, second))
+	if res2.EventKind != river.EventKindJobSnoozed {
+		t.Fatalf("attempt 2 while attempt 1 is pending: %s %s; want snoozed until it settles", res2.EventKind, lastErr(res2.Job))
+	}
+	// Attempt 1's retry meets a balance short of it: refused, failed.
+	e.srv.SetBalance(acct, "usd", 100)
+	if res1 = work(e, e.moneyOutWorker(e.biller()), res1.Job); res1.EventKind != river.EventKindJobCancelled {
+		t.Fatalf("attempt 1 retried: %s %s; want cancelled, refused", res1.EventKind, lastErr(res1.Job))
+	}
+	e.srv.SetBalance(acct, "usd", 100_000)
+	if res2 = work(e, e.moneyOutWorker(e.biller()), res2.Job); res2.EventKind != river.EventKindJobCompleted {
+		t.Fatalf("attempt 2 after attempt 1 was refused: %s %s; want completed", res2.EventKind, lastErr(res2.Job))
+	}
+	paid := 0
+	for _, m := range e.srv.Movements("payout") {
+		if m.Status != "failed" && m.Status != "canceled" {
+			paid++
+			if m.Amount != first.Amount {
+				t.Errorf("payout %s of %d, want %d", m.ID, m.Amount, first.Amount)
+			}
+		}
+	}
+	if paid != 1 {
+		t.Errorf("%d payouts made, want 1: attempt 2's", paid)
 	}
 }
