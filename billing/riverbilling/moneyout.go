@@ -108,8 +108,9 @@ func (a MoneyOutArgs) what() (string, error) {
 //     identity, or arguments that name no movement, before anything is
 //     sent. Paying again is a new job: the next Attempt, or a new refund
 //     id.
-//   - Another runner holds the claim: the job is snoozed until its lease
-//     ends.
+//   - Another runner holds the claim, or an earlier attempt of a
+//     transfer or payout is still being sent or pending: the job is
+//     snoozed until its lease ends.
 //   - Outcome unknown: the job fails and River retries it after
 //     [MoneyOutWorker.NextRetry] with the same key; past the key's
 //     deadline the movement is found by listing, not sent again.
