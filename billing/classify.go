@@ -1,9 +1,13 @@
 package billing
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
@@ -204,30 +208,70 @@ func (e *refusedRequest) Unwrap() []error { return []error{e.kind, e.se} }
 // stripe-go fails to decode the body and the answer looks like a network
 // error of unknown outcome. Stripe's own answers, and a proxy's refusals in
 // Stripe's shape, pass untouched.
+//
+// It also keeps the credential the request carried out of what stripe-go
+// makes of the answer, which billing puts into errors, logs and events: a
+// gateway that echoes the Authorization header into its Request-Id or an
+// error body has each echo replaced by "[redacted]", and an error answer
+// larger than [stripeanswer.MaxBody] (never Stripe's, and not read whole)
+// is replaced like any answer that is not Stripe's.
 type stripeShaped struct{ base http.RoundTripper }
 
 func (t stripeShaped) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	if err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+	if err != nil {
+		return resp, err
+	}
+	secret := sentCredential(req)
+	if id := resp.Header.Get("Request-Id"); secret != "" && strings.Contains(id, secret) {
+		resp.Header = resp.Header.Clone()
+		resp.Header.Set("Request-Id", strings.ReplaceAll(id, secret, redacted))
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		return redirectRefused(req, resp), nil
 	}
-	if err != nil || resp.StatusCode < 400 || stripeanswer.Stamped(resp) {
-		return resp, err
+	if resp.StatusCode < 400 {
+		return resp, nil
 	}
 	buf, err := stripeanswer.Peek(resp)
 	if err != nil {
 		resp.Body.Close()
 		return nil, err
 	}
-	if len(buf) > stripeanswer.MaxBody || stripeanswer.IsError(buf) {
+	if len(buf) <= stripeanswer.MaxBody && secret != "" && bytes.Contains(buf, []byte(secret)) {
+		resp.Body.Close()
+		body := bytes.ReplaceAll(buf, []byte(secret), []byte(redacted))
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		resp.Header = resp.Header.Clone()
+		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		buf = body
+	}
+	if len(buf) <= stripeanswer.MaxBody && (stripeanswer.Stamped(resp) || stripeanswer.IsError(buf)) {
 		return resp, nil
 	}
 	resp.Body.Close()
 	msg := fmt.Sprintf("the answer from %s is not Stripe's: HTTP %d %s", req.URL.Host, resp.StatusCode, http.StatusText(resp.StatusCode))
+	if len(buf) > stripeanswer.MaxBody {
+		msg = fmt.Sprintf("the answer from %s is not Stripe's: HTTP %d %s with a body of more than %d bytes", req.URL.Host, resp.StatusCode, http.StatusText(resp.StatusCode), stripeanswer.MaxBody)
+	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		msg += " (" + ct + ")"
 	}
 	return stripeanswer.Rewrite(resp, resp.StatusCode, msg), nil
+}
+
+// redacted stands for a credential an answer echoed.
+const redacted = "[redacted]"
+
+// sentCredential is the credential req carried to Stripe: its bearer
+// token (the secret key, or the credential a spend-cap proxy is sent), or
+// "" without one.
+func sentCredential(req *http.Request) string {
+	auth := req.Header.Get("Authorization")
+	if len(auth) > len("Bearer ") && strings.EqualFold(auth[:len("Bearer ")], "Bearer ") {
+		return strings.TrimSpace(auth[len("Bearer "):])
+	}
+	return ""
 }
 
 // redirectRefused is the answer stripeShaped gives for a redirect: an

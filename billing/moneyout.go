@@ -35,7 +35,9 @@ type MoneyOutOptions struct {
 	// 0 or 1 for the first. After one failed (Stripe refused it, or a
 	// payout failed at the bank, even after it was paid), paying again is
 	// a person's decision: the next number, which needs the one before it
-	// failed.
+	// failed. Called while an earlier attempt is still being sent or
+	// pending with an unknown outcome, it waits for that outcome:
+	// ErrInProgress, as a re-bill does.
 	Attempt int
 }
 
@@ -129,7 +131,9 @@ func (b *Biller) moneyOutKey(k moneyOut, account, period string, attempt int) (i
 // earlierMoves looks at the claims of j's account and period before it is
 // claimed: one of another attempt that paid (or is paying) means the
 // period is paid, and its receipt is the answer (AlreadyBilled); an
-// attempt after the first needs the one before it failed. done is set
+// earlier attempt still being sent, or pending with an unknown outcome,
+// is waited for (ErrInProgress, as a re-bill waits); an attempt after the
+// first needs the one before it failed. done is set
 // when nothing is to be claimed; its errors are *ChargeError.
 func (b *Biller) earlierMoves(ctx context.Context, j job) (r Receipt, done bool, err error) {
 	cs, err := b.claims.Period(ctx, j.customer, j.period)
@@ -140,6 +144,9 @@ func (b *Biller) earlierMoves(ctx context.Context, j job) (r Receipt, done bool,
 	for _, c := range cs {
 		if r, ok := b.paidOutBy(j, c); ok {
 			return r, true, nil
+		}
+		if e := b.underWay(j, c); e != nil && c.Attempt < j.attempt && c.Endpoint == j.kind.endpoint(b) {
+			return Receipt{}, true, e // its outcome decides whether this attempt may pay
 		}
 		if c.Scope == b.cfg.Scope && c.Endpoint == j.kind.endpoint(b) && c.Attempt == j.attempt-1 && c.State == claim.StateFailed {
 			before = true

@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -375,5 +379,100 @@ func TestSecretKeyNeverLeaksFromRefunds(t *testing.T) {
 	}
 	if len(errs) != 6 || !strings.Contains(logs.String(), "retrying with the same key") {
 		t.Fatalf("errors checked: %q; want 6 (an unknown outcome, a listing down, Stripe's refusal, two bad inputs, a refused key)", errs)
+	}
+}
+
+// No secrets in logs, for answers: a gateway in front of Stripe that
+// echoes the request's Authorization header into its answer (a Stripe-
+// shaped error, a Request-Id, an error page larger than Stripe's) never
+// puts the key into an error, a log line or an event given to
+// Config.Observe; and nothing is charged twice for it.
+func TestSecretKeyEchoedByAnAnswerNeverLeaks(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var (
+		mu     sync.Mutex
+		events []billing.Event
+	)
+	observe := func(ev billing.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	}
+	e := newEnv(t)
+	fake, err := url.Parse(e.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(fake)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		resp.Header.Set("Request-Id", "req_"+resp.Request.Header.Get("Authorization"))
+		return nil
+	}
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		form, _ := url.ParseQuery(string(body))
+		switch form.Get("customer") {
+		case "cus_shaped": // a Stripe-shaped error, every field the header
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprintf(w, `{"error":{"type":%q,"code":%q,"message":%q,"param":%q,"decline_code":%q,"doc_url":%q,"request_log_url":%q}}`,
+				"api_error", auth, "upstream refused "+auth, auth, auth, auth, auth)
+		case "cus_stamped": // the same, stamped as Stripe's
+			w.Header().Set("Request-Id", "req_"+auth)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"error":{"type":"invalid_request_error","message":%q}}`, "bad header "+auth)
+		case "cus_page": // a large page that starts with the header
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprintf(w, "<html>%s %s", auth, strings.Repeat("x", 70<<10))
+		default: // Stripe's own answer, with the header as its Request-Id
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(gw.Close)
+	b := e.biller(func(c *billing.Config) {
+		c.StripeURL, c.Logger, c.Observe, c.Retry.MaxAttempts = gw.URL, logger, observe, 2
+	})
+	ctx := context.Background()
+	var texts []string
+	for _, c := range []string{"cus_shaped", "cus_stamped", "cus_page", "cus_ok"} {
+		r, err := b.Charge(ctx, c, period, nil)
+		if err != nil {
+			texts = append(texts, err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err))
+		}
+		texts = append(texts, fmt.Sprintf("%+v", r))
+	}
+	mu.Lock()
+	for _, ev := range events {
+		texts = append(texts, fmt.Sprintf("%+v", ev))
+		if ev.Err != nil {
+			texts = append(texts, ev.Err.Error())
+		}
+	}
+	n := len(events)
+	mu.Unlock()
+	texts = append(texts, logs.String())
+	secret := strings.TrimPrefix(secretKey, "sk_test_")
+	secret = secret[:len(secret)-4]
+	for _, s := range texts {
+		if strings.Contains(s, secret) {
+			t.Errorf("the secret key leaked into: %.600s", s)
+		}
+	}
+	if n < 8 {
+		t.Fatalf("only %d events; the scenario did not produce its calls", n)
+	}
+	if got := e.count("cus_ok"); got != 1 {
+		t.Errorf("cus_ok charged %d times, want once", got)
+	}
+	for _, c := range []string{"cus_shaped", "cus_stamped", "cus_page"} {
+		if got := e.count(c); got != 0 {
+			t.Errorf("%s charged %d times, want none: the gateway answered for Stripe", c, got)
+		}
 	}
 }

@@ -368,12 +368,14 @@ func outcomeWord(e billing.Event) string {
 // callErrorType names the failure of one HTTP call: Stripe's error type
 // when Stripe (or whatever answered) gave an error answer
 // ("api_error", "card_error", "idempotency_error",
-// "invalid_request_error"), a kind of billing's, or "transport" when no
-// answer came.
+// "invalid_request_error"; "http_error" for an answer naming none of
+// them, so that whatever answered cannot add series of its own words), a
+// kind of billing's, or "transport" when no answer came.
 func callErrorType(err error) string {
 	var se *stripe.Error
 	if errors.As(err, &se) && se.HTTPStatusCode != 0 {
-		if se.Type != "" {
+		switch se.Type {
+		case stripe.ErrorTypeAPI, stripe.ErrorTypeCard, stripe.ErrorTypeIdempotency, stripe.ErrorTypeInvalidRequest:
 			return string(se.Type)
 		}
 		return "http_error"

@@ -39,6 +39,7 @@
 //	                                                   intent, meter event, refund, credit note,
 //	                                                   transfer or payout, or a step of an invoice):
 //	                                                   billonce.object, error.type (Stripe's error type,
+//	                                                   "http_error" for an answer naming none,
 //	                                                   "transport" when no answer came) and
 //	                                                   http.response.status_code of an error answer
 //	billonce.stripe.retries        counter {call}      calls that retried an earlier one with the same

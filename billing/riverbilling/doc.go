@@ -125,8 +125,9 @@
 // of more than is left of its payment) cancels it with the reason, never
 // retried; an unknown outcome is retried with the same key, and past the
 // key's deadline found by listing instead of sent again. Paying again is
-// a new job: the next Attempt of a transfer or payout, or a new refund
-// id. A mass refund or a payout sweep is a job per movement, or one
+// a new job: the next Attempt of a transfer or payout (snoozed, as a
+// re-bill is, while an earlier attempt is still processing), or a new
+// refund id. A mass refund or a payout sweep is a job per movement, or one
 // [billing.Biller.Run] of items with a Refund, Transfer or Payout.
 //
 //	moneyOut, _ := riverbilling.NewMoneyOutWorker(biller, riverbilling.WorkerConfig{})

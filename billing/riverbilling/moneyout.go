@@ -96,7 +96,10 @@ func (a MoneyOutArgs) what() (string, error) {
 //     the payment's refunds or the account's transfers or payouts), or
 //     processing (a pending refund, a payout pending or in transit: its
 //     outcome arrives by webhook or Reconcile, never by another send):
-//     the job completes.
+//     the job completes. A transfer's or payout's next attempt that
+//     finds an earlier one still processing waits (is snoozed) for its
+//     outcome, as a re-bill job does: it pays if that attempt fails,
+//     and completes without paying if it succeeds.
 //   - Refused for this movement alone: a balance short of it
 //     (balance_insufficient), a disputed payment (charge_disputed), a
 //     payment Stripe holds as refunded: the job is cancelled with the
@@ -105,8 +108,9 @@ func (a MoneyOutArgs) what() (string, error) {
 //     identity, or arguments that name no movement, before anything is
 //     sent. Paying again is a new job: the next Attempt, or a new refund
 //     id.
-//   - Another runner holds the claim: the job is snoozed until its lease
-//     ends.
+//   - Another runner holds the claim, or an earlier attempt of a
+//     transfer or payout is still being sent or pending: the job is
+//     snoozed until its lease ends.
 //   - Outcome unknown: the job fails and River retries it after
 //     [MoneyOutWorker.NextRetry] with the same key; past the key's
 //     deadline the movement is found by listing, not sent again.
@@ -141,13 +145,17 @@ func (w *MoneyOutWorker) Work(ctx context.Context, job *river.Job[MoneyOutArgs])
 	what, err := a.what()
 	if err == nil {
 		p, opts := billing.Price{Amount: a.Amount, Currency: a.Currency}, &billing.MoneyOutOptions{Attempt: a.Attempt}
+		var r billing.Receipt
 		switch what {
 		case "refund":
 			_, err = w.biller.Refund(ctx, a.Customer, a.Period, a.Refund, a.Amount)
 		case "transfer":
-			_, err = w.biller.Transfer(ctx, a.Account, a.Period, p, opts)
+			r, err = w.biller.Transfer(ctx, a.Account, a.Period, p, opts)
 		default:
-			_, err = w.biller.Payout(ctx, a.Account, a.Period, p, opts)
+			r, err = w.biller.Payout(ctx, a.Account, a.Period, p, opts)
+		}
+		if snoozed := w.waitEarlier(r, err, opts.Attempt); snoozed != nil {
+			return snoozed
 		}
 	}
 	return w.finish(ctx, job.JobRow, err, what, "period", a.Period, "customer", a.Customer, "refund", a.Refund,

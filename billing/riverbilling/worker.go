@@ -209,14 +209,8 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ChargeArgs]) error {
 	default:
 		var r billing.Receipt
 		r, err = w.biller.Rebill(ctx, a.Customer, a.Period, a.Attempt, &billing.ChargeOptions{Account: a.Account})
-		if err == nil && r.Processing && r.Attempt < a.Attempt {
-			// An earlier attempt is still processing: the period is
-			// not billed yet. Completing the job would leave a
-			// completed job with these arguments, which River's
-			// uniqueness holds against the same re-bill queued again
-			// once that attempt fails; so the job waits for the
-			// outcome, then bills or completes.
-			return river.JobSnooze(w.cfg.MaxRetryInterval)
+		if snoozed := w.waitEarlier(r, err, a.Attempt); snoozed != nil {
+			return snoozed
 		}
 	}
 	return w.finish(ctx, job.JobRow, err, "charge",
@@ -305,6 +299,20 @@ func (w *runner) handOn(ctx context.Context, client *river.Client[pgx.Tx], perio
 	}
 	if _, err := client.InsertMany(ctx, jobs); err != nil {
 		return fmt.Errorf("riverbilling: inserting the jobs of the %d customers not billed for %s: %w", len(jobs), period, err)
+	}
+	return nil
+}
+
+// waitEarlier answers for a job of attempt (a re-bill, or a transfer's or
+// payout's next attempt) whose receipt r is an earlier attempt's, still
+// processing: nothing is paid yet. Completing the job would leave a
+// completed job with these arguments, which River's uniqueness holds
+// against the same job queued again once that attempt fails (and the
+// attempt after it needs this one failed); so the job waits for the
+// outcome, then pays or completes. It returns nil for any other answer.
+func (w *runner) waitEarlier(r billing.Receipt, err error, attempt int) error {
+	if err == nil && r.Processing && r.Attempt < attempt {
+		return river.JobSnooze(w.cfg.MaxRetryInterval)
 	}
 	return nil
 }

@@ -38,6 +38,9 @@ import (
 //     lease released, so the next run or reconcile sends the same key
 //     again.
 //
+// It is for payments: an invoice's, a usage report's, a refund's, a
+// transfer's or a payout's claim is refused with what to do instead.
+//
 // It holds the claim's lease while it works, so no runner sends the key
 // meanwhile, and refuses anything it cannot verify.
 func cmdResolve(ctx context.Context, a *app, args []string) error {
@@ -87,6 +90,11 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 		return usageError("the claim is an invoice's (%s, last step done: %s), not a payment's: run the same billonce run -invoice again, which resumes it at its next step with the same keys; or void the invoice at Stripe, and the invoice.voided event fails the claim", orUnknown(c.StripeID), orUnknown(c.Step))
 	case endpointMeterEvents:
 		return usageError("the claim is a usage report's, not a payment's: run billonce usage with the same row again, which resumes it with its key, or settles it from the meter's summary once the key's window has passed")
+	}
+	switch k := kindOf(c); k {
+	case kindRefund, kindCreditNote, kindTransfer, kindPayout:
+		return usageError("the claim is a %s's, not a payment's (Stripe's search does not find %ss): run billonce reconcile, which looks it up by listing them and records what it finds; nothing was recorded",
+			strings.ReplaceAll(k, "_", " "), strings.ReplaceAll(k, "_", " "))
 	}
 	if *payment == "none" && c.SentAge < retry.KeyWindow {
 		return usageError("the key was first sent %s ago; \"none\" is accepted only after %s, once Stripe can no longer replay a request that carried it: until then the next run sends the key again and Stripe replays any payment it made",
