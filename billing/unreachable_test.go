@@ -69,6 +69,11 @@ func TestChargeGivesUpWhenStripeIsUnreachable(t *testing.T) {
 			e := newEnv(t, func(c *billing.Config) {
 				c.StripeURL = refusedURL(t)
 				c.Retry.MaxAttempts = 20
+				if tc.attempts > 0 {
+					// A pause of twice MaxInterval between misses starts a
+					// new streak: a loaded machine's pauses must not.
+					c.Retry.MaxInterval = time.Second
+				}
 				c.UnreachableAttempts, c.UnreachableAfter = tc.attempts, tc.after
 				c.Observe = func(ev billing.Event) {
 					if ev.Kind == billing.EventStripeCall {
@@ -378,6 +383,7 @@ func TestInvoiceGivesUpWhenStripeIsUnreachable(t *testing.T) {
 	e := newEnv(t, func(c *billing.Config) {
 		c.StripeURL = refusedURL(t)
 		c.Retry.MaxAttempts = 20
+		c.Retry.MaxInterval = time.Second // see TestChargeGivesUpWhenStripeIsUnreachable
 		c.UnreachableAttempts, c.UnreachableAfter = 4, -1
 		c.Observe = func(ev billing.Event) {
 			if ev.Kind == billing.EventStripeCall {
