@@ -89,7 +89,8 @@ func namesFor(cfg Config) names {
 
 // Postgres is the claim store in a PostgreSQL table. Its clock is the
 // database's. It is safe for concurrent use, across
-// goroutines, processes and hosts sharing the database.
+// goroutines, processes and hosts sharing the database, whatever the
+// database's default transaction isolation.
 type Postgres struct {
 	db        *pgxpool.Pool
 	cfg       Config
@@ -308,6 +309,15 @@ func (p *pgEngine) fenceLost(ctx context.Context, f claimengine.Fence) error {
 	return nil
 }
 
+// serializationFailure reports whether err is PostgreSQL's refusal of a
+// transaction that read rows changed after its snapshot
+// (serialization_failure), which only isolation above read committed
+// (a database's or a role's default_transaction_isolation) raises.
+func serializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40001"
+}
+
 // fenceErr is err from a claim statement under fence f, with a hint when
 // a table is missing: the lease table may not be in the claim store's
 // database.
@@ -377,6 +387,13 @@ func (p *pgEngine) claim(ctx context.Context, reqs []request) ([]result, error) 
 		}
 		now, later := refundsApart(reqs, todo)
 		again, err := p.claimRun(ctx, reqs, now, out)
+		if serializationFailure(err) {
+			// The database's default isolation is above read committed
+			// and the statement met a row another transaction changed
+			// after its snapshot: it was rolled back, nothing of it
+			// committed. Run it again, on a fresh snapshot, as for a race.
+			again, err = now, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -444,7 +461,10 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		// A refund's claim reads its payment's refunds after a lock on the
 		// payment's key, held until it commits: refunds of one payment are
 		// claimed one after the other, each seeing the others' amounts.
-		tx, err := p.db.Begin(ctx)
+		// Read committed, whatever the database's default: under
+		// repeatable read the snapshot would be taken before the lock is
+		// granted, and miss the refunds claimed while it waited.
+		tx, err := p.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 		if err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
