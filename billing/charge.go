@@ -590,6 +590,7 @@ type charges struct{}
 func (charges) endpoint(b *Biller) string     { return b.endpoint }
 func (charges) describe(*claimengine.Request) {}
 func (charges) alreadyThere(error) bool       { return false }
+func (charges) localFirstSend() bool          { return true }
 
 // send sends the claim's payment, once the PaymentIntents of the
 // attempts before it are canceled (see cancelDeclined).

@@ -410,6 +410,9 @@ type writer interface {
 	// more for the kind than the engine's refusal table says (done set);
 	// otherwise the table decides (see Biller.failure).
 	refused(ctx context.Context, b *Biller, j job, err error) (r Receipt, done bool, rerr error)
+	// localFirstSend reports whether the first send of a claim a Run
+	// just won may leave on the local clock's word (see firstSendSafe).
+	localFirstSend() bool
 }
 
 // job is one claim's work: a charge, an invoice or a usage report,
@@ -524,7 +527,9 @@ func (b *Biller) moved(j job, c claim.Claim) bool {
 // the guard, and records the outcome. Past the key's deadline the
 // writer's lookup settles the claim instead.
 func (b *Biller) sendOnce(ctx context.Context, w writer, j job, c claim.Claim) (Receipt, error) {
-	j.firstSendBy = b.firstSendSafe(j, c)
+	if w.localFirstSend() {
+		j.firstSendBy = b.firstSendSafe(j, c)
+	}
 	stop := b.renewWhileSending(ctx, j, c)
 	out, err := b.guarded(ctx, &j, j.key, w.alreadyThere, func(ctx context.Context, key idemkey.Key) (object, error) {
 		return w.write(ctx, b, j, key)

@@ -29,9 +29,8 @@ import (
 // less an attempt's longest duration, bounds it too, so a check reused
 // here is always one that a fresh CheckSend would pass, with an attempt's
 // whole duration to spare. Retries ask the store, as every send of a
-// resumed claim does. Every one-write kind takes the shortcut: a usage
-// report's identifier, which Stripe refuses twice, is no less safe than a
-// key.
+// resumed claim does, and so does every send of a kind whose writer says
+// so (see writer.localFirstSend).
 func (b *Biller) firstSendSafe(j job, c claim.Claim) time.Time {
 	if !j.won || j.rec == nil || j.claimedAt.IsZero() {
 		return time.Time{}

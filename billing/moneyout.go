@@ -200,6 +200,7 @@ func (k moneyOut) endpoint(*Biller) string {
 
 func (moneyOut) describe(*claimengine.Request)        {}
 func (moneyOut) alreadyThere(error) bool              { return false }
+func (moneyOut) localFirstSend() bool                 { return true }
 func (moneyOut) follows(*Biller) (idemkey.Key, error) { return idemkey.Key{}, nil }
 
 func (k moneyOut) send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {

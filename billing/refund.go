@@ -164,6 +164,7 @@ func (k refunds) endpoint(*Biller) string {
 
 func (k refunds) describe(r *claimengine.Request)    { r.RefundOf = k.payment.Key }
 func (refunds) alreadyThere(error) bool              { return false }
+func (refunds) localFirstSend() bool                 { return true }
 func (refunds) follows(*Biller) (idemkey.Key, error) { return idemkey.Key{}, nil }
 func (k refunds) send(ctx context.Context, b *Biller, j job, c claim.Claim) (Receipt, error) {
 	return b.sendOnce(ctx, k, j, c)

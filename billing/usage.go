@@ -687,6 +687,13 @@ type usageClients struct {
 
 func (*usageReport) endpoint(*Biller) string { return endpointMeterEvents }
 
+// localFirstSend is false: a report's deadline runs from its window's
+// opening, not from its claim, so a claim made near the end of it leaves
+// no time that the claim statement's reading could vouch for; every send
+// asks the store (TestSimulationUsage seeds 41, 237 and 278 report
+// windows past their deadline otherwise).
+func (*usageReport) localFirstSend() bool { return false }
+
 // describe records the report's meter and window on its claim, which
 // keeps the live windows of a customer and meter apart, and the meter's
 // Stripe id, which tells a meter error report about this account's meter
