@@ -72,9 +72,10 @@
 // hours, and a key it has forgotten makes a new charge. So before every
 // HTTP attempt (each retry, each customer leaving a Run's queue) the claim
 // store confirms the deadline has not passed. The one exception is the
-// first attempt of a claim a Run has just made, within half its lease: no
-// request ever carried the key and no other runner can send it meanwhile,
-// so the claim's own statement is the check. Once the deadline has passed,
+// first attempt of each write of a claim a Run has just made (an
+// invoice's steps each), within half its lease: no request ever carried
+// the claim's keys and no other runner can send them meanwhile, so the
+// claim's own statement is the check. Once the deadline has passed,
 // the key's payment is looked up with Stripe's search on metadata, among
 // charges and payment intents alike, and nothing is sent: a payment found
 // is recorded; none found starts the key's window again and sends it; if

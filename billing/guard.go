@@ -31,7 +31,8 @@ import (
 // whole duration to spare. Retries ask the store, as every send of a
 // resumed claim does. Every one-write kind takes the shortcut: a usage
 // report's identifier, which Stripe refuses twice, is no less safe than a
-// key.
+// key. So does the first attempt of each of an invoice's steps: their
+// keys derive from the claim's, and none was sent before the claim either.
 func (b *Biller) firstSendSafe(j job, c claim.Claim) time.Time {
 	if !j.won || j.rec == nil || j.claimedAt.IsZero() {
 		return time.Time{}

@@ -267,6 +267,10 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 	stop := b.renewWhileSending(ctx, j, c)
 	defer stop()
 	j.holds = c.StripeID
+	// Every step's key derives from the claim's, which no request carried
+	// before a Run won it: the first attempt of each step takes the
+	// first-send shortcut while it holds.
+	j.firstSendBy = b.firstSendSafe(j, c)
 	v := &invoiceSteps{b: b, j: j, inv: inv, c: c, verify: c.Credential != b.credential}
 	next, err := v.resumeAt(ctx)
 	if err != nil {
