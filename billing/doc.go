@@ -60,7 +60,7 @@
 // information stay quiet.
 //
 // A Run over [claim.Postgres] makes its workers' checks and records their
-// charges many per database round trip: a charge is recorded a few
+// charges (and paid invoices) many per database round trip: a charge is recorded a few
 // milliseconds after Stripe answered, and counted in the Run's Progress
 // once it is. A runner that dies in between leaves the claim pending, and
 // the next run gets Stripe's replay under the same key.
