@@ -60,7 +60,7 @@
 // information stay quiet.
 //
 // A Run over [claim.Postgres] makes its workers' checks and records their
-// charges many per database round trip: a charge is recorded a few
+// charges (and paid invoices) many per database round trip: a charge is recorded a few
 // milliseconds after Stripe answered, and counted in the Run's Progress
 // once it is. A runner that dies in between leaves the claim pending, and
 // the next run gets Stripe's replay under the same key.
@@ -72,9 +72,10 @@
 // hours, and a key it has forgotten makes a new charge. So before every
 // HTTP attempt (each retry, each customer leaving a Run's queue) the claim
 // store confirms the deadline has not passed. The one exception is the
-// first attempt of a claim a Run has just made, within half its lease: no
-// request ever carried the key and no other runner can send it meanwhile,
-// so the claim's own statement is the check. Once the deadline has passed,
+// first attempt of each write of a claim a Run has just made (an
+// invoice's steps each), within half its lease: no request ever carried
+// the claim's keys and no other runner can send them meanwhile, so the
+// claim's own statement is the check. Once the deadline has passed,
 // the key's payment is looked up with Stripe's search on metadata, among
 // charges and payment intents alike, and nothing is sent: a payment found
 // is recorded; none found starts the key's window again and sends it; if
@@ -352,16 +353,20 @@
 // Config.Invoice is set and Config.Price is not, is billed that way.
 //
 // An invoice is several requests, so its claim records how far it got
-// (claim.Claim.Step: "draft", "line 0", …, "finalized") and which invoice
-// it builds on. Each step has its own key, derived from the claim's key
-// and the step's name (and line index), and its own deadline, which
-// starts when the step before it is recorded; the draft, each invoice
+// (claim.Claim.Step: "draft", then "finalized") and which invoice it
+// builds on. The lines are not recorded one by one: they are sent one
+// after the other once the draft is recorded, and found again by listing
+// the draft's lines. Each step has its own key, derived from the claim's
+// key and the step's name (and line index), and a deadline, which starts
+// when the step recorded before it is (the draft, for every line and the
+// finalization); the draft, each invoice
 // item and the invoice carry the metadata billonce_key, billonce_customer,
 // billonce_period, and each item billonce_line, its index. The draft is
 // made with pending_invoice_items_behavior=exclude and each line added to
 // it by id, so that no pending invoice item of the customer is swept in.
-// A call that finds the claim part way resumes at the next step with the
-// same keys. Past a step's deadline nothing is written blind: the draft is
+// A call that finds the claim part way resumes after the step it records
+// with the same keys: Stripe replays the lines a dead runner added. Past a
+// step's deadline nothing is written blind: the draft is
 // looked for with Stripe's invoice search (one found is taken; several, or
 // a failed search, is [ErrNeedsReconciliation]), a line by listing the
 // invoice's lines, the finalization and the payment by reading the
@@ -369,7 +374,10 @@
 // credential (a rotated secret key) is looked for the same way first, and
 // the charge's rule decides: a step found is taken; finding nothing is
 // [ErrSentElsewhere] until the key's window has passed (the old key's
-// request may still land), after which the step is sent.
+// request may still land), after which the step is sent. Lines found
+// this way are recorded ("line i", the last of them) before anything is
+// sent in the window that starts then, so that a later resume does not
+// send them again.
 //
 // The claim records the invoice's total, not its lines, and the receipt's
 // Amount is that total; but a draft is anyone's to change between two

@@ -30,7 +30,9 @@ import (
 // here is always one that a fresh CheckSend would pass, with an attempt's
 // whole duration to spare. Retries ask the store, as every send of a
 // resumed claim does, and so does every send of a kind whose writer says
-// so (see writer.localFirstSend).
+// so (see writer.localFirstSend). So does the first attempt of each of an
+// invoice's steps: their keys derive from the claim's, none was sent
+// before the claim either, and their deadline runs from the claim.
 func (b *Biller) firstSendSafe(j job, c claim.Claim) time.Time {
 	if !j.won || j.rec == nil || j.claimedAt.IsZero() {
 		return time.Time{}

@@ -59,16 +59,17 @@ type InvoiceLine struct {
 // total.
 //
 // The invoice is made in steps, each one request with its own key
-// derived from the claim's key and the step, and each recorded on the
-// claim once Stripe answered: the draft (auto_advance false, and
-// pending_invoice_items_behavior exclude, so that no pending item of the
-// customer is swept in), each line, the finalization (auto_advance still
+// derived from the claim's key and the step: the draft (auto_advance
+// false, and pending_invoice_items_behavior exclude, so that no pending
+// item of the customer is swept in), recorded on the claim once Stripe
+// answered, each line, the finalization (recorded too; auto_advance still
 // false: Stripe collects an open invoice with it on by itself, an hour
 // later, whatever its total), then, once its total is the claim's, the
 // payment (DaysUntilDue 0, after turning Stripe's automatic collection on)
 // or the sending. A call that finds the claim part way
 // (another runner crashed) resumes at the step after the last one
-// recorded, with the same keys. Past a step's deadline (see the package
+// recorded, with the same keys: the lines a dead runner added are
+// replayed by Stripe. Past a step's deadline (see the package
 // documentation), what exists is found before anything is written: the
 // draft by Stripe's search on its billonce_key metadata (only a draft of
 // the customer in the invoice's currency counts: other code may copy the
@@ -85,7 +86,8 @@ type InvoiceLine struct {
 // (a person's on Stripe's dashboard, other code's), or lines other than
 // inv's (Config.Invoice changed, with the same total, while the invoice
 // was part way), leave the invoice a draft and the claim pending, with
-// [ErrNeedsReconciliation] naming them. A person deletes the items
+// [ErrNeedsReconciliation] naming them (or [ErrKeyReused], when Stripe
+// refuses a line sent again with its key and another amount). A person deletes the items
 // billonce did not add from the draft (or calls again with the lines the
 // invoice was begun with), and the next call finalizes and pays it. The
 // finalized invoice's total is checked too, before it is paid or sent:
@@ -255,6 +257,8 @@ type invoiceSteps struct {
 	// final is the invoice as Stripe last showed it (an answer, or a
 	// read), once it is final; nil until then.
 	final *stripe.Invoice
+	// listed is the draft's lines as a line's lookup last listed them.
+	listed []*stripe.InvoiceLineItem
 }
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
@@ -263,6 +267,10 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 	stop := b.renewWhileSending(ctx, j, c)
 	defer stop()
 	j.holds = c.StripeID
+	// Every step's key derives from the claim's, which no request carried
+	// before a Run won it: the first attempt of each step takes the
+	// first-send shortcut while it holds.
+	j.firstSendBy = b.firstSendSafe(j, c)
 	v := &invoiceSteps{b: b, j: j, inv: inv, c: c, verify: c.Credential != b.credential}
 	next, err := v.resumeAt(ctx)
 	if err != nil {
@@ -281,7 +289,9 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 }
 
 // resumeAt returns the first line still to add, from the step the claim
-// records. A claim without a draft has none: the draft is made first.
+// records. A claim without a draft has none: the draft is made first. A
+// claim at the draft resumes at line 0: the lines are not recorded one by
+// one (see build). A step "line i" is what earlier versions recorded.
 func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 	c, j := v.c, v.j
 	next := 0
@@ -317,13 +327,21 @@ func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 }
 
 // build adds the lines from next on, checks the draft's lines, and
-// finalizes it, recording each step.
+// finalizes it, recording the finalization.
+//
+// The lines are not recorded: a line is found again cheaply, by listing
+// the draft's lines, so a resume from the draft sends each line again
+// with its own key (Stripe replays the item it made) and, past the
+// deadline or where the key may have gone with another credential, looks
+// for each line first (see step). The deadline of every line, and of the
+// finalization, starts when the draft is recorded, before any of them is
+// first sent. The lines are sent one after the other, each once Stripe
+// made the one before it, so a line found is no sign that the next one was
+// never sent, and a line missing past missUntrusted's wait is a sign that
+// none after it was.
 func (v *invoiceSteps) build(ctx context.Context, next int) error {
 	for i := next; i < len(v.inv.Lines); i++ {
 		if _, err := v.step(ctx, stepLine+strconv.Itoa(i), v.line(i), v.findLine(i)); err != nil {
-			return err
-		}
-		if err := v.advance(ctx, stepLine+strconv.Itoa(i)); err != nil {
 			return err
 		}
 	}
@@ -419,10 +437,9 @@ func (v *invoiceSteps) step(ctx context.Context, step string, call func(context.
 			if err != nil {
 				return "", v.needs(ctx, step, err.Error())
 			}
-			if err := b.claims.Reopen(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, endpointInvoices, b.credential); err != nil {
+			if err := v.reopen(ctx, step); err != nil {
 				return "", v.lost(ctx, step, err)
 			}
-			v.verify = false
 		}
 		out, err := b.guarded(ctx, &v.j, key, nil, func(ctx context.Context, key idemkey.Key) (object, error) {
 			res, err := call(ctx, key)
@@ -454,11 +471,13 @@ func (v *invoiceSteps) step(ctx context.Context, step string, call func(context.
 	}
 }
 
-// advance records step as done. A step found done under another
-// credential's key is the last one that credential can have sent: each
-// step is sent once the one before it is recorded, and this call holds
-// the claim now. The claim then records this Biller's credential, for the
-// steps it sends from here on.
+// advance records step (the draft, or the finalization) as done. Such a
+// step found done under another credential's key is the last one that
+// credential can have sent: the lines are sent once the draft is
+// recorded, and what follows the finalization once it is, and this call
+// holds the claim now. The claim then records this Biller's credential,
+// for the steps it sends from here on. A line found done proves less (the
+// next one may have been sent too), so finding lines leaves verify on.
 func (v *invoiceSteps) advance(ctx context.Context, step string) error {
 	err := v.b.claims.Advance(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, v.j.holds, step)
 	if err == nil && v.verify {
@@ -469,6 +488,38 @@ func (v *invoiceSteps) advance(ctx context.Context, step string) error {
 	if err != nil {
 		return v.lost(ctx, step, err)
 	}
+	return nil
+}
+
+// reopen starts the window of step's key again, with this Biller's
+// credential, once a lookup found nothing for it (see claim.Store.Reopen).
+// The lines before it are recorded first: they are at Stripe (found, or
+// made under a window that ends now), and a resume from the draft would
+// send them again with keys that Stripe may have forgotten, or never
+// received with this credential.
+func (v *invoiceSteps) reopen(ctx context.Context, step string) error {
+	last := -1
+	switch {
+	case step == stepFinalized:
+		last = len(v.inv.Lines) - 1
+	case strings.HasPrefix(step, stepLine):
+		i, err := strconv.Atoi(strings.TrimPrefix(step, stepLine))
+		if err != nil {
+			return err
+		}
+		last = i - 1
+	}
+	ctx = context.WithoutCancel(ctx)
+	b := v.b
+	if last >= 0 {
+		if err := b.claims.Advance(ctx, v.j.key.String(), v.j.owner, v.j.holds, stepLine+strconv.Itoa(last)); err != nil {
+			return err
+		}
+	}
+	if err := b.claims.Reopen(ctx, v.j.key.String(), v.j.owner, endpointInvoices, b.credential); err != nil {
+		return err
+	}
+	v.verify = false
 	return nil
 }
 
@@ -490,9 +541,15 @@ func (v *invoiceSteps) needs(ctx context.Context, step, reason string) error {
 	return v.b.needs(ctx, v.j, fmt.Sprintf("step %s: %s", step, reason), nil)
 }
 
-// settle records the invoice's status once it is final.
+// settle records the invoice's status once it is final. In a Run, a paid
+// invoice is recorded by the run's recorder, as a charge is: many in one
+// round trip.
 func (v *invoiceSteps) settle(ctx context.Context, status string) (Receipt, error) {
 	b, j := v.b, v.j
+	if j.rec != nil && status == string(stripe.InvoiceStatusPaid) {
+		j.rec.succeeded(j, object{id: j.holds, status: status})
+		return Receipt{}, errRecording
+	}
 	rctx, cancel := recordCtx(callerOf(ctx, j))
 	defer cancel()
 	r := b.receipt(j, v.j.holds, Created)
@@ -767,20 +824,31 @@ func customerOf(in *stripe.Invoice) string {
 	return in.Customer.ID
 }
 
-// findLine lists the invoice's lines for line i's item.
+// findLine looks for line i's item among the invoice's lines: in the
+// listing an earlier line's lookup made, then in a new one. A line listed
+// once was made, so one listing finds every line made before it; a line
+// missing from it is listed for again, since it may have been made since.
 func (v *invoiceSteps) findLine(i int) func(context.Context) (string, bool, error) {
+	want := strconv.Itoa(i)
+	in := func(lines []*stripe.InvoiceLineItem) (string, bool) {
+		for _, l := range lines {
+			if l.Metadata[MetaKey] == v.j.key.String() && l.Metadata[metaLine] == want {
+				return itemOf(l), true
+			}
+		}
+		return "", false
+	}
 	return func(ctx context.Context) (string, bool, error) {
+		if id, ok := in(v.listed); ok {
+			return id, true, nil
+		}
 		lines, err := v.lines(ctx)
 		if err != nil {
 			return "", false, err
 		}
-		want := strconv.Itoa(i)
-		for _, l := range lines {
-			if l.Metadata[MetaKey] == v.j.key.String() && l.Metadata[metaLine] == want {
-				return itemOf(l), true, nil
-			}
-		}
-		return "", false, nil
+		v.listed = lines
+		id, ok := in(lines)
+		return id, ok, nil
 	}
 }
 

@@ -449,8 +449,8 @@ func TestReconcileResumesAnInvoice(t *testing.T) {
 	if sum.Pending != 1 || len(sum.Failures) != 1 || !strings.Contains(sum.Failures[0].Error(), "Config.Invoice") {
 		t.Fatalf("reconcile without Config.Invoice: %+v %v", sum.Progress, sum.Failures)
 	}
-	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "line 0" {
-		t.Fatalf("claim %s at %q, want pending at line 0", c.State, c.Step)
+	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "draft" {
+		t.Fatalf("claim %s at %q, want pending at the draft", c.State, c.Step)
 	}
 	b := e.biller(oneAttempt, func(c *billing.Config) {
 		c.Invoice = func(context.Context, string, string) (billing.Invoice, error) { return *inv, nil }
@@ -600,14 +600,15 @@ func TestReconcileReadsAProcessingInvoice(t *testing.T) {
 
 // A claim resumed with another credential (a rotated key, whose requests
 // Stripe's replays do not meet) looks for the step it may have done before
-// writing: the line made under the old key is found, not added again.
+// writing: the draft made under the old key is found, not made again, and
+// the lines are added once.
 func TestInvoiceResumedWithAnotherCredentialLooksFirst(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, oneAttempt)
 	inv := threeLines()
-	e.crashAt(e.b, "cus_1", "line 1", inv)
-	rotated := e.biller(oneAttempt, func(c *billing.Config) { c.SecretKey = "sk_test_51BillonceRotatedKey000000000000000000wxyz" })
-	if _, err := rotated.Invoice(context.Background(), "cus_1", period, inv); err != nil {
+	e.crashAt(e.b, "cus_1", "draft", inv)
+	other := e.biller(oneAttempt, rotated)
+	if _, err := other.Invoice(context.Background(), "cus_1", period, inv); err != nil {
 		t.Fatal(err)
 	}
 	e.wantOneInvoice("cus_1", inv, "paid", 1)
@@ -633,9 +634,10 @@ func TestInvoiceStepRefusedLeavesTheClaimPending(t *testing.T) {
 	if !errors.Is(err, billing.ErrNeedsReconciliation) || !errors.As(err, &ce) || ce.StripeID != c.StripeID || billing.StopsRun(err) {
 		t.Fatalf("err = %v, want ErrNeedsReconciliation naming %s, not stopping a run", err, c.StripeID)
 	}
-	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "line 1" {
-		// line 1's own key replays its item; line 2 is refused.
-		t.Fatalf("claim %s at %q, want pending at line 1", c.State, c.Step)
+	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "draft" {
+		// Lines 0 and 1 replay their items by their keys; line 2 is
+		// refused.
+		t.Fatalf("claim %s at %q, want pending at the draft", c.State, c.Step)
 	}
 	if n := len(e.srv.Invoices("cus_1")); n != 1 {
 		t.Fatalf("%d invoices", n)

@@ -33,7 +33,8 @@ var errRecording = errors.New("billing: the outcome is being recorded")
 
 // A recorder serves one Run: it makes the send checks of the run's workers
 // (each made on the database clock after the worker asked and before it
-// sends, as CheckSend is) and records their successes, many of both per
+// sends, as CheckSend is) and records their successes (a charge, a paid
+// invoice), many of both per
 // round trip. A check never waits for company: it goes with whatever is
 // queued when the previous round trip ends.
 type recorder struct {
