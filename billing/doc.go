@@ -75,7 +75,8 @@
 // first attempt of each write of a claim a Run has just made (an
 // invoice's steps each), within half its lease: no request ever carried
 // the claim's keys and no other runner can send them meanwhile, so the
-// claim's own statement is the check. Once the deadline has passed,
+// claim's own statement is the check. Usage reports take no exception:
+// their deadline runs from their window's opening, not from the claim. Once the deadline has passed,
 // the key's payment is looked up with Stripe's search on metadata, among
 // charges and payment intents alike, and nothing is sent: a payment found
 // is recorded; none found starts the key's window again and sends it; if
