@@ -17,11 +17,12 @@ import (
 )
 
 // TestFailureModes runs the analyzer over examples/failure-modes, whose
-// unsafe code shows fourteen ways to bill or refund twice, and pins what
-// it finds: rows 1 to 7, 9, 10 and 13, each once, and the keyless writes
+// unsafe code shows sixteen ways to bill, refund or pay out twice (or not
+// at all), and pins what it finds: rows 1 to 7, 9, 10, 13 and 16 (one key
+// for two merchants' charges), each once, and the keyless writes
 // of rows 11 and 12, under the function that shows the row, and nothing
-// else. Row 8 (a stable key resent after Stripe forgot it, 25 hours
-// later) is correct code on any given day: no static rule can tell; nor
+// else. Rows 8 and 15 (a stable key resent after Stripe forgot it, 25
+// hours later) are correct code on any given day: no static rule can tell; nor
 // can one tell that row 14's stable key, from the payment and the amount,
 // leaves out what tells two refunds apart.
 //
@@ -47,6 +48,7 @@ func TestFailureModes(t *testing.T) {
 		"naiveUsageDuplicate":     "freshkey", // 10: a random key per attempt
 		"naiveInvoice":            "nokey",    // 11 and 12: invoice writes without keys
 		"naiveRefundFreshKey":     "freshkey", // 13: a random key per refund click
+		"naiveAccountKey":         "fixedkey", // 16: one key for two merchants' charges
 	}
 
 	cfg := &packages.Config{Mode: packages.LoadAllSyntax}
