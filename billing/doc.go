@@ -378,7 +378,10 @@
 // request may still land), after which the step is sent. Lines found
 // this way are recorded ("line i", the last of them) before anything is
 // sent in the window that starts then, so that a later resume does not
-// send them again.
+// send them again. A line missing while a later one is on the draft was
+// deleted from it (on Stripe's dashboard, say): the lines after it may
+// carry keys Stripe has forgotten too, so nothing is sent, and the claim
+// waits for a person with [ErrNeedsReconciliation].
 //
 // The claim records the invoice's total, not its lines, and the receipt's
 // Amount is that total; but a draft is anyone's to change between two

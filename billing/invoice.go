@@ -847,8 +847,20 @@ func (v *invoiceSteps) findLine(i int) func(context.Context) (string, bool, erro
 			return "", false, err
 		}
 		v.listed = lines
-		id, ok := in(lines)
-		return id, ok, nil
+		if id, ok := in(lines); ok {
+			return id, true, nil
+		}
+		// The lines are sent one after the other: a later line on the
+		// draft without this one means this one was made and removed (a
+		// person deleting billonce's item on the dashboard). Its key may
+		// be one Stripe has forgotten, and so may the later lines' be,
+		// which the window reopened for this line would send again.
+		for _, l := range lines {
+			if j, err := strconv.Atoi(l.Metadata[metaLine]); err == nil && j > i && l.Metadata[MetaKey] == v.j.key.String() {
+				return "", false, fmt.Errorf("invoice %s has line %d (%s) but no line %d: an item billonce added was deleted from the draft, and sending it again could add the lines after it twice, so nothing was sent: finish the draft by hand (or delete it), then record the claim with billonce resolve", v.j.holds, j, itemOf(l), i)
+			}
+		}
+		return "", false, nil
 	}
 }
 
