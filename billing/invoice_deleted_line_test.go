@@ -70,3 +70,38 @@ func TestInvoiceDraftWithALineDeletedByHandAddsNoLineTwice(t *testing.T) {
 		})
 	}
 }
+
+// A claim whose step is set back to the draft (a row restored by hand)
+// after a resume a day later found the first lines by listing, reopened
+// the window and added the rest: the next resume, inside the new window,
+// adds no line twice, counted at the fake. The first lines' keys were
+// sent before the window reopened, and Stripe has forgotten them.
+func TestInvoiceClaimSetBackToTheDraftAfterAReopenedWindowAddsNoLineTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.stopBefore(e.b, "cus_1", "line 2", inv)
+	e.advance(25 * time.Hour)
+	b := e.biller(oneAttempt)
+	e.stopBefore(b, "cus_1", "finalize", inv)
+	if c := e.invoiceClaim("cus_1"); c.Step != "line 1" {
+		t.Fatalf("claim after the reopened window: at %q, want line 1", c.Step)
+	}
+	e.exec("UPDATE billonce_claims SET step = 'draft'")
+	e.advance(time.Hour)
+	_, err := b.Invoice(context.Background(), "cus_1", period, inv)
+	t.Logf("resumed call: %v", err)
+	all := e.srv.Invoices("cus_1")
+	if len(all) != 1 {
+		t.Fatalf("%d invoices at the fake, want 1: %+v", len(all), all)
+	}
+	seen := map[string]int{}
+	for _, l := range all[0].Lines {
+		if seen[l.Metadata["billonce_line"]]++; seen[l.Metadata["billonce_line"]] > 1 {
+			t.Errorf("invoice %s (%s) has line %s twice: %+v", all[0].ID, all[0].Status, l.Metadata["billonce_line"], all[0].Lines)
+		}
+	}
+	if err == nil {
+		e.wantOneInvoice("cus_1", inv, "paid", 1)
+	}
+}
