@@ -366,7 +366,9 @@
 // made with pending_invoice_items_behavior=exclude and each line added to
 // it by id, so that no pending invoice item of the customer is swept in.
 // A call that finds the claim part way resumes after the step it records
-// with the same keys: Stripe replays the lines a dead runner added. Past a
+// with the same keys, listing the draft's lines first: a line on the
+// draft is taken, not sent again (its key may be from an earlier window,
+// one Stripe has forgotten, if the claim's step was set back). Past a
 // step's deadline nothing is written blind: the draft is
 // looked for with Stripe's invoice search (one found is taken; several, or
 // a failed search, is [ErrNeedsReconciliation]), a line by listing the
