@@ -105,3 +105,31 @@ func TestInvoiceClaimSetBackToTheDraftAfterAReopenedWindowAddsNoLineTwice(t *tes
 		e.wantOneInvoice("cus_1", inv, "paid", 1)
 	}
 }
+
+// A claim restored to before its draft (a row from an older backup), a
+// day after the draft and all its lines were made: the resume finds the
+// draft by search and adds no line twice, counted at the fake. The lines'
+// keys are a day old, and Stripe has forgotten them.
+func TestInvoiceClaimRestoredToBeforeItsDraftAddsNoLineTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.stopBefore(e.b, "cus_1", "finalize", inv)
+	e.exec("UPDATE billonce_claims SET step = '', stripe_id = ''")
+	e.advance(25 * time.Hour)
+	_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	t.Logf("resumed call: %v", err)
+	all := e.srv.Invoices("cus_1")
+	if len(all) != 1 {
+		t.Fatalf("%d invoices at the fake, want 1: %+v", len(all), all)
+	}
+	seen := map[string]int{}
+	for _, l := range all[0].Lines {
+		if seen[l.Metadata["billonce_line"]]++; seen[l.Metadata["billonce_line"]] > 1 {
+			t.Errorf("invoice %s (%s) has line %s twice: %+v", all[0].ID, all[0].Status, l.Metadata["billonce_line"], all[0].Lines)
+		}
+	}
+	if err == nil {
+		e.wantOneInvoice("cus_1", inv, "paid", 1)
+	}
+}
