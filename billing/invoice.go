@@ -259,6 +259,9 @@ type invoiceSteps struct {
 	final *stripe.Invoice
 	// listed is the draft's lines as a line's lookup last listed them.
 	listed []*stripe.InvoiceLineItem
+	// fresh: this call made the draft of a claim it won, so no line of
+	// it was ever sent.
+	fresh bool
 }
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
@@ -299,6 +302,7 @@ func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 	case c.Step != "" && c.StripeID == "":
 		return 0, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
 	case c.Step == "":
+		v.fresh = v.j.won
 		id, err := v.step(ctx, stepDraft, v.draft, v.findDraft)
 		if err != nil {
 			return 0, err
@@ -340,10 +344,11 @@ func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 // never sent, and a line missing past missUntrusted's wait is a sign that
 // none after it was.
 func (v *invoiceSteps) build(ctx context.Context, next int) error {
-	if v.c.Step != "" && next < len(v.inv.Lines) {
-		// A resume lists the draft's lines before sending any: a line
-		// made under an earlier window (the claim's step set back by
-		// hand, a row restored) has a key Stripe may have forgotten.
+	if !v.fresh && next < len(v.inv.Lines) {
+		// A draft this call did not make from a claim it won is listed
+		// before any line is sent: a line made under an earlier window
+		// (the claim's step set back by hand, a row restored, a draft
+		// found by search) has a key Stripe may have forgotten.
 		lines, err := readRetried(ctx, v.b, v.j, v.lines)
 		if err != nil {
 			if ctx.Err() != nil {
