@@ -366,7 +366,9 @@
 // made with pending_invoice_items_behavior=exclude and each line added to
 // it by id, so that no pending invoice item of the customer is swept in.
 // A call that finds the claim part way resumes after the step it records
-// with the same keys: Stripe replays the lines a dead runner added. Past a
+// with the same keys, listing the draft's lines first: a line on the
+// draft is taken, not sent again (its key may be from an earlier window,
+// one Stripe has forgotten, if the claim's step was set back). Past a
 // step's deadline nothing is written blind: the draft is
 // looked for with Stripe's invoice search (one found is taken; several, or
 // a failed search, is [ErrNeedsReconciliation]), a line by listing the
@@ -378,7 +380,10 @@
 // request may still land), after which the step is sent. Lines found
 // this way are recorded ("line i", the last of them) before anything is
 // sent in the window that starts then, so that a later resume does not
-// send them again.
+// send them again. A line missing while a later one is on the draft was
+// deleted from it (on Stripe's dashboard, say): the lines after it may
+// carry keys Stripe has forgotten too, so nothing is sent, and the claim
+// waits for a person with [ErrNeedsReconciliation].
 //
 // The claim records the invoice's total, not its lines, and the receipt's
 // Amount is that total; but a draft is anyone's to change between two

@@ -68,8 +68,8 @@ type InvoiceLine struct {
 // payment (DaysUntilDue 0, after turning Stripe's automatic collection on)
 // or the sending. A call that finds the claim part way
 // (another runner crashed) resumes at the step after the last one
-// recorded, with the same keys: the lines a dead runner added are
-// replayed by Stripe. Past a step's deadline (see the package
+// recorded, with the same keys, after listing the draft's lines: the
+// lines a dead runner added are taken, not sent again. Past a step's deadline (see the package
 // documentation), what exists is found before anything is written: the
 // draft by Stripe's search on its billonce_key metadata (only a draft of
 // the customer in the invoice's currency counts: other code may copy the
@@ -259,6 +259,9 @@ type invoiceSteps struct {
 	final *stripe.Invoice
 	// listed is the draft's lines as a line's lookup last listed them.
 	listed []*stripe.InvoiceLineItem
+	// fresh: this call made the draft of a claim it won, so no line of
+	// it was ever sent.
+	fresh bool
 }
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
@@ -299,6 +302,7 @@ func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 	case c.Step != "" && c.StripeID == "":
 		return 0, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
 	case c.Step == "":
+		v.fresh = v.j.won
 		id, err := v.step(ctx, stepDraft, v.draft, v.findDraft)
 		if err != nil {
 			return 0, err
@@ -330,8 +334,8 @@ func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 // finalizes it, recording the finalization.
 //
 // The lines are not recorded: a line is found again cheaply, by listing
-// the draft's lines, so a resume from the draft sends each line again
-// with its own key (Stripe replays the item it made) and, past the
+// the draft's lines, so a resume from the draft lists them, takes those
+// on the draft and sends each other one with its own key and, past the
 // deadline or where the key may have gone with another credential, looks
 // for each line first (see step). The deadline of every line, and of the
 // finalization, starts when the draft is recorded, before any of them is
@@ -340,7 +344,24 @@ func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 // never sent, and a line missing past missUntrusted's wait is a sign that
 // none after it was.
 func (v *invoiceSteps) build(ctx context.Context, next int) error {
+	if !v.fresh && next < len(v.inv.Lines) {
+		// A draft this call did not make from a claim it won is listed
+		// before any line is sent: a line made under an earlier window
+		// (the claim's step set back by hand, a row restored, a draft
+		// found by search) has a key Stripe may have forgotten.
+		lines, err := readRetried(ctx, v.b, v.j, v.lines)
+		if err != nil {
+			if ctx.Err() != nil {
+				return asChargeError(v.j, v.b.failure(ctx, v.j, err))
+			}
+			return v.needs(ctx, stepLine+strconv.Itoa(next), err.Error())
+		}
+		v.listed = lines
+	}
 	for i := next; i < len(v.inv.Lines); i++ {
+		if _, ok := v.listedLine(i, v.listed); ok {
+			continue
+		}
 		if _, err := v.step(ctx, stepLine+strconv.Itoa(i), v.line(i), v.findLine(i)); err != nil {
 			return err
 		}
@@ -829,15 +850,7 @@ func customerOf(in *stripe.Invoice) string {
 // once was made, so one listing finds every line made before it; a line
 // missing from it is listed for again, since it may have been made since.
 func (v *invoiceSteps) findLine(i int) func(context.Context) (string, bool, error) {
-	want := strconv.Itoa(i)
-	in := func(lines []*stripe.InvoiceLineItem) (string, bool) {
-		for _, l := range lines {
-			if l.Metadata[MetaKey] == v.j.key.String() && l.Metadata[metaLine] == want {
-				return itemOf(l), true
-			}
-		}
-		return "", false
-	}
+	in := func(lines []*stripe.InvoiceLineItem) (string, bool) { return v.listedLine(i, lines) }
 	return func(ctx context.Context) (string, bool, error) {
 		if id, ok := in(v.listed); ok {
 			return id, true, nil
@@ -847,9 +860,32 @@ func (v *invoiceSteps) findLine(i int) func(context.Context) (string, bool, erro
 			return "", false, err
 		}
 		v.listed = lines
-		id, ok := in(lines)
-		return id, ok, nil
+		if id, ok := in(lines); ok {
+			return id, true, nil
+		}
+		// The lines are sent one after the other: a later line on the
+		// draft without this one means this one was made and removed (a
+		// person deleting billonce's item on the dashboard). Its key may
+		// be one Stripe has forgotten, and so may the later lines' be,
+		// which the window reopened for this line would send again.
+		for _, l := range lines {
+			if j, err := strconv.Atoi(l.Metadata[metaLine]); err == nil && j > i && l.Metadata[MetaKey] == v.j.key.String() {
+				return "", false, fmt.Errorf("invoice %s has line %d (%s) but no line %d: an item billonce added was deleted from the draft, and sending it again could add the lines after it twice, so nothing was sent: finish the draft by hand (or delete it), then record the claim with billonce resolve", v.j.holds, j, itemOf(l), i)
+			}
+		}
+		return "", false, nil
 	}
+}
+
+// listedLine is line i's item among lines, if it is there.
+func (v *invoiceSteps) listedLine(i int, lines []*stripe.InvoiceLineItem) (string, bool) {
+	want := strconv.Itoa(i)
+	for _, l := range lines {
+		if l.Metadata[MetaKey] == v.j.key.String() && l.Metadata[metaLine] == want {
+			return itemOf(l), true
+		}
+	}
+	return "", false
 }
 
 // lines lists the invoice's lines, a hundred a page.

@@ -79,10 +79,10 @@ func TestInvoiceResumedWithOtherLinesIsNotFinishedAsAMix(t *testing.T) {
 	if err == nil {
 		t.Fatalf("receipt %+v for invoice %s %s with lines %+v (total %d): the invoice is neither the first run's nor the second's", r, got.ID, got.Status, got.Lines, total)
 	}
-	// Line 1, sent again with its key and another amount, is refused by
-	// Stripe.
-	if !errors.Is(err, billing.ErrKeyReused) {
-		t.Fatalf("err = %v, want ErrKeyReused", err)
+	// Line 1, listed on the draft with another amount, is not this
+	// call's: the draft waits for a person.
+	if !errors.Is(err, billing.ErrNeedsReconciliation) {
+		t.Fatalf("err = %v, want ErrNeedsReconciliation", err)
 	}
 	if got.Status != "draft" || got.Finalizations != 0 || got.Payments != 0 {
 		t.Fatalf("invoice %s is %s (%d finalizations, %d payments), want a draft left as it is", got.ID, got.Status, got.Finalizations, got.Payments)

@@ -230,10 +230,11 @@ func TestInvoiceResumesAfterACrashAtEveryStep(t *testing.T) {
 					sent++
 				}
 			}
-			// The resume sends the step again with the same key; but for the
-			// payment, since the invoice is read before it is paid (its
-			// total is checked) and shows it paid.
-			if want := map[bool]int{true: 1, false: 2}[step == "pay"]; sent != want {
+			// The resume sends the step again with the same key; but for a
+			// line, since the resume lists the draft's lines first and
+			// finds it, and for the payment, since the invoice is read
+			// before it is paid (its total is checked) and shows it paid.
+			if want := map[bool]int{true: 1, false: 2}[step == "pay" || strings.HasPrefix(step, "line ")]; sent != want {
 				t.Fatalf("the key of step %s was sent %d times, want %d (the crash, then the resume with the same key, unless the invoice shows it done)", step, sent, want)
 			}
 			if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded || c.StripeID != got.ID {

@@ -562,3 +562,26 @@ func (s *Server) collectDue() {
 		s.emitInvoice("invoice.paid", inv, now)
 	}
 }
+
+// DeleteInvoiceItem deletes the invoice item id from the draft it is on,
+// as DELETE /v1/invoiceitems/{id} does (a person on Stripe's dashboard
+// removing a line): the draft's lines no longer show it, and a replay of
+// the request that made it still answers with the item. An item on an
+// invoice that is no longer a draft is refused, as Stripe refuses it.
+func (s *Server) DeleteInvoiceItem(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, inv := range s.inv.list {
+		for i, l := range inv.Lines {
+			if l.Item != id {
+				continue
+			}
+			if inv.Status != "draft" || inv.deleted {
+				return fmt.Errorf("billingtest: invoice item %s is on invoice %s, which is %s: only a draft's items can be deleted", id, inv.ID, inv.Status)
+			}
+			inv.Lines = append(inv.Lines[:i:i], inv.Lines[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("billingtest: no invoice item %s on an invoice", id)
+}
