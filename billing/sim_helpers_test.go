@@ -928,15 +928,7 @@ func (w *simWorld) settle(ctx context.Context) {
 	w.quiet(0)
 	w.move(ctx, 25*time.Hour, "past every key window")
 	w.settleHooks(ctx)
-	w.mu.Lock()
-	configs := slices.Clone(w.configs)
-	w.mu.Unlock()
-	for _, cfg := range configs {
-		if b := w.clean(cfg); b != nil {
-			sum, err := b.Reconcile(ctx, nil)
-			w.settleReconciled("reconcile with "+cfg.where(), sum, err)
-		}
-	}
+	w.reconcileEach(ctx)
 	w.notePayments("settle (each config reconciles)")
 	w.settleHooks(ctx)
 	w.settleWith(ctx, w.clean(plan.final), "final config, a day later")
@@ -1393,4 +1385,18 @@ func (s *simStore) PruneEvents(ctx context.Context, olderThan time.Duration) (in
 		return 0, err
 	}
 	return s.inner.PruneEvents(ctx, olderThan)
+}
+
+// reconcileEach runs a Reconcile with a clean Biller of every
+// configuration seen so far, and settles what each reconciled.
+func (w *simWorld) reconcileEach(ctx context.Context) {
+	w.mu.Lock()
+	configs := slices.Clone(w.configs)
+	w.mu.Unlock()
+	for _, cfg := range configs {
+		if b := w.clean(cfg); b != nil {
+			sum, err := b.Reconcile(ctx, nil)
+			w.settleReconciled("reconcile with "+cfg.where(), sum, err)
+		}
+	}
 }

@@ -93,15 +93,7 @@ func (w *simWorld) settleInvoices(ctx context.Context) {
 	w.settleInvoicesWith(ctx, w.clean(plan.final), "final config")
 	w.quiet(0)
 	w.move(ctx, 25*time.Hour, "past every key window")
-	w.mu.Lock()
-	configs := slices.Clone(w.configs)
-	w.mu.Unlock()
-	for _, cfg := range configs {
-		if b := w.clean(cfg); b != nil {
-			sum, err := b.Reconcile(ctx, nil)
-			w.settleReconciled("reconcile with "+cfg.where(), sum, err)
-		}
-	}
+	w.reconcileEach(ctx)
 	w.deliverWebhooks(ctx)
 	w.settleInvoicesWith(ctx, w.clean(plan.final), "final config, a day later")
 }

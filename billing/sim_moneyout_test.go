@@ -451,15 +451,7 @@ func (w *simWorld) settleMoves(ctx context.Context) {
 		w.deliverWebhooks(ctx)
 		returned := w.returnPayouts("while settling")
 		w.deliverWebhooks(ctx)
-		w.mu.Lock()
-		configs := slices.Clone(w.configs)
-		w.mu.Unlock()
-		for _, cfg := range configs {
-			if b := w.clean(cfg); b != nil {
-				sum, err := b.Reconcile(ctx, nil)
-				w.settleReconciled("reconcile with "+cfg.where(), sum, err)
-			}
-		}
+		w.reconcileEach(ctx)
 		w.nextAttempts()
 		w.readBalances(fmt.Sprintf("settling, pass %d", pass))
 		if pending == 0 && returned == 0 {

@@ -492,15 +492,7 @@ func (w *simWorld) settleRefunds(ctx context.Context) {
 	w.quiet(0)
 	w.move(ctx, 25*time.Hour, "past every refund's key window")
 	w.deliverWebhooks(ctx)
-	w.mu.Lock()
-	configs := slices.Clone(w.configs)
-	w.mu.Unlock()
-	for _, cfg := range configs {
-		if b := w.clean(cfg); b != nil {
-			sum, err := b.Reconcile(ctx, nil)
-			w.settleReconciled("reconcile with "+cfg.where(), sum, err)
-		}
-	}
+	w.reconcileEach(ctx)
 	for pass := 1; ; pass++ {
 		pending := w.refundEveryone(ctx, fmt.Sprintf("final config, a day later, pass %d", pass))
 		if pending == 0 || pass == 4 {

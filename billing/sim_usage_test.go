@@ -251,15 +251,7 @@ func (w *simWorld) settleUsage(ctx context.Context) {
 	w.restoreRows(ctx, "once every total is reported")
 	w.quiet(0)
 	w.move(ctx, 25*time.Hour, "past every key and identifier window")
-	w.mu.Lock()
-	configs := slices.Clone(w.configs)
-	w.mu.Unlock()
-	for _, cfg := range configs {
-		if b := w.clean(cfg); b != nil {
-			sum, err := b.Reconcile(ctx, nil)
-			w.settleReconciled("reconcile with "+cfg.where(), sum, err)
-		}
-	}
+	w.reconcileEach(ctx)
 	w.retryFirstTotals(ctx, w.clean(plan.final))
 	w.srv.AggregateNow()
 	w.deliverWebhooks(ctx)
