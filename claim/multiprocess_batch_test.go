@@ -2,11 +2,9 @@ package claim_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,46 +125,13 @@ func TestMultiProcessBatchesKeepEveryRule(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			gate, err := pgx.Connect(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gate.Close(ctx)
-			if _, err := gate.Exec(ctx, "SELECT pg_advisory_lock($1)", mixLock); err != nil {
-				t.Fatal(err)
-			}
 			const procs = 4
-			outs := make([]bytes.Buffer, procs)
-			cmds := make([]*exec.Cmd, procs)
-			for i := range procs {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcessMix$", "-test.count=1")
-				cmd.Env = append(os.Environ(), envMixURL+"="+url, envMixProc+"="+strconv.Itoa(i))
-				cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				cmds[i] = cmd
-			}
-			for { // polling real external processes
-				var waiting int
-				if err := gate.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = $1"+
-					" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", mixLock).Scan(&waiting); err != nil {
-					t.Fatal(err)
-				}
-				if waiting == procs {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if _, err := gate.Exec(ctx, "SELECT pg_advisory_unlock($1)", mixLock); err != nil {
-				t.Fatal(err)
-			}
+			outs := runGated(t, url, mixLock, procs, "TestHelperProcessMix", func(i int) []string {
+				return []string{envMixURL + "=" + url, envMixProc + "=" + strconv.Itoa(i)}
+			})
 			won := map[string]int{}
-			for i, cmd := range cmds {
-				if err := cmd.Wait(); err != nil {
-					t.Fatalf("helper %d: %v\n%s", i, err, outs[i].String())
-				}
-				sc := bufio.NewScanner(&outs[i])
+			for i, out := range outs {
+				sc := bufio.NewScanner(strings.NewReader(out))
 				for sc.Scan() {
 					line := sc.Text()
 					if k, ok := strings.CutPrefix(line, "WON "); ok {

@@ -81,47 +81,12 @@ func TestMultiProcessOneWinner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
-	gate, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gate.Close(ctx)
-	if _, err := gate.Exec(ctx, "SELECT pg_advisory_lock($1)", helperLock); err != nil {
-		t.Fatal(err)
-	}
 	const procs = 3
-	outs := make([]bytes.Buffer, procs)
-	cmds := make([]*exec.Cmd, procs)
-	for i := range procs {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envHelperURL+"="+url)
-		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
-	// Open the start line once all three wait at it (polling a real external process).
-	for {
-		var waiting int
-		if err := gate.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == procs {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if _, err := gate.Exec(ctx, "SELECT pg_advisory_unlock($1)", helperLock); err != nil {
-		t.Fatal(err)
-	}
+	outs := runGated(t, url, helperLock, procs, "TestHelperProcess", func(int) []string { return []string{envHelperURL + "=" + url} })
 	winners := map[string]int{}
 	perProc := make([]int, procs)
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("helper %d: %v\n%s", i, err, outs[i].String())
-		}
-		sc := bufio.NewScanner(&outs[i])
+	for i, out := range outs {
+		sc := bufio.NewScanner(strings.NewReader(out))
 		for sc.Scan() {
 			line := sc.Text()
 			if k, ok := strings.CutPrefix(line, "WON "); ok {
@@ -141,8 +106,13 @@ func TestMultiProcessOneWinner(t *testing.T) {
 		}
 	}
 	t.Logf("wins per process: %v", perProc)
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
 	var rows, attempts int
-	if err := gate.QueryRow(ctx, "SELECT count(*), sum(attempts) FROM billonce_claims").Scan(&rows, &attempts); err != nil {
+	if err := db.QueryRow(ctx, "SELECT count(*), sum(attempts) FROM billonce_claims").Scan(&rows, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	if rows != helperClaims || attempts != helperClaims {
@@ -380,4 +350,55 @@ func TestPoolOfOneConnection(t *testing.T) {
 	if counts[claimengine.Won] != 16 {
 		t.Errorf("outcomes = %v, want 16 Won", counts)
 	}
+}
+
+// runGated starts procs OS processes of this test binary running the test
+// named run, each with env(i) added to its environment, holds them at an
+// advisory lock on lock (in url's database) until all of them wait on it,
+// releases them at once, and returns each one's output once it exited; a
+// process that failed fails the test.
+func runGated(t *testing.T, url string, lock int64, procs int, run string, env func(i int) []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	gate, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Close(ctx)
+	if _, err := gate.Exec(ctx, "SELECT pg_advisory_lock($1)", lock); err != nil {
+		t.Fatal(err)
+	}
+	outs := make([]bytes.Buffer, procs)
+	cmds := make([]*exec.Cmd, procs)
+	for i := range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), env(i)...)
+		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for { // polling real external processes
+		var waiting int
+		if err := gate.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = $1"+
+			" AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", lock).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == procs {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := gate.Exec(ctx, "SELECT pg_advisory_unlock($1)", lock); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]string, procs)
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("helper %d: %v\n%s", i, err, outs[i].String())
+		}
+		res[i] = outs[i].String()
+	}
+	return res
 }
