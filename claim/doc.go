@@ -138,6 +138,14 @@
 // the refunds of one payment are claimed one after the other and never
 // add up to more than it.
 //
+// Migration 13 (pending_keys) indexes the pending claims by key in
+// place of migration 1's index by creation time, which it drops: a batch
+// of claims then reads the pending claims it names, not every pending
+// claim on the table. A plain btree index over the pending claims only,
+// built under the SHARE lock (claims and outcomes wait, reads do not);
+// the drop takes the ACCESS EXCLUSIVE lock for a moment. To build it
+// without the lock, see the file.
+//
 // Migration 7 (meter_ids) adds a nullable column and a check, added NOT
 // VALID since every existing row is NULL: no extension, no privilege
 // beyond the table's ownership that the earlier migrations needed, no

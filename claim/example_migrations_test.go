@@ -36,4 +36,5 @@ func ExampleMigrations() {
 	// 00010_billonce_claims_window_hashes.sql: -- The exclusion constraints that keep a customer's usage windows of one
 	// 00011_billonce_claims_refunds.sql: -- A refund is a claim of its own, of the payment claim it refunds:
 	// 00012_billonce_claims_accounts.sql: -- The Stripe account a claim's key goes to: a connected account's id
+	// 00013_billonce_claims_pending_keys.sql: -- The claim statement takes over a pending claim by its key. The pending
 }

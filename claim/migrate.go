@@ -41,7 +41,7 @@ func migrationNames(cfg Config) migrate.Names {
 		// The indexes, the exclusion constraints (whose indexes share
 		// the schema's names), and PostgreSQL's name for the first
 		// migration's check on state.
-		Others: []string{"_live", "_failed", "_pending", "_processing", "_events_received", "_windows_start", "_windows_end", "_refunds", "_state_check", "_currency_check"},
+		Others: []string{"_live", "_failed", "_pending", "_pending_keys", "_processing", "_events_received", "_windows_start", "_windows_end", "_refunds", "_state_check", "_currency_check"},
 		Name:   cfg.Table,
 		Schema: cfg.Schema,
 	}

@@ -60,6 +60,18 @@ func TestMigrateNamesAroundTheDefaultReachOnlyTheirTable(t *testing.T) {
 					t.Errorf("migrating %+v reached %+v's table", cfg, other)
 				}
 			}
+			// Migration 13 drops the index of pending claims by time of
+			// its own table only, wherever the other tables are.
+			table, _ := names(other)
+			var byTime, byKey int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_get_indexdef(indexrelid) LIKE '%(created_at) WHERE (state = ''pending''::text)'),
+				count(*) FILTER (WHERE pg_get_indexdef(indexrelid) LIKE '%(key) WHERE (state = ''pending''::text)')
+				FROM pg_index WHERE indrelid = to_regclass($1)`, table).Scan(&byTime, &byKey); err != nil {
+				t.Fatal(err)
+			}
+			if migrated := j <= i; byTime != map[bool]int{false: 1}[migrated] || byKey != map[bool]int{true: 1}[migrated] {
+				t.Errorf("after migrating %+v, %+v's table has %d index(es) of pending claims by time and %d by key; want them migrated: %v", cfg, other, byTime, byKey, migrated)
+			}
 		}
 		if got, want := record(t, pool, cfg), wantRecord(t); !slices.Equal(got, want) {
 			t.Errorf("%+v: record = %q, want %q", cfg, got, want)

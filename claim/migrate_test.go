@@ -277,7 +277,7 @@ func TestMigrateEmptyDatabaseAndTwice(t *testing.T) {
 				"constraint endpoint_length CHECK ((length(endpoint) <= 255))\n",
 				"constraint credential_length CHECK ((length(credential) <= 255))\n",
 				"USING btree (customer, period) WHERE (state <> 'failed'::text)\n",
-				"USING btree (created_at) WHERE (state = 'pending'::text)\n",
+				"USING btree (key) WHERE (state = 'pending'::text)\n",
 				"column version integer NOT NULL\n",
 				"column applied_at timestamp with time zone NOT NULL DEFAULT now()\n",
 			} {

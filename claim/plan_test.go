@@ -18,7 +18,19 @@ import (
 // small table, and must not read the whole table (a sequential scan, or
 // every failed claim) for each batch, or a billing run slows down with
 // every claim it makes. Work is counted in rows PostgreSQL read, not time.
+// The table grows with finished claims, and with pending ones: a run
+// killed mid-way leaves its claims pending, and every later batch must
+// not read them all.
 func TestClaimBatchReadsNoMoreWhenTheTableGrows(t *testing.T) {
+	for _, grown := range []struct{ name, state string }{
+		{"succeeded and failed", "CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'succeeded' END"},
+		{"pending", "'pending'"},
+	} {
+		t.Run(grown.name, func(t *testing.T) { claimBatchReadsNoMoreWhenTheTableGrows(t, grown.state) })
+	}
+}
+
+func claimBatchReadsNoMoreWhenTheTableGrows(t *testing.T, state string) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	if err != nil {
@@ -65,9 +77,10 @@ func TestClaimBatchReadsNoMoreWhenTheTableGrows(t *testing.T) {
 	for n := range 6 {
 		batch(n)
 	}
-	// The table grows: succeeded claims and failed ones, unanalyzed.
-	if _, err := pool.Exec(ctx, `INSERT INTO `+claim.DefaultTable+` (key, customer, period, amount, currency, state, stripe_id)
-		SELECT 'old_' || g, 'cus_old_' || g, '2025-01', 4200, 'usd', CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'succeeded' END, 'ch_' || g
+	// The table grows, unanalyzed; pending claims hold other runners'
+	// leases, some expired.
+	if _, err := pool.Exec(ctx, `INSERT INTO `+claim.DefaultTable+` (key, customer, period, amount, currency, state, stripe_id, owner, lease_until)
+		SELECT 'old_' || g, 'cus_old_' || g, '2025-01', 4200, 'usd', `+state+`, 'ch_' || g, 'killed', now() + (g % 2) * interval '1 hour' - interval '30 minutes'
 		FROM generate_series(1, 30000) g`); err != nil {
 		t.Fatal(err)
 	}

@@ -213,7 +213,10 @@ const (
 // read the table once per batch ever after, however large it grew
 // (TestClaimBatchReadsNoMoreWhenTheTableGrows). Probes keep a claim's
 // cost flat in the table's size, and make the cached plan right for a
-// single claim too. Only took reads more: the pending claims.
+// single claim too. took, an UPDATE, cannot probe that way: it names the
+// batch's keys ($3) as well, which the index of pending claims by key
+// (migration 13) takes as its condition, so that it reads the pending
+// claims of the batch, not every pending claim a killed run left.
 const claimTemplate = `
 WITH {{fence}}req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
@@ -240,7 +243,7 @@ WITH {{fence}}req AS (
 	UPDATE {{table}} c SET attempts = c.attempts + 1, owner = req.owner,
 		lease_until = now() + $7 * interval '1 microsecond', updated_at = now()
 	FROM req
-	WHERE c.key = req.key AND c.state = 'pending' AND c.customer = req.customer AND c.period = req.period
+	WHERE c.key = req.key AND c.key = ANY ($3::text[]) AND c.state = 'pending' AND c.customer = req.customer AND c.period = req.period
 		AND c.amount = req.amount AND c.currency = req.currency AND c.account = req.account
 		AND (c.lease_until <= now() OR c.owner = req.owner)
 	RETURNING req.ord, c.*

@@ -126,8 +126,11 @@ type Names struct {
 }
 
 // Rename returns ms with n's names in place of the defaults, quoted. With
-// the default name and no schema it returns ms unchanged. It panics on an
-// identifier that starts with n.Default and has a suffix n does not list.
+// the default name and no schema it returns ms unchanged. An index that a
+// DROP INDEX names is schema-qualified, as the statement needs to find
+// the index of this table and not one of another schema's table of the
+// same name. It panics on an identifier that starts with n.Default and
+// has a suffix n does not list.
 func Rename(ms []Migration, n Names) []Migration {
 	if n.Name == "" {
 		n.Name = n.Default
@@ -136,13 +139,17 @@ func Rename(ms []Migration, n Names) []Migration {
 	if n.Name == n.Default && n.Schema == "" {
 		return out
 	}
-	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(n.Default) + `\w*`)
+	re := regexp.MustCompile(`(?i:(\bDROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?))?\b` + regexp.QuoteMeta(n.Default) + `\w*`)
 	for i := range out {
-		out[i].SQL = re.ReplaceAllStringFunc(out[i].SQL, func(id string) string {
+		out[i].SQL = re.ReplaceAllStringFunc(out[i].SQL, func(m string) string {
+			loc := re.FindStringSubmatchIndex(m)
+			drop, id := m[:max(loc[3], 0)], m[max(loc[3], 0):]
 			suffix := id[len(n.Default):]
 			switch {
 			case slices.Contains(n.Tables, suffix):
-				return n.Table(suffix)
+				return drop + n.Table(suffix)
+			case slices.Contains(n.Others, suffix) && drop != "":
+				return drop + n.Table(suffix)
 			case slices.Contains(n.Others, suffix):
 				return pgx.Identifier{n.Name + suffix}.Sanitize()
 			}

@@ -240,6 +240,8 @@ func TestRename(t *testing.T) {
 	ms := []migrate.Migration{{Version: 1, Name: "create", SQL: `-- billonce_x holds things
 CREATE TABLE IF NOT EXISTS billonce_x (id int CONSTRAINT billonce_x_id CHECK (id > 0));
 CREATE INDEX IF NOT EXISTS billonce_x_by_id ON billonce_x (id);
+DROP INDEX IF EXISTS billonce_x_by_id;
+drop index billonce_x_by_id;
 INSERT INTO billonce_x_migrations VALUES (1, 'create'); -- not_billonce_x, 'billonce_xylophone_is_not_here'
 `}}
 	names := migrate.Names{Default: "billonce_x", Tables: []string{"", "_migrations"}, Others: []string{"_id", "_by_id"}}
@@ -251,6 +253,8 @@ INSERT INTO billonce_x_migrations VALUES (1, 'create'); -- not_billonce_x, 'bill
 	want := `-- "Ops"."Things" holds things
 CREATE TABLE IF NOT EXISTS "Ops"."Things" (id int CONSTRAINT "Things_id" CHECK (id > 0));
 CREATE INDEX IF NOT EXISTS "Things_by_id" ON "Ops"."Things" (id);
+DROP INDEX IF EXISTS "Ops"."Things_by_id";
+drop index "Ops"."Things_by_id";
 INSERT INTO "Ops"."Things_migrations" VALUES (1, 'create'); -- not_billonce_x
 `
 	got := migrate.Rename(ms, names)
