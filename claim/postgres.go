@@ -189,8 +189,10 @@ const (
 //     parameters and its lease has expired or is already the caller's.
 //     UPDATE locks the row and re-checks these conditions at its latest
 //     version, so of runners racing for a stale claim exactly one takes it.
-//   - The last six selects return the existing rows by key, by
-//     overlapping window, by customer and period (the live claim), the
+//   - The last six selects, for the requests neither inserted nor taken
+//     over (rest: the caller would not look at their rows), return the
+//     existing rows by key, by overlapping window, by customer and
+//     period (the live claim), the
 //     failed claims of the customer and period under another scope, the
 //     failed claims of its later attempts, and a refund's payment claim
 //     when it refuses the refund, as of the statement's snapshot: the
@@ -247,34 +249,36 @@ WITH {{fence}}req AS (
 		AND c.amount = req.amount AND c.currency = req.currency AND c.account = req.account
 		AND (c.lease_until <= now() OR c.owner = req.owner)
 	RETURNING req.ord, c.*
+), rest AS (
+	SELECT * FROM req WHERE NOT EXISTS (SELECT FROM ins WHERE ins.key = req.key) AND NOT EXISTS (SELECT FROM took WHERE took.ord = req.ord)
 )
 SELECT req.ord, 1, {{cols_x}} FROM ins x JOIN req ON req.key = x.key
 UNION ALL
 SELECT x.ord, 2, {{cols_x}} FROM took x
 UNION ALL
-SELECT req.ord, 3, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+SELECT req.ord, 3, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
 	WHERE x.key = req.key OFFSET 0) x
 UNION ALL
-SELECT req.ord, 4, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+SELECT req.ord, 4, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
 	WHERE hashtextextended(x.customer || ' ' || x.meter, 0) = hashtextextended(req.customer || ' ' || req.meter, 0)
 		AND x.customer = req.customer AND x.meter = req.meter AND x.state <> 'failed' AND x.window_end IS NOT NULL
 		AND tstzrange(x.window_start, x.window_end) && tstzrange(req.window_start, req.window_end)
 		AND (x.window_start <> req.window_start OR x.window_end <> req.window_end) OFFSET 0) x
 	WHERE req.meter IS NOT NULL
 UNION ALL
-SELECT req.ord, 5, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+SELECT req.ord, 5, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
 	WHERE x.customer = req.customer AND x.period = req.period AND x.state <> 'failed' AND x.key <> req.key OFFSET 0) x
 UNION ALL
-SELECT req.ord, 6, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+SELECT req.ord, 6, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
 	WHERE x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
 		AND x.scope NOT IN ('', req.scope) OFFSET 0) x
 	WHERE req.scope <> ''
 UNION ALL
-SELECT req.ord, 7, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+SELECT req.ord, 7, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
 	WHERE x.customer = req.customer AND x.period = req.period AND x.state = 'failed' AND x.key <> req.key
 		AND x.scope = req.scope AND x.attempt > req.attempt OFFSET 0) x
 UNION ALL
-SELECT req.ord, 8, {{cols_x}} FROM req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
+SELECT req.ord, 8, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{table}} x
 	WHERE x.key = req.refund_of OFFSET 0) x
 	WHERE req.refund_of IS NOT NULL AND NOT (x.state = 'succeeded' AND x.currency = req.currency
 		AND x.amount - req.amount >= (SELECT coalesce(sum(r.amount), 0) FROM {{table}} r
