@@ -43,6 +43,7 @@ type invoiceResult struct {
 	rate           float64
 	writes, reads  float64
 	selfCPU, pgCPU time.Duration // per customer
+	pg             pgPer
 }
 
 // paidOnce checks at the fake that each of n customers has one paid
@@ -92,12 +93,20 @@ func invoiceRun(ctx context.Context, e *env, o options, n, k int) (invoiceResult
 	if err != nil {
 		return invoiceResult{}, err
 	}
+	m0, err := e.mark(ctx, e.lastPool())
+	if err != nil {
+		return invoiceResult{}, err
+	}
 	self0, pg0 := cpuTimes()
 	sum, err := b.Run(ctx, period, invoiced(n, k), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch})
 	if err != nil {
 		return invoiceResult{}, err
 	}
 	self1, pg1 := cpuTimes()
+	m1, err := e.mark(ctx, e.lastPool())
+	if err != nil {
+		return invoiceResult{}, err
+	}
 	if sum.Created != n {
 		return invoiceResult{}, fmt.Errorf("invoice Run billed %d of %d: %+v %v", sum.Created, n, sum.Progress, sum.Failures)
 	}
@@ -105,7 +114,7 @@ func invoiceRun(ctx context.Context, e *env, o options, n, k int) (invoiceResult
 		return invoiceResult{}, fmt.Errorf("invoice Run: %w", err)
 	}
 	w, r := calls(srv, n)
-	return invoiceResult{float64(n) / sum.Elapsed.Seconds(), w, r, (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n)}, nil
+	return invoiceResult{float64(n) / sum.Elapsed.Seconds(), w, r, (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n), m1.per(m0, n)}, nil
 }
 
 // naiveInvoices makes each customer's invoice with stripe-go directly:
@@ -196,8 +205,8 @@ func benchInvoice(ctx context.Context, e *env, o options, t *table) error {
 	}
 	sw, sr, nw, nr := med(safe, writes), med(safe, reads), med(naive, writes), med(naive, reads)
 	t.add(fmt.Sprintf("invoice Run of %d × %d lines, billonce", n, k), fmt.Sprintf("%.0f customers/s", ms),
-		fmt.Sprintf("Stripe calls per customer at the fake: %.2f writes + %.2f reads; %s; claims in PostgreSQL, concurrency %d; CPU/customer: %.0f µs here (fake included) + %.0f µs PostgreSQL",
-			sw, sr, perCall(ms, sw+sr), o.concurrency, med(safe, self), med(safe, pg)))
+		fmt.Sprintf("Stripe calls per customer at the fake: %.2f writes + %.2f reads; %s; claims in PostgreSQL, concurrency %d; CPU/customer: %.0f µs here (fake included) + %.0f µs PostgreSQL; %s",
+			sw, sr, perCall(ms, sw+sr), o.concurrency, med(safe, self), med(safe, pg), pgNote("invoice", invoicePgs(safe))))
 	t.add(fmt.Sprintf("%d invoices × %d lines, naive loop", n, k), fmt.Sprintf("%.0f customers/s", mn),
 		fmt.Sprintf("stripe-go draft, %d items, finalize, pay, random keys, no database, same concurrency; %.2f writes + %.2f reads per customer; %s; CPU/customer: %.0f µs here (fake included)",
 			k, nw, nr, perCall(mn, nw+nr), med(naive, self)))
@@ -205,6 +214,14 @@ func benchInvoice(ctx context.Context, e *env, o options, t *table) error {
 		fmt.Sprintf("time per customer: billonce %.2f ms = %.2f naive calls' time; per rep: billonce %s, naive %s",
 			1000/ms, (1000/ms)/(1000/mn/(nw+nr)), rates(invoiceRates(safe)), rates(invoiceRates(naive))))
 	return nil
+}
+
+func invoicePgs(rs []invoiceResult) []pgPer {
+	var ps []pgPer
+	for _, r := range rs {
+		ps = append(ps, r.pg)
+	}
+	return ps
 }
 
 func invoiceRates(rs []invoiceResult) []float64 {

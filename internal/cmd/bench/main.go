@@ -47,6 +47,9 @@ type options struct {
 	invoiceN     int
 	invoiceLines int
 	refundN      int
+
+	floorUnits int
+	floorGroup int
 }
 
 func main() {
@@ -63,7 +66,7 @@ func main() {
 	flag.IntVar(&o.million, "million", 1_000_000, "customers streamed by the memory measurement")
 	flag.BoolVar(&o.skipMillion, "skip-million", false, "skip the peak-memory measurement")
 	flag.Float64Var(&o.maxMinutes, "max-minutes", 10, "if billing -million customers would take longer, measure smaller runs and the slope of RSS instead")
-	flag.StringVar(&o.sections, "sections", "key,claim,run,latency,rate,memory,usage,invoice,refund", "comma-separated sections to run")
+	flag.StringVar(&o.sections, "sections", "key,claim,run,latency,rate,memory,usage,invoice,refund", "comma-separated sections to run; floor, the physical floor of the claim writes, runs only when named")
 	flag.StringVar(&o.profile, "cpuprofile", "", "write the CPU profile of a billonce Run here (default: only when the ratio is below 0.5)")
 	flag.StringVar(&o.memprofile, "memprofile", "", "write the allocation profile here after the profiled billonce Run (implies -cpuprofile's Run)")
 	flag.IntVar(&o.latencyN, "latency-customers", 400, "customers in the Stripe-like latency comparison")
@@ -74,6 +77,8 @@ func main() {
 	flag.IntVar(&o.invoiceN, "invoice-customers", 2000, "customers billed by invoice in the invoice Run-versus-naive comparison")
 	flag.IntVar(&o.invoiceLines, "invoice-lines", 3, "lines of each invoice")
 	flag.IntVar(&o.refundN, "refund-payments", 2000, "payments refunded in the refund section, half of each")
+	flag.IntVar(&o.floorUnits, "floor-units", 10000, "units (rows) each shape of the floor section writes")
+	flag.IntVar(&o.floorGroup, "floor-group", 20, "rows per UPDATE statement in the floor section")
 	flag.Parse()
 	if o.memprofile != "" {
 		runtime.MemProfileRate = 4096
@@ -99,7 +104,7 @@ func run(ctx context.Context, o options, t *table) error {
 	if want["key"] {
 		benchKey(t)
 	}
-	if !want["claim"] && !want["run"] && !want["latency"] && !want["rate"] && !(want["memory"] && !o.skipMillion) && !want["usage"] && !want["invoice"] && !want["refund"] {
+	if !want["claim"] && !want["run"] && !want["latency"] && !want["rate"] && !(want["memory"] && !o.skipMillion) && !want["usage"] && !want["invoice"] && !want["refund"] && !want["floor"] {
 		return nil
 	}
 	env, err := newEnv(ctx)
@@ -144,6 +149,11 @@ func run(ctx context.Context, o options, t *table) error {
 	}
 	if want["invoice"] {
 		if err := benchInvoice(ctx, env, o, t); err != nil {
+			return err
+		}
+	}
+	if want["floor"] {
+		if err := benchFloor(ctx, env, o, t); err != nil {
 			return err
 		}
 	}

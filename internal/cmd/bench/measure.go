@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/charge"
@@ -38,6 +39,7 @@ const period = "2026-09"
 type env struct {
 	cluster *pgtest.Cluster
 	pools   []*pgxpool.Pool
+	walConn *pgx.Conn // reads the WAL position; see mark
 }
 
 func newEnv(ctx context.Context) (*env, error) {
@@ -52,27 +54,44 @@ func (e *env) close() {
 	for _, p := range e.pools {
 		p.Close()
 	}
+	if e.walConn != nil {
+		e.walConn.Close(context.Background())
+	}
 	e.cluster.Stop()
 }
 
-// store returns a claim store on a fresh database.
+// store returns a claim store on a fresh database, whose pool (the last
+// of e.pools) counts its round trips.
 func (e *env) store(ctx context.Context, maxConns int) (*claim.Postgres, string, error) {
-	u, err := e.cluster.NewDatabase(ctx)
+	pool, u, err := e.pool(ctx, maxConns)
 	if err != nil {
 		return nil, "", err
 	}
-	u += fmt.Sprintf("&pool_max_conns=%d", maxConns)
-	pool, err := pgxpool.New(ctx, u)
-	if err != nil {
-		return nil, "", err
-	}
-	e.pools = append(e.pools, pool)
 	s, err := claim.NewPostgres(pool, claim.Config{})
 	if err != nil {
 		return nil, "", err
 	}
 	return s, u, s.Migrate(ctx)
 }
+
+// pool returns a pool of at most maxConns connections on a fresh database,
+// counting its round trips (see roundTrips), and the database's URL.
+func (e *env) pool(ctx context.Context, maxConns int) (*pgxpool.Pool, string, error) {
+	u, err := e.cluster.NewDatabase(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	u += fmt.Sprintf("&pool_max_conns=%d", maxConns)
+	pool, err := newPool(ctx, u)
+	if err != nil {
+		return nil, "", err
+	}
+	e.pools = append(e.pools, pool)
+	return pool, u, nil
+}
+
+// lastPool is the pool of the store or pool made last.
+func (e *env) lastPool() *pgxpool.Pool { return e.pools[len(e.pools)-1] }
 
 func customerID(i int) string { return fmt.Sprintf("cus_%08d", i) }
 
@@ -221,11 +240,13 @@ func benchClaim(ctx context.Context, e *env, o options, t *table) error {
 	return nil
 }
 
-// result is one timed run: charges per second, and CPU per charge in this
-// process (the fake included) and in PostgreSQL.
+// result is one timed run: charges per second, CPU per charge in this
+// process (the fake included) and in PostgreSQL, and PostgreSQL's round
+// trips and WAL per charge.
 type result struct {
 	rate           float64
 	selfCPU, pgCPU time.Duration
+	pg             pgPer
 }
 
 // billonceRun bills n customers with a Biller against a fresh fake, with
@@ -251,16 +272,24 @@ func billonceRun(ctx context.Context, e *env, o options, n int, cpu io.Writer, r
 		}
 		defer pprof.StopCPUProfile()
 	}
+	m0, err := e.mark(ctx, e.lastPool())
+	if err != nil {
+		return result{}, err
+	}
 	self0, pg0 := cpuTimes()
 	sum, err := b.Run(ctx, period, customers(n), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch})
 	if err != nil {
 		return result{}, err
 	}
 	self1, pg1 := cpuTimes()
+	m1, err := e.mark(ctx, e.lastPool())
+	if err != nil {
+		return result{}, err
+	}
 	if sum.Created != n || srv.Stats().Paid != int64(n) {
 		return result{}, fmt.Errorf("billonce Run created %d, fake paid %d, want %d", sum.Created, srv.Stats().Paid, n)
 	}
-	return result{float64(n) / sum.Elapsed.Seconds(), (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n)}, nil
+	return result{float64(n) / sum.Elapsed.Seconds(), (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n), m1.per(m0, n)}, nil
 }
 
 // naiveRun calls stripe-go directly with a random key per charge, no
@@ -293,6 +322,14 @@ func naiveRun(ctx context.Context, o options, n int, rt http.RoundTripper) (resu
 	return result{rate: float64(n) / elapsed.Seconds(), selfCPU: self}, nil
 }
 
+func pgsOf(rs []result) []pgPer {
+	var ps []pgPer
+	for _, r := range rs {
+		ps = append(ps, r.pg)
+	}
+	return ps
+}
+
 func benchRun(ctx context.Context, e *env, o options, t *table) error {
 	var safe, naive []result
 	// Interleave the two so that drift of the machine hits both alike.
@@ -314,7 +351,7 @@ func benchRun(ctx context.Context, e *env, o options, t *table) error {
 	ms, mn := med(safe, rate), med(naive, rate)
 	ratio := ms / mn
 	t.add(fmt.Sprintf("Run of %d, billonce", o.customers), fmt.Sprintf("%.0f charges/s", ms),
-		fmt.Sprintf("claims in PostgreSQL, concurrency %d, batch %d; CPU/charge: %.0f µs here (fake included) + %.0f µs PostgreSQL", o.concurrency, o.batch, med(safe, self), med(safe, pg)))
+		fmt.Sprintf("claims in PostgreSQL, concurrency %d, batch %d; CPU/charge: %.0f µs here (fake included) + %.0f µs PostgreSQL; %s", o.concurrency, o.batch, med(safe, self), med(safe, pg), pgNote("charge", pgsOf(safe))))
 	t.add(fmt.Sprintf("Run of %d, naive loop", o.customers), fmt.Sprintf("%.0f charges/s", mn),
 		fmt.Sprintf("stripe-go, random keys, no database, same concurrency; CPU/charge: %.0f µs here (fake included)", med(naive, self)))
 	t.add("billonce / naive", fmt.Sprintf("%.2f", ratio), fmt.Sprintf("1.00 would be free; %d CPUs", runtime.NumCPU()))
@@ -423,7 +460,7 @@ func rateWithReconcile(ctx context.Context, e *env, o options) (float64, int, in
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	pool := e.pools[len(e.pools)-1]
+	pool := e.lastPool()
 	const earlier = "2026-08"
 	b0, err := billing.New(billing.Config{SecretKey: "sk_test_bench", StripeURL: srv.URL, Claims: s, RateLimit: -1})
 	if err != nil {

@@ -51,6 +51,11 @@ func refundRun(ctx context.Context, e *env, o options, n int) (result, error) {
 	if sum, err := b.Run(ctx, period, customers(n), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch}); err != nil || sum.Created != n {
 		return result{}, fmt.Errorf("charging before the refunds: %+v, %v", sum.Progress, err)
 	}
+	pool := e.lastPool()
+	m0, err := e.mark(ctx, pool)
+	if err != nil {
+		return result{}, err
+	}
 	_, pg0 := cpuTimes()
 	elapsed, self, err := concurrently(o.concurrency, n, func(i int) error {
 		_, err := b.Refund(ctx, customerID(i), period, "rma-1", price(i).Amount/2)
@@ -60,10 +65,14 @@ func refundRun(ctx context.Context, e *env, o options, n int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	m1, err := e.mark(ctx, pool)
+	if err != nil {
+		return result{}, err
+	}
 	if err := refundsOnce(srv, n); err != nil {
 		return result{}, fmt.Errorf("billonce: %w", err)
 	}
-	return result{float64(n) / elapsed.Seconds(), self, (pg1 - pg0) / time.Duration(n)}, nil
+	return result{float64(n) / elapsed.Seconds(), self, (pg1 - pg0) / time.Duration(n), m1.per(m0, n)}, nil
 }
 
 // naiveRefund charges n customers with stripe-go (not measured), then
@@ -127,8 +136,8 @@ func benchRefund(ctx context.Context, e *env, o options, t *table) error {
 	pg := func(r result) float64 { return float64(r.pgCPU.Microseconds()) }
 	ms, mn := med(safe, rate), med(naive, rate)
 	t.add(fmt.Sprintf("Refund of %d payments, billonce", n), fmt.Sprintf("%.0f refunds/s", ms),
-		fmt.Sprintf("one Refund call each, concurrency %d; claims in PostgreSQL; CPU/refund: %.0f µs here (fake included) + %.0f µs PostgreSQL",
-			o.concurrency, med(safe, self), med(safe, pg)))
+		fmt.Sprintf("one Refund call each, concurrency %d; claims in PostgreSQL; CPU/refund: %.0f µs here (fake included) + %.0f µs PostgreSQL; %s",
+			o.concurrency, med(safe, self), med(safe, pg), pgNote("refund", pgsOf(safe))))
 	t.add(fmt.Sprintf("%d refunds, naive loop", n), fmt.Sprintf("%.0f refunds/s", mn),
 		fmt.Sprintf("stripe-go refund.New, random keys, no database, same concurrency; CPU/refund: %.0f µs here (fake included)", med(naive, self)))
 	t.add("refunds: billonce / naive", fmt.Sprintf("%.2f", ms/mn), fmt.Sprintf("per rep: billonce %s, naive %s", rates(ratesOf(safe)), rates(ratesOf(naive))))

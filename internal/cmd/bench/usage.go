@@ -105,19 +105,27 @@ func usageRun(ctx context.Context, e *env, o options, n int, profile string) (re
 		defer stop()
 	}
 	base := usageBase()
+	m0, err := e.mark(ctx, e.lastPool())
+	if err != nil {
+		return result{}, err
+	}
 	self0, pg0 := cpuTimes()
 	sum, err := b.RunUsage(ctx, usageReports(n, o.usageCustomers, base), &billing.RunOptions{Concurrency: o.concurrency, BatchSize: o.batch})
 	if err != nil {
 		return result{}, err
 	}
 	self1, pg1 := cpuTimes()
+	m1, err := e.mark(ctx, e.lastPool())
+	if err != nil {
+		return result{}, err
+	}
 	if sum.Created != n {
 		return result{}, fmt.Errorf("RunUsage sent %d of %d reports: %+v %v", sum.Created, n, sum.Progress, sum.Failures)
 	}
 	if err := countedOnce(srv, n, o.usageCustomers, base); err != nil {
 		return result{}, fmt.Errorf("RunUsage: %w", err)
 	}
-	return result{float64(n) / sum.Elapsed.Seconds(), (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n)}, nil
+	return result{float64(n) / sum.Elapsed.Seconds(), (self1 - self0) / time.Duration(n), (pg1 - pg0) / time.Duration(n), m1.per(m0, n)}, nil
 }
 
 // naiveUsage sends the same reports with stripe-go's meterevent client,
@@ -182,8 +190,8 @@ func benchUsage(ctx context.Context, e *env, o options, t *table) error {
 	ms, mn := med(safe, rate), med(naive, rate)
 	windows := (n + o.usageCustomers - 1) / o.usageCustomers
 	t.add(fmt.Sprintf("RunUsage of %d reports, billonce", n), fmt.Sprintf("%.0f events/s", ms),
-		fmt.Sprintf("%d customers × %d one-minute windows, Increments, sum meter; claims in PostgreSQL, concurrency %d, batch %d; CPU/event: %.0f µs here (fake included) + %.0f µs PostgreSQL",
-			min(n, o.usageCustomers), windows, o.concurrency, o.batch, med(safe, self), med(safe, pg)))
+		fmt.Sprintf("%d customers × %d one-minute windows, Increments, sum meter; claims in PostgreSQL, concurrency %d, batch %d; CPU/event: %.0f µs here (fake included) + %.0f µs PostgreSQL; %s",
+			min(n, o.usageCustomers), windows, o.concurrency, o.batch, med(safe, self), med(safe, pg), pgNote("event", pgsOf(safe))))
 	t.add(fmt.Sprintf("%d meter events, naive loop", n), fmt.Sprintf("%.0f events/s", mn),
 		fmt.Sprintf("stripe-go meterevent.New, random identifiers and keys, no database, same concurrency; CPU/event: %.0f µs here (fake included)", med(naive, self)))
 	ratio := ms / mn
