@@ -60,7 +60,7 @@ func (p *pgEngine) CheckSendSucceed(ctx context.Context, window time.Duration, c
 		}
 		b.Queue(`SELECT k.ord FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(key, owner, ord)
 			JOIN `+p.names.table+` t ON t.key = k.key
-			WHERE t.owner = k.owner AND t.state = 'pending'
+			WHERE t.key = ANY ($1::text[]) AND t.owner = k.owner AND t.state = 'pending'
 				AND clock_timestamp() < t.first_sent_at + $3 * interval '1 microsecond'`,
 			keys, owners, window.Microseconds()).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
