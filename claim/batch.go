@@ -60,7 +60,7 @@ func (p *pgEngine) CheckSendSucceed(ctx context.Context, window time.Duration, c
 		}
 		b.Queue(`SELECT k.ord FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(key, owner, ord)
 			JOIN `+p.names.table+` t ON t.key = k.key
-			WHERE t.owner = k.owner AND t.state = 'pending'
+			WHERE t.key = ANY ($1::text[]) AND t.owner = k.owner AND t.state = 'pending'
 				AND clock_timestamp() < t.first_sent_at + $3 * interval '1 microsecond'`,
 			keys, owners, window.Microseconds()).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -78,8 +78,8 @@ func (p *pgEngine) CheckSendSucceed(ctx context.Context, window time.Duration, c
 	}
 	written := make([]bool, len(done))
 	if len(done) > 0 {
-		// In key order, so that two batches over the same rows lock them
-		// in the same order (a deadlock would only cost a retry below).
+		// Two batches over the same rows lock them in the same order, of
+		// their row ids (a deadlock would only cost a retry below).
 		order := make([]int, len(done))
 		for i := range order {
 			order[i] = i
@@ -97,10 +97,19 @@ func (p *pgEngine) CheckSendSucceed(ctx context.Context, window time.Duration, c
 		for j, i := range order {
 			keys[j], ids[j], ords[j] = done[i].Key, done[i].StripeID, int32(i+1)
 		}
-		b.Queue(`UPDATE `+p.names.table+` t SET state = 'succeeded', stripe_id = d.stripe_id, updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::int[]) AS d(key, stripe_id, ord)
-			WHERE t.key = d.key AND t.state = 'pending'
-			RETURNING d.ord`,
+		// The rows are found by a probe of each key, and updated by their
+		// row ids: a connection caches one generic plan for the
+		// statement, and a join of the table with the batch's keys,
+		// planned while the table was small, read every pending claim
+		// for each batch once a killed run had left many
+		// (TestSucceedBatchReadsNoMoreWhenPendingClaimsPileUp). A key
+		// whose row the update misses is recorded on its own below, as
+		// any key the batch does not settle.
+		b.Queue(`UPDATE `+p.names.table+` t SET state = 'succeeded', stripe_id = ($2::text[])[array_position($1::text[], t.key)], updated_at = now()
+			WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM unnest($1::text[]) AS d(key)
+				CROSS JOIN LATERAL (SELECT ctid FROM `+p.names.table+` x WHERE x.key = d.key AND x.state = 'pending' OFFSET 0) x))
+				AND t.key = ANY ($1::text[]) AND t.state = 'pending'
+			RETURNING ($3::int[])[array_position($1::text[], t.key)]`,
 			keys, ids, ords).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var ord int32

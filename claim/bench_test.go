@@ -204,3 +204,34 @@ func BenchmarkPruneEvents(b *testing.B) {
 	b.ReportMetric(float64(quiet.Microseconds())/1000, "worst-apply-ms-without-prune")
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(max(applies, 1)), "mean-apply-ms")
 }
+
+// BenchmarkSucceedBatch measures a recorder round of successes of
+// billing's batch size, timing only CheckSendSucceed.
+func BenchmarkSucceedBatch(b *testing.B) {
+	const size = 100
+	ctx := context.Background()
+	s, _ := newPostgres(b, claim.Config{})
+	run := 0
+	for b.Loop() {
+		b.StopTimer()
+		run++
+		reqs := make([]claimengine.Request, size)
+		done := make([]claimengine.Success, size)
+		for i := range reqs {
+			reqs[i] = claimengine.Request{Customer: fmt.Sprintf("cus_%d", i), Period: fmt.Sprintf("run-%d", run),
+				Key: fmt.Sprintf("key_%d_%d", run, i), Amount: 4200, Currency: "usd", Owner: "bench"}
+			done[i] = claimengine.Success{Key: reqs[i].Key, StripeID: fmt.Sprintf("ch_%d_%d", run, i)}
+		}
+		if _, err := s.ClaimBatch(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		_, errs := s.CheckSendSucceed(ctx, time.Hour, nil, done)
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(run*size)/b.Elapsed().Seconds(), "successes/s")
+}
