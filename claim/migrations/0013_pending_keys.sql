@@ -17,7 +17,9 @@
 -- old index takes the ACCESS EXCLUSIVE lock for a moment. A table with
 -- very many pending claims can have it built first by running CREATE
 -- INDEX CONCURRENTLY with this name, column and predicate outside a
--- transaction; this migration then finds it.
+-- transaction (should that fail, drop the invalid index it leaves and run
+-- it again: this migration would keep an invalid index of that name and
+-- drop the old one); this migration then finds it.
 CREATE INDEX IF NOT EXISTS billonce_claims_pending_keys ON billonce_claims (key) WHERE state = 'pending';
 DROP INDEX IF EXISTS billonce_claims_pending;
 
