@@ -16,7 +16,7 @@ import (
 
 // isolatedStore returns a migrated store on a fresh database whose
 // default transaction isolation is isolation ("" keeps PostgreSQL's).
-func isolatedStore(t *testing.T, isolation string) pgStore {
+func isolatedStore(t *testing.T, isolation string) (pgStore, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	url := pgtest.URL(t)
@@ -44,7 +44,7 @@ func isolatedStore(t *testing.T, isolation string) pgStore {
 	if err := p.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return pgStore{p, engineOf(p)}
+	return pgStore{p, engineOf(p)}, pool
 }
 
 // Refunds of one payment claimed at once never add up to more than it,
@@ -56,7 +56,7 @@ func TestConcurrentRefundsNeverAddUpToMoreThanThePaymentUnderAnyDefaultIsolation
 		t.Run(fmt.Sprintf("%q", isolation), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := isolatedStore(t, isolation)
+			s, _ := isolatedStore(t, isolation)
 			paid(t, s, "pay", 1000)
 			var mu sync.Mutex
 			var refusals int
@@ -96,7 +96,7 @@ func TestConcurrentClaimsOfOnePeriodUnderAnyDefaultIsolation(t *testing.T) {
 		t.Run(fmt.Sprintf("%q", isolation), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := isolatedStore(t, isolation)
+			s, _ := isolatedStore(t, isolation)
 			counts := race(t, 16, func(i int) (result, error) {
 				return s.Claim(ctx, req("cus_1", "k", fmt.Sprint("runner-", i)))
 			})

@@ -69,21 +69,7 @@ func bothStores(t *testing.T, lease time.Duration, f func(t *testing.T, h harnes
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		p, pool := newPostgres(t, cfg)
-		f(t, harness{store: p, pass: func(t *testing.T, d time.Duration) {
-			// Moving every timestamp back by d is time passing on the database clock.
-			_, err := pool.Exec(context.Background(), `UPDATE billonce_claims SET created_at = created_at - $1::bigint * interval '1 microsecond',
-				updated_at = updated_at - $1::bigint * interval '1 microsecond', lease_until = lease_until - $1::bigint * interval '1 microsecond',
-				first_sent_at = first_sent_at - $1::bigint * interval '1 microsecond', reconciled_at = reconciled_at - $1::bigint * interval '1 microsecond',
-				processing_at = processing_at - $1::bigint * interval '1 microsecond'`,
-				d.Microseconds())
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = pool.Exec(context.Background(), `UPDATE billonce_claims_events SET received_at = received_at - $1::bigint * interval '1 microsecond'`, d.Microseconds())
-			if err != nil {
-				t.Fatal(err)
-			}
-		}})
+		f(t, harness{store: p, pass: pgPass(pool)})
 	})
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
@@ -91,4 +77,23 @@ func bothStores(t *testing.T, lease time.Duration, f func(t *testing.T, h harnes
 			f(t, harness{store: engineOf(claim.NewMemory(cfg)), pass: func(t *testing.T, d time.Duration) { time.Sleep(d) }})
 		})
 	})
+}
+
+// pgPass lets time pass on the database clock for every claim in pool's
+// table, by moving every timestamp back.
+func pgPass(pool *pgxpool.Pool) func(t *testing.T, d time.Duration) {
+	return func(t *testing.T, d time.Duration) {
+		_, err := pool.Exec(context.Background(), `UPDATE billonce_claims SET created_at = created_at - $1::bigint * interval '1 microsecond',
+			updated_at = updated_at - $1::bigint * interval '1 microsecond', lease_until = lease_until - $1::bigint * interval '1 microsecond',
+			first_sent_at = first_sent_at - $1::bigint * interval '1 microsecond', reconciled_at = reconciled_at - $1::bigint * interval '1 microsecond',
+			processing_at = processing_at - $1::bigint * interval '1 microsecond'`,
+			d.Microseconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = pool.Exec(context.Background(), `UPDATE billonce_claims_events SET received_at = received_at - $1::bigint * interval '1 microsecond'`, d.Microseconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -101,7 +101,7 @@ func TestHelperProcessMix(t *testing.T) {
 // default isolation.
 func TestMultiProcessBatchesKeepEveryRule(t *testing.T) {
 	t.Parallel()
-	for _, isolation := range []string{"", "repeatable read"} {
+	for _, isolation := range []string{"", "repeatable read", "serializable"} {
 		t.Run(fmt.Sprintf("%q", isolation), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
