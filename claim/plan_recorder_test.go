@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/claimengine"
-	"github.com/billonce/billonce/internal/pgtest"
 )
 
 // A round of the recorder (CheckSendSucceed: checks before sending, and
@@ -33,27 +30,7 @@ func recorderReadsNoMore(t *testing.T, subject string) {
 
 func checkSendSucceedReadsNoMore(t *testing.T, first int, subject string) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	p, err := claim.NewPostgres(pool, claim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "ALTER TABLE "+claim.DefaultTable+" SET (autovacuum_enabled = false)"); err != nil {
-		t.Fatal(err)
-	}
+	pool, p := genericPlanStore(t)
 	s := pgStore{p, engineOf(p)}
 	const size = 100
 	const window = 23 * time.Hour
@@ -100,17 +77,7 @@ func checkSendSucceedReadsNoMore(t *testing.T, first int, subject string) {
 		FROM generate_series(1, 30000) g`); err != nil {
 		t.Fatal(err)
 	}
-	read := func() (n int64) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-			t.Fatal(err)
-		}
-		if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = $1`,
-			claim.DefaultTable).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	read := func() int64 { return rowsRead(t, pool) }
 	// The claims of the round, measured apart from its checks and successes.
 	reqs := make([]claimengine.Request, size)
 	for i := range reqs {

@@ -32,29 +32,7 @@ func TestClaimBatchReadsNoMoreWhenTheTableGrows(t *testing.T) {
 
 func claimBatchReadsNoMoreWhenTheTableGrows(t *testing.T, state string) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// One connection, so that every batch runs on the plan it cached;
-	// generic plans, as a connection settles on after five runs.
-	cfg.MaxConns = 1
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	store, err := claim.NewPostgres(pool, claim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "ALTER TABLE "+claim.DefaultTable+" SET (autovacuum_enabled = false)"); err != nil {
-		t.Fatal(err)
-	}
+	pool, store := genericPlanStore(t)
 	eng := engineOf(store)
 	const size = 100
 	batch := func(n int) {
@@ -84,18 +62,7 @@ func claimBatchReadsNoMoreWhenTheTableGrows(t *testing.T, state string) {
 		FROM generate_series(1, 30000) g`); err != nil {
 		t.Fatal(err)
 	}
-	read := func() (n int64) {
-		t.Helper()
-		// This connection's counts reach the view once flushed.
-		if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-			t.Fatal(err)
-		}
-		if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = $1`,
-			claim.DefaultTable).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	read := func() int64 { return rowsRead(t, pool) }
 	before := read()
 	batch(100)
 	got := read() - before
@@ -103,4 +70,52 @@ func claimBatchReadsNoMoreWhenTheTableGrows(t *testing.T, state string) {
 	if got > 20*size {
 		t.Fatalf("a batch of %d claims read %d rows of a table of 30,000: want a few per claim, through indexes", size, got)
 	}
+}
+
+// genericPlanStore returns a claim store on a pool of one connection
+// that plans generic plans only, as a connection settles on after five
+// runs of a statement, so that every call runs on the plan it cached;
+// autovacuum is off, so that the table's statistics stay those the plans
+// were made with.
+func genericPlanStore(t *testing.T) (*pgxpool.Pool, *claim.Postgres) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+claim.DefaultTable+" SET (autovacuum_enabled = false)"); err != nil {
+		t.Fatal(err)
+	}
+	return pool, store
+}
+
+// rowsRead is how many rows of the claim table PostgreSQL has read so
+// far, by sequential scans and through indexes.
+func rowsRead(t *testing.T, pool *pgxpool.Pool) (n int64) {
+	t.Helper()
+	ctx := context.Background()
+	// This connection's counts reach the view once flushed.
+	if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = $1`,
+		claim.DefaultTable).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
