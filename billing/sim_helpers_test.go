@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billonce/billonce/billing"
@@ -132,6 +133,21 @@ func simShiftSQL(ctx context.Context, pool *pgxpool.Pool, table string) ([]strin
 	return out, nil
 }
 
+// simShiftExec runs one statement of simShiftSQL. It updates every row of
+// its table, in the table's order, while the runners lock rows in theirs:
+// PostgreSQL may end either side of a deadlock. When it ends this one, the
+// statement was rolled back whole and runs again; the runners' side is
+// theirs to handle, as in production.
+func simShiftExec(ctx context.Context, pool *pgxpool.Pool, stmt string, us int64) error {
+	for try := 1; ; try++ {
+		_, err := pool.Exec(ctx, stmt, us)
+		var pgErr *pgconn.PgError
+		if err == nil || try == 10 || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
+			return err
+		}
+	}
+}
+
 // move moves virtual time forward by d on both clocks: the claim table's
 // ages (every timestamp moves back, the database's now() stays) and the
 // fake Stripe's clock. The database moves first, so that in between billonce
@@ -148,7 +164,7 @@ func (w *simWorld) move(ctx context.Context, d time.Duration, why string) {
 		}
 	}
 	for _, s := range w.shift {
-		if _, err := w.pool.Exec(ctx, s, d.Microseconds()); err != nil {
+		if err := simShiftExec(ctx, w.pool, s, d.Microseconds()); err != nil {
 			w.harnessf("moving time: %v", err)
 			return
 		}
