@@ -24,6 +24,11 @@
 // failed, with the later attempt's claim, and nothing is written, since
 // billing it would pay a period whose later declined payment can still be
 // completed. A partial index on the failed claims (migration 9) finds them.
+// Both rules hold against claims being made at the same moment: a claim
+// that another transaction commits and fails while this one is inserted
+// (the unique index of live claims then no longer sees it) is read again
+// in the same transaction, at read committed, and the insert is taken
+// back before it commits.
 //
 // A row also records where its key went: the scope that made the claim, the
 // re-bill attempt, the endpoint and a non-secret fingerprint of the

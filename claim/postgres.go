@@ -98,6 +98,7 @@ type Postgres struct {
 	lockKey   int64
 	claimSQL  string
 	claimBase string // claimTemplate with this store's names, fence unset
+	undoSQL   string // undoTemplate with this store's names
 	selectSQL string // column list, FROM the table, for Get and Stale
 }
 
@@ -130,6 +131,7 @@ func NewPostgres(pool *pgxpool.Pool, cfg Config) (*Postgres, error) {
 		lockKey:   int64(h.Sum64()),
 		claimSQL:  fenced(base, claimengine.Fence{}),
 		claimBase: base,
+		undoSQL:   n.replacer.Replace(undoTemplate),
 		selectSQL: "SELECT " + colsOf("t") + " FROM " + n.table + " t",
 	}, nil
 }
@@ -200,8 +202,10 @@ const (
 //
 // A request whose conflicting row was committed by another transaction
 // after this statement's snapshot was taken gets no row at all (ins waited
-// for it and did nothing; the others cannot see it). The caller runs the
-// statement again for such requests, with a fresh snapshot.
+// for it and did nothing; the others cannot see it), or, when that row
+// failed before ins looked at it again, a row that undoTemplate, next in
+// the transaction, deletes. The caller runs the statement again for such
+// requests, with a fresh snapshot.
 //
 // With a fence (see fenced), req is empty unless the lease row still
 // carries the fence's token: the statement then claims nothing and
@@ -283,6 +287,25 @@ SELECT req.ord, 8, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{
 	WHERE req.refund_of IS NOT NULL AND NOT (x.state = 'succeeded' AND x.currency = req.currency
 		AND x.amount - req.amount >= (SELECT coalesce(sum(r.amount), 0) FROM {{table}} r
 			WHERE r.refund_of = req.refund_of AND r.state <> 'failed'))`
+
+// undoTemplate deletes the claims of keys $1 that its transaction
+// inserted (its own row versions, not taken over: a takeover adds to
+// attempts, an insert has the default 1) and that another claim holds
+// against by the rules of claimTemplate's ins, as of its own snapshot, and
+// returns their keys. It runs after claimTemplate, in its transaction, at
+// read committed: the claims that statement's snapshot missed and the
+// unique index no longer saw are in this one's.
+const undoTemplate = `
+DELETE FROM {{table}} t
+WHERE t.key = ANY ($1::text[]) AND t.state = 'pending' AND t.attempts = 1
+	AND t.xmin::text = (pg_current_xact_id_if_assigned()::text::bigint % 4294967296)::text
+	AND (EXISTS (SELECT FROM {{table}} f
+			WHERE f.customer = t.customer AND f.period = t.period AND f.state = 'failed'
+				AND (t.scope <> '' AND f.scope NOT IN ('', t.scope) OR f.scope = t.scope AND f.attempt > t.attempt) OFFSET 0)
+		OR EXISTS (SELECT FROM {{table}} f
+			WHERE f.customer = t.customer AND f.period = t.period AND f.state <> 'failed' AND f.key <> t.key
+				AND (t.scope <> '' AND f.scope NOT IN ('', t.scope) OR f.scope = t.scope AND f.attempt > t.attempt) OFFSET 0))
+RETURNING t.key`
 
 // fenced returns the claim statement base under fence f, whose token is
 // $18: the lease row that carries it is locked FOR SHARE until the claims
@@ -463,56 +486,65 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		sql = fenced(p.claimBase, fence)
 		args = append(args, fence.Token)
 	}
-	var q querier = p.db
+	// One round trip, one transaction, read committed whatever the
+	// database's default (each statement then reads the table as of its
+	// own start): the refunds' locks, the claim statement, and the check
+	// of what it inserted.
+	var b pgx.Batch
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	if locks := refundLocks(reqs, todo); locks != nil {
 		// A refund's claim reads its payment's refunds after a lock on the
 		// payment's key, held until it commits: refunds of one payment are
 		// claimed one after the other, each seeing the others' amounts.
-		// Read committed, whatever the database's default: under
-		// repeatable read the snapshot would be taken before the lock is
-		// granted, and miss the refunds claimed while it waited.
-		tx, err := p.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
-		}
-		defer tx.Rollback(context.WithoutCancel(ctx))
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext(k)) FROM unnest($2::text[]) AS k ORDER BY k", refundLockSpace, locks); err != nil {
-			return nil, fmt.Errorf("claim: locking the payments refunded: %w", err)
-		}
-		q = tx
-		defer func() {
-			if err == nil {
-				if err = tx.Commit(ctx); err != nil {
-					err = fmt.Errorf("claim: %w", err)
-				}
-			}
-		}()
+		// Under repeatable read the snapshot would be taken before the
+		// lock is granted, and miss the refunds claimed while it waited.
+		b.Queue("SELECT pg_advisory_xact_lock($1, hashtext(k)) FROM unnest($2::text[]) AS k ORDER BY k", refundLockSpace, locks)
 	}
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fenceErr(fence, err)
-	}
-	defer rows.Close()
 	best := make([]int, n) // the most telling source seen per request; 0 = none
 	rowOf := make([]Claim, n)
 	seen := 0
-	for rows.Next() {
-		seen++
-		var ord int64
-		var from int
-		c, err := scanClaim(rows, &ord, &from)
-		if err != nil {
-			return nil, fmt.Errorf("claim: reading claims: %w", err)
+	var readErr error // an answer the claim statement's rows could not give
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			seen++
+			var ord int64
+			var from int
+			c, err := scanClaim(rows, &ord, &from)
+			if err != nil {
+				readErr = fmt.Errorf("claim: reading claims: %w", err)
+				return readErr
+			}
+			j := int(ord) - 1
+			if j < 0 || j >= n {
+				readErr = fmt.Errorf("claim: the database answered request %d of %d", ord, n)
+				return readErr
+			}
+			if best[j] == 0 || from < best[j] {
+				best[j], rowOf[j] = from, c
+			}
 		}
-		j := int(ord) - 1
-		if j < 0 || j >= n {
-			return nil, fmt.Errorf("claim: the database answered request %d of %d", ord, n)
+		return rows.Err()
+	})
+	// The claim statement's snapshot misses a claim that another
+	// transaction committed after it was taken, and the unique index of
+	// live claims misses one that has failed since: a claim of another
+	// scope, or of a later attempt, committed and then failed while the
+	// insert waited for it. Read again, the period holds it. This
+	// statement reads the table as of its own start, after that
+	// transaction's commit (the insert waited for it), and takes back the
+	// claims the statement inserted that such a claim holds against; they
+	// are answered by a run of the statement that sees it.
+	var undone []string
+	b.Queue(p.undoSQL, keys).Query(func(rows pgx.Rows) error {
+		var err error
+		undone, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	b.Queue("COMMIT")
+	if err := p.db.SendBatch(ctx, &b).Close(); err != nil {
+		if readErr != nil {
+			return nil, readErr
 		}
-		if best[j] == 0 || from < best[j] {
-			best[j], rowOf[j] = from, c
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fenceErr(fence, err)
 	}
 	if seen == 0 && fence != (claimengine.Fence{}) {
@@ -520,7 +552,12 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 			return nil, err
 		}
 	}
-	rows.Close()
+	for j := range best {
+		if best[j] == fromInsert && slices.Contains(undone, keys[j]) {
+			best[j], rowOf[j] = 0, Claim{}
+		}
+	}
+	q := p.db
 	for j, i := range todo {
 		out[i] = answer(reqs[i], best[j], rowOf[j])
 		if best[j] == 0 && reqs[i].RefundOf != "" {

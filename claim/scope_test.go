@@ -3,6 +3,7 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -163,4 +164,117 @@ func claimBatchHeldBack(t *testing.T, s pgStore, pool *pgxpool.Pool, reqs []clai
 	}
 	a := <-done
 	return a.res, a.err
+}
+
+// claimWhileInsertedAndFailed runs s.Claim(r) while another transaction
+// has inserted the claim key of customer cus_1 and period 2025-01, under
+// scope and attempt, and failed it, uncommitted: the statement's snapshot
+// does not see that claim, and its insert waits for the transaction,
+// whose row was live when inserted. Then that transaction commits, and
+// Claim's answer is returned. One transaction stands for a claim that
+// committed and then failed before the waiting insert looked again, which
+// a busy database makes as likely as it is rare.
+func claimWhileInsertedAndFailed(t *testing.T, s pgStore, pool *pgxpool.Pool, r claimengine.Request, key, scope string, attempt int) (result, error) {
+	t.Helper()
+	ctx := context.Background()
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	if _, err := other.Exec(ctx, `INSERT INTO billonce_claims (customer, period, key, amount, currency, scope, attempt)
+		VALUES ('cus_1', '2025-01', $1, 4200, 'usd', $2, $3)`, key, scope, attempt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `UPDATE billonce_claims SET state = 'failed', failure_code = 'card_declined' WHERE key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := engineOf(s).Claim(ctx, r)
+		done <- answer{res, err}
+	}()
+	for {
+		var waiting int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			break
+		}
+		select {
+		case a := <-done:
+			t.Fatalf("Claim returned %+v, %v while another claim of its period was uncommitted; want it to wait", a.res, a.err)
+		default:
+		}
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	return a.res, a.err
+}
+
+// A claim of another scope committed after the statement's snapshot, and
+// failed before the statement's insert looked at it again, holds its
+// period all the same: the unique index of live claims no longer sees it,
+// and the snapshot never did. Letting the second scope in would leave the
+// period billed under two scopes (the first's declined payment may still
+// be completed) or, both declined, re-billed by neither.
+// Under every default isolation: the check reads at read committed.
+func TestClaimOfAnotherScopeCommittedAndFailedDuringTheStatementIsRefused(t *testing.T) {
+	t.Parallel()
+	forEachIsolation(t, func(t *testing.T, s pgStore, pool *pgxpool.Pool) {
+		claimOfAnotherScopeCommittedAndFailedDuringTheStatementIsRefused(t, s, pool)
+	})
+}
+
+func claimOfAnotherScopeCommittedAndFailedDuringTheStatementIsRefused(t *testing.T, s pgStore, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	res, err := claimWhileInsertedAndFailed(t, s, pool, scoped("cus_1", "cus_1/2025-01#1@new", "new", 1), "cus_1/2025-01#1@old", "old", 1)
+	var mm *claim.MismatchError
+	if !errors.As(err, &mm) || mm.Field != "scope" || mm.Have != "old" {
+		t.Fatalf("Claim under scope new = %+v, %v; want a *MismatchError on scope naming old's failed claim", res, err)
+	}
+	if _, err := s.Get(ctx, "cus_1/2025-01#1@new"); !errors.Is(err, claim.ErrNotFound) {
+		t.Errorf("Get of the refused claim = %v, want ErrNotFound: nothing written", err)
+	}
+}
+
+// Likewise a later attempt of the scope, committed and failed during the
+// statement, holds the period against an earlier attempt: a stale run's
+// attempt 1 is not claimed once a re-bill's attempt 2 exists.
+func TestEarlierAttemptRacingALaterAttemptsFailureIsNotClaimed(t *testing.T) {
+	t.Parallel()
+	forEachIsolation(t, func(t *testing.T, s pgStore, pool *pgxpool.Pool) {
+		earlierAttemptRacingALaterAttemptsFailureIsNotClaimed(t, s, pool)
+	})
+}
+
+func earlierAttemptRacingALaterAttemptsFailureIsNotClaimed(t *testing.T, s pgStore, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	res, err := claimWhileInsertedAndFailed(t, s, pool, scoped("cus_1", "cus_1/2025-01#1@new", "new", 1), "cus_1/2025-01#2@new", "new", 2)
+	if err != nil || res.Outcome != claimengine.Failed || res.Claim.Key != "cus_1/2025-01#2@new" {
+		t.Fatalf("Claim of attempt 1 = %+v, %v; want Failed with attempt 2's claim", res, err)
+	}
+	if _, err := s.Get(ctx, "cus_1/2025-01#1@new"); !errors.Is(err, claim.ErrNotFound) {
+		t.Errorf("Get of attempt 1 = %v, want ErrNotFound: nothing written", err)
+	}
+}
+
+// forEachIsolation runs f, in parallel, on a store whose database's
+// default transaction isolation is each of PostgreSQL's.
+func forEachIsolation(t *testing.T, f func(t *testing.T, s pgStore, pool *pgxpool.Pool)) {
+	for _, isolation := range []string{"", "repeatable read", "serializable"} {
+		t.Run(fmt.Sprintf("%q", isolation), func(t *testing.T) {
+			t.Parallel()
+			s, pool := isolatedStore(t, isolation)
+			f(t, s, pool)
+		})
+	}
 }
