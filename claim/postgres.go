@@ -339,13 +339,13 @@ func (p *pgEngine) fenceLost(ctx context.Context, f claimengine.Fence) error {
 	return nil
 }
 
-// serializationFailure reports whether err is PostgreSQL's refusal of a
-// transaction that read rows changed after its snapshot
-// (serialization_failure), which only isolation above read committed
-// (a database's or a role's default_transaction_isolation) raises.
-func serializationFailure(err error) bool {
+// rolledBack reports whether err is PostgreSQL's refusal of a whole
+// transaction that may succeed when run again: a deadlock with other
+// transactions that it was chosen to end (claims of the same periods in
+// another order), or a serialization failure.
+func rolledBack(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "40001"
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
 // fenceErr is err from a claim statement under fence f, with a hint when
@@ -417,11 +417,9 @@ func (p *pgEngine) claim(ctx context.Context, reqs []request) ([]result, error) 
 		}
 		now, later := refundsApart(reqs, todo)
 		again, err := p.claimRun(ctx, reqs, now, out)
-		if serializationFailure(err) {
-			// The database's default isolation is above read committed
-			// and the statement met a row another transaction changed
-			// after its snapshot: it was rolled back, nothing of it
-			// committed. Run it again, on a fresh snapshot, as for a race.
+		if rolledBack(err) {
+			// The transaction was rolled back, nothing of it committed:
+			// run it again, on a fresh snapshot, as for a race.
 			again, err = now, nil
 		}
 		if err != nil {
