@@ -289,15 +289,17 @@ SELECT req.ord, 8, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{
 			WHERE r.refund_of = req.refund_of AND r.state <> 'failed'))`
 
 // undoTemplate deletes the claims of keys $1 that its transaction
-// inserted (its own row versions, not taken over: a takeover adds to
-// attempts, an insert has the default 1) and that another claim holds
-// against by the rules of claimTemplate's ins, as of its own snapshot, and
-// returns their keys. It runs after claimTemplate, in its transaction, at
+// inserted and that another claim holds against by the rules of
+// claimTemplate's ins, as of its own snapshot, and returns their keys. A
+// row its transaction inserted is one of its own row versions (xmin, whose
+// 32 bits an old frozen row may share) created at its start (created_at):
+// a takeover's row version is its transaction's too, but keeps the
+// claim's creation time, whatever its count of leases says. It runs after claimTemplate, in its transaction, at
 // read committed: the claims that statement's snapshot missed and the
 // unique index no longer saw are in this one's.
 const undoTemplate = `
 DELETE FROM {{table}} t
-WHERE t.key = ANY ($1::text[]) AND t.state = 'pending' AND t.attempts = 1
+WHERE t.key = ANY ($1::text[]) AND t.state = 'pending' AND t.created_at = now()
 	AND t.xmin::text = (pg_current_xact_id_if_assigned()::text::bigint % 4294967296)::text
 	AND (EXISTS (SELECT FROM {{table}} f
 			WHERE f.customer = t.customer AND f.period = t.period AND f.state = 'failed'
