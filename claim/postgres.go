@@ -571,9 +571,16 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		}
 	}
 	for j := range best {
-		if best[j] == fromInsert && slices.Contains(undone, keys[j]) {
-			best[j], rowOf[j] = 0, Claim{}
+		if !slices.Contains(undone, keys[j]) {
+			continue
 		}
+		if best[j] != fromInsert {
+			// Never seen: undoTemplate deletes only this transaction's
+			// inserts. Whatever deleted it, the claim is gone: nothing
+			// may be sent for it.
+			return nil, fmt.Errorf("claim: claim %q, not inserted by this statement, was deleted by its check; nothing is sent for it: claim it again", keys[j])
+		}
+		best[j], rowOf[j] = 0, Claim{}
 	}
 	q := p.db
 	for j, i := range todo {
