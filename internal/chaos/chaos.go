@@ -19,7 +19,10 @@
 //	defer env.Close()                              // kills the children still alive
 //	env.Plan(kills, "kill")                        // events at seeded points of the run
 //	p, err := env.StartProc(i, 1, childConfig)
-//	for _, ev := range env.Due(paid) { ... }       // in the example's wait loop
+//	reached := env.Hold(progress)                  // the fake holds writes at the next point
+//	<-reached                                      // in the example's wait loop, then:
+//	for _, ev := range env.Due(progress()) { ... } // fire what is due
+//	reached = env.Release()                        // and hold at the next point
 //	ledger, err := env.Check(ctx, period, periods) // the fake's ledger, once settled
 //	fig.LogDir = env.CleanUp(ok)
 package chaos
@@ -38,6 +41,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -133,6 +137,7 @@ type Env struct {
 	wall     time.Time
 	procs    []*Proc
 	events   []Event
+	gate     gate
 
 	delivered int                 // the fake's events delivered by DeliverWebhooks
 	redeliver []billingtest.Event // and those refused, delivered again next time
@@ -187,7 +192,7 @@ func (e *Env) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.Fake = billingtest.NewServer(billingtest.Config{Script: random, MeterDelay: e.s.MeterDelay})
+	e.Fake = billingtest.NewServer(billingtest.Config{Script: e.gate.script(random), MeterDelay: e.s.MeterDelay})
 	// The seeded draws depend on the requests' keys, and a usage report's
 	// key on its window, which moves with the day: a small run may draw no
 	// fault of a kind at all. The first writes get one lost answer and one
@@ -364,6 +369,88 @@ func (e *Env) Due(paid int) []Event {
 
 // EventsLeft is how many planned events have not fired.
 func (e *Env) EventsLeft() int { return len(e.events) }
+
+// Hold makes the fake hold the answer of every write it executes once
+// progress (customers charged, as the example counts them) has reached
+// the next planned event's point, and returns a channel closed when a
+// write has met it. The example then fires the due events (Due) while
+// the runners wait for their answers, and calls Release. The events
+// land at their points however busy the machine: the runners cannot
+// run on and finish while the example's loop waits for its next turn.
+// A runner killed meanwhile dies with its write executed at the fake and
+// unanswered.
+func (e *Env) Hold(progress func() int) <-chan struct{} {
+	return e.gate.arm(progress, e.nextAt())
+}
+
+// Release lets the held writes answer, and holds again at the next
+// planned event's point: it returns the channel of that point, or nil
+// (never ready) when no event is left.
+func (e *Env) Release() <-chan struct{} {
+	return e.gate.arm(nil, e.nextAt())
+}
+
+func (e *Env) nextAt() int {
+	if len(e.events) == 0 {
+		return -1
+	}
+	return e.events[0].At
+}
+
+// gate is Hold's: the fake's script consults it for every write.
+type gate struct {
+	mu       sync.Mutex
+	progress func() int
+	at       int           // the point writes are held at; -1: none
+	reached  chan struct{} // closed once a write met at
+	met      bool
+	release  chan struct{} // what held writes wait for
+}
+
+// arm releases the held writes and holds again at at (-1: nowhere), with
+// progress if it is not nil. It returns the new point's channel, nil for
+// none.
+func (g *gate) arm(progress func() int, at int) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if progress != nil {
+		g.progress = progress
+	}
+	if g.release != nil {
+		close(g.release)
+	}
+	g.at, g.met = at, false
+	g.release = make(chan struct{})
+	if at < 0 {
+		g.reached = nil
+		return nil
+	}
+	g.reached = make(chan struct{})
+	return g.reached
+}
+
+// script is next behind the gate: a write that finds the point reached
+// is executed and held (billingtest.FaultSlow until Release), any other
+// request gets next's fault.
+func (g *gate) script(next func(billingtest.Request) billingtest.Fault) func(billingtest.Request) billingtest.Fault {
+	return func(r billingtest.Request) billingtest.Fault {
+		if r.Method == http.MethodPost {
+			g.mu.Lock()
+			progress, at, release := g.progress, g.at, g.release
+			g.mu.Unlock()
+			if progress != nil && at >= 0 && progress() >= at {
+				g.mu.Lock()
+				if g.release == release && !g.met {
+					g.met = true
+					close(g.reached)
+				}
+				g.mu.Unlock()
+				return billingtest.Fault{Kind: billingtest.FaultSlow, Release: release}
+			}
+		}
+		return next(r)
+	}
+}
 
 // RestartPostgres stops PostgreSQL, keeps it down for down and starts it
 // again; paid is the progress logged.

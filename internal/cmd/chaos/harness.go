@@ -336,13 +336,25 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	env.Logf("started %d runners for %d customers (%d declined), period %s, logs in %s", cfg.Runners, cfg.Customers, len(env.Declined), cfg.Period, env.LogDir)
 
 	terminate := false // a termination is due
+	// The fake holds the runners' writes at each event's point until the
+	// event has fired (env.Hold): kills land while writes wait for their
+	// answers; a restart of PostgreSQL and a termination of backends land
+	// just after they are let go, while the runners' statements run.
+	reached := env.Hold(progress)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		paid := progress()
-		for _, ev := range env.Due(paid) {
-			switch ev.Kind {
-			case "kill":
+		select {
+		case <-ctx.Done():
+			return fig, ctx.Err()
+		case <-reached:
+			paid := progress()
+			var after []chaos.Event
+			for _, ev := range env.Due(paid) {
+				if ev.Kind != "kill" {
+					after = append(after, ev)
+					continue
+				}
 				var alive []*chaos.Proc
 				for i, p := range procs {
 					if !finished[i] && !p.Exited() {
@@ -354,20 +366,23 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 					continue
 				}
 				p := alive[env.Rand.IntN(len(alive))]
-				if p.Exited() {
-					continue
-				}
 				p.Kill()
 				fig.Kills++
 				env.Logf("SIGKILL runner %d (gen %d, pid %d) at %d charged", p.Index, p.Gen, p.Pid(), paid)
-			case "db-restart":
-				if err := env.RestartPostgres(ctx, cfg.DBDown, paid); err != nil {
-					return fig, err
-				}
-				fig.DBRestarts++
-			case "terminate":
-				terminate = true
 			}
+			reached = env.Release()
+			for _, ev := range after {
+				switch ev.Kind {
+				case "db-restart":
+					if err := env.RestartPostgres(ctx, cfg.DBDown, paid); err != nil {
+						return fig, err
+					}
+					fig.DBRestarts++
+				case "terminate":
+					terminate = true
+				}
+			}
+		case <-tick.C:
 		}
 		if terminate {
 			// Until some backend is there to terminate (the runners may
@@ -381,7 +396,7 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 			if n > 0 {
 				fig.BackendTerminations += n
 				terminate = false
-				env.Logf("terminated %d runner backends at %d charged", n, paid)
+				env.Logf("terminated %d runner backends at %d charged", n, progress())
 			}
 		}
 
@@ -418,11 +433,6 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 			// they cannot fire any more.
 			env.Logf("%d chaos events never fired: runners finished first", env.EventsLeft())
 			break
-		}
-		select {
-		case <-ctx.Done():
-			return fig, ctx.Err()
-		case <-tick.C:
 		}
 		if time.Since(lastHooks) > 100*time.Millisecond {
 			fig.WebhooksRefused += env.DeliverWebhooks(ctx, hook, webhookSecret)

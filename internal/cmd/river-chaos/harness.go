@@ -197,27 +197,43 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 	env.Logf("started %d worker processes for %d customers (%d declined), period %s, logs in %s",
 		cfg.Workers, cfg.Customers, len(env.Declined), cfg.Period, env.LogDir)
 
+	// The fake holds the workers' writes at each event's point until the
+	// event has fired (env.Hold): kills land while writes wait for their
+	// answers, a restart of PostgreSQL just after they are let go.
+	paidAtFake := func() int { return int(env.Fake.Stats().Paid) }
+	reached := env.Hold(paidAtFake)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var idleSince time.Time
 	for {
-		paid := int(env.Fake.Stats().Paid)
-		for _, ev := range env.Due(paid) {
-			switch ev.Kind {
-			case "kill":
-				p := procs[env.Rand.IntN(len(procs))]
-				p.Kill()
-				fig.Kills++
-				env.Logf("SIGKILL worker %d (gen %d, pid %d) at %d charged", p.Index, p.Gen, p.Pid(), paid)
-				if procs[p.Index], err = start(p.Index, p.Gen+1); err != nil {
-					return fig, err
+		select {
+		case <-ctx.Done():
+			return fig, ctx.Err()
+		case <-reached:
+			paid := paidAtFake()
+			var restarts int
+			for _, ev := range env.Due(paid) {
+				switch ev.Kind {
+				case "kill":
+					p := procs[env.Rand.IntN(len(procs))]
+					p.Kill()
+					fig.Kills++
+					env.Logf("SIGKILL worker %d (gen %d, pid %d) at %d charged", p.Index, p.Gen, p.Pid(), paid)
+					if procs[p.Index], err = start(p.Index, p.Gen+1); err != nil {
+						return fig, err
+					}
+				case "db-restart":
+					restarts++
 				}
-			case "db-restart":
+			}
+			reached = env.Release()
+			for range restarts {
 				if err := env.RestartPostgres(ctx, cfg.DBDown, paid); err != nil {
 					return fig, err
 				}
 				fig.DBRestarts++
 			}
+		case <-tick.C:
 		}
 		for i, p := range procs {
 			if p.Exited() {
@@ -254,11 +270,6 @@ func Run(ctx context.Context, cfg Config) (Figures, error) {
 		}
 		if fig.ChaosTime > 0 {
 			break
-		}
-		select {
-		case <-ctx.Done():
-			return fig, ctx.Err()
-		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
 			st, _ := riverbilling.State(ctx, pool, store, cfg.Period)
