@@ -42,7 +42,7 @@ import (
 // reconciliation of the settle phase stopped.
 //
 // BILLONCE_SIM_SEEDS=N runs seeds 1 to N (20 by default, 200 with
-// BILLONCE_LONG=1, 60 of them under -race);
+// BILLONCE_LONG=1, 40 of them under -race);
 // BILLONCE_SIM_SEED=K runs seed K alone and prints its whole trace. A seed
 // makes the same choices on every run; goroutines that act at once may
 // interleave differently, so a replay that passes may need -count=10.
@@ -99,7 +99,7 @@ func simSeeds(t *testing.T) (seeds []uint64, single bool) {
 	}
 	n := testenv.Size(20, 200)
 	if raceOn {
-		n = testenv.Size(20, 60) // the race detector makes each seed several times slower
+		n = testenv.Size(20, 40) // the race detector makes each seed several times slower
 	}
 	if v := os.Getenv("BILLONCE_SIM_SEEDS"); v != "" {
 		var err error
