@@ -3,7 +3,10 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/claimengine"
@@ -17,59 +20,75 @@ func TestClaimBatchEndedByADeadlockRunsAgain(t *testing.T) {
 	t.Parallel()
 	s, pool := newPostgres(t, claim.Config{Lease: lease})
 	ctx := context.Background()
-	other, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Rollback(ctx)
-	// The other side waits long before it looks for a deadlock, so that
-	// the batch, waiting since earlier, is the side PostgreSQL ends.
-	if _, err := other.Exec(ctx, "SET LOCAL deadlock_timeout = '10min'"); err != nil {
-		t.Fatal(err)
-	}
-	insert := func(customer, key string) {
-		t.Helper()
-		if _, err := other.Exec(ctx, `INSERT INTO billonce_claims (customer, period, key, amount, currency) VALUES ($1, '2025-01', $2, 4200, 'usd')`, customer, key); err != nil {
+	// PostgreSQL looks for a deadlock once, deadlock_timeout after a
+	// wait begins, and ends the side that looks. The batch waits first
+	// and looks after 1 s, the other side after 20 s: when the other side
+	// has not begun to wait by the batch's look (a busy machine), the
+	// other side is ended instead, and the scenario runs again.
+	for try := 1; ; try++ {
+		a, b := fmt.Sprintf("cus_a%d", try), fmt.Sprintf("cus_b%d", try)
+		other, err := pool.Begin(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	insert("cus_b", "other_b")
-	type answer struct {
-		res []result
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := engineOf(s).ClaimBatch(ctx, []claimengine.Request{req("cus_a", "batch_a", "runner"), req("cus_b", "batch_b", "runner")})
-		done <- answer{res, err}
-	}()
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
+		defer other.Rollback(ctx)
+		if _, err := other.Exec(ctx, "SET LOCAL deadlock_timeout = '20s'"); err != nil {
 			t.Fatal(err)
 		}
-		if waiting == 1 {
-			break
+		insert := func(customer string) error {
+			_, err := other.Exec(ctx, `INSERT INTO billonce_claims (customer, period, key, amount, currency) VALUES ($1, '2025-01', $2, 4200, 'usd')`, customer, "other_"+customer)
+			return err
 		}
-		select {
-		case a := <-done:
-			t.Fatalf("the batch returned %+v, %v while a claim of cus_b was uncommitted; want it to wait", a.res, a.err)
-		default:
+		if err := insert(b); err != nil {
+			t.Fatal(err)
 		}
-	}
-	insert("cus_a", "other_a") // waits for the batch's claim of cus_a: a deadlock
-	if err := other.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a := <-done
-	var mm *claim.MismatchError
-	if len(a.res) != 2 || a.res[0].Outcome != claimengine.Mismatch || a.res[1].Outcome != claimengine.Mismatch || !errors.As(a.err, &mm) {
-		t.Fatalf("ClaimBatch = %+v, %v; want both requests answered: a mismatch with the other transaction's claims", a.res, a.err)
-	}
-	for _, key := range []string{"batch_a", "batch_b"} {
-		if _, err := s.Get(ctx, key); !errors.Is(err, claim.ErrNotFound) {
-			t.Errorf("Get(%s) = %v, want ErrNotFound", key, err)
+		type answer struct {
+			res []result
+			err error
 		}
+		done := make(chan answer, 1)
+		go func() {
+			res, err := engineOf(s).ClaimBatch(ctx, []claimengine.Request{req(a, "batch_"+a, "runner"), req(b, "batch_"+b, "runner")})
+			done <- answer{res, err}
+		}()
+		for {
+			var waiting int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting == 1 {
+				break
+			}
+			select {
+			case a := <-done:
+				t.Fatalf("the batch returned %+v, %v while a claim of %s was uncommitted; want it to wait", a.res, a.err, b)
+			default:
+			}
+		}
+		// This insert waits for the batch's claim of a: a deadlock.
+		var pgErr *pgconn.PgError
+		if err := insert(a); errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
+			other.Rollback(ctx)
+			<-done
+			t.Logf("try %d: the other side was ended, not the batch; again", try)
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ans := <-done
+		var mm *claim.MismatchError
+		if len(ans.res) != 2 || ans.res[0].Outcome != claimengine.Mismatch || ans.res[1].Outcome != claimengine.Mismatch || !errors.As(ans.err, &mm) {
+			t.Fatalf("ClaimBatch = %+v, %v; want both requests answered: a mismatch with the other transaction's claims", ans.res, ans.err)
+		}
+		for _, key := range []string{"batch_" + a, "batch_" + b} {
+			if _, err := s.Get(ctx, key); !errors.Is(err, claim.ErrNotFound) {
+				t.Errorf("Get(%s) = %v, want ErrNotFound", key, err)
+			}
+		}
+		return
 	}
 }
