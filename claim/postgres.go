@@ -98,7 +98,7 @@ type Postgres struct {
 	lockKey   int64
 	claimSQL  string
 	claimBase string // claimTemplate with this store's names, fence unset
-	undoSQL   string // undoTemplate with this store's names
+	heldSQL   string // heldTemplate with this store's names
 	selectSQL string // column list, FROM the table, for Get and Stale
 }
 
@@ -131,7 +131,7 @@ func NewPostgres(pool *pgxpool.Pool, cfg Config) (*Postgres, error) {
 		lockKey:   int64(h.Sum64()),
 		claimSQL:  fenced(base, claimengine.Fence{}),
 		claimBase: base,
-		undoSQL:   n.replacer.Replace(undoTemplate),
+		heldSQL:   n.replacer.Replace(heldTemplate),
 		selectSQL: "SELECT " + colsOf("t") + " FROM " + n.table + " t",
 	}, nil
 }
@@ -203,9 +203,9 @@ const (
 // A request whose conflicting row was committed by another transaction
 // after this statement's snapshot was taken gets no row at all (ins waited
 // for it and did nothing; the others cannot see it), or, when that row
-// failed before ins looked at it again, a row that undoTemplate, next in
-// the transaction, deletes. The caller runs the statement again for such
-// requests, with a fresh snapshot.
+// failed before ins looked at it again, a row that heldTemplate, next in
+// the transaction, fails the transaction for. The caller runs the
+// statement again for such requests, with a fresh snapshot.
 //
 // With a fence (see fenced), req is empty unless the lease row still
 // carries the fence's token: the statement then claims nothing and
@@ -288,17 +288,20 @@ SELECT req.ord, 8, {{cols_x}} FROM rest req CROSS JOIN LATERAL (SELECT * FROM {{
 		AND x.amount - req.amount >= (SELECT coalesce(sum(r.amount), 0) FROM {{table}} r
 			WHERE r.refund_of = req.refund_of AND r.state <> 'failed'))`
 
-// undoTemplate deletes the claims of keys $1 that its transaction
-// inserted and that another claim holds against by the rules of
-// claimTemplate's ins, as of its own snapshot, and returns their keys. A
-// row its transaction inserted is one of its own row versions (xmin, whose
-// 32 bits an old frozen row may share) created at its start (created_at):
-// a takeover's row version is its transaction's too, but keeps the
-// claim's creation time, whatever its count of leases says. It runs after claimTemplate, in its transaction, at
-// read committed: the claims that statement's snapshot missed and the
-// unique index no longer saw are in this one's.
-const undoTemplate = `
-DELETE FROM {{table}} t
+// heldTemplate fails its transaction when a claim of keys $1 that the
+// transaction inserted (its own row version, created at the
+// transaction's start: a takeover keeps the claim's creation time) is one
+// that another claim holds against by the rules of claimTemplate's ins,
+// as of this statement's own snapshot: the cast of a sentence to an
+// integer raises invalid_text_representation, and nothing of the
+// transaction commits. It runs after claimTemplate, in its transaction,
+// at read committed: the claims that statement's snapshot missed and the
+// unique index no longer saw are in this one's. Failing, rather than
+// deleting the insert, asks for no privilege beyond SELECT, INSERT and
+// UPDATE on the table.
+const heldTemplate = `
+SELECT ('billonce: the new claim ' || t.key || ' meets a claim committed while it was inserted; it is claimed again')::int
+FROM {{table}} t
 WHERE t.key = ANY ($1::text[]) AND t.state = 'pending' AND t.created_at = now()
 	AND t.xmin::text = (pg_current_xact_id_if_assigned()::text::bigint % 4294967296)::text
 	AND (EXISTS (SELECT FROM {{table}} f
@@ -306,8 +309,7 @@ WHERE t.key = ANY ($1::text[]) AND t.state = 'pending' AND t.created_at = now()
 				AND (t.scope <> '' AND f.scope NOT IN ('', t.scope) OR f.scope = t.scope AND f.attempt > t.attempt) OFFSET 0)
 		OR EXISTS (SELECT FROM {{table}} f
 			WHERE f.customer = t.customer AND f.period = t.period AND f.state <> 'failed' AND f.key <> t.key
-				AND (t.scope <> '' AND f.scope NOT IN ('', t.scope) OR f.scope = t.scope AND f.attempt > t.attempt) OFFSET 0))
-RETURNING t.key`
+				AND (t.scope <> '' AND f.scope NOT IN ('', t.scope) OR f.scope = t.scope AND f.attempt > t.attempt) OFFSET 0))`
 
 // fenced returns the claim statement base under fence f, whose token is
 // $18: the lease row that carries it is locked FOR SHARE until the claims
@@ -549,19 +551,24 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 	// scope, or of a later attempt, committed and then failed while the
 	// insert waited for it. Read again, the period holds it. This
 	// statement reads the table as of its own start, after that
-	// transaction's commit (the insert waited for it), and takes back the
-	// claims the statement inserted that such a claim holds against; they
-	// are answered by a run of the statement that sees it.
-	var undone []string
-	b.Queue(p.undoSQL, keys).Query(func(rows pgx.Rows) error {
-		var err error
-		undone, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
+	// transaction's commit (the insert waited for it), and fails the
+	// transaction when a claim it inserted is held so; the statement then
+	// runs again, and sees that claim.
+	held := false
+	b.Queue(p.heldSQL, keys).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+		}
+		var pgErr *pgconn.PgError
+		held = errors.As(rows.Err(), &pgErr) && pgErr.Code == "22P02" // invalid_text_representation: heldTemplate's
+		return rows.Err()
 	})
 	b.Queue("COMMIT")
 	if err := p.db.SendBatch(ctx, &b).Close(); err != nil {
-		if readErr != nil {
+		switch {
+		case readErr != nil:
 			return nil, readErr
+		case held:
+			return todo, nil // nothing committed: all again
 		}
 		return nil, fenceErr(fence, err)
 	}
@@ -569,18 +576,6 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 		if err := p.fenceLost(ctx, fence); err != nil {
 			return nil, err
 		}
-	}
-	for j := range best {
-		if !slices.Contains(undone, keys[j]) {
-			continue
-		}
-		if best[j] != fromInsert {
-			// Never seen: undoTemplate deletes only this transaction's
-			// inserts. Whatever deleted it, the claim is gone: nothing
-			// may be sent for it.
-			return nil, fmt.Errorf("claim: claim %q, not inserted by this statement, was deleted by its check; nothing is sent for it: claim it again", keys[j])
-		}
-		best[j], rowOf[j] = 0, Claim{}
 	}
 	q := p.db
 	for j, i := range todo {

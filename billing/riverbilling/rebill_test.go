@@ -63,6 +63,13 @@ func TestRebillJobWhileEarlierAttemptProcessing(t *testing.T) {
 	case errors.As(err, &ce) && errors.Is(err, billing.ErrDeclined) && ce.Attempt == 2:
 	case errors.Is(err, billing.ErrInProgress):
 		// The waiting job for attempt 3 is already sending it.
+	case err == nil:
+		// The waiting job for attempt 3 has billed it already (its retry
+		// came first on a busy machine): the period's live claim.
+		k3, _ := b.Key(cus, period, 3)
+		if c3, err := e.store.Get(ctx, k3.String()); err != nil || c3.State != claim.StateSucceeded {
+			t.Fatalf("Charge after attempt 2 failed: billed, but attempt 3's claim = %+v, %v; want succeeded", c3, err)
+		}
 	default:
 		t.Fatalf("Charge after attempt 2 failed: %v; want attempt 2 declined, or attempt 3 in progress", err)
 	}
