@@ -27,8 +27,8 @@
 // Both rules hold against claims being made at the same moment: a claim
 // that another transaction commits and fails while this one is inserted
 // (the unique index of live claims then no longer sees it) is read again
-// in the same transaction, at read committed, and the insert is taken
-// back before it commits.
+// in the same transaction, at read committed; the transaction then fails,
+// nothing of it commits, and the claim is made again, seeing it.
 //
 // A row also records where its key went: the scope that made the claim, the
 // re-bill attempt, the endpoint and a non-secret fingerprint of the
