@@ -577,14 +577,13 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 			return nil, err
 		}
 	}
-	q := p.db
 	for j, i := range todo {
 		out[i] = answer(reqs[i], best[j], rowOf[j])
 		if best[j] == 0 && reqs[i].RefundOf != "" {
 			// A refund the statement neither claimed nor refused: its
 			// payment has no claim.
 			var exists bool
-			if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+p.names.table+" WHERE key = $1)", reqs[i].RefundOf).Scan(&exists); err != nil {
+			if err := p.db.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+p.names.table+" WHERE key = $1)", reqs[i].RefundOf).Scan(&exists); err != nil {
 				return nil, fmt.Errorf("claim: reading the payment claim of refund %q: %w", reqs[i].Key, err)
 			}
 			if !exists {
@@ -596,7 +595,7 @@ func (p *pgEngine) claimRun(ctx context.Context, reqs []request, todo []int, out
 			again = append(again, i)
 		}
 		if m, ok := out[i].Conflict.(*MismatchError); ok && best[j] == fromRefund {
-			if err := p.refundLeft(ctx, q, m); err != nil {
+			if err := p.refundLeft(ctx, m); err != nil {
 				return nil, err
 			}
 		}
@@ -637,12 +636,6 @@ func answer(req request, from int, c Claim) result {
 	}
 }
 
-// querier is a pool or a transaction.
-type querier interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-	QueryRow(context.Context, string, ...any) pgx.Row
-}
-
 // refundLockSpace is the first key of the transaction-level advisory
 // locks a refund's claim takes on its payment's key (the second is a hash
 // of that key): two-key advisory locks are apart from the one-key locks
@@ -663,9 +656,11 @@ func refundLocks(reqs []request, todo []int) []string {
 
 // refundLeft fills in m.Have, for a refund its payment's claim refused:
 // the amount left to refund of the payment, its live refunds taken off.
-func (p *pgEngine) refundLeft(ctx context.Context, tx querier, m *MismatchError) error {
+// It is read after the claim's transaction, for the refusal's words only:
+// refunds claimed since may be taken off too.
+func (p *pgEngine) refundLeft(ctx context.Context, m *MismatchError) error {
 	var refunded int64
-	err := tx.QueryRow(ctx, "SELECT coalesce(sum(amount), 0) FROM "+p.names.table+
+	err := p.db.QueryRow(ctx, "SELECT coalesce(sum(amount), 0) FROM "+p.names.table+
 		" WHERE refund_of = $1 AND state <> 'failed'", m.Existing.Key).Scan(&refunded)
 	if err != nil {
 		return fmt.Errorf("claim: reading the refunds of %q: %w", m.Existing.Key, err)
