@@ -51,21 +51,7 @@ func TestClaimBatchEndedByADeadlockRunsAgain(t *testing.T) {
 			res, err := engineOf(s).ClaimBatch(ctx, []claimengine.Request{req(a, "batch_"+a, "runner"), req(b, "batch_"+b, "runner")})
 			done <- answer{res, err}
 		}()
-		for {
-			var waiting int
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
-				t.Fatal(err)
-			}
-			if waiting == 1 {
-				break
-			}
-			select {
-			case a := <-done:
-				t.Fatalf("the batch returned %+v, %v while a claim of %s was uncommitted; want it to wait", a.res, a.err, b)
-			default:
-			}
-		}
+		awaitLockWait(t, pool, "%unnest%", done, "the batch")
 		// This insert waits for the batch's claim of a: a deadlock.
 		var pgErr *pgconn.PgError
 		if err := insert(a); errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {

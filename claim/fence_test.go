@@ -121,26 +121,7 @@ func TestFencedClaimWaitsForTakeoverInProgress(t *testing.T) {
 		done <- err
 	}()
 	// The claim waits for the row lock.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR SHARE%'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 1 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the claim returned %v while the takeover was in progress; want it to wait", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the fenced claim never waited for the takeover")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitLockWait(t, pool, "%FOR SHARE%", done, "the claim")
 	if err := takeover.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -97,3 +97,50 @@ func pgPass(pool *pgxpool.Pool) func(t *testing.T, d time.Duration) {
 		}
 	}
 }
+
+// awaitLockWait returns once a statement of the test's database whose
+// text is like like waits for a lock. It fails t if done delivers first:
+// what returned instead of waiting.
+func awaitLockWait[T any](t *testing.T, pool *pgxpool.Pool, like string, done <-chan T, what string) {
+	t.Helper()
+	for {
+		var waiting int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, like).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			return
+		}
+		select {
+		case a := <-done:
+			t.Fatalf("%s returned %+v before it waited for the other transaction; want it to wait", what, a)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// poolOfOne returns a pool of at most one connection on a fresh
+// database, and a migrated store on it.
+func poolOfOne(t *testing.T, url string) (*pgxpool.Pool, *claim.Postgres) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := claim.NewPostgres(pool, claim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return pool, s
+}

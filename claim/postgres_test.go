@@ -327,23 +327,7 @@ func pgtestPool(t *testing.T, url string) *pgxpool.Pool {
 func TestPoolOfOneConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfgPool, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPool.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfgPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := claim.NewPostgres(pool, claim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, s := poolOfOne(t, pgtest.URL(t))
 	counts := race(t, 16, func(i int) (result, error) {
 		return engineOf(s).Claim(ctx, req(fmt.Sprintf("cus_%d", i), fmt.Sprintf("k%d", i), "a"))
 	})

@@ -143,21 +143,7 @@ func claimBatchHeldBack(t *testing.T, s pgStore, pool *pgxpool.Pool, reqs []clai
 		res, err := s.ClaimBatch(ctx, reqs)
 		done <- answer{res, err}
 	}()
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 1 {
-			break
-		}
-		select {
-		case a := <-done:
-			t.Fatalf("the batch returned %+v, %v while a claim of its first customer was uncommitted; want it to wait", a.res, a.err)
-		default:
-		}
-	}
+	awaitLockWait(t, pool, "%unnest%", done, "the batch")
 	meanwhile()
 	if err := blocker.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -198,21 +184,7 @@ func claimWhileInsertedAndFailed(t *testing.T, s pgStore, pool *pgxpool.Pool, r 
 		res, err := engineOf(s).Claim(ctx, r)
 		done <- answer{res, err}
 	}()
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 1 {
-			break
-		}
-		select {
-		case a := <-done:
-			t.Fatalf("Claim returned %+v, %v while another claim of its period was uncommitted; want it to wait", a.res, a.err)
-		default:
-		}
-	}
+	awaitLockWait(t, pool, "%unnest%", done, "Claim")
 	if err := other.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/billonce/billonce/claim"
 	"github.com/billonce/billonce/internal/claimengine"
 	"github.com/billonce/billonce/internal/pgtest"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A claim that fails in the database (a fence on a missing lease table,
@@ -20,23 +19,7 @@ func TestPoolOfOneConnectionClaimsOnAfterAFailedClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
-	cfgPool, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPool.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfgPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := claim.NewPostgres(pool, claim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, s := poolOfOne(t, url)
 	e := engineOf(s)
 	other := pgtestPool(t, url)
 
@@ -62,21 +45,7 @@ func TestPoolOfOneConnectionClaimsOnAfterAFailedClaim(t *testing.T) {
 		_, err := e.Claim(cctx, req("cus_3", "k3", "a"))
 		done <- err
 	}()
-	for {
-		var waiting int
-		if err := other.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest%'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 1 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("Claim of k3 returned %v while another claim of its period was uncommitted; want it to wait", err)
-		default:
-		}
-	}
+	awaitLockWait(t, other, "%unnest%", done, "Claim of k3")
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("Claim of k3 with its context cancelled succeeded")
