@@ -436,15 +436,14 @@ func (g *gate) script(next func(billingtest.Request) billingtest.Fault) func(bil
 	return func(r billingtest.Request) billingtest.Fault {
 		if r.Method == http.MethodPost {
 			g.mu.Lock()
-			progress, at, release := g.progress, g.at, g.release
+			held := g.progress != nil && g.at >= 0 && g.progress() >= g.at
+			if held && !g.met {
+				g.met = true
+				close(g.reached)
+			}
+			release := g.release
 			g.mu.Unlock()
-			if progress != nil && at >= 0 && progress() >= at {
-				g.mu.Lock()
-				if g.release == release && !g.met {
-					g.met = true
-					close(g.reached)
-				}
-				g.mu.Unlock()
+			if held {
 				return billingtest.Fault{Kind: billingtest.FaultSlow, Release: release}
 			}
 		}
