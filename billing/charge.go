@@ -401,8 +401,9 @@ func (b *Biller) completedSinceDecline(ctx context.Context, j job, err error) (_
 	switch pi.Status {
 	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusProcessing:
 		if _, other := b.ownHits(j, []object{intentObject(pi)}); other != nil {
-			j.holds = pi.ID
-			return Receipt{}, true, b.needs(ctx, j, changedIntent(pi, j.price), nil)
+			e := b.needs(ctx, j, changedIntent(pi, j.price), nil)
+			e.StripeID = pi.ID
+			return Receipt{}, true, e
 		}
 		b.log.LogAttrs(ctx, slogInfo, "billonce: a replayed decline's PaymentIntent was completed since", attrs(j, "stripe_id", pi.ID)...)
 		r, rerr := b.record(ctx, j, object{id: pi.ID, status: string(pi.Status)})

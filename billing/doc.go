@@ -353,37 +353,41 @@
 // crashes and days. A Run item with an Invoice, or every item when
 // Config.Invoice is set and Config.Price is not, is billed that way.
 //
-// An invoice is several requests, so its claim records how far it got
-// (claim.Claim.Step: "draft", then "finalized") and which invoice it
-// builds on. The lines are not recorded one by one: they are sent one
-// after the other once the draft is recorded, and found again by listing
-// the draft's lines. Each step has its own key, derived from the claim's
-// key and the step's name (and line index), and a deadline, which starts
-// when the step recorded before it is (the draft, for every line and the
-// finalization); the draft, each invoice
-// item and the invoice carry the metadata billonce_key, billonce_customer,
-// billonce_period, and each item billonce_line, its index. The draft is
-// made with pending_invoice_items_behavior=exclude and each line added to
-// it by id, so that no pending invoice item of the customer is swept in.
-// A call that finds the claim part way resumes after the step it records
-// with the same keys, listing the draft's lines first: a line on the
-// draft is taken, not sent again (its key may be from an earlier window,
-// one Stripe has forgotten, if the claim's step was set back). Past a
-// step's deadline nothing is written blind: the draft is
-// looked for with Stripe's invoice search (one found is taken; several, or
-// a failed search, is [ErrNeedsReconciliation]), a line by listing the
-// invoice's lines, the finalization and the payment by reading the
-// invoice. A claim whose next step may have been sent with another
-// credential (a rotated secret key) is looked for the same way first, and
+// An invoice is several requests, each with its own key, derived from
+// the claim's key and the step's name (and line index); the draft, each
+// invoice item and the invoice carry the metadata billonce_key,
+// billonce_customer, billonce_period, and each item billonce_line, its
+// index. The draft is made with pending_invoice_items_behavior=exclude and
+// each line added to it by id, so that no pending invoice item of the
+// customer is swept in. The claim records nothing of the invoice before
+// its outcome (a claim and its outcome are all an invoice writes to
+// PostgreSQL, as for a charge), because every step is found again
+// cheaply: the invoice by listing the customer's invoices made since the
+// claim (a list shows an invoice at once, where a search lags), its lines
+// by listing them, the finalization and the payment by the invoice's
+// status. A call that gives up part way records the invoice it holds as
+// it releases the claim (claim.Claim.StripeID), so that its events settle
+// the claim. A call that finds the claim part way (a runner gave up, or
+// was killed) reads that invoice, or lists the customer's invoices for
+// the one carrying the key (one found is taken in whatever status it has
+// reached; several, or only other customers' or currencies', is
+// [ErrNeedsReconciliation]; a void one, billonce's own voided by a
+// person, fails the claim), and goes on from where Stripe shows it, with
+// the same keys: a line on the draft is taken, not sent again. The keys'
+// deadline is the claim's, which starts before any step is sent. Past it
+// nothing is written blind: each step is looked for first, the same way.
+// A claim whose steps may have been sent with another credential (a
+// rotated secret key) is looked for the same way first at every step, and
 // the charge's rule decides: a step found is taken; finding nothing is
 // [ErrSentElsewhere] until the key's window has passed (the old key's
-// request may still land), after which the step is sent. Lines found
-// this way are recorded ("line i", the last of them) before anything is
-// sent in the window that starts then, so that a later resume does not
-// send them again. A line missing while a later one is on the draft was
-// deleted from it (on Stripe's dashboard, say): the lines after it may
-// carry keys Stripe has forgotten too, so nothing is sent, and the claim
-// waits for a person with [ErrNeedsReconciliation].
+// request may still land, and finding the draft does not prove that its
+// lines were not sent), after which the step is sent. Lines found past
+// the window are recorded (claim.Claim.Step "line i", the last of them)
+// before anything is sent in the window that starts then, so that a later
+// resume does not send them again. A line missing while a later one is on
+// the draft was deleted from it (on Stripe's dashboard, say): the lines
+// after it may carry keys Stripe has forgotten too, so nothing is sent,
+// and the claim waits for a person with [ErrNeedsReconciliation].
 //
 // The claim records the invoice's total, not its lines, and the receipt's
 // Amount is that total; but a draft is anyone's to change between two

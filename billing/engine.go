@@ -309,9 +309,10 @@ func (b *Biller) giveUp(ctx context.Context, j job, cause error) {
 }
 
 // release leaves the claim pending with its key, expiring the lease so the
-// next run can resume it at once.
+// next run can resume it at once. A claim that holds an object at Stripe
+// (an invoice) records it, if it records none yet.
 func (b *Biller) release(ctx context.Context, j job, cause error) {
-	if err := b.claims.Release(ctx, j.key.String(), j.owner, cause.Error()); err != nil {
+	if err := b.claims.Release(ctx, j.key.String(), j.owner, j.holds, cause.Error()); err != nil {
 		b.log.LogAttrs(ctx, slogWarn, "billonce: could not release claim; it is resumed once its lease expires", attrs(j, "error", err)...)
 	}
 }

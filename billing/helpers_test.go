@@ -460,9 +460,9 @@ func (s *cancelStore) Succeed(ctx context.Context, key, id string) error {
 	return s.claimEngine.Succeed(ctx, key, id)
 }
 
-func (s *cancelStore) Release(ctx context.Context, key, owner, why string) error {
+func (s *cancelStore) Release(ctx context.Context, key, owner, stripeID, why string) error {
 	defer s.step()()
-	return s.claimEngine.Release(ctx, key, owner, why)
+	return s.claimEngine.Release(ctx, key, owner, stripeID, why)
 }
 
 func (s *cancelStore) Abandon(ctx context.Context, key, owner string) error {

@@ -61,24 +61,26 @@ type InvoiceLine struct {
 // The invoice is made in steps, each one request with its own key
 // derived from the claim's key and the step: the draft (auto_advance
 // false, and pending_invoice_items_behavior exclude, so that no pending
-// item of the customer is swept in), recorded on the claim once Stripe
-// answered, each line, the finalization (recorded too; auto_advance still
-// false: Stripe collects an open invoice with it on by itself, an hour
-// later, whatever its total), then, once its total is the claim's, the
-// payment (DaysUntilDue 0, after turning Stripe's automatic collection on)
-// or the sending. A call that finds the claim part way
-// (another runner crashed) resumes at the step after the last one
-// recorded, with the same keys, after listing the draft's lines: the
-// lines a dead runner added are taken, not sent again. Past a step's deadline (see the package
-// documentation), what exists is found before anything is written: the
-// draft by Stripe's search on its billonce_key metadata (only a draft of
-// the customer in the invoice's currency counts: other code may copy the
-// metadata onto an invoice of its own, which leaves the claim pending with
-// ErrNeedsReconciliation), the lines by listing the invoice's lines, the finalization and the payment by
-// reading the invoice. So is the next step of a claim made with another
-// credential (a rotated secret key), and finding nothing there is
-// trusted only once the key's window has passed, as for a charge: until
-// then the error is [ErrSentElsewhere], with Until, and nothing is sent.
+// item of the customer is swept in), each line, the finalization
+// (auto_advance still false: Stripe collects an open invoice with it on
+// by itself, an hour later, whatever its total), then, once its total is
+// the claim's, the payment (DaysUntilDue 0, after turning Stripe's
+// automatic collection on) or the sending. Nothing of the invoice is
+// recorded on the claim before its outcome: what a step made is found
+// again at Stripe. A call that finds the claim part way (another runner
+// gave up, or crashed) lists the customer's invoices made since the claim
+// for the one carrying its key (a list, unlike a search, shows it at
+// once), or reads the invoice a runner that gave up recorded, and resumes
+// from where Stripe shows it, with the same keys, after listing the
+// draft's lines: the lines a dead runner added are taken, not sent again.
+// Only an invoice of the customer in the invoice's currency counts: other
+// code may copy the metadata onto an invoice of its own, which leaves the
+// claim pending with ErrNeedsReconciliation. Past a step's deadline (see
+// the package documentation), what exists is found the same way before
+// anything is written. So is every step of a claim made with another
+// credential (a rotated secret key), and finding nothing is trusted only
+// once the key's window has passed, as for a charge: until then the error
+// is [ErrSentElsewhere], with Until, and nothing is sent.
 //
 // The claim records the invoice's total, which Receipt.Amount reports,
 // and a draft is anyone's to change between two steps. So the draft's
@@ -279,7 +281,7 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 	if err != nil {
 		return Receipt{}, err
 	}
-	if c.Step != stepFinalized {
+	if v.final == nil && c.Step != stepFinalized {
 		if err := v.build(ctx, next); err != nil {
 			return Receipt{}, err
 		}
@@ -291,25 +293,26 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 	return v.collect(ctx, status)
 }
 
-// resumeAt returns the first line still to add, from the step the claim
-// records. A claim without a draft has none: the draft is made first. A
-// claim at the draft resumes at line 0: the lines are not recorded one by
-// one (see build). A step "line i" is what earlier versions recorded.
+// resumeAt returns the first line still to add, from what the claim
+// records. A claim without an invoice is begun (see begin). One that
+// records its invoice but no step was released part way: the invoice is
+// read, since it may be final by now. A claim at the draft resumes at line
+// 0: the lines are not recorded one by one (see build). The steps "draft",
+// "line i" and "finalized" are recorded only where a lookup reopened a
+// step's window, or another credential's steps were taken over (see
+// advance and reopen), and by earlier versions.
 func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 	c, j := v.c, v.j
 	next := 0
 	switch {
 	case c.Step != "" && c.StripeID == "":
 		return 0, chargeErr(j, nil, "", fmt.Errorf("billing: the claim records step %q but no invoice", c.Step))
-	case c.Step == "":
-		v.fresh = v.j.won
-		id, err := v.step(ctx, stepDraft, v.draft, v.findDraft)
-		if err != nil {
+	case c.Step == "" && c.StripeID != "":
+		if err := v.read(ctx); err != nil {
 			return 0, err
 		}
-		v.j.holds = id // a claim that holds a draft is never abandoned
-		v.j.won = false
-		if err := v.advance(ctx, stepDraft); err != nil {
+	case c.Step == "":
+		if err := v.begin(ctx); err != nil {
 			return 0, err
 		}
 	case c.Step == stepDraft:
@@ -330,8 +333,58 @@ func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 	return next, nil
 }
 
+// begin makes the claim's draft. A claim a call before this one made (it
+// stopped, or crashed, part way) may have its invoice already, made and
+// perhaps finalized and paid since, but not recorded: nothing of an
+// invoice is recorded before its outcome, since what exists is found
+// again cheaply. So the customer's invoices are listed first (a list,
+// unlike a search, shows an invoice at once), and an invoice found is
+// taken on from where Stripe shows it. Only when none is found is the
+// draft's request sent, with its key: a request of the earlier call still
+// on its way is then the same request, which Stripe answers once.
+func (v *invoiceSteps) begin(ctx context.Context) error {
+	v.fresh = v.j.won
+	if !v.fresh && !v.verify {
+		// Where the key may have gone with another credential, step
+		// looks first itself, and trusts a miss only as missUntrusted
+		// says.
+		_, err := readRetried(ctx, v.b, v.j, func(ctx context.Context) (bool, error) {
+			_, found, err := v.findDraft(ctx)
+			return found, err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return asChargeError(v.j, v.b.failure(ctx, v.j, err))
+			}
+			return v.needs(ctx, stepDraft, err.Error())
+		}
+	}
+	if v.j.holds == "" {
+		id, err := v.step(ctx, stepDraft, v.draft, v.findDraft)
+		if err != nil {
+			return err
+		}
+		v.j.holds = id // a claim that holds a draft is never abandoned
+	}
+	v.j.won = false
+	return nil
+}
+
+// read reads the invoice a call before this one made and recorded as it
+// stopped: it may have gone on since (finalized, paid or voided, by
+// Stripe or a person).
+func (v *invoiceSteps) read(ctx context.Context) error {
+	if _, err := readRetried(ctx, v.b, v.j, v.get); err != nil {
+		if ctx.Err() != nil {
+			return asChargeError(v.j, v.b.failure(ctx, v.j, err))
+		}
+		return v.needs(ctx, stepDraft, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
+	}
+	return nil
+}
+
 // build adds the lines from next on, checks the draft's lines, and
-// finalizes it, recording the finalization.
+// finalizes it.
 //
 // The lines are not recorded: a line is found again cheaply, by listing
 // the draft's lines, so a resume from the draft lists them, takes those
@@ -369,10 +422,8 @@ func (v *invoiceSteps) build(ctx context.Context, next int) error {
 	if err := v.checkLines(ctx); err != nil {
 		return err
 	}
-	if _, err := v.step(ctx, stepFinalized, v.finalize, v.findFinalized); err != nil {
-		return err
-	}
-	return v.advance(ctx, stepFinalized)
+	_, err := v.step(ctx, stepFinalized, v.finalize, v.findFinalized)
+	return err
 }
 
 // collect has a final, open invoice whose total is the claim's paid
@@ -490,26 +541,6 @@ func (v *invoiceSteps) step(ctx context.Context, step string, call func(context.
 		}
 		return "", asChargeError(v.j, b.failure(ctx, v.j, err))
 	}
-}
-
-// advance records step (the draft, or the finalization) as done. Such a
-// step found done under another credential's key is the last one that
-// credential can have sent: the lines are sent once the draft is
-// recorded, and what follows the finalization once it is, and this call
-// holds the claim now. The claim then records this Biller's credential,
-// for the steps it sends from here on. A line found done proves less (the
-// next one may have been sent too), so finding lines leaves verify on.
-func (v *invoiceSteps) advance(ctx context.Context, step string) error {
-	err := v.b.claims.Advance(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, v.j.holds, step)
-	if err == nil && v.verify {
-		if err = v.b.claims.Reopen(context.WithoutCancel(ctx), v.j.key.String(), v.j.owner, endpointInvoices, v.b.credential); err == nil {
-			v.verify = false
-		}
-	}
-	if err != nil {
-		return v.lost(ctx, step, err)
-	}
-	return nil
 }
 
 // reopen starts the window of step's key again, with this Biller's
@@ -786,55 +817,69 @@ func (v *invoiceSteps) get(ctx context.Context) (*stripe.Invoice, error) {
 
 // The finders: what a step made, looked for once its key may be forgotten.
 
-// findDraft searches the invoice by its billonce_key metadata. Metadata
-// is anyone's to write, so, as for a payment (see Biller.ownHits), only
-// an invoice that the draft's request would have made counts: a draft,
-// for the claim's customer, in its currency. Another writer's invoice
-// never settles the step, and never counts as a miss either. Several
-// found, only others' found, or a failed search, cannot be settled here.
+// findDraft lists the customer's invoices made since the claim for the
+// one that carries the claim's key in its metadata: a list, unlike a
+// search, shows an invoice as soon as it exists. Metadata is anyone's to
+// write, so, as for a payment (see Biller.ownHits), only an invoice that
+// the draft's request would have made counts: the claim's customer's, in
+// its currency. A void one counts only when no other does: it is the
+// claim's own, voided by a person once final, and fails the claim (see
+// settle). Another writer's invoice never settles the step, and never
+// counts as a miss either. Several found, only others' found, or a failed
+// list, cannot be settled here. The invoice found is kept as the list
+// shows it now, which may be past its draft (finalized, paid).
 func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	b := v.b
-	if err := b.waitSearch(ctx); err != nil {
+	if err := b.limiter.Wait(ctx); err != nil {
 		return "", false, err
 	}
-	query := fmt.Sprintf("metadata['%s']:'%s'", MetaKey, v.j.key.String())
-	it := b.invoices.Search(&stripe.InvoiceSearchParams{SearchParams: stripe.SearchParams{Query: query, Context: ctx, Single: true}})
-	var ids, foreign []string
+	p := &stripe.InvoiceListParams{Customer: stripe.String(v.j.customer)}
+	p.Context, p.Limit = ctx, stripe.Int64(100)
+	if !v.c.CreatedAt.IsZero() {
+		// The claim's age on the store's clock, with room for the
+		// clocks of the store, of this machine and of Stripe to differ.
+		p.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: time.Now().Add(-v.c.Age - invoiceListSlack).Unix()}
+	}
+	it := b.invoices.List(p)
+	var own, void []*stripe.Invoice
+	var foreign []string
 	for it.Next() {
 		in := it.Invoice()
 		if in.ID == "" {
-			return "", false, notStripes(it.InvoiceSearchResult().LastResponse, "is not an invoice")
+			return "", false, notStripes(it.InvoiceList().LastResponse, "is not an invoice")
 		}
 		switch {
-		case in.Status == stripe.InvoiceStatusVoid:
-		case in.Status != stripe.InvoiceStatusDraft || customerOf(in) != v.j.customer ||
-			!strings.EqualFold(string(in.Currency), v.inv.Currency):
+		case in.Metadata[MetaKey] != v.j.key.String():
+		case customerOf(in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency):
 			foreign = append(foreign, fmt.Sprintf("%s (%s, %s, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
+		case in.Status == stripe.InvoiceStatusVoid:
+			void = append(void, in)
 		default:
-			ids = append(ids, in.ID)
+			own = append(own, in)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return "", false, fmt.Errorf("invoice search failed: %w", err)
+		return "", false, fmt.Errorf("listing the invoices of customer %s failed: %w", v.j.customer, err)
 	}
-	var last *stripe.APIResponse
-	if r := it.InvoiceSearchResult(); r != nil {
-		last = r.LastResponse
+	if len(own) == 0 {
+		own = void
 	}
-	if !isSearchResult(last) {
-		return "", false, notASearchResult(last)
-	}
-	switch len(ids) {
+	switch len(own) {
 	case 0:
 		if len(foreign) > 0 {
-			return "", false, fmt.Errorf("invoice search found only invoices that carry the key's metadata but are not a draft of its customer in its currency, made by other code holding the key: %s; check in Stripe whether the key's own draft exists, then record the claim with billonce resolve", strings.Join(foreign, ", "))
+			return "", false, fmt.Errorf("the customer's invoices carry the key's metadata only on invoices the key's draft would not be (another customer or currency), made by other code holding the key: %s; check in Stripe whether the key's own invoice exists, then record the claim with billonce resolve", strings.Join(foreign, ", "))
 		}
 		return "", false, nil
 	case 1:
-		v.j.holds = ids[0]
-		return ids[0], true, nil
+		v.j.holds = own[0].ID
+		v.seen(own[0])
+		return own[0].ID, true, nil
 	}
-	return "", false, fmt.Errorf("invoice search found %d invoices for one key: %s", len(ids), strings.Join(ids, ", "))
+	ids := make([]string, len(own))
+	for i, in := range own {
+		ids[i] = fmt.Sprintf("%s (%s)", in.ID, in.Status)
+	}
+	return "", false, fmt.Errorf("the customer has %d invoices that carry the claim's key: %s; keep the one that bills the period (void the others), then record the claim with billonce resolve", len(own), strings.Join(ids, ", "))
 }
 
 // customerOf is the id of in's customer.
@@ -1136,6 +1181,10 @@ const (
 	stepDraft     = "draft"
 	stepLine      = "line "
 	stepFinalized = "finalized"
+
+	// invoiceListSlack widens the list of a customer's invoices that
+	// findDraft reads, past the claim's age.
+	invoiceListSlack = 7 * 24 * time.Hour
 
 	maxInvoiceLines = 250
 	maxDaysUntilDue = 365

@@ -61,9 +61,7 @@ func TestInvoiceResumedWithOtherLinesIsNotFinishedAsAMix(t *testing.T) {
 	e := newEnv(t, oneAttempt)
 	first := threeLines() // 1000 + 250 + 40
 	e.stopBefore(e.b, "cus_1", "line 2", first)
-	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "draft" {
-		t.Fatalf("claim %s at %q, want pending at the draft", c.State, c.Step)
-	}
+	e.wantHeldDraft("claim")
 	changed := threeLines()
 	changed.Lines[1].Amount, changed.Lines[2].Amount = 200, 90 // 1000 + 200 + 90: the same total
 	r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, changed)
@@ -185,8 +183,8 @@ func TestInvoiceRotatedKeyWaitsForALineStillOnItsWay(t *testing.T) {
 	if err := <-oldDone; !errors.Is(err, billing.ErrOutcomeUnknown) {
 		t.Fatalf("the old key's call, given up while line 0 was on its way = %v, want ErrOutcomeUnknown", err)
 	}
-	if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || c.Step != "draft" || c.LeaseUntil.After(time.Now()) {
-		t.Fatalf("claim %s at %q, lease until %s; want pending at the draft, released", c.State, c.Step, c.LeaseUntil)
+	if c := e.wantHeldDraft("claim"); c.LeaseUntil.After(time.Now()) {
+		t.Fatalf("claim's lease until %s; want it released", c.LeaseUntil)
 	}
 
 	var landOnce sync.Once

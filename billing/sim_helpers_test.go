@@ -719,11 +719,11 @@ func (s *simStore) Fail(ctx context.Context, key, stripeID, reason string) error
 	return s.inner.Fail(ctx, key, stripeID, reason)
 }
 
-func (s *simStore) Release(ctx context.Context, key, owner, lastErr string) error {
+func (s *simStore) Release(ctx context.Context, key, owner, stripeID, lastErr string) error {
 	if err := s.alive(); err != nil {
 		return err
 	}
-	return s.inner.Release(ctx, key, owner, lastErr)
+	return s.inner.Release(ctx, key, owner, stripeID, lastErr)
 }
 
 func (s *simStore) ReleaseUnsent(ctx context.Context, key, owner, lastErr string) error {

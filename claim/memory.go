@@ -266,18 +266,24 @@ func (m *memEngine) Advance(ctx context.Context, key, owner, stripeID, step stri
 	})
 }
 
-// Release gives up owner's lease on key, recording lastErr. See claimengine.Engine.
-func (m *memEngine) Release(ctx context.Context, key, owner, lastErr string) error {
-	return m.release(key, owner, lastErr, false)
+// Release gives up owner's lease on key, recording lastErr (and stripeID,
+// when the claim records none yet). See claimengine.Engine.
+func (m *memEngine) Release(ctx context.Context, key, owner, stripeID, lastErr string) error {
+	if stripeID != "" {
+		if err := validateID("stripe id", stripeID); err != nil {
+			return err
+		}
+	}
+	return m.release(key, owner, stripeID, lastErr, false)
 }
 
 // ReleaseUnsent releases like Release, and records that the key never
 // executed at Stripe. See claimengine.Engine.
 func (m *memEngine) ReleaseUnsent(ctx context.Context, key, owner, lastErr string) error {
-	return m.release(key, owner, lastErr, true)
+	return m.release(key, owner, "", lastErr, true)
 }
 
-func (m *memEngine) release(key, owner, lastErr string, unsent bool) error {
+func (m *memEngine) release(key, owner, stripeID, lastErr string, unsent bool) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
 		return err
 	}
@@ -287,6 +293,9 @@ func (m *memEngine) release(key, owner, lastErr string, unsent bool) error {
 		}
 		c.Owner, c.LeaseUntil, c.LastError = "", now, lastErr
 		c.Unsent = c.Unsent || unsent
+		if c.StripeID == "" {
+			c.StripeID = stripeID
+		}
 		return nil
 	})
 }
@@ -302,8 +311,8 @@ func (m *memEngine) Abandon(ctx context.Context, key, owner string) error {
 	if err != nil {
 		return err
 	}
-	if c.Step != "" {
-		return fmt.Errorf("%w: claim %q has done step %q at Stripe; it is resumed, never abandoned", claimengine.ErrLeaseLost, key, c.Step)
+	if c.Step != "" || c.StripeID != "" {
+		return fmt.Errorf("%w: claim %q builds on %q at Stripe (step %q done); it is resumed, never abandoned", claimengine.ErrLeaseLost, key, c.StripeID, c.Step)
 	}
 	delete(m.byKey, key)
 	cp := [2]string{c.Customer, c.Period}

@@ -815,22 +815,28 @@ func (p *pgEngine) lost(ctx context.Context, key, owner string) error {
 }
 
 // Release gives up owner's lease on key, recording lastErr. See [Store].
-func (p *pgEngine) Release(ctx context.Context, key, owner, lastErr string) error {
-	return p.release(ctx, key, owner, lastErr, false)
+func (p *pgEngine) Release(ctx context.Context, key, owner, stripeID, lastErr string) error {
+	if stripeID != "" {
+		if err := validateID("stripe id", stripeID); err != nil {
+			return err
+		}
+	}
+	return p.release(ctx, key, owner, stripeID, lastErr, false)
 }
 
 // ReleaseUnsent releases owner's lease on key like Release, and records
 // that its key never executed at Stripe. See claimengine.Engine.
 func (p *pgEngine) ReleaseUnsent(ctx context.Context, key, owner, lastErr string) error {
-	return p.release(ctx, key, owner, lastErr, true)
+	return p.release(ctx, key, owner, "", lastErr, true)
 }
 
-func (p *pgEngine) release(ctx context.Context, key, owner, lastErr string, unsent bool) error {
+func (p *pgEngine) release(ctx context.Context, key, owner, stripeID, lastErr string, unsent bool) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET owner = '', lease_until = now(), last_error = $3, unsent = unsent OR $4, updated_at = now()
-		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, lastErr, unsent)
+	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET owner = '', lease_until = now(), last_error = $3, unsent = unsent OR $4,
+		stripe_id = CASE WHEN stripe_id = '' THEN $5 ELSE stripe_id END, updated_at = now()
+		WHERE key = $1 AND owner = $2 AND state = 'pending'`, key, owner, lastErr, unsent, stripeID)
 	if err != nil {
 		return fmt.Errorf("claim: releasing %q: %w", key, err)
 	}
@@ -846,7 +852,7 @@ func (p *pgEngine) Abandon(ctx context.Context, key, owner string) error {
 	if err := errors.Join(validateID("key", key), validateID("owner", owner)); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, "DELETE FROM "+p.names.table+" WHERE key = $1 AND owner = $2 AND state = 'pending' AND step = ''", key, owner)
+	tag, err := p.db.Exec(ctx, "DELETE FROM "+p.names.table+" WHERE key = $1 AND owner = $2 AND state = 'pending' AND step = '' AND stripe_id = ''", key, owner)
 	if err != nil {
 		return fmt.Errorf("claim: abandoning %q: %w", key, err)
 	}

@@ -187,7 +187,7 @@ func TestTakeoverAfterCrash(t *testing.T) {
 		if err := s.Renew(ctx, "k1", "crashed"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Renew by the crashed owner = %v, want ErrLeaseLost", err)
 		}
-		if err := s.Release(ctx, "k1", "crashed", "late"); !errors.Is(err, claimengine.ErrLeaseLost) {
+		if err := s.Release(ctx, "k1", "crashed", "", "late"); !errors.Is(err, claimengine.ErrLeaseLost) {
 			t.Errorf("Release by the crashed owner = %v, want ErrLeaseLost", err)
 		}
 		if err := s.Renew(ctx, "k1", "b"); err != nil {
@@ -224,7 +224,7 @@ func TestReleaseLetsTheNextRunResume(t *testing.T) {
 		ctx := context.Background()
 		s := h.store
 		mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won)
-		if err := s.Release(ctx, "k1", "a", "timeout after 30s"); err != nil {
+		if err := s.Release(ctx, "k1", "a", "", "timeout after 30s"); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Renew(ctx, "k1", "a"); !errors.Is(err, claimengine.ErrLeaseLost) {
@@ -388,7 +388,7 @@ func TestClaimNotFound(t *testing.T) {
 		s := h.store
 		for name, err := range map[string]error{
 			"Renew":   s.Renew(ctx, "nope", "a"),
-			"Release": s.Release(ctx, "nope", "a", "x"),
+			"Release": s.Release(ctx, "nope", "a", "", "x"),
 			"Succeed": s.Succeed(ctx, "nope", "ch_1"),
 			"Fail":    s.Fail(ctx, "nope", "", "x"),
 		} {
@@ -454,8 +454,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		for name, err := range map[string]error{
 			"Renew without key":     s.Renew(ctx, "", "a"),
 			"Renew without owner":   s.Renew(ctx, "k1", ""),
-			"Release without owner": s.Release(ctx, "k1", "", "x"),
-			"Release with NUL":      s.Release(ctx, "k1", "a", "\x00"),
+			"Release without owner": s.Release(ctx, "k1", "", "", "x"),
+			"Release with NUL":      s.Release(ctx, "k1", "a", "", "\x00"),
 			"Succeed without id":    s.Succeed(ctx, "k1", ""),
 			"Succeed with long id":  s.Succeed(ctx, "k1", long),
 			"Fail without key":      s.Fail(ctx, "", "", "x"),

@@ -26,7 +26,7 @@ func TestUnsentMarkLastsUntilTheWindowIsReopened(t *testing.T) {
 		if !c.Unsent {
 			t.Fatalf("resumed claim %+v; want it unsent", c)
 		}
-		if err := s.Release(ctx, "k1", "b", "timeout after 30s"); err != nil {
+		if err := s.Release(ctx, "k1", "b", "", "timeout after 30s"); err != nil {
 			t.Fatal(err)
 		}
 		c = mustClaim(t, s, req("cus_1", "k1", "c"), claimengine.Resumed).Claim

@@ -87,9 +87,11 @@
 // refuses a paid, draft or void one; /send marks an open or paid
 // send_invoice invoice sent; /void voids an open one; DELETE removes a
 // draft; POST /v1/invoices/{id} changes the auto_advance of a draft or open
-// invoice. GET /v1/invoices/{id}, its /lines (paged) and GET
-// /v1/invoices/search (metadata['k']:'v', customer,
-// status, currency, amount) read them. Each change emits invoice.created,
+// invoice. GET /v1/invoices/{id}, its /lines (paged), GET /v1/invoices
+// (newest first, by customer, status and created[gte|gt|lte|lt]; a list
+// shows an invoice at once) and GET /v1/invoices/search
+// (metadata['k']:'v', customer, status, currency, amount; after the
+// search delay) read them. Each change emits invoice.created,
 // invoice.finalized, invoice.paid, invoice.payment_failed, invoice.sent,
 // invoice.voided, invoice.deleted or invoice.updated with the invoice as
 // data.object.

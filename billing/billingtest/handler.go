@@ -62,6 +62,7 @@ const (
 	epConfirmIntent
 	epCancelIntent
 
+	epListInvoices
 	epCreateInvoice
 	epCreateInvoiceItem
 	epGetInvoice
@@ -184,6 +185,8 @@ func route(method, path string) (endpoint, string) {
 			return epListMeters, ""
 		case "/v1/invoices/search":
 			return epSearchInvoices, ""
+		case "/v1/invoices":
+			return epListInvoices, ""
 		case "/v1/balance":
 			return epGetBalance, ""
 		}
@@ -681,6 +684,8 @@ func (s *Server) get(ep endpoint, id, acct string, r *http.Request) result {
 		return s.readV2Event(acct, id)
 	case epGetInvoice, epInvoiceLines, epSearchInvoices:
 		return s.readInvoices(acct, ep, id, r.Form)
+	case epListInvoices:
+		return s.listInvoices(acct, r.Form)
 	case epListMoves, epGetMove:
 		return s.readMoves(acct, moveObject(r.URL.Path), id, r.Form)
 	case epGetBalance:

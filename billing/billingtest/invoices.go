@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -479,6 +480,49 @@ func renderLine(inv *invoice, l *InvoiceLine) map[string]any {
 		"invoice": inv.ID, "amount": l.Amount, "currency": l.Currency, "description": strOrNil(l.Description),
 		"discountable": true, "livemode": false, "metadata": orEmpty(l.Metadata), "proration": false, "quantity": 1,
 		"period": map[string]any{"start": inv.created.Unix(), "end": inv.created.Unix()}}
+}
+
+// listInvoices serves GET /v1/invoices: the account's invoices, newest
+// first, deleted drafts excluded, filtered by customer, status and
+// created[…], as Stripe lists them. A list reads what exists now: unlike
+// search, it has no indexing delay.
+func (s *Server) listInvoices(acct string, form url.Values) result {
+	for k := range form {
+		switch {
+		case k == "customer", k == "status", k == "limit", k == "starting_after", k == "created", strings.HasPrefix(k, "created["),
+			k == "expand", strings.HasPrefix(k, "expand["):
+		default:
+			return errResult(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
+		}
+	}
+	limit, bad := parseLimit(form)
+	if bad != nil {
+		return errResult(http.StatusBadRequest, *bad)
+	}
+	created, bad := parseCreated(form)
+	if bad != nil {
+		return errResult(http.StatusBadRequest, *bad)
+	}
+	cust, status := form.Get("customer"), form.Get("status")
+	switch status {
+	case "", "draft", "open", "paid", "uncollectible", "void":
+	default:
+		return errResult(http.StatusBadRequest, *invalid("status", "parameter_invalid_string", "Invalid status: must be one of draft, open, paid, uncollectible, or void"))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if bad := s.customerHere(acct, cust); bad != nil {
+		return errResult(http.StatusNotFound, *bad)
+	}
+	var items []listItem
+	for i := len(s.inv.list) - 1; i >= 0; i-- {
+		inv := s.inv.list[i]
+		if inv.deleted || inv.Account != acct || cust != "" && inv.Customer != cust || status != "" && inv.Status != status || !created(inv.created) {
+			continue
+		}
+		items = append(items, listItem{inv.ID, s.renderInvoice(inv)})
+	}
+	return listResult("/v1/invoices", items, limit, form.Get("starting_after"))
 }
 
 // readInvoices serves GET of an invoice, of its lines, and invoice search.

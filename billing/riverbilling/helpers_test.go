@@ -277,10 +277,11 @@ func (e *env) lostAnswer(b *billing.Biller, customer string) {
 	}
 }
 
-// searchDown makes Stripe's search fail until SetScript(nil).
+// searchDown makes Stripe's search, and its list of invoices, fail until
+// SetScript(nil): nothing can find what a lost answer made.
 func (e *env) searchDown() {
 	e.srv.SetScript(func(r billingtest.Request) billingtest.Fault {
-		if strings.HasSuffix(r.Path, "/search") {
+		if strings.HasSuffix(r.Path, "/search") || r.Method == http.MethodGet && r.Path == "/v1/invoices" {
 			return billingtest.Fault{Kind: billingtest.FaultErrorBefore}
 		}
 		return billingtest.Fault{}

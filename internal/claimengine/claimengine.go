@@ -92,8 +92,12 @@ type Engine[C any] interface {
 	Fail(ctx context.Context, key, stripeID, reason string) error
 	// Release gives up owner's lease when the outcome is unknown: the
 	// claim stays pending, lastErr is recorded and the lease expires at
-	// once, so the next Claim resumes it with the same key.
-	Release(ctx context.Context, key, owner, lastErr string) error
+	// once, so the next Claim resumes it with the same key. A stripeID
+	// other than "" is the object the claim's steps made and build on (an
+	// invoice): a claim that records none yet records it, without
+	// starting a window, so that the object's events are known to be
+	// about the claim's own send (see Advance).
+	Release(ctx context.Context, key, owner, stripeID, lastErr string) error
 	// ReleaseUnsent releases like Release, and records on the claim that
 	// its key is known never to have executed at Stripe although Stripe
 	// refused it as seen (claim.Claim.Unsent), until a Reopen.

@@ -121,7 +121,7 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 			res.Outcome, res.Claim.Owner, res.Claim.LeaseUntil.Local().Format(time.DateTime))
 	}
 	release := func(cause error) error {
-		if rerr := db(context.WithoutCancel(ctx), func(ctx context.Context) error { return eng.Release(ctx, c.Key, owner, c.LastError) }); rerr != nil {
+		if rerr := db(context.WithoutCancel(ctx), func(ctx context.Context) error { return eng.Release(ctx, c.Key, owner, "", c.LastError) }); rerr != nil {
 			return errors.Join(cause, rerr)
 		}
 		return cause
@@ -142,7 +142,7 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 			return release(err)
 		}
 		if err := db(context.WithoutCancel(ctx), func(ctx context.Context) error {
-			return eng.Release(ctx, c.Key, owner, "resolved: a person verified that no payment exists for the key; the next run sends it again")
+			return eng.Release(ctx, c.Key, owner, "", "resolved: a person verified that no payment exists for the key; the next run sends it again")
 		}); err != nil {
 			return err
 		}

@@ -1,0 +1,133 @@
+package billing_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/billonce/billonce/billing"
+	"github.com/billonce/billonce/claim"
+)
+
+// killedAt leaves cus_1's invoice claim as a runner killed at step leaves
+// it: the step's request reached Stripe and was done there, and nothing
+// of the invoice is on the claim, since a killed process records nothing
+// (not even, as a call that gives up does, the invoice it holds). The
+// claim's lease is over.
+func (e *env) killedAt(step string, inv *billing.Invoice) {
+	e.tb.Helper()
+	e.crashAt(e.b, "cus_1", step, inv)
+	e.exec("UPDATE billonce_claims SET stripe_id = '', lease_until = now()")
+}
+
+// A runner killed at any step of an invoice, resumed within the key's
+// window or a day later, when Stripe has forgotten every key: billonce
+// records nothing of an invoice before its outcome, and the resume finds
+// what exists by listing the customer's invoices, which shows an invoice
+// at once, in whatever status it has reached. One invoice, each line once,
+// finalized once and paid once, counted at the fake. A flow that resumes
+// by searching for drafts only makes a second invoice for one already
+// finalized or paid, a day later; one that resends the steps with their
+// keys a day later duplicates them.
+func TestInvoiceKilledPartWayIsFoundWhereStripeShowsIt(t *testing.T) {
+	t.Parallel()
+	for _, after := range []time.Duration{time.Minute, 25 * time.Hour} {
+		for _, step := range invoiceSteps {
+			t.Run(after.String()+"/"+step, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t, oneAttempt)
+				inv := threeLines()
+				e.killedAt(step, inv)
+				e.advance(after)
+				r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := e.wantOneInvoice("cus_1", inv, "paid", 1)
+				if got.Finalizations != 1 || r.StripeID != got.ID || r.Amount != 1290 {
+					t.Fatalf("invoice %s finalized %d times; receipt %+v", got.ID, got.Finalizations, r)
+				}
+				if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded || c.StripeID != got.ID {
+					t.Fatalf("claim %s %s, want succeeded with %s", c.State, c.StripeID, got.ID)
+				}
+			})
+		}
+	}
+}
+
+// billonce's own invoice, killed before its payment and voided by a person
+// (who decided the period is not billed this way), is found void on the
+// resume, which fails the claim as the invoice.voided event would: the
+// period is not invoiced again. A flow that counts only drafts and open
+// invoices as the key's makes a new invoice and bills the period anyway.
+func TestInvoiceVoidedByHandWhileNothingIsRecordedFailsTheClaim(t *testing.T) {
+	t.Parallel()
+	for _, after := range []time.Duration{time.Minute, 25 * time.Hour} {
+		t.Run(after.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			inv := threeLines()
+			e.stopBefore(e.b, "cus_1", "pay", inv)
+			all := e.srv.Invoices("cus_1")
+			if len(all) != 1 || all[0].Status != "open" {
+				t.Fatalf("after the stop the fake has %+v, want one open invoice", all)
+			}
+			vp := &stripe.InvoiceVoidInvoiceParams{}
+			vp.IdempotencyKey = stripe.String("void-by-hand")
+			if _, err := e.invoices().VoidInvoice(all[0].ID, vp); err != nil {
+				t.Fatal(err)
+			}
+			e.exec("UPDATE billonce_claims SET stripe_id = '', lease_until = now()")
+			e.advance(after)
+			before := invoicePosts(e.srv.Log())
+			_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+			if !errors.Is(err, billing.ErrDeclined) {
+				t.Fatalf("err = %v, want ErrDeclined (the invoice is void)", err)
+			}
+			if now := invoicePosts(e.srv.Log()); now["draft"] != before["draft"] || now["pay"] != before["pay"] {
+				t.Fatalf("the resume sent %v, before it %v; want no draft and no payment", now, before)
+			}
+			if n := len(e.srv.Invoices("cus_1")); n != 1 {
+				t.Fatalf("%d invoices, want 1", n)
+			}
+			if c := e.invoiceClaim("cus_1"); c.State != claim.StateFailed || c.StripeID != all[0].ID {
+				t.Fatalf("claim %s %s, want failed with %s", c.State, c.StripeID, all[0].ID)
+			}
+		})
+	}
+}
+
+// A call that gives up part way records the invoice it holds as it
+// releases its claim, so that the invoice's events are known to be about
+// the claim's own send: the payment Stripe made for the lost answer
+// settles the claim by its invoice.paid event, before any resume.
+func TestInvoiceReleasedPartWayIsSettledByItsEvent(t *testing.T) {
+	t.Parallel()
+	h := newHookEnv(t, billing.Charges, nil)
+	inv := threeLines()
+	h.crashAt(h.biller(oneAttempt), "cus_1", "pay", inv)
+	c := h.invoiceClaim("cus_1")
+	all := h.srv.Invoices("cus_1")
+	if c.State != claim.StatePending || len(all) != 1 || c.StripeID != all[0].ID || all[0].Status != "paid" {
+		t.Fatalf("after the lost answer: claim %s holding %q, invoices %+v; want pending, holding the paid invoice", c.State, c.StripeID, all)
+	}
+	var paid bool
+	for _, ev := range h.srv.Events() {
+		if ev.Type == "invoice.paid" && ev.ObjectID == all[0].ID {
+			h.deliver(ev)
+			paid = true
+		}
+	}
+	if !paid {
+		t.Fatal("no invoice.paid event")
+	}
+	if c := h.invoiceClaim("cus_1"); c.State != claim.StateSucceeded || c.StripeID != all[0].ID {
+		t.Fatalf("claim after invoice.paid: %s %s", c.State, c.StripeID)
+	}
+	if got := h.srv.Invoices("cus_1"); len(got) != 1 || got[0].Payments != 1 {
+		t.Fatalf("invoices %+v, want the one, paid once", got)
+	}
+}
