@@ -381,7 +381,11 @@
 // the charge's rule decides: a step found is taken; finding nothing is
 // [ErrSentElsewhere] until the key's window has passed (the old key's
 // request may still land, and finding the draft does not prove that its
-// lines were not sent), after which the step is sent. Lines found past
+// lines were not sent), after which the step is sent. That rule holds for
+// the steps that could make something twice, the draft and the lines: a
+// finalization, payment or sending not found is sent at once, since one
+// of the old key's landing after it is refused by the invoice's status
+// (or sends the customer the same invoice again). Lines found past
 // the window are recorded (claim.Claim.Step "line i", the last of them)
 // before anything is sent in the window that starts then, so that a later
 // resume does not send them again. A line missing while a later one is on

@@ -497,9 +497,12 @@ func (v *invoiceSteps) step(ctx context.Context, step string, call func(context.
 				b.log.LogAttrs(ctx, slogInfo, "billonce: found an invoice step done at Stripe", attrs(v.j, "step", step, "invoice", v.j.holds)...)
 				return res, nil
 			}
-			if v.verify {
-				// The other credential's request may still land, and a
-				// search may not show it yet.
+			if v.verify && (step == stepDraft || strings.HasPrefix(step, stepLine)) {
+				// The other credential's request may still land, and
+				// would make a second draft or line. (A finalization, a
+				// payment or a sending that lands after this call's is
+				// refused by the invoice's status, or sends the customer
+				// the same invoice again: those steps go on.)
 				if wait := b.missUntrusted(ctx, v.j, v.c); wait != nil {
 					b.release(context.WithoutCancel(ctx), v.j, wait)
 					wait.StripeID = v.j.holds

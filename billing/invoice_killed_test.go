@@ -3,6 +3,8 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +131,51 @@ func TestInvoiceReleasedPartWayIsSettledByItsEvent(t *testing.T) {
 	}
 	if got := h.srv.Invoices("cus_1"); len(got) != 1 || got[0].Payments != 1 {
 		t.Fatalf("invoices %+v, want the one, paid once", got)
+	}
+}
+
+// An invoice finalized under the old Stripe key, resumed with a rotated
+// one within that key's window: a second finalization or payment cannot
+// happen (Stripe refuses to finalize an open invoice, or pay a paid one),
+// so the new key's call pays the invoice at once instead of waiting out
+// the old key's window, even with the old key's payment still on its way.
+// Counted at the fake: one invoice, finalized once, paid once.
+func TestInvoiceFinalizedUnderARotatedKeyIsPaidWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "payment never sent", true: "payment on its way"}[late], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			inv := threeLines()
+			landing := newLateLanding(func(r *http.Request) bool {
+				return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pay")
+			})
+			if late {
+				old := e.biller(oneAttempt, func(c *billing.Config) { c.HTTPClient = &http.Client{Transport: landing} })
+				ctx, giveUp := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { _, err := old.Invoice(ctx, "cus_1", period, inv); done <- err }()
+				<-landing.held
+				giveUp()
+				if err := <-done; !errors.Is(err, billing.ErrOutcomeUnknown) {
+					t.Fatalf("the old key's call, given up while its payment was on its way = %v, want ErrOutcomeUnknown", err)
+				}
+			} else {
+				e.stopBefore(e.b, "cus_1", "pay", inv)
+			}
+			e.exec("UPDATE billonce_claims SET stripe_id = '', lease_until = now()")
+			r, err := e.biller(oneAttempt, rotated).Invoice(context.Background(), "cus_1", period, inv)
+			if late {
+				close(landing.release)
+				<-landing.landed
+			}
+			if err != nil {
+				t.Fatalf("the rotated key's call = %v, want the invoice paid", err)
+			}
+			got := e.wantOneInvoice("cus_1", inv, "paid", 1)
+			if got.Finalizations != 1 || r.StripeID != got.ID {
+				t.Fatalf("invoice %s finalized %d times; receipt %+v", got.ID, got.Finalizations, r)
+			}
+		})
 	}
 }

@@ -286,11 +286,14 @@ type Claim struct {
 	// never add up to more than its amount.
 	RefundOf string
 
-	// Step is the recovery point of a claim made in steps (an invoice:
-	// "draft", "line 3", "finalized", …): the last step known to be done
-	// at Stripe; "" for none, and for payments and usage reports, which
-	// are one request each. While such a claim is pending, StripeID names
-	// the object its steps build on (the draft invoice).
+	// Step is a recovery point of a claim made in steps (an invoice:
+	// "line 3", the last line found at Stripe after a step's window had
+	// passed; "draft" and "finalized" on claims of earlier versions): ""
+	// for none, and for payments and usage reports, which are one request
+	// each. An invoice records no step on its way: what exists is found
+	// again at Stripe. While such a claim is pending, StripeID names the
+	// object its steps build on (the invoice), once a call that gave up
+	// part way or a recovery point recorded it.
 	Step string
 }
 

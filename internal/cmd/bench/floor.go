@@ -15,8 +15,8 @@ import (
 
 // floorShape is one row of the floor table: a table, the statement that
 // inserts a batch of units' rows before they are sent, and the statements
-// that update a group of them after, in order (one for a charge or a usage
-// report, three for an invoice).
+// that update a group of them after, in order (one, the outcome, for
+// every kind).
 type floorShape struct {
 	name    string
 	migrate bool   // the database has billonce's migrations, and fl is LIKE billonce_claims
@@ -72,19 +72,6 @@ func succeed(prefix string, keys keysOf) func([]int) (string, []any) {
 		return `UPDATE fl t SET state = 'succeeded', stripe_id = d.stripe_id, updated_at = now()
 			FROM unnest($1::text[], $2::text[]) AS d(key, stripe_id)
 			WHERE t.key = d.key AND t.state = 'pending'`, []any{keys(units), ids}
-	}
-}
-
-// advance is billonce's record of an invoice's step, for a group.
-func advance(step string, keys keysOf) func([]int) (string, []any) {
-	return func(units []int) (string, []any) {
-		ids := make([]string, len(units))
-		for j, i := range units {
-			ids[j] = floorID("in", i)
-		}
-		return `UPDATE fl t SET step = $3, stripe_id = d.stripe_id, first_sent_at = now(), reconciled_at = NULL, updated_at = now()
-			FROM unnest($1::text[], $2::text[]) AS d(key, stripe_id)
-			WHERE t.key = d.key AND t.state = 'pending'`, []any{keys(units), ids, step}
 	}
 }
 
@@ -160,7 +147,7 @@ func floorShapes(o options) []floorShape {
 			updates: []func([]int) (string, []any){succeed("ch", chargeKeys)}},
 		usage,
 		{name: "floor (d): claim table, invoices", migrate: true, create: likeClaims, insert: paying("invoices"),
-			updates: []func([]int) (string, []any){advance("draft", chargeKeys), advance("finalized", chargeKeys), succeed("in", chargeKeys)}},
+			updates: []func([]int) (string, []any){succeed("in", chargeKeys)}},
 	}
 }
 
