@@ -32,8 +32,9 @@ type claimJSON struct {
 	Amount   int64  `json:"amount"`
 	Currency string `json:"currency"`
 	StripeID string `json:"stripe_id"`
-	// Step is how far an invoice got ("draft", "line 0", …,
-	// "finalized"); StripeID is then the invoice.
+	// Step is an invoice's recovery point, if it has one ("line 2";
+	// "draft" or "finalized" on claims of earlier versions; see
+	// claim.Claim.Step); StripeID is then the invoice.
 	Step           string     `json:"step,omitempty"`
 	Endpoint       string     `json:"endpoint"`
 	Credential     string     `json:"credential"`
@@ -153,7 +154,7 @@ func cmdInspect(ctx context.Context, a *app, args []string) error {
 				fmt.Fprintf(w, ", Stripe %s", c.StripeID)
 			}
 			if c.Step != "" {
-				fmt.Fprintf(w, ", last step done: %s", c.Step)
+				fmt.Fprintf(w, ", last step recorded: %s", c.Step)
 			}
 		default:
 			fmt.Fprintf(w, "%d %s", c.Amount, c.Currency)

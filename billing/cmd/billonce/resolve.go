@@ -87,7 +87,7 @@ func cmdResolve(ctx context.Context, a *app, args []string) error {
 	}
 	switch c.Endpoint {
 	case endpointInvoices:
-		return usageError("the claim is an invoice's (%s, last step done: %s), not a payment's: run the same billonce run -invoice again, which resumes it at its next step with the same keys; or void the invoice at Stripe, and the invoice.voided event fails the claim", orUnknown(c.StripeID), orUnknown(c.Step))
+		return usageError("the claim is an invoice's (%s), not a payment's: run the same billonce run -invoice again, which finds the invoice at Stripe and resumes it at its next step with the same keys; or void the invoice at Stripe, and the next run (or the invoice.voided event) fails the claim", orUnknown(c.StripeID))
 	case endpointMeterEvents:
 		return usageError("the claim is a usage report's, not a payment's: run billonce usage with the same row again, which resumes it with its key, or settles it from the meter's summary once the key's window has passed")
 	}

@@ -26,7 +26,8 @@ type pendingJSON struct {
 	Free       bool      `json:"free"`
 	LastError  string    `json:"last_error"`
 	// StripeID and Step: the invoice a pending invoice claim builds on,
-	// and its last step done.
+	// once a call that gave up part way recorded it, and the last step
+	// recorded, if any (see claim.Claim.Step).
 	StripeID string `json:"stripe_id,omitempty"`
 	Step     string `json:"step,omitempty"`
 }
@@ -208,8 +209,11 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 				free = fmt.Sprintf("held by %s until %s", p.Owner, p.FreeAt.Local().Format(time.DateTime))
 			}
 			fmt.Fprintf(w, "  %s attempt %d, key %s, %s old, %s", p.Customer, p.Attempt, p.Key, (time.Duration(p.AgeSeconds) * time.Second).String(), free)
-			if p.Step != "" {
-				fmt.Fprintf(w, "; invoice %s, last step done: %s", p.StripeID, p.Step)
+			if p.StripeID != "" {
+				fmt.Fprintf(w, "; invoice %s", p.StripeID)
+				if p.Step != "" {
+					fmt.Fprintf(w, ", last step recorded: %s", p.Step)
+				}
 			}
 			if p.LastError != "" {
 				fmt.Fprintf(w, "; last: %s", p.LastError)
