@@ -187,3 +187,46 @@ func TestInvoiceKilledPartWayResumedOnARotatedKey(t *testing.T) {
 		}
 	}
 }
+
+// An invoice other code holding the key made and had paid for the
+// customer, carrying the claim's billonce_key metadata and even the
+// claim's total, but none of its lines, is not the claim's: billonce's
+// draft was never made (its request was refused before Stripe ran it).
+// The resume does not report the period paid on it.
+func TestInvoiceResumeDoesNotTakeAnotherWritersPaidInvoice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.stopBefore(e.b, "cus_1", "draft", inv)
+	key := e.invoiceClaim("cus_1").Key
+	ic := e.invoices()
+	p := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), Currency: stripe.String("usd"), AutoAdvance: stripe.Bool(false)}
+	p.Metadata = map[string]string{billing.MetaKey: key}
+	other, err := ic.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := &invoiceitem.Client{B: ic.B, Key: ic.Key}
+	if _, err := items.New(&stripe.InvoiceItemParams{Customer: stripe.String("cus_1"), Invoice: stripe.String(other.ID), Amount: stripe.Int64(1290), Currency: stripe.String("usd"), Description: stripe.String("Another product")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ic.FinalizeInvoice(other.ID, &stripe.InvoiceFinalizeInvoiceParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ic.Pay(other.ID, &stripe.InvoicePayParams{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	if err == nil && r.StripeID == other.ID {
+		t.Fatalf("receipt %+v: the period reported paid by invoice %s, which carries none of the claim's lines", r, other.ID)
+	}
+	var ownPaid int
+	for _, in := range e.srv.Invoices("cus_1") {
+		if in.ID != other.ID {
+			ownPaid += in.Payments
+		}
+	}
+	if err == nil && ownPaid != 1 {
+		t.Fatalf("success reported with %d payments of the claim's own invoice", ownPaid)
+	}
+}
