@@ -825,10 +825,10 @@ func (v *invoiceSteps) get(ctx context.Context) (*stripe.Invoice, error) {
 // search, shows an invoice as soon as it exists. Metadata is anyone's to
 // write, so, as for a payment (see Biller.ownHits), only an invoice that
 // the draft's request would have made counts: the claim's customer's, in
-// its currency. A void one counts only when no other does, and only if
-// it shows the claim's lines (billonce finalizes a draft only once its
-// lines are all the claim's): it is the claim's own, voided by a person
-// once final, and fails the claim (see settle). Another writer's invoice never settles the step, and never
+// its currency, and, once final, showing the claim's lines (billonce
+// finalizes a draft only once its lines are all the claim's). A void one
+// counts only when no other does: it is the claim's own, voided by a
+// person once final, and fails the claim (see settle). Another writer's invoice never settles the step, and never
 // counts as a miss either. Several found, only others' found, or a failed
 // list, cannot be settled here. The invoice found is kept as the list
 // shows it now, which may be past its draft (finalized, paid).
@@ -856,9 +856,9 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 		case in.Metadata[MetaKey] != v.j.key.String():
 		case customerOf(in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency):
 			foreign = append(foreign, fmt.Sprintf("%s (%s, %s, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
-		case in.Status == stripe.InvoiceStatusVoid && !v.carriesOwnLine(in):
+		case in.Status != stripe.InvoiceStatusDraft && !v.carriesOwnLine(in):
 			// billonce finalizes an invoice only once its lines are
-			// all the claim's: a void one with none of them on its
+			// all the claim's: a final one with none of them on its
 			// first page was never the claim's draft.
 			foreign = append(foreign, fmt.Sprintf("%s (%s, %s without the claim's lines, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
 		case in.Status == stripe.InvoiceStatusVoid:
@@ -876,7 +876,7 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	switch len(own) {
 	case 0:
 		if len(foreign) > 0 {
-			return "", false, fmt.Errorf("the customer's invoices carry the key's metadata only on invoices the key's draft would not be (another customer or currency, or void without the claim's lines), made by other code holding the key: %s; check in Stripe whether the key's own invoice exists, then record the claim with billonce resolve", strings.Join(foreign, ", "))
+			return "", false, fmt.Errorf("the customer's invoices carry the key's metadata only on invoices the key's draft would not be (another customer or currency, or final without the claim's lines), made by other code holding the key: %s; check in Stripe whether the key's own invoice exists, then record the claim with billonce resolve", strings.Join(foreign, ", "))
 		}
 		return "", false, nil
 	case 1:
