@@ -230,3 +230,30 @@ func TestInvoiceResumeDoesNotTakeAnotherWritersPaidInvoice(t *testing.T) {
 		t.Fatalf("success reported with %d payments of the claim's own invoice", ownPaid)
 	}
 }
+
+// Reconcile resumes an invoice claim a killed runner left with nothing
+// recorded, at any step, a day later: it finds the invoice by listing and
+// finishes it once.
+func TestReconcileFinishesAnInvoiceKilledPartWay(t *testing.T) {
+	t.Parallel()
+	for _, step := range invoiceSteps {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			inv := threeLines()
+			e.killedAt(step, inv)
+			e.advance(25 * time.Hour)
+			b := e.biller(oneAttempt, func(c *billing.Config) {
+				c.Invoice = func(context.Context, string, string) (billing.Invoice, error) { return *inv, nil }
+			})
+			sum, err := b.Reconcile(context.Background(), nil)
+			if err != nil || sum.Created+sum.AlreadyBilled != 1 {
+				t.Fatalf("reconcile = %+v, %v %v", sum.Progress, err, sum.Failures)
+			}
+			e.wantOneInvoice("cus_1", inv, "paid", 1)
+			if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded {
+				t.Fatalf("claim %s", c.State)
+			}
+		})
+	}
+}
