@@ -370,9 +370,10 @@
 // the claim. A call that finds the claim part way (a runner gave up, or
 // was killed) reads that invoice, or lists the customer's invoices for
 // the one carrying the key (one found is taken in whatever status it has
-// reached; several, or only other customers' or currencies', is
-// [ErrNeedsReconciliation]; a void one, billonce's own voided by a
-// person, fails the claim), and goes on from where Stripe shows it, with
+// reached, a final one only if it shows the claim's lines, as billonce's
+// own does; several, or only other customers' or currencies', or final
+// ones without the claim's lines, is [ErrNeedsReconciliation]; a void
+// one, billonce's own voided by a person, fails the claim), and goes on from where Stripe shows it, with
 // the same keys: a line on the draft is taken, not sent again. The keys'
 // deadline is the claim's, which starts before any step is sent. Past it
 // nothing is written blind: each step is looked for first, the same way.
