@@ -15,6 +15,7 @@ import (
 	"github.com/stripe/stripe-go/v79/billing/metereventsummary"
 	"github.com/stripe/stripe-go/v79/charge"
 	"github.com/stripe/stripe-go/v79/creditnote"
+	"github.com/stripe/stripe-go/v79/event"
 	"github.com/stripe/stripe-go/v79/invoice"
 	"github.com/stripe/stripe-go/v79/invoiceitem"
 	"github.com/stripe/stripe-go/v79/paymentintent"
@@ -72,6 +73,7 @@ type biller struct {
 	payouts              *payout.Client
 	invoices             *invoice.Client
 	items                *invoiceitem.Client
+	events               *event.Client
 	usageClients
 }
 
@@ -110,6 +112,7 @@ func New(cfg Config) (*Biller, error) {
 	b.payouts = &payout.Client{B: backend, Key: cfg.SecretKey}
 	b.invoices = &invoice.Client{B: backend, Key: cfg.SecretKey}
 	b.items = &invoiceitem.Client{B: backend, Key: cfg.SecretKey}
+	b.events = &event.Client{B: backend, Key: cfg.SecretKey}
 	b.usageClients = usageClients{meterList: &meter.Client{B: backend, Key: cfg.SecretKey},
 		meterEvents: &meterevent.Client{B: backend, Key: cfg.SecretKey}, meterSummaries: &metereventsummary.Client{B: backend, Key: cfg.SecretKey},
 		meters: &meters{by: map[string]meterInfo{}}}

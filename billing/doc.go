@@ -373,8 +373,14 @@
 // reached, a final one only if it shows the claim's lines, as billonce's
 // own does; several, or only other customers' or currencies', or final
 // ones without the claim's lines, is [ErrNeedsReconciliation]; a void
-// one, billonce's own voided by a person, fails the claim), and goes on from where Stripe shows it, with
-// the same keys: a line on the draft is taken, not sent again. The keys'
+// one, billonce's own voided by a person, fails the claim), and goes on
+// from where Stripe shows it, with the same keys: a line on the draft is
+// taken, not sent again. Stripe lists no deleted invoice, so when none is
+// found the invoice.deleted events of the customer's invoices are looked
+// at too: billonce's draft deleted by a person fails the claim, as an
+// invoice voided by hand does, and no other invoice is made (Stripe keeps
+// events for 30 days: a draft deleted longer ago than that, resumed only
+// then, is made again). The keys'
 // deadline is the claim's, which starts before any step is sent. Past it
 // nothing is written blind: each step is looked for first, the same way.
 // A claim whose steps may have been sent with another credential (a

@@ -2,9 +2,11 @@ package billing
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,9 +75,12 @@ type InvoiceLine struct {
 // once), or reads the invoice a runner that gave up recorded, and resumes
 // from where Stripe shows it, with the same keys, after listing the
 // draft's lines: the lines a dead runner added are taken, not sent again.
-// Only an invoice of the customer in the invoice's currency counts: other
-// code may copy the metadata onto an invoice of its own, which leaves the
-// claim pending with ErrNeedsReconciliation. Past a step's deadline (see
+// Only an invoice of the customer in the invoice's currency counts, and a
+// final one only with billonce's lines: other code may copy the metadata
+// onto an invoice of its own, which leaves the claim pending with
+// ErrNeedsReconciliation. billonce's invoice voided by a person, or its
+// draft deleted by a person (found by its invoice.deleted event), fails
+// the claim: billonce invoices that period no more. Past a step's deadline (see
 // the package documentation), what exists is found the same way before
 // anything is written. So is every step of a claim made with another
 // credential (a rotated secret key), and finding nothing is trusted only
@@ -264,6 +269,11 @@ type invoiceSteps struct {
 	// fresh: this call made the draft of a claim it won, so no line of
 	// it was ever sent.
 	fresh bool
+	// deleted: the claim's draft was deleted by hand (see findDeleted).
+	deleted bool
+	// linesErr is a failed listing of a listed invoice's lines (see
+	// carriesOwnLine).
+	linesErr error
 }
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
@@ -280,6 +290,9 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 	next, err := v.resumeAt(ctx)
 	if err != nil {
 		return Receipt{}, err
+	}
+	if v.deleted {
+		return v.settle(ctx, "deleted")
 	}
 	if v.final == nil && c.Step != stepFinalized {
 		if err := v.build(ctx, next); err != nil {
@@ -372,11 +385,21 @@ func (v *invoiceSteps) begin(ctx context.Context) error {
 
 // read reads the invoice a call before this one made and recorded as it
 // stopped: it may have gone on since (finalized, paid or voided, by
-// Stripe or a person).
+// Stripe or a person, or deleted by a person while a draft, which fails
+// the claim as findDeleted says).
 func (v *invoiceSteps) read(ctx context.Context) error {
 	if _, err := readRetried(ctx, v.b, v.j, v.get); err != nil {
 		if ctx.Err() != nil {
 			return asChargeError(v.j, v.b.failure(ctx, v.j, err))
+		}
+		var se *stripe.Error
+		if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
+			// Deleted by hand while a draft?
+			held := v.j.holds
+			if id, found, ferr := v.findDeleted(ctx, v.listedSince()); ferr == nil && found && id == held {
+				return nil
+			}
+			v.j.holds, v.deleted = held, false
 		}
 		return v.needs(ctx, stepDraft, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
 	}
@@ -834,15 +857,15 @@ func (v *invoiceSteps) get(ctx context.Context) (*stripe.Invoice, error) {
 // shows it now, which may be past its draft (finalized, paid).
 func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	b := v.b
+	v.linesErr = nil
 	if err := b.limiter.Wait(ctx); err != nil {
 		return "", false, err
 	}
 	p := &stripe.InvoiceListParams{Customer: stripe.String(v.j.customer)}
 	p.Context, p.Limit = ctx, stripe.Int64(100)
-	if !v.c.CreatedAt.IsZero() {
-		// The claim's age on the store's clock, with room for the
-		// clocks of the store, of this machine and of Stripe to differ.
-		p.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: time.Now().Add(-v.c.Age - invoiceListSlack).Unix()}
+	since := v.listedSince()
+	if since != nil {
+		p.CreatedRange = since
 	}
 	it := b.invoices.List(p)
 	var own, void []*stripe.Invoice
@@ -856,7 +879,7 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 		case in.Metadata[MetaKey] != v.j.key.String():
 		case customerOf(in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency):
 			foreign = append(foreign, fmt.Sprintf("%s (%s, %s, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
-		case in.Status != stripe.InvoiceStatusDraft && !v.carriesOwnLine(in):
+		case in.Status != stripe.InvoiceStatusDraft && !v.carriesOwnLine(ctx, in):
 			// billonce finalizes an invoice only once its lines are
 			// all the claim's: a final one with none of them on its
 			// first page was never the claim's draft.
@@ -870,15 +893,18 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	if err := it.Err(); err != nil {
 		return "", false, fmt.Errorf("listing the invoices of customer %s failed: %w", v.j.customer, err)
 	}
+	if v.linesErr != nil {
+		return "", false, v.linesErr
+	}
 	if len(own) == 0 {
 		own = void
 	}
 	switch len(own) {
 	case 0:
 		if len(foreign) > 0 {
-			return "", false, fmt.Errorf("the customer's invoices carry the key's metadata only on invoices the key's draft would not be (another customer or currency, or final without the claim's lines), made by other code holding the key: %s; check in Stripe whether the key's own invoice exists, then record the claim with billonce resolve", strings.Join(foreign, ", "))
+			return "", false, fmt.Errorf("the customer's invoices carry the key's metadata only on invoices the key's draft would not be (another customer or currency, or final without the claim's lines), made by other code holding the key: %s; nothing was sent: if none of them is billonce's, remove %s from their metadata, and the next call makes the claim's invoice", strings.Join(foreign, ", "), MetaKey)
 		}
-		return "", false, nil
+		return v.findDeleted(ctx, since)
 	case 1:
 		v.j.holds = own[0].ID
 		v.seen(own[0])
@@ -888,17 +914,90 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	for i, in := range own {
 		ids[i] = fmt.Sprintf("%s (%s)", in.ID, in.Status)
 	}
-	return "", false, fmt.Errorf("the customer has %d invoices that carry the claim's key: %s; keep the one that bills the period (void the others), then record the claim with billonce resolve", len(own), strings.Join(ids, ", "))
+	return "", false, fmt.Errorf("the customer has %d invoices that carry the claim's key: %s; nothing was sent: keep the one that bills the period, and void the others (or delete them while drafts) after removing %s from their metadata; the next call takes the one left", len(own), strings.Join(ids, ", "), MetaKey)
 }
 
-// carriesOwnLine reports whether one of the lines Stripe shows with in
-// (the first page of them) is one of the claim's, as billonce adds them.
-func (v *invoiceSteps) carriesOwnLine(in *stripe.Invoice) bool {
-	if in.Lines == nil {
+// listedSince bounds the lists of findDraft and findDeleted to what was
+// made since the claim: its age on the store's clock, with room for the
+// clocks of the store, of this machine and of Stripe to differ. nil when
+// the claim's age is unknown.
+func (v *invoiceSteps) listedSince() *stripe.RangeQueryParams {
+	if v.c.CreatedAt.IsZero() {
+		return nil
+	}
+	return &stripe.RangeQueryParams{GreaterThanOrEqual: time.Now().Add(-v.c.Age - invoiceListSlack).Unix()}
+}
+
+// findDeleted looks, when no invoice of the claim's is listed, for one
+// that a person deleted while a draft: Stripe lists no deleted invoice,
+// but keeps its invoice.deleted event for 30 days. A draft of the
+// customer's in the claim's currency, with the claim's key and no line
+// but the claim's, is the claim's own: deleted by hand, like an invoice
+// voided by hand, it fails the claim (see settle), and no other invoice
+// is made for the period; Rebill bills it again. One found is taken with
+// v.deleted set.
+func (v *invoiceSteps) findDeleted(ctx context.Context, since *stripe.RangeQueryParams) (string, bool, error) {
+	b := v.b
+	if err := b.limiter.Wait(ctx); err != nil {
+		return "", false, err
+	}
+	p := &stripe.EventListParams{Type: stripe.String("invoice.deleted")}
+	p.Context, p.Limit = ctx, stripe.Int64(100)
+	if since != nil {
+		p.CreatedRange = since
+	}
+	it := b.events.List(p)
+	var found []string
+	for it.Next() {
+		ev := it.Event()
+		if ev.Data == nil {
+			continue
+		}
+		var in stripe.Invoice
+		if err := json.Unmarshal(ev.Data.Raw, &in); err != nil || in.ID == "" {
+			continue
+		}
+		if in.Metadata[MetaKey] != v.j.key.String() || customerOf(&in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency) {
+			continue
+		}
+		if in.Lines != nil && len(in.Lines.Data) > 0 && !ownLine(v.j.key, in.Lines.Data) {
+			continue // another writer's draft: its lines are not the claim's
+		}
+		if !slices.Contains(found, in.ID) {
+			found = append(found, in.ID)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return "", false, fmt.Errorf("listing the invoice.deleted events failed: %w", err)
+	}
+	if len(found) == 0 {
+		return "", false, nil
+	}
+	v.j.holds, v.deleted = found[0], true
+	return found[0], true, nil
+}
+
+// carriesOwnLine reports whether one of in's lines is one of the claim's,
+// as billonce adds them: among those Stripe shows with in (the first page
+// of them), or, when there are more or none are shown, among all of them,
+// listed. A failed listing is kept in v.linesErr.
+func (v *invoiceSteps) carriesOwnLine(ctx context.Context, in *stripe.Invoice) bool {
+	if in.Lines != nil && (ownLine(v.j.key, in.Lines.Data) || !in.Lines.HasMore && len(in.Lines.Data) > 0) {
+		return ownLine(v.j.key, in.Lines.Data)
+	}
+	lines, err := v.linesOf(ctx, in.ID)
+	if err != nil {
+		v.linesErr = err
 		return false
 	}
-	for _, l := range in.Lines.Data {
-		if l.Metadata[MetaKey] == v.j.key.String() && l.Metadata[metaLine] != "" {
+	return ownLine(v.j.key, lines)
+}
+
+// ownLine reports whether one of lines is one of key's, as billonce adds
+// them.
+func ownLine(key idemkey.Key, lines []*stripe.InvoiceLineItem) bool {
+	for _, l := range lines {
+		if l.Metadata[MetaKey] == key.String() && l.Metadata[metaLine] != "" {
 			return true
 		}
 	}
@@ -958,10 +1057,15 @@ func (v *invoiceSteps) listedLine(i int, lines []*stripe.InvoiceLineItem) (strin
 
 // lines lists the invoice's lines, a hundred a page.
 func (v *invoiceSteps) lines(ctx context.Context) ([]*stripe.InvoiceLineItem, error) {
+	return v.linesOf(ctx, v.j.holds)
+}
+
+// linesOf lists invoice id's lines, a hundred a page.
+func (v *invoiceSteps) linesOf(ctx context.Context, id string) ([]*stripe.InvoiceLineItem, error) {
 	if err := v.b.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(v.j.holds)}
+	p := &stripe.InvoiceListLinesParams{Invoice: stripe.String(id)}
 	p.Context, p.Limit = ctx, stripe.Int64(100)
 	it := v.b.invoices.ListLines(p)
 	var out []*stripe.InvoiceLineItem
@@ -969,7 +1073,7 @@ func (v *invoiceSteps) lines(ctx context.Context) ([]*stripe.InvoiceLineItem, er
 		out = append(out, it.InvoiceLineItem())
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("listing the lines of invoice %s failed: %w", v.j.holds, err)
+		return nil, fmt.Errorf("listing the lines of invoice %s failed: %w", id, err)
 	}
 	return out, nil
 }

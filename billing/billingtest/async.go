@@ -3,7 +3,10 @@ package billingtest
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -244,6 +247,45 @@ func (s *Server) emitObject(acct, typ, objectID string, obj any, at time.Time) {
 		panic(err)
 	}
 	s.events = append(s.events, Event{ID: id, Type: typ, ObjectID: objectID, Account: acct, Created: at, Body: body})
+}
+
+// eventRetention is how long GET /v1/events lists an event, as Stripe's
+// does: 30 days.
+const eventRetention = 30 * 24 * time.Hour
+
+// listEvents serves GET /v1/events: the account's events of the last 30
+// days on the server's clock, newest first, filtered by type (exact) and
+// created[…].
+func (s *Server) listEvents(acct string, form url.Values) result {
+	for k := range form {
+		switch {
+		case k == "type", k == "limit", k == "starting_after", k == "created", strings.HasPrefix(k, "created["),
+			k == "expand", strings.HasPrefix(k, "expand["):
+		default:
+			return errResult(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
+		}
+	}
+	limit, bad := parseLimit(form)
+	if bad != nil {
+		return errResult(http.StatusBadRequest, *bad)
+	}
+	created, bad := parseCreated(form)
+	if bad != nil {
+		return errResult(http.StatusBadRequest, *bad)
+	}
+	typ := form.Get("type")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var items []listItem
+	for i := len(s.events) - 1; i >= 0; i-- {
+		ev := s.events[i]
+		if ev.Account != acct || typ != "" && ev.Type != typ || !created(ev.Created) || now.Sub(ev.Created) > eventRetention {
+			continue
+		}
+		items = append(items, listItem{ev.ID, json.RawMessage(ev.Body)})
+	}
+	return listResult("/v1/events", items, limit, form.Get("starting_after"))
 }
 
 // Events returns the events emitted so far, in order, after settling the

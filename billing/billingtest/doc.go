@@ -94,7 +94,8 @@
 // search delay) read them. Each change emits invoice.created,
 // invoice.finalized, invoice.paid, invoice.payment_failed, invoice.sent,
 // invoice.voided, invoice.deleted or invoice.updated with the invoice as
-// data.object.
+// data.object. GET /v1/events lists the events of the last 30 days, newest
+// first, by type and created[gte|gt|lte|lt], as Stripe does.
 // [Server.Invoices] is the ledger: status, lines, and how many times each
 // invoice was finalized and paid.
 //

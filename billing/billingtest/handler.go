@@ -86,6 +86,7 @@ const (
 	epListReversals
 	epListMoves // refunds, credit notes, transfers or payouts, by path
 	epGetMove
+	epListEvents
 )
 
 // invoiceEndpoint reports whether ep names an invoice by id in its path.
@@ -189,6 +190,8 @@ func route(method, path string) (endpoint, string) {
 			return epListInvoices, ""
 		case "/v1/balance":
 			return epGetBalance, ""
+		case "/v1/events":
+			return epListEvents, ""
 		}
 		if id, ok := pathID(path, "/v1/transfers/", "/reversals"); ok {
 			return epListReversals, id
@@ -690,6 +693,8 @@ func (s *Server) get(ep endpoint, id, acct string, r *http.Request) result {
 		return s.readMoves(acct, moveObject(r.URL.Path), id, r.Form)
 	case epGetBalance:
 		return s.readBalance(acct)
+	case epListEvents:
+		return s.listEvents(acct, r.Form)
 	case epListReversals:
 		return s.readMoves(acct, "transfer_reversal", id, r.Form)
 	}
