@@ -242,6 +242,39 @@ func TestReleaseLetsTheNextRunResume(t *testing.T) {
 	})
 }
 
+// A release that names the object the claim's steps made (an invoice)
+// records it on a claim that records none, without moving the key's
+// window, and never replaces one the claim records; a claim that records
+// one is never abandoned.
+func TestReleaseRecordsTheObjectTheClaimHolds(t *testing.T) {
+	t.Parallel()
+	bothStores(t, lease, func(t *testing.T, h harness) {
+		ctx := context.Background()
+		s := h.store
+		first := mustClaim(t, s, req("cus_1", "k1", "a"), claimengine.Won).Claim
+		if err := s.Release(ctx, "k1", "a", "in_1", "timeout after 30s"); err != nil {
+			t.Fatal(err)
+		}
+		got := mustClaim(t, s, req("cus_1", "k1", "b"), claimengine.Resumed).Claim
+		if got.StripeID != "in_1" || got.Step != "" || !got.FirstSentAt.Equal(first.FirstSentAt) {
+			t.Fatalf("after a release holding in_1: stripe id %q, step %q, window from %v (claimed from %v)", got.StripeID, got.Step, got.FirstSentAt, first.FirstSentAt)
+		}
+		if err := s.Release(ctx, "k1", "b", "in_2", "again"); err != nil {
+			t.Fatal(err)
+		}
+		got = mustClaim(t, s, req("cus_1", "k1", "c"), claimengine.Resumed).Claim
+		if got.StripeID != "in_1" {
+			t.Fatalf("a second release holding in_2 left stripe id %q, want in_1 kept", got.StripeID)
+		}
+		if err := s.Abandon(ctx, "k1", "c"); err == nil {
+			t.Fatal("abandoned a claim that holds in_1")
+		}
+		if c, err := s.Get(ctx, "k1"); err != nil || c.State != claim.StatePending || c.StripeID != "in_1" {
+			t.Fatalf("after the refused abandon: %+v, %v", c, err)
+		}
+	})
+}
+
 // The deadline: the key's window starts when the claim is made and closes after the
 // given window on the store's clock; a search that found nothing reopens
 // it, for the endpoint and credential that will send the key from then on.
