@@ -277,3 +277,31 @@ func TestReconcileFinishesAnInvoiceKilledPartWay(t *testing.T) {
 		})
 	}
 }
+
+// A draft that other code holding the key made for the customer in the
+// invoice's currency, carrying the claim's billonce_key metadata but no
+// line, and deleted, is no proof that the claim's own draft was deleted:
+// billonce's draft was never made (its request was stopped before it was
+// sent). The resume bills the period with an invoice of its own, or
+// leaves the claim for a person; it does not fail the claim.
+func TestInvoiceResumeDoesNotFailOnAnotherWritersDeletedDraft(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.stopBefore(e.b, "cus_1", "draft", inv)
+	key := e.invoiceClaim("cus_1").Key
+	ic := e.invoices()
+	p := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), Currency: stripe.String("usd"), AutoAdvance: stripe.Bool(false)}
+	p.Metadata = map[string]string{billing.MetaKey: key}
+	other, err := ic.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ic.Del(other.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	if c := e.invoiceClaim("cus_1"); c.State == claim.StateFailed {
+		t.Fatalf("claim failed on another writer's deleted draft %s, though billonce made no invoice (%d at the fake): err %v", other.ID, len(e.srv.Invoices("cus_1")), err)
+	}
+}
