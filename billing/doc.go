@@ -377,7 +377,8 @@
 // from where Stripe shows it, with the same keys: a line on the draft is
 // taken, not sent again. Stripe lists no deleted invoice, so when none is
 // found the invoice.deleted events of the customer's invoices are looked
-// at too: billonce's draft deleted by a person fails the claim, as an
+// at too: billonce's draft deleted by a person (one carrying all its
+// metadata, not the key alone) fails the claim, as an
 // invoice voided by hand does, and no other invoice is made (Stripe keeps
 // events for 30 days: a draft deleted longer ago than that, resumed only
 // then, is made again). The keys'

@@ -931,7 +931,8 @@ func (v *invoiceSteps) listedSince() *stripe.RangeQueryParams {
 // findDeleted looks, when no invoice of the claim's is listed, for one
 // that a person deleted while a draft: Stripe lists no deleted invoice,
 // but keeps its invoice.deleted event for 30 days. A draft of the
-// customer's in the claim's currency, with the claim's key and no line
+// customer's in the claim's currency, with the claim's metadata (its key,
+// customer and period: other code may copy the key alone) and no line
 // but the claim's, is the claim's own: deleted by hand, like an invoice
 // voided by hand, it fails the claim (see settle), and no other invoice
 // is made for the period; Rebill bills it again. One found is taken with
@@ -957,7 +958,7 @@ func (v *invoiceSteps) findDeleted(ctx context.Context, since *stripe.RangeQuery
 		if err := json.Unmarshal(ev.Data.Raw, &in); err != nil || in.ID == "" {
 			continue
 		}
-		if in.Metadata[MetaKey] != v.j.key.String() || customerOf(&in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency) {
+		if !v.carriesMeta(&in) || customerOf(&in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency) {
 			continue
 		}
 		if in.Lines != nil && len(in.Lines.Data) > 0 && !ownLine(v.j.key, in.Lines.Data) {
@@ -975,6 +976,17 @@ func (v *invoiceSteps) findDeleted(ctx context.Context, since *stripe.RangeQuery
 	}
 	v.j.holds, v.deleted = found[0], true
 	return found[0], true, nil
+}
+
+// carriesMeta reports whether in carries all the metadata billonce gives
+// the claim's draft (see meta), not the key alone.
+func (v *invoiceSteps) carriesMeta(in *stripe.Invoice) bool {
+	for k, want := range v.meta() {
+		if in.Metadata[k] != want {
+			return false
+		}
+	}
+	return true
 }
 
 // carriesOwnLine reports whether one of in's lines is one of the claim's,
