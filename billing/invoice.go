@@ -893,6 +893,10 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	if err := it.Err(); err != nil {
 		return "", false, fmt.Errorf("listing the invoices of customer %s failed: %w", v.j.customer, err)
 	}
+	if last := it.InvoiceList(); last == nil || !isList(last.LastResponse) {
+		// Whatever answered is not Stripe: its empty answer says nothing.
+		return "", false, notASearchResult(lastResponse(last))
+	}
 	if v.linesErr != nil {
 		return "", false, v.linesErr
 	}
@@ -915,6 +919,15 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 		ids[i] = fmt.Sprintf("%s (%s)", in.ID, in.Status)
 	}
 	return "", false, fmt.Errorf("the customer has %d invoices that carry the claim's key: %s; nothing was sent: keep the one that bills the period, and void the others (or delete them while drafts) after removing %s from their metadata; the next call takes the one left", len(own), strings.Join(ids, ", "), MetaKey)
+}
+
+// lastResponse is the last answer of an invoice listing, nil when there is
+// none.
+func lastResponse(l *stripe.InvoiceList) *stripe.APIResponse {
+	if l == nil {
+		return nil
+	}
+	return l.LastResponse
 }
 
 // listedSince bounds the lists of findDraft and findDeleted to what was
@@ -970,6 +983,13 @@ func (v *invoiceSteps) findDeleted(ctx context.Context, since *stripe.RangeQuery
 	}
 	if err := it.Err(); err != nil {
 		return "", false, fmt.Errorf("listing the invoice.deleted events failed: %w", err)
+	}
+	if last := it.EventList(); last == nil || !isList(last.LastResponse) {
+		var r *stripe.APIResponse
+		if last != nil {
+			r = last.LastResponse
+		}
+		return "", false, notASearchResult(r)
 	}
 	if len(found) == 0 {
 		return "", false, nil
@@ -1086,6 +1106,13 @@ func (v *invoiceSteps) linesOf(ctx context.Context, id string) ([]*stripe.Invoic
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("listing the lines of invoice %s failed: %w", id, err)
+	}
+	if last := it.InvoiceLineItemList(); last == nil || !isList(last.LastResponse) {
+		var r *stripe.APIResponse
+		if last != nil {
+			r = last.LastResponse
+		}
+		return nil, notASearchResult(r)
 	}
 	return out, nil
 }

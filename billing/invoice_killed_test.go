@@ -179,3 +179,35 @@ func TestInvoiceFinalizedUnderARotatedKeyIsPaidWithoutWaiting(t *testing.T) {
 		})
 	}
 }
+
+// A day after a runner was killed with the invoice paid, whatever answers
+// at Config.StripeURL with something that is not a list (an empty object,
+// a search result: a gateway or mock that answers 200 to everything) has
+// not said that the customer has no invoice with the claim's key. Taking
+// it for an empty list reopens the draft's key; nothing is reopened, and
+// the call fails. Once the URL is fixed the paid invoice is found: one
+// invoice, paid once, counted at the fake.
+func TestInvoiceListAnswerThatIsNotAListNeverReopensTheDraft(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{`{}`, `{"object":"search_result","data":[],"has_more":false,"url":"/v1/invoices/search"}`} {
+		t.Run(body, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, oneAttempt)
+			inv := threeLines()
+			e.killedAt("pay", inv)
+			e.advance(25 * time.Hour)
+			web, _ := countingServer(t, 200, "application/json", body)
+			bad := e.biller(oneAttempt, func(cfg *billing.Config) { cfg.StripeURL = web.URL })
+			if _, err := bad.Invoice(context.Background(), "cus_1", period, inv); err == nil {
+				t.Fatalf("Invoice at a URL that answers %s to everything succeeded", body)
+			}
+			if c := e.invoiceClaim("cus_1"); c.State != claim.StatePending || !c.ReconciledAt.IsZero() {
+				t.Fatalf("claim after the wrong URL's answer: %s, window reopened at %v; want pending, not reopened", c.State, c.ReconciledAt)
+			}
+			if _, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv); err != nil {
+				t.Fatal(err)
+			}
+			e.wantOneInvoice("cus_1", inv, "paid", 1)
+		})
+	}
+}
