@@ -32,19 +32,19 @@ func TestInvoiceResumeDoesNotFailOnAnotherWritersVoidInvoice(t *testing.T) {
 	key := e.invoiceClaim("cus_1").Key
 	ic := e.invoices()
 	p := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), Currency: stripe.String("usd"), AutoAdvance: stripe.Bool(false)}
-	p.Metadata = map[string]string{billing.MetaKey: key}
+	p.Metadata, p.IdempotencyKey = map[string]string{billing.MetaKey: key}, stripe.String("other-writer-"+t.Name())
 	other, err := ic.New(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	items := &invoiceitem.Client{B: ic.B, Key: ic.Key}
-	if _, err := items.New(&stripe.InvoiceItemParams{Customer: stripe.String("cus_1"), Invoice: stripe.String(other.ID), Amount: stripe.Int64(1290), Currency: stripe.String("usd")}); err != nil {
+	if _, err := items.New(&stripe.InvoiceItemParams{Customer: stripe.String("cus_1"), Invoice: stripe.String(other.ID), Amount: stripe.Int64(1290), Currency: stripe.String("usd"), Params: stripe.Params{IdempotencyKey: stripe.String("other-item-" + other.ID)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ic.FinalizeInvoice(other.ID, &stripe.InvoiceFinalizeInvoiceParams{}); err != nil {
+	if _, err := ic.FinalizeInvoice(other.ID, &stripe.InvoiceFinalizeInvoiceParams{Params: stripe.Params{IdempotencyKey: stripe.String("other-finalize-" + other.ID)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ic.VoidInvoice(other.ID, &stripe.InvoiceVoidInvoiceParams{}); err != nil {
+	if _, err := ic.VoidInvoice(other.ID, &stripe.InvoiceVoidInvoiceParams{Params: stripe.Params{IdempotencyKey: stripe.String("other-void-" + other.ID)}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
@@ -72,7 +72,7 @@ func TestInvoiceKilledIsFoundPastTheFirstPageOfTheCustomersInvoices(t *testing.T
 	ic := e.invoices()
 	for i := 0; i < 130; i++ {
 		p := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), Currency: stripe.String("usd")}
-		p.Metadata = map[string]string{"n": fmt.Sprint(i)}
+		p.Metadata, p.IdempotencyKey = map[string]string{"n": fmt.Sprint(i)}, stripe.String(fmt.Sprintf("other-invoice-%d", i))
 		if _, err := ic.New(p); err != nil {
 			t.Fatal(err)
 		}
@@ -221,19 +221,19 @@ func TestInvoiceResumeDoesNotTakeAnotherWritersPaidInvoice(t *testing.T) {
 	key := e.invoiceClaim("cus_1").Key
 	ic := e.invoices()
 	p := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), Currency: stripe.String("usd"), AutoAdvance: stripe.Bool(false)}
-	p.Metadata = map[string]string{billing.MetaKey: key}
+	p.Metadata, p.IdempotencyKey = map[string]string{billing.MetaKey: key}, stripe.String("other-writer-"+t.Name())
 	other, err := ic.New(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	items := &invoiceitem.Client{B: ic.B, Key: ic.Key}
-	if _, err := items.New(&stripe.InvoiceItemParams{Customer: stripe.String("cus_1"), Invoice: stripe.String(other.ID), Amount: stripe.Int64(1290), Currency: stripe.String("usd"), Description: stripe.String("Another product")}); err != nil {
+	if _, err := items.New(&stripe.InvoiceItemParams{Customer: stripe.String("cus_1"), Invoice: stripe.String(other.ID), Amount: stripe.Int64(1290), Currency: stripe.String("usd"), Description: stripe.String("Another product"), Params: stripe.Params{IdempotencyKey: stripe.String("other-item-" + other.ID)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ic.FinalizeInvoice(other.ID, &stripe.InvoiceFinalizeInvoiceParams{}); err != nil {
+	if _, err := ic.FinalizeInvoice(other.ID, &stripe.InvoiceFinalizeInvoiceParams{Params: stripe.Params{IdempotencyKey: stripe.String("other-finalize-" + other.ID)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ic.Pay(other.ID, &stripe.InvoicePayParams{}); err != nil {
+	if _, err := ic.Pay(other.ID, &stripe.InvoicePayParams{Params: stripe.Params{IdempotencyKey: stripe.String("other-pay-" + other.ID)}}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
@@ -292,7 +292,7 @@ func TestInvoiceResumeDoesNotFailOnAnotherWritersDeletedDraft(t *testing.T) {
 	key := e.invoiceClaim("cus_1").Key
 	ic := e.invoices()
 	p := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), Currency: stripe.String("usd"), AutoAdvance: stripe.Bool(false)}
-	p.Metadata = map[string]string{billing.MetaKey: key}
+	p.Metadata, p.IdempotencyKey = map[string]string{billing.MetaKey: key}, stripe.String("other-writer-"+t.Name())
 	other, err := ic.New(p)
 	if err != nil {
 		t.Fatal(err)
