@@ -1069,7 +1069,7 @@ func (v *invoiceSteps) findLine(i int) func(context.Context) (string, bool, erro
 		// which the window reopened for this line would send again.
 		for _, l := range lines {
 			if j, err := strconv.Atoi(l.Metadata[metaLine]); err == nil && j > i && l.Metadata[MetaKey] == v.j.key.String() {
-				return "", false, fmt.Errorf("invoice %s has line %d (%s) but no line %d: an item billonce added was deleted from the draft, and sending it again could add the lines after it twice, so nothing was sent: finish the draft by hand (or delete it), then record the claim with billonce resolve", v.j.holds, j, itemOf(l), i)
+				return "", false, fmt.Errorf("invoice %s has line %d (%s) but no line %d: an item billonce added was deleted from the draft, and sending it again could add the lines after it twice, so nothing was sent: either finish the invoice by hand (add the line again, finalize and pay it: its invoice.paid event settles the claim if its total is the claim's), or delete the draft, which fails the claim at the next call (Rebill then bills the period with a new invoice)", v.j.holds, j, itemOf(l), i)
 			}
 		}
 		return "", false, nil
