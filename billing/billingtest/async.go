@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -257,19 +256,7 @@ const eventRetention = 30 * 24 * time.Hour
 // days on the server's clock, newest first, filtered by type (exact) and
 // created[…].
 func (s *Server) listEvents(acct string, form url.Values) result {
-	for k := range form {
-		switch {
-		case k == "type", k == "limit", k == "starting_after", k == "created", strings.HasPrefix(k, "created["),
-			k == "expand", strings.HasPrefix(k, "expand["):
-		default:
-			return errResult(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
-		}
-	}
-	limit, bad := parseLimit(form)
-	if bad != nil {
-		return errResult(http.StatusBadRequest, *bad)
-	}
-	created, bad := parseCreated(form)
+	limit, created, bad := listParams(form, "type")
 	if bad != nil {
 		return errResult(http.StatusBadRequest, *bad)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -487,19 +486,7 @@ func renderLine(inv *invoice, l *InvoiceLine) map[string]any {
 // created[…], as Stripe lists them. A list reads what exists now: unlike
 // search, it has no indexing delay.
 func (s *Server) listInvoices(acct string, form url.Values) result {
-	for k := range form {
-		switch {
-		case k == "customer", k == "status", k == "limit", k == "starting_after", k == "created", strings.HasPrefix(k, "created["),
-			k == "expand", strings.HasPrefix(k, "expand["):
-		default:
-			return errResult(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
-		}
-	}
-	limit, bad := parseLimit(form)
-	if bad != nil {
-		return errResult(http.StatusBadRequest, *bad)
-	}
-	created, bad := parseCreated(form)
+	limit, created, bad := listParams(form, "customer", "status")
 	if bad != nil {
 		return errResult(http.StatusBadRequest, *bad)
 	}

@@ -541,3 +541,75 @@ func TestInvoicePaidOutOfBand(t *testing.T) {
 		t.Fatalf("ledger: %+v; want one payment, out of band", got[0])
 	}
 }
+
+// GET /v1/invoices shows an invoice at once (no search delay), newest
+// first, by customer, status and created, never a deleted draft, and
+// refuses a filter it does not know; GET /v1/events keeps the deleted
+// draft's invoice.deleted event, with its metadata, for 30 days.
+func TestInvoiceListAndDeletedEvents(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, billingtest.Config{SearchDelay: time.Hour})
+	api := newAPI(t, srv, testKey, nil)
+	first := newDraft(t, api, "cus_1", 100)
+	second := newDraft(t, api, "cus_1", 200)
+	newDraft(t, api, "cus_2", 300)
+	deleted := newDraft(t, api, "cus_1")
+	if _, err := api.Invoices.Del(deleted.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	list := func(p *stripe.InvoiceListParams) []string {
+		t.Helper()
+		var ids []string
+		it := api.Invoices.List(p)
+		for it.Next() {
+			ids = append(ids, it.Invoice().ID)
+		}
+		if it.Err() != nil {
+			t.Fatal(it.Err())
+		}
+		return ids
+	}
+	if got := list(&stripe.InvoiceListParams{Customer: stripe.String("cus_1")}); !slices.Equal(got, []string{second.ID, first.ID}) {
+		t.Fatalf("cus_1's invoices at once = %v; want [%s %s], newest first, the deleted draft left out", got, second.ID, first.ID)
+	}
+	if _, err := api.Invoices.FinalizeInvoice(first.ID, withKey(&stripe.InvoiceFinalizeInvoiceParams{}, "fin")); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(&stripe.InvoiceListParams{Customer: stripe.String("cus_1"), Status: stripe.String("open")}); !slices.Equal(got, []string{first.ID}) {
+		t.Fatalf("cus_1's open invoices = %v; want [%s]", got, first.ID)
+	}
+	future := srv.Now().Add(time.Hour).Unix()
+	if got := list(&stripe.InvoiceListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: future}}); len(got) != 0 {
+		t.Fatalf("invoices created from an hour from now = %v; want none", got)
+	}
+	if resp, body := do(t, srv, http.MethodGet, "/v1/invoices", "", url.Values{"metadata[billonce_key]": {"k"}}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a list with an unknown filter: %d %s; want 400", resp.StatusCode, body)
+	}
+
+	events := func() []string {
+		t.Helper()
+		var ids []string
+		it := api.Events.List(&stripe.EventListParams{Type: stripe.String("invoice.deleted")})
+		for it.Next() {
+			var in stripe.Invoice
+			if err := json.Unmarshal(it.Event().Data.Raw, &in); err != nil {
+				t.Fatal(err)
+			}
+			if in.Metadata["billonce_period"] != "2026-09" {
+				t.Fatalf("the deleted draft's event shows metadata %v", in.Metadata)
+			}
+			ids = append(ids, in.ID)
+		}
+		if it.Err() != nil {
+			t.Fatal(it.Err())
+		}
+		return ids
+	}
+	if got := events(); !slices.Equal(got, []string{deleted.ID}) {
+		t.Fatalf("invoice.deleted events = %v; want [%s]", got, deleted.ID)
+	}
+	srv.Advance(31 * 24 * time.Hour)
+	if got := events(); len(got) != 0 {
+		t.Fatalf("invoice.deleted events after 31 days = %v; want none (Stripe keeps 30 days)", got)
+	}
+}

@@ -224,20 +224,7 @@ func (s *Server) readMoves(acct, object, id string, form url.Values) result {
 		}
 		return missing("id", strings.ReplaceAll(object, "_", " "), id)
 	}
-	allowed := map[string]bool{"limit": true, "starting_after": true, "created": true}
-	for _, f := range listFilters[object] {
-		allowed[f] = true
-	}
-	for k := range form {
-		if !allowed[k] && !strings.HasPrefix(k, "created[") && k != "expand" && !strings.HasPrefix(k, "expand[") {
-			return errResult(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
-		}
-	}
-	limit, bad := parseLimit(form)
-	if bad != nil {
-		return errResult(http.StatusBadRequest, *bad)
-	}
-	created, bad := parseCreated(form)
+	limit, created, bad := listParams(form, listFilters[object]...)
 	if bad != nil {
 		return errResult(http.StatusBadRequest, *bad)
 	}

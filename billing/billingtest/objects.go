@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -484,6 +485,23 @@ func unquote(s string) (string, bool) {
 	}
 	q := string(s[0])
 	return strings.ReplaceAll(s[1:len(s)-1], `\`+q, q), true
+}
+
+// listParams reads a list's parameters: limit, starting_after and
+// created[…], which every list takes, and the filters named, refusing any
+// other (expand aside).
+func listParams(form url.Values, filters ...string) (limit int, created func(time.Time) bool, bad *apiErr) {
+	for k := range form {
+		if !slices.Contains(filters, k) && k != "limit" && k != "starting_after" && k != "created" && !strings.HasPrefix(k, "created[") &&
+			k != "expand" && !strings.HasPrefix(k, "expand[") {
+			return 0, nil, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+		}
+	}
+	if limit, bad = parseLimit(form); bad != nil {
+		return 0, nil, bad
+	}
+	created, bad = parseCreated(form)
+	return limit, created, bad
 }
 
 // parseCreated reads a list's created filter: created=N, or any of
