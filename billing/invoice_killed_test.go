@@ -3,6 +3,7 @@ package billing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -33,70 +34,95 @@ func (e *env) killedAt(step string, inv *billing.Invoice) {
 // finalized once and paid once, counted at the fake. A flow that resumes
 // by searching for drafts only makes a second invoice for one already
 // finalized or paid, a day later; one that resends the steps with their
-// keys a day later duplicates them.
+// keys a day later duplicates them. The same holds for an invoice on a
+// connected account, found on that account.
 func TestInvoiceKilledPartWayIsFoundWhereStripeShowsIt(t *testing.T) {
 	t.Parallel()
 	for _, after := range []time.Duration{time.Minute, 25 * time.Hour} {
 		for _, step := range invoiceSteps {
-			t.Run(after.String()+"/"+step, func(t *testing.T) {
-				t.Parallel()
-				e := newEnv(t, oneAttempt)
-				inv := threeLines()
-				e.killedAt(step, inv)
-				e.advance(after)
-				r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := e.wantOneInvoice("cus_1", inv, "paid", 1)
-				if got.Finalizations != 1 || r.StripeID != got.ID || r.Amount != 1290 {
-					t.Fatalf("invoice %s finalized %d times; receipt %+v", got.ID, got.Finalizations, r)
-				}
-				if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded || c.StripeID != got.ID {
-					t.Fatalf("claim %s %s, want succeeded with %s", c.State, c.StripeID, got.ID)
-				}
-			})
+			for _, connected := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%v/%s/connected=%v", after, step, connected), func(t *testing.T) {
+					t.Parallel()
+					e := newEnv(t, oneAttempt)
+					inv := threeLines()
+					if connected {
+						inv.Account = e.srv.CreateAccount()
+					}
+					e.killedAt(step, inv)
+					e.advance(after)
+					r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := e.wantOneInvoice("cus_1", inv, "paid", 1)
+					if got.Finalizations != 1 || r.StripeID != got.ID || r.Amount != 1290 || got.Account != inv.Account {
+						t.Fatalf("invoice %s on account %q finalized %d times; receipt %+v; want it on account %q", got.ID, got.Account, got.Finalizations, r, inv.Account)
+					}
+					if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded || c.StripeID != got.ID {
+						t.Fatalf("claim %s %s, want succeeded with %s", c.State, c.StripeID, got.ID)
+					}
+				})
+			}
 		}
 	}
 }
 
-// billonce's own invoice, killed before its payment and voided by a person
-// (who decided the period is not billed this way), is found void on the
-// resume, which fails the claim as the invoice.voided event would: the
-// period is not invoiced again. A flow that counts only drafts and open
-// invoices as the key's makes a new invoice and bills the period anyway.
-func TestInvoiceVoidedByHandWhileNothingIsRecordedFailsTheClaim(t *testing.T) {
+// A customer with more invoices than one page of the list (other invoices
+// made since billonce's, killed after its finalization) is listed to its
+// end: the resume finds billonce's invoice and pays it, once.
+func TestInvoiceKilledIsFoundPastTheFirstPageOfTheCustomersInvoices(t *testing.T) {
 	t.Parallel()
-	for _, after := range []time.Duration{time.Minute, 25 * time.Hour} {
-		t.Run(after.String(), func(t *testing.T) {
+	e := newEnv(t, oneAttempt)
+	inv := threeLines()
+	e.killedAt("finalize", inv)
+	ic := e.invoices()
+	for i := 0; i < 130; i++ {
+		p := &stripe.InvoiceParams{Customer: stripe.String("cus_1"), Currency: stripe.String("usd")}
+		p.Metadata, p.IdempotencyKey = map[string]string{"n": fmt.Sprint(i)}, stripe.String(fmt.Sprintf("other-invoice-%d", i))
+		if _, err := ic.New(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own int
+	for _, in := range e.srv.Invoices("cus_1") {
+		if in.Metadata[billing.MetaKey] != "" {
+			own++
+			if in.ID != r.StripeID || in.Payments != 1 || in.Finalizations != 1 {
+				t.Fatalf("invoice %+v, receipt %+v", in, r)
+			}
+		}
+	}
+	if own != 1 {
+		t.Fatalf("%d invoices carry the key, want 1", own)
+	}
+}
+
+// Reconcile resumes an invoice claim a killed runner left with nothing
+// recorded, at any step, a day later: it finds the invoice by listing and
+// finishes it once.
+func TestReconcileFinishesAnInvoiceKilledPartWay(t *testing.T) {
+	t.Parallel()
+	for _, step := range invoiceSteps {
+		t.Run(step, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, oneAttempt)
 			inv := threeLines()
-			e.stopBefore(e.b, "cus_1", "pay", inv)
-			all := e.srv.Invoices("cus_1")
-			if len(all) != 1 || all[0].Status != "open" {
-				t.Fatalf("after the stop the fake has %+v, want one open invoice", all)
+			e.killedAt(step, inv)
+			e.advance(25 * time.Hour)
+			b := e.biller(oneAttempt, func(c *billing.Config) {
+				c.Invoice = func(context.Context, string, string) (billing.Invoice, error) { return *inv, nil }
+			})
+			sum, err := b.Reconcile(context.Background(), nil)
+			if err != nil || sum.Created+sum.AlreadyBilled != 1 {
+				t.Fatalf("reconcile = %+v, %v %v", sum.Progress, err, sum.Failures)
 			}
-			vp := &stripe.InvoiceVoidInvoiceParams{}
-			vp.IdempotencyKey = stripe.String("void-by-hand")
-			if _, err := e.invoices().VoidInvoice(all[0].ID, vp); err != nil {
-				t.Fatal(err)
-			}
-			e.exec("UPDATE billonce_claims SET stripe_id = '', lease_until = now()")
-			e.advance(after)
-			before := invoicePosts(e.srv.Log())
-			_, err := e.biller(oneAttempt).Invoice(context.Background(), "cus_1", period, inv)
-			if !errors.Is(err, billing.ErrDeclined) {
-				t.Fatalf("err = %v, want ErrDeclined (the invoice is void)", err)
-			}
-			if now := invoicePosts(e.srv.Log()); now["draft"] != before["draft"] || now["pay"] != before["pay"] {
-				t.Fatalf("the resume sent %v, before it %v; want no draft and no payment", now, before)
-			}
-			if n := len(e.srv.Invoices("cus_1")); n != 1 {
-				t.Fatalf("%d invoices, want 1", n)
-			}
-			if c := e.invoiceClaim("cus_1"); c.State != claim.StateFailed || c.StripeID != all[0].ID {
-				t.Fatalf("claim %s %s, want failed with %s", c.State, c.StripeID, all[0].ID)
+			e.wantOneInvoice("cus_1", inv, "paid", 1)
+			if c := e.invoiceClaim("cus_1"); c.State != claim.StateSucceeded {
+				t.Fatalf("claim %s", c.State)
 			}
 		})
 	}
@@ -131,6 +157,48 @@ func TestInvoiceReleasedPartWayIsSettledByItsEvent(t *testing.T) {
 	}
 	if got := h.srv.Invoices("cus_1"); len(got) != 1 || got[0].Payments != 1 {
 		t.Fatalf("invoices %+v, want the one, paid once", got)
+	}
+}
+
+// A runner killed at any step, resumed by a Biller on a rotated key: within
+// the old key's window it sends no draft or line that may already be at
+// Stripe (ErrSentElsewhere), and once every line is found it finalizes
+// and pays (a second finalization or payment is refused); a day later it
+// finishes the invoice. Either way one invoice, each line once, paid at
+// most once, counted at the fake.
+func TestInvoiceKilledPartWayResumedOnARotatedKey(t *testing.T) {
+	t.Parallel()
+	for _, after := range []time.Duration{time.Minute, 25 * time.Hour} {
+		for _, step := range invoiceSteps {
+			t.Run(after.String()+"/"+step, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t, oneAttempt)
+				inv := threeLines()
+				e.killedAt(step, inv)
+				e.advance(after)
+				_, err := e.biller(oneAttempt, rotated).Invoice(context.Background(), "cus_1", period, inv)
+				all := e.srv.Invoices("cus_1")
+				if len(all) > 1 {
+					t.Fatalf("%d invoices: %+v", len(all), all)
+				}
+				for _, in := range all {
+					if len(in.Lines) > 3 || in.Payments > 1 || in.Finalizations > 1 {
+						t.Fatalf("invoice %+v", in)
+					}
+				}
+				// Within the window, a step not found waits only for
+				// the draft and the lines: once every line is found
+				// (killed at the last line or later), the rest goes on.
+				if after > 24*time.Hour || step == "pay" || step == "finalize" || step == "line 2" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					e.wantOneInvoice("cus_1", inv, "paid", 1)
+				} else if !errors.Is(err, billing.ErrSentElsewhere) {
+					t.Fatalf("err = %v, want ErrSentElsewhere", err)
+				}
+			})
+		}
 	}
 }
 
