@@ -271,9 +271,6 @@ type invoiceSteps struct {
 	fresh bool
 	// deleted: the claim's draft was deleted by hand (see findDeleted).
 	deleted bool
-	// linesErr is a failed listing of a listed invoice's lines (see
-	// carriesOwnLine).
-	linesErr error
 }
 
 // sendInvoice takes an invoice claim from its recorded step to its end.
@@ -310,10 +307,9 @@ func (b *Biller) sendInvoice(ctx context.Context, j job, c claim.Claim, inv *Inv
 // records. A claim without an invoice is begun (see begin). One that
 // records its invoice but no step was released part way: the invoice is
 // read, since it may be final by now. A claim at the draft resumes at line
-// 0: the lines are not recorded one by one (see build). The steps "draft",
-// "line i" and "finalized" are recorded only where a lookup reopened a
-// step's window, or another credential's steps were taken over (see
-// advance and reopen), and by earlier versions.
+// 0: the lines are not recorded one by one (see build). A step "line i"
+// is recorded only where a lookup reopened a step's window (see reopen);
+// "draft" and "finalized" are what earlier versions recorded.
 func (v *invoiceSteps) resumeAt(ctx context.Context) (int, error) {
 	c, j := v.c, v.j
 	next := 0
@@ -395,11 +391,10 @@ func (v *invoiceSteps) read(ctx context.Context) error {
 		var se *stripe.Error
 		if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
 			// Deleted by hand while a draft?
-			held := v.j.holds
-			if id, found, ferr := v.findDeleted(ctx, v.listedSince()); ferr == nil && found && id == held {
+			if deleted, ferr := v.findDeleted(ctx, v.listedSince()); ferr == nil && slices.Contains(deleted, v.j.holds) {
+				v.deleted = true
 				return nil
 			}
-			v.j.holds, v.deleted = held, false
 		}
 		return v.needs(ctx, stepDraft, fmt.Sprintf("reading invoice %s failed: %v", v.j.holds, err))
 	}
@@ -857,7 +852,6 @@ func (v *invoiceSteps) get(ctx context.Context) (*stripe.Invoice, error) {
 // shows it now, which may be past its draft (finalized, paid).
 func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 	b := v.b
-	v.linesErr = nil
 	if err := b.limiter.Wait(ctx); err != nil {
 		return "", false, err
 	}
@@ -875,30 +869,37 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 		if in.ID == "" {
 			return "", false, notStripes(it.InvoiceList().LastResponse, "is not an invoice")
 		}
-		switch {
-		case in.Metadata[MetaKey] != v.j.key.String():
-		case customerOf(in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency):
+		if in.Metadata[MetaKey] != v.j.key.String() {
+			continue
+		}
+		if customerOf(in) != v.j.customer || !strings.EqualFold(string(in.Currency), v.inv.Currency) {
 			foreign = append(foreign, fmt.Sprintf("%s (%s, %s, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
-		case in.Status != stripe.InvoiceStatusDraft && !v.carriesOwnLine(ctx, in):
+			continue
+		}
+		if in.Status != stripe.InvoiceStatusDraft {
 			// billonce finalizes an invoice only once its lines are
-			// all the claim's: a final one with none of them on its
-			// first page was never the claim's draft.
-			foreign = append(foreign, fmt.Sprintf("%s (%s, %s without the claim's lines, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
-		case in.Status == stripe.InvoiceStatusVoid:
+			// all the claim's: a final one with none of them was
+			// never the claim's draft.
+			ours, err := v.carriesOwnLine(ctx, in)
+			if err != nil {
+				return "", false, err
+			}
+			if !ours {
+				foreign = append(foreign, fmt.Sprintf("%s (%s, %s without the claim's lines, %d %s)", in.ID, customerOf(in), in.Status, in.Total, in.Currency))
+				continue
+			}
+		}
+		if in.Status == stripe.InvoiceStatusVoid {
 			void = append(void, in)
-		default:
+		} else {
 			own = append(own, in)
 		}
 	}
 	if err := it.Err(); err != nil {
 		return "", false, fmt.Errorf("listing the invoices of customer %s failed: %w", v.j.customer, err)
 	}
-	if last := it.InvoiceList(); last == nil || !isList(last.LastResponse) {
-		// Whatever answered is not Stripe: its empty answer says nothing.
-		return "", false, notASearchResult(lastResponse(last))
-	}
-	if v.linesErr != nil {
-		return "", false, v.linesErr
+	if err := notAList(it.InvoiceList()); err != nil {
+		return "", false, err
 	}
 	if len(own) == 0 {
 		own = void
@@ -908,7 +909,12 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 		if len(foreign) > 0 {
 			return "", false, fmt.Errorf("the customer's invoices carry the key's metadata only on invoices the key's draft would not be (another customer or currency, or final without the claim's lines), made by other code holding the key: %s; nothing was sent: if none of them is billonce's, remove %s from their metadata, and the next call makes the claim's invoice", strings.Join(foreign, ", "), MetaKey)
 		}
-		return v.findDeleted(ctx, since)
+		deleted, err := v.findDeleted(ctx, since)
+		if err != nil || len(deleted) == 0 {
+			return "", false, err
+		}
+		v.j.holds, v.deleted = deleted[0], true
+		return deleted[0], true, nil
 	case 1:
 		v.j.holds = own[0].ID
 		v.seen(own[0])
@@ -919,15 +925,6 @@ func (v *invoiceSteps) findDraft(ctx context.Context) (string, bool, error) {
 		ids[i] = fmt.Sprintf("%s (%s)", in.ID, in.Status)
 	}
 	return "", false, fmt.Errorf("the customer has %d invoices that carry the claim's key: %s; nothing was sent: keep the one that bills the period, and void the others (or delete them while drafts) after removing %s from their metadata; the next call takes the one left", len(own), strings.Join(ids, ", "), MetaKey)
-}
-
-// lastResponse is the last answer of an invoice listing, nil when there is
-// none.
-func lastResponse(l *stripe.InvoiceList) *stripe.APIResponse {
-	if l == nil {
-		return nil
-	}
-	return l.LastResponse
 }
 
 // listedSince bounds the lists of findDraft and findDeleted to what was
@@ -948,12 +945,12 @@ func (v *invoiceSteps) listedSince() *stripe.RangeQueryParams {
 // customer and period: other code may copy the key alone) and no line
 // but the claim's, is the claim's own: deleted by hand, like an invoice
 // voided by hand, it fails the claim (see settle), and no other invoice
-// is made for the period; Rebill bills it again. One found is taken with
-// v.deleted set.
-func (v *invoiceSteps) findDeleted(ctx context.Context, since *stripe.RangeQueryParams) (string, bool, error) {
+// is made for the period; Rebill bills it again. It returns the ids of
+// such drafts, newest first.
+func (v *invoiceSteps) findDeleted(ctx context.Context, since *stripe.RangeQueryParams) ([]string, error) {
 	b := v.b
 	if err := b.limiter.Wait(ctx); err != nil {
-		return "", false, err
+		return nil, err
 	}
 	p := &stripe.EventListParams{Type: stripe.String("invoice.deleted")}
 	p.Context, p.Limit = ctx, stripe.Int64(100)
@@ -982,20 +979,12 @@ func (v *invoiceSteps) findDeleted(ctx context.Context, since *stripe.RangeQuery
 		}
 	}
 	if err := it.Err(); err != nil {
-		return "", false, fmt.Errorf("listing the invoice.deleted events failed: %w", err)
+		return nil, fmt.Errorf("listing the invoice.deleted events failed: %w", err)
 	}
-	if last := it.EventList(); last == nil || !isList(last.LastResponse) {
-		var r *stripe.APIResponse
-		if last != nil {
-			r = last.LastResponse
-		}
-		return "", false, notASearchResult(r)
+	if err := notAList(it.EventList()); err != nil {
+		return nil, err
 	}
-	if len(found) == 0 {
-		return "", false, nil
-	}
-	v.j.holds, v.deleted = found[0], true
-	return found[0], true, nil
+	return found, nil
 }
 
 // carriesMeta reports whether in carries all the metadata billonce gives
@@ -1012,17 +1001,13 @@ func (v *invoiceSteps) carriesMeta(in *stripe.Invoice) bool {
 // carriesOwnLine reports whether one of in's lines is one of the claim's,
 // as billonce adds them: among those Stripe shows with in (the first page
 // of them), or, when there are more or none are shown, among all of them,
-// listed. A failed listing is kept in v.linesErr.
-func (v *invoiceSteps) carriesOwnLine(ctx context.Context, in *stripe.Invoice) bool {
+// listed.
+func (v *invoiceSteps) carriesOwnLine(ctx context.Context, in *stripe.Invoice) (bool, error) {
 	if in.Lines != nil && (ownLine(v.j.key, in.Lines.Data) || !in.Lines.HasMore && len(in.Lines.Data) > 0) {
-		return ownLine(v.j.key, in.Lines.Data)
+		return ownLine(v.j.key, in.Lines.Data), nil
 	}
 	lines, err := v.linesOf(ctx, in.ID)
-	if err != nil {
-		v.linesErr = err
-		return false
-	}
-	return ownLine(v.j.key, lines)
+	return err == nil && ownLine(v.j.key, lines), err
 }
 
 // ownLine reports whether one of lines is one of key's, as billonce adds
@@ -1107,12 +1092,8 @@ func (v *invoiceSteps) linesOf(ctx context.Context, id string) ([]*stripe.Invoic
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("listing the lines of invoice %s failed: %w", id, err)
 	}
-	if last := it.InvoiceLineItemList(); last == nil || !isList(last.LastResponse) {
-		var r *stripe.APIResponse
-		if last != nil {
-			r = last.LastResponse
-		}
-		return nil, notASearchResult(r)
+	if err := notAList(it.InvoiceLineItemList()); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -325,10 +325,19 @@ func listed[T any](it *stripe.Iter, keep func(T) (o object, ok, valid bool)) ([]
 	if err := it.Err(); err != nil {
 		return nil, err
 	}
-	if last := lastPage(it.List()); !isList(last) {
-		return nil, notASearchResult(last)
+	if err := notAList(it.List()); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// notAList is the error for a listing whose last answer is not a list:
+// whatever answered is not Stripe, and its empty answer says nothing.
+func notAList(l stripe.ListContainer) error {
+	if last := lastPage(l); !isList(last) {
+		return notASearchResult(last)
+	}
+	return nil
 }
 
 // lastPage is Stripe's last answer to a listing, nil when there is none.
@@ -347,6 +356,18 @@ func lastPage(l stripe.ListContainer) *stripe.APIResponse {
 			return l.LastResponse
 		}
 	case *stripe.PayoutList:
+		if l != nil {
+			return l.LastResponse
+		}
+	case *stripe.InvoiceList:
+		if l != nil {
+			return l.LastResponse
+		}
+	case *stripe.InvoiceLineItemList:
+		if l != nil {
+			return l.LastResponse
+		}
+	case *stripe.EventList:
 		if l != nil {
 			return l.LastResponse
 		}
