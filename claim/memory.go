@@ -269,11 +269,6 @@ func (m *memEngine) Advance(ctx context.Context, key, owner, stripeID, step stri
 // Release gives up owner's lease on key, recording lastErr (and stripeID,
 // when the claim records none yet). See claimengine.Engine.
 func (m *memEngine) Release(ctx context.Context, key, owner, stripeID, lastErr string) error {
-	if stripeID != "" {
-		if err := validateID("stripe id", stripeID); err != nil {
-			return err
-		}
-	}
 	return m.release(key, owner, stripeID, lastErr, false)
 }
 
@@ -284,7 +279,7 @@ func (m *memEngine) ReleaseUnsent(ctx context.Context, key, owner, lastErr strin
 }
 
 func (m *memEngine) release(key, owner, stripeID, lastErr string, unsent bool) error {
-	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateOptionalID("stripe id", stripeID), validateText("error", lastErr)); err != nil {
 		return err
 	}
 	return m.update(key, func(c *Claim, now time.Time) error {

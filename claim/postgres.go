@@ -816,11 +816,6 @@ func (p *pgEngine) lost(ctx context.Context, key, owner string) error {
 
 // Release gives up owner's lease on key, recording lastErr. See [Store].
 func (p *pgEngine) Release(ctx context.Context, key, owner, stripeID, lastErr string) error {
-	if stripeID != "" {
-		if err := validateID("stripe id", stripeID); err != nil {
-			return err
-		}
-	}
 	return p.release(ctx, key, owner, stripeID, lastErr, false)
 }
 
@@ -831,7 +826,7 @@ func (p *pgEngine) ReleaseUnsent(ctx context.Context, key, owner, lastErr string
 }
 
 func (p *pgEngine) release(ctx context.Context, key, owner, stripeID, lastErr string, unsent bool) error {
-	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateText("error", lastErr)); err != nil {
+	if err := errors.Join(validateID("key", key), validateID("owner", owner), validateOptionalID("stripe id", stripeID), validateText("error", lastErr)); err != nil {
 		return err
 	}
 	tag, err := p.db.Exec(ctx, "UPDATE "+p.names.table+` SET owner = '', lease_until = now(), last_error = $3, unsent = unsent OR $4,
